@@ -1,0 +1,44 @@
+//! `cargo xtask ci`: everything CI checks, in the order that fails fastest.
+
+use crate::util::{cargo, run as sh, step};
+
+/// Runs the whole CI pipeline. Extra arguments are passed to `cargo test`.
+pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
+    let assets = step("envtest install", || crate::envtest::install(false))?;
+    step("cargo fmt --check", || {
+        sh(cargo().args(["fmt", "--all", "--check"]))
+    })?;
+    step("cargo clippy", || {
+        sh(cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    })?;
+    step("cargo doc", || {
+        sh(cargo()
+            .args(["doc", "--workspace", "--no-deps"])
+            .env("RUSTDOCFLAGS", "-D warnings"))
+    })?;
+    step("cargo test", || {
+        sh(cargo()
+            .args(["test", "--workspace"])
+            .args(test_args)
+            .env("RUDDER_ENVTEST_ASSETS", &assets))
+    })?;
+    println!("ci: all checks passed");
+    Ok(())
+}
+
+/// Entry point for `cargo xtask ci [-- test args]`.
+pub(crate) fn run(args: &[&str]) -> Result<(), String> {
+    let test_args = match args {
+        [] => &[][..],
+        ["--", rest @ ..] => rest,
+        other => return Err(format!("unexpected arguments to `ci`: {}", other.join(" "))),
+    };
+    run_ci(test_args)
+}

@@ -1,0 +1,44 @@
+//! `cargo xtask`: the project's automation, in Rust so it runs wherever cargo does.
+//!
+//! Each task lives in its own module. Run `cargo xtask help` for the list.
+
+// A command-line tool reports to its terminal; printing is its job.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod ci;
+mod envtest;
+mod util;
+
+use std::process::ExitCode;
+
+const HELP: &str = "\
+cargo xtask <task>
+
+Tasks:
+  ci                      run everything CI runs: envtest install, fmt check, clippy,
+                          docs, tests (the README's test command)
+  envtest install         install kube-apiserver and etcd for rudder-envtest (idempotent)
+      --print-path        only print the directory holding the binaries
+  help                    this text
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = match args.as_slice() {
+        ["ci", rest @ ..] => ci::run(rest),
+        ["envtest", rest @ ..] => envtest::run(rest),
+        [] | ["help" | "--help" | "-h"] => {
+            print!("{HELP}");
+            Ok(())
+        }
+        other => Err(format!("unknown task `{}`\n\n{HELP}", other.join(" "))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! Helpers shared by the tasks: running commands and timing steps.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+/// The workspace root (the parent of this crate's directory).
+pub(crate) fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// Runs `cmd`, inheriting the terminal, and fails with the command line when it exits non-zero.
+pub(crate) fn run(cmd: &mut Command) -> Result<(), String> {
+    let shown = format!("{cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("could not start {shown}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{shown} failed ({status})"))
+    }
+}
+
+/// Prints a step's name, runs it, then prints how long it took.
+pub(crate) fn step<T>(name: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    println!("==> {name}");
+    let started = Instant::now();
+    let out = f();
+    let took = started.elapsed();
+    match &out {
+        Ok(_) => println!("<== {name}: done in {:.1} s", took.as_secs_f64()),
+        Err(_) => println!("<== {name}: failed after {:.1} s", took.as_secs_f64()),
+    }
+    out
+}
+
+/// The `cargo` this task was started by, so nested runs use the same toolchain.
+pub(crate) fn cargo() -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace_root());
+    cmd
+}
