@@ -1,1 +1,2 @@
+//! Benchmark placeholder (filled in below in this change series).
 fn main() {}

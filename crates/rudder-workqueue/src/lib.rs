@@ -1,1 +1,114 @@
-//! placeholder
+//! An async work queue with client-go's processing rules: dedup, delays, rate limiting and
+//! priorities, for Kubernetes controllers and for anything else that must process keys one
+//! at a time.
+//!
+//! Start with [`WorkQueue`]: producers [`add`](WorkQueue::add) keys, workers
+//! [`get`](WorkQueue::get) them and drop the [`WorkItem`] when done.
+//!
+//! ```
+//! use std::time::Duration;
+//! use rudder_workqueue::WorkQueue;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let queue: WorkQueue<String> = WorkQueue::builder().name("example").build();
+//!
+//! // Three adds of one key while it waits: it runs once.
+//! for _ in 0..3 {
+//!     queue.add("default/web".to_string());
+//! }
+//! queue.add_after("default/db".to_string(), Duration::from_millis(10));
+//!
+//! let worker = {
+//!     let queue = queue.clone();
+//!     tokio::spawn(async move {
+//!         let mut seen = Vec::new();
+//!         while let Some(item) = queue.get().await {
+//!             seen.push(item.key().clone());
+//!             if item.key() == "default/web" && seen.len() == 1 {
+//!                 // Failed: retry later with per-key backoff.
+//!                 queue.add_rate_limited(item.key().clone());
+//!             } else {
+//!                 queue.forget(item.key());
+//!             }
+//!             if seen.len() == 3 {
+//!                 queue.shutdown();
+//!             }
+//!             // Dropping `item` marks the key done.
+//!         }
+//!         seen
+//!     })
+//! };
+//! let seen = worker.await.unwrap();
+//! assert_eq!(seen, ["default/web", "default/web", "default/db"]);
+//! # }
+//! ```
+//!
+//! # The rules
+//!
+//! These are client-go's, with two of its surprises fixed.
+//!
+//! - **Dedup.** Adding a key that is already waiting does nothing.
+//! - **Never twice at once.** A key handed to a worker is *processing*; no other worker gets
+//!   it. Adding it meanwhile marks it dirty, and when the worker is done it is queued exactly
+//!   once more. The [`WorkItem`] guard marks the key done when dropped, so a worker that
+//!   panics cannot wedge its key; [`WorkItem::done`] says so explicitly.
+//! - **Delays merge.** [`add_after`](WorkQueue::add_after) waits, then queues. A key waiting
+//!   for a delay and then added now runs once, now; two delays for one key keep the earliest.
+//!   (client-go runs the key twice in both cases, kubernetes#126027.)
+//! - **Rate limiting.** [`add_rate_limited`](WorkQueue::add_rate_limited) asks the queue's
+//!   [`RateLimiter`] for the delay; [`forget`](WorkQueue::forget) clears a key's failures.
+//!   See [`rate_limiter`] for the limiters and client-go's defaults.
+//! - **Priorities.** [`add_with`](WorkQueue::add_with) takes [`AddOptions`]: a delay, rate
+//!   limiting and a priority. Higher priority runs first, first-ready first within a
+//!   priority; merging keeps the highest priority and the earliest ready time.
+//! - **Shutdown.** [`shutdown`](WorkQueue::shutdown) stops adds and drops delayed keys; getters
+//!   drain the ready keys, then receive `None`.
+//!   [`shutdown_with_drain`](WorkQueue::shutdown_with_drain) also waits for in-flight work.
+//!
+//! # Priority ageing
+//!
+//! Strict priority lets a steady stream of high-priority keys hold a low-priority key back
+//! forever (controller-runtime#3496). Here a ready key gains one priority level for every
+//! [`DEFAULT_PRIORITY_AGING`] (one second; see [`Builder::priority_aging`]) it waits: a key of
+//! priority `p` ready at time `t` is ordered by `t - p × aging`. So a priority-0 key added
+//! up to `100 × aging` after a priority -100 key still goes first, and any added later goes
+//! after it. The ordering never changes while keys wait, so a plain heap keeps it exactly.
+//!
+//! # Cost
+//!
+//! One mutex guards the queue. Keys live once, in a slab; the hash table and both heaps hold
+//! slot numbers, so in steady state an add, get and done allocate nothing for keys the
+//! queue has seen (the key is cloned once per [`get`](WorkQueue::get): use a key whose clone
+//! is cheap, such as an integer or an `Arc<str>`, to avoid even that). Getters are woken only
+//! when one is waiting, and at most one timer is armed, by one waiting getter, for the
+//! earliest delayed key. No task runs in the background except, with metrics on, the
+//! 500 ms refresh of the unfinished-work gauges, which ends with the queue.
+//!
+//! # Metrics
+//!
+//! Through the [`MetricsProvider`] trait, with client-go's names; see [`metrics`]. The
+//! `metrics` feature adds [`MetricsCrateProvider`] for the `metrics` crate.
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `metrics` | no | [`MetricsCrateProvider`], reporting through the `metrics` crate |
+
+mod item;
+pub mod metrics;
+#[cfg(feature = "metrics")]
+mod metrics_crate;
+mod options;
+mod queue;
+pub mod rate_limiter;
+mod state;
+
+pub use item::WorkItem;
+pub use metrics::{MetricsProvider, QueueMetrics};
+#[cfg(feature = "metrics")]
+pub use metrics_crate::MetricsCrateProvider;
+pub use options::AddOptions;
+pub use queue::{Builder, DEFAULT_PRIORITY_AGING, QueueStats, WorkQueue};
+pub use rate_limiter::RateLimiter;

@@ -1,0 +1,458 @@
+//! The queue's bookkeeping behind its one lock: key slots, the ready and delayed heaps.
+//!
+//! Every key the queue knows lives in one slot of a slab, found through a hash table that
+//! stores slot numbers. The two heaps hold slot numbers too, so a key is stored once and
+//! handing it around inside the queue never clones it. A heap entry carries the slot's
+//! generation when it was pushed; when a key is re-ranked (a higher priority, an earlier ready
+//! time) the generation moves on and the old entry is skipped when it surfaces. Slots of keys
+//! that are neither waiting nor processing are freed at once, so the queue holds nothing for
+//! keys that are gone.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::hash::{BuildHasher, Hash, RandomState};
+
+use hashbrown::HashTable;
+
+/// Nanoseconds since the queue's epoch: the queue's clock, cheap to compare and store.
+pub(crate) type Nanos = u64;
+
+/// Where a key stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// The slot is on the free list.
+    Free,
+    /// Waiting in the ready heap.
+    Ready,
+    /// Waiting in the delayed heap for its ready time.
+    Delayed,
+    /// Handed to a worker; nothing is pending.
+    Processing,
+    /// Handed to a worker and added again since; it is queued once more when the worker is done.
+    Dirty,
+}
+
+struct Slot<K> {
+    key: Option<K>,
+    hash: u64,
+    phase: Phase,
+    generation: u32,
+    /// The priority of the pending run (for `Dirty`, of the run after the current one).
+    priority: i32,
+    /// When the pending run may start (for `Dirty`, the run after the current one).
+    ready_at: Nanos,
+    /// When the key entered the ready heap (queue latency) or was handed out (work duration).
+    stamp: Nanos,
+    /// Position in `in_flight` while processing.
+    in_flight_pos: u32,
+}
+
+/// Ready heap order: smallest rank first.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct ReadyEntry {
+    rank: (i64, i64, u64),
+    slot: u32,
+    generation: u32,
+}
+
+/// Delayed heap order: earliest ready time first, then insertion order.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct DelayedEntry {
+    ready_at: Nanos,
+    seq: u64,
+    slot: u32,
+    generation: u32,
+}
+
+/// What an operation did, so the caller can wake workers and report metrics after unlocking.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Effect {
+    /// A key became ready: a waiting worker may take it.
+    pub(crate) became_ready: bool,
+    /// A delayed key now has the earliest ready time: the timer must be re-armed.
+    pub(crate) new_earliest_delay: bool,
+    /// The key was new to the queue (counts as an add in the metrics).
+    pub(crate) counted_add: bool,
+}
+
+/// A key handed out by [`State::pop`].
+pub(crate) struct Popped<K> {
+    pub(crate) key: K,
+    pub(crate) slot: u32,
+    pub(crate) priority: i32,
+    /// How long the key waited in the ready heap.
+    pub(crate) queued_for: Nanos,
+}
+
+/// What [`State::done`] did.
+pub(crate) struct Finished {
+    pub(crate) effect: Effect,
+    /// How long the worker held the key.
+    pub(crate) worked_for: Nanos,
+}
+
+pub(crate) struct State<K> {
+    slots: Vec<Slot<K>>,
+    free: Vec<u32>,
+    index: HashTable<u32>,
+    hasher: RandomState,
+    ready: BinaryHeap<Reverse<ReadyEntry>>,
+    delayed: BinaryHeap<Reverse<DelayedEntry>>,
+    ready_len: usize,
+    delayed_len: usize,
+    /// Processing keys that were added again (they run once more when done).
+    dirty_len: usize,
+    /// Slots being processed, for the unfinished-work metrics.
+    in_flight: Vec<u32>,
+    seq: u64,
+    /// Nanoseconds of waiting worth one priority level; `None` means strict priority.
+    aging: Option<u64>,
+    pub(crate) shutting_down: bool,
+    /// Getters currently parked waiting for work.
+    pub(crate) waiters: usize,
+    /// The ready time a parked getter's timer is armed for, if any.
+    pub(crate) armed: Option<Nanos>,
+}
+
+impl<K> State<K> {
+    /// Keys ready to be handed out.
+    pub(crate) fn ready_len(&self) -> usize {
+        self.ready_len
+    }
+
+    /// client-go's depth: ready keys plus processing keys that will run again.
+    pub(crate) fn depth(&self) -> usize {
+        self.ready_len + self.dirty_len
+    }
+
+    /// Keys waiting for their ready time.
+    pub(crate) fn delayed_len(&self) -> usize {
+        self.delayed_len
+    }
+
+    /// Keys handed to workers and not yet done.
+    pub(crate) fn processing_len(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Sum of the time in-flight keys have been processing, and the longest of them.
+    pub(crate) fn unfinished(&self, now: Nanos) -> (Nanos, Nanos) {
+        self.in_flight.iter().fold((0, 0), |(sum, longest), &slot| {
+            let took = now.saturating_sub(self.slots[slot as usize].stamp);
+            (sum.saturating_add(took), longest.max(took))
+        })
+    }
+
+    /// Bytes the queue's own structures hold (keys' heap data not included).
+    pub(crate) fn footprint(&self) -> usize {
+        self.slots.capacity() * size_of::<Slot<K>>()
+            + self.free.capacity() * size_of::<u32>()
+            + self.index.allocation_size()
+            + self.ready.capacity() * size_of::<Reverse<ReadyEntry>>()
+            + self.delayed.capacity() * size_of::<Reverse<DelayedEntry>>()
+            + self.in_flight.capacity() * size_of::<u32>()
+    }
+}
+
+impl<K: Hash + Eq + Clone> State<K> {
+    pub(crate) fn new(aging: Option<u64>) -> Self {
+        Self {
+            slots: Vec::new(),
+            free: Vec::new(),
+            index: HashTable::new(),
+            hasher: RandomState::new(),
+            ready: BinaryHeap::new(),
+            delayed: BinaryHeap::new(),
+            ready_len: 0,
+            delayed_len: 0,
+            dirty_len: 0,
+            in_flight: Vec::new(),
+            seq: 0,
+            aging,
+            shutting_down: false,
+            waiters: 0,
+            armed: None,
+        }
+    }
+
+    /// The earliest ready time of a delayed key, skipping stale heap entries on the way.
+    pub(crate) fn next_ready_at(&mut self) -> Option<Nanos> {
+        while let Some(Reverse(top)) = self.delayed.peek().copied() {
+            if self.is_live_delayed(&top) {
+                return Some(top.ready_at);
+            }
+            self.delayed.pop();
+        }
+        None
+    }
+
+    /// Adds (or merges) a request for `key` to run at `ready_at` with `priority`.
+    pub(crate) fn add(&mut self, key: K, ready_at: Nanos, priority: i32, now: Nanos) -> Effect {
+        let mut effect = Effect::default();
+        if self.shutting_down {
+            return effect;
+        }
+        let hash = self.hasher.hash_one(&key);
+        let slots = &self.slots;
+        let found = self
+            .index
+            .find(hash, |&s| slots[s as usize].key.as_ref() == Some(&key))
+            .copied();
+        let Some(slot) = found else {
+            let slot = self.alloc(key, hash);
+            effect.counted_add = true;
+            self.enqueue(slot, ready_at, priority, now, &mut effect);
+            return effect;
+        };
+        let s = &mut self.slots[slot as usize];
+        match s.phase {
+            Phase::Ready => {
+                // Already runnable; only a higher priority changes its place.
+                if priority > s.priority {
+                    s.priority = priority;
+                    let ready_at = s.ready_at;
+                    self.push_ready(slot, ready_at, priority);
+                }
+            }
+            Phase::Delayed => {
+                let new_ready = ready_at.min(s.ready_at);
+                let new_priority = priority.max(s.priority);
+                if new_ready != s.ready_at || new_priority != s.priority {
+                    self.delayed_len -= 1;
+                    self.enqueue(slot, new_ready, new_priority, now, &mut effect);
+                }
+            }
+            Phase::Processing => {
+                s.phase = Phase::Dirty;
+                s.ready_at = ready_at;
+                s.priority = priority;
+                self.dirty_len += 1;
+                effect.counted_add = true;
+            }
+            Phase::Dirty => {
+                s.ready_at = s.ready_at.min(ready_at);
+                s.priority = s.priority.max(priority);
+            }
+            Phase::Free => unreachable!("the index never points at a free slot"),
+        }
+        effect
+    }
+
+    /// Moves delayed keys whose time has come into the ready heap. Returns how many moved.
+    pub(crate) fn promote(&mut self, now: Nanos) -> usize {
+        let mut moved = 0;
+        while let Some(Reverse(top)) = self.delayed.peek().copied() {
+            if top.ready_at > now {
+                break;
+            }
+            self.delayed.pop();
+            if !self.is_live_delayed(&top) {
+                continue;
+            }
+            let s = &mut self.slots[top.slot as usize];
+            s.phase = Phase::Ready;
+            // Queue latency counts from when the key became due, however late it is promoted.
+            s.stamp = top.ready_at;
+            let priority = s.priority;
+            self.delayed_len -= 1;
+            self.ready_len += 1;
+            self.push_ready(top.slot, top.ready_at, priority);
+            moved += 1;
+        }
+        moved
+    }
+
+    /// Hands out the best ready key, marking it processing.
+    pub(crate) fn pop(&mut self, now: Nanos) -> Option<Popped<K>> {
+        while let Some(Reverse(top)) = self.ready.pop() {
+            let pos = self.in_flight.len() as u32;
+            let s = &mut self.slots[top.slot as usize];
+            if s.generation != top.generation || s.phase != Phase::Ready {
+                continue;
+            }
+            let Some(key) = s.key.clone() else {
+                unreachable!("a queued slot always holds its key")
+            };
+            s.phase = Phase::Processing;
+            s.in_flight_pos = pos;
+            let queued_for = now.saturating_sub(s.stamp);
+            s.stamp = now;
+            let priority = s.priority;
+            self.ready_len -= 1;
+            self.in_flight.push(top.slot);
+            return Some(Popped {
+                key,
+                slot: top.slot,
+                priority,
+                queued_for,
+            });
+        }
+        None
+    }
+
+    /// Marks the key in `slot` done; requeues it once if it was added while processing.
+    pub(crate) fn done(&mut self, slot: u32, now: Nanos) -> Finished {
+        let mut effect = Effect::default();
+        let s = &mut self.slots[slot as usize];
+        let worked_for = now.saturating_sub(s.stamp);
+        let phase = s.phase;
+        let (ready_at, priority) = (s.ready_at, s.priority);
+        let pos = s.in_flight_pos as usize;
+        debug_assert!(matches!(phase, Phase::Processing | Phase::Dirty));
+        self.in_flight.swap_remove(pos);
+        if phase == Phase::Dirty {
+            self.dirty_len -= 1;
+        }
+        if let Some(&moved) = self.in_flight.get(pos) {
+            self.slots[moved as usize].in_flight_pos = pos as u32;
+        }
+        let requeue = phase == Phase::Dirty && !(self.shutting_down && ready_at > now);
+        if requeue {
+            self.enqueue(slot, ready_at, priority, now, &mut effect);
+        } else {
+            self.release(slot);
+        }
+        Finished { effect, worked_for }
+    }
+
+    /// Stops accepting adds and drops keys still delayed; ready and processing keys stay.
+    pub(crate) fn shut_down(&mut self, now: Nanos) {
+        // Keys already due stay, even if nobody has moved them to the ready heap yet.
+        self.promote(now);
+        self.shutting_down = true;
+        while let Some(Reverse(top)) = self.delayed.pop() {
+            if self.is_live_delayed(&top) {
+                self.delayed_len -= 1;
+                self.release(top.slot);
+            }
+        }
+        self.armed = None;
+    }
+
+    fn alloc(&mut self, key: K, hash: u64) -> u32 {
+        let fresh = Slot {
+            key: Some(key),
+            hash,
+            phase: Phase::Free,
+            generation: 0,
+            priority: 0,
+            ready_at: 0,
+            stamp: 0,
+            in_flight_pos: 0,
+        };
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                let s = &mut self.slots[slot as usize];
+                let generation = s.generation;
+                *s = fresh;
+                s.generation = generation;
+                slot
+            }
+            None => {
+                self.slots.push(fresh);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slots = &self.slots;
+        self.index
+            .insert_unique(hash, slot, |&s| slots[s as usize].hash);
+        slot
+    }
+
+    fn release(&mut self, slot: u32) {
+        let s = &mut self.slots[slot as usize];
+        let hash = s.hash;
+        s.phase = Phase::Free;
+        s.key = None;
+        s.generation = s.generation.wrapping_add(1);
+        if let Ok(entry) = self.index.find_entry(hash, |&other| other == slot) {
+            entry.remove();
+        }
+        self.free.push(slot);
+    }
+
+    /// Puts a non-queued slot into the ready or the delayed heap.
+    fn enqueue(&mut self, slot: u32, ready_at: Nanos, priority: i32, now: Nanos, e: &mut Effect) {
+        let s = &mut self.slots[slot as usize];
+        s.priority = priority;
+        s.ready_at = ready_at;
+        if ready_at <= now {
+            s.phase = Phase::Ready;
+            s.stamp = now;
+            self.ready_len += 1;
+            self.push_ready(slot, ready_at, priority);
+            e.became_ready = true;
+        } else {
+            s.phase = Phase::Delayed;
+            s.generation = s.generation.wrapping_add(1);
+            let generation = s.generation;
+            self.seq += 1;
+            let earliest = self.armed.is_none_or(|armed| ready_at < armed);
+            self.delayed.push(Reverse(DelayedEntry {
+                ready_at,
+                seq: self.seq,
+                slot,
+                generation,
+            }));
+            self.delayed_len += 1;
+            e.new_earliest_delay = earliest;
+            self.compact();
+        }
+    }
+
+    fn push_ready(&mut self, slot: u32, ready_at: Nanos, priority: i32) {
+        let s = &mut self.slots[slot as usize];
+        s.generation = s.generation.wrapping_add(1);
+        let generation = s.generation;
+        self.seq += 1;
+        let rank = self.rank(ready_at, priority);
+        self.ready.push(Reverse(ReadyEntry {
+            rank,
+            slot,
+            generation,
+        }));
+        self.compact();
+    }
+
+    /// The ready heap's sort key, smallest first.
+    ///
+    /// With ageing, a key of priority `p` that became ready at `t` is ranked by the virtual time
+    /// `t - p * aging`: every `aging` spent waiting is worth one priority level. Because every
+    /// waiting key ages at the same rate, this order never changes while keys wait, so a plain
+    /// heap keeps it. Without ageing the order is strict: priority, then ready time.
+    fn rank(&self, ready_at: Nanos, priority: i32) -> (i64, i64, u64) {
+        let t = i64::try_from(ready_at).unwrap_or(i64::MAX);
+        match self.aging {
+            Some(aging) => {
+                let head_start = i64::from(priority).saturating_mul(aging as i64);
+                (t.saturating_sub(head_start), -i64::from(priority), self.seq)
+            }
+            None => (-i64::from(priority), t, self.seq),
+        }
+    }
+
+    fn is_live_delayed(&self, entry: &DelayedEntry) -> bool {
+        let s = &self.slots[entry.slot as usize];
+        s.generation == entry.generation && s.phase == Phase::Delayed
+    }
+
+    /// Drops stale heap entries once they outnumber live ones, so re-ranking cannot grow the
+    /// heaps without bound.
+    fn compact(&mut self) {
+        const SLACK: usize = 64;
+        if self.ready.len() > 2 * self.ready_len + SLACK {
+            let slots = &self.slots;
+            self.ready.retain(|Reverse(e)| {
+                let s = &slots[e.slot as usize];
+                s.generation == e.generation && s.phase == Phase::Ready
+            });
+        }
+        if self.delayed.len() > 2 * self.delayed_len + SLACK {
+            let slots = &self.slots;
+            self.delayed.retain(|Reverse(e)| {
+                let s = &slots[e.slot as usize];
+                s.generation == e.generation && s.phase == Phase::Delayed
+            });
+        }
+    }
+}
