@@ -576,3 +576,42 @@ async fn update_unfinished_work<K>(shared: Weak<Shared<K>>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(waiters: usize, armed: Option<Nanos>) -> State<u8> {
+        let mut st = State::new(None);
+        st.waiters = waiters;
+        st.armed = armed;
+        st
+    }
+
+    const READY: Effect = Effect {
+        became_ready: true,
+        new_earliest_delay: false,
+        counted_add: true,
+    };
+    const EARLIER: Effect = Effect {
+        became_ready: false,
+        new_earliest_delay: true,
+        counted_add: true,
+    };
+
+    #[test]
+    fn nobody_is_woken_when_nobody_waits() {
+        let idle = state(0, None);
+        assert!(Wake::for_effect(&idle, READY) == Wake::Nobody);
+        assert!(Wake::for_effect(&idle, EARLIER) == Wake::Nobody);
+        assert!(Wake::for_effect(&idle, Effect::default()) == Wake::Nobody);
+    }
+
+    #[test]
+    fn a_ready_key_wakes_one_getter_and_an_earlier_delay_the_timer_owner() {
+        assert!(Wake::for_effect(&state(2, None), READY) == Wake::Getter);
+        assert!(Wake::for_effect(&state(2, Some(5)), EARLIER) == Wake::TimerOwner);
+        // Nobody holds the timer yet: a parked getter wakes to arm it.
+        assert!(Wake::for_effect(&state(1, None), EARLIER) == Wake::Getter);
+    }
+}
