@@ -1,1 +1,108 @@
-//! A real kube-apiserver and etcd on loopback for tests (work in progress).
+//! A real kube-apiserver and etcd on loopback for tests: start one in a few seconds, get a
+//! `kube::Client`, throw it away.
+//!
+//! Start with [`TestEnv::builder`], or with [`TestEnvBuilder::shared`] for one control plane
+//! per test binary and [`TestEnv::namespace`] for one namespace per test.
+//!
+//! ```no_run
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kube::api::{ObjectMeta, PostParams};
+//! use rudder_envtest::TestEnv;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! // Started once per test binary, on first use; each test gets its own namespace.
+//! let env = TestEnv::builder().shared().await?;
+//! let ns = env.namespace("creates_a_config_map").await?;
+//!
+//! let cm = ConfigMap {
+//!     metadata: ObjectMeta { name: Some("settings".into()), ..Default::default() },
+//!     ..Default::default()
+//! };
+//! ns.api::<ConfigMap>().create(&PostParams::default(), &cm).await?;
+//!
+//! // Or a control plane of its own, with garbage collection and namespace deletion.
+//! let own = TestEnv::builder().controller_manager(true).start().await?;
+//! println!("{} at {}", own.version(), own.kubeconfig_path().display());
+//! own.stop()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Getting the binaries
+//!
+//! The control plane needs `kube-apiserver` and `etcd`, and `kube-controller-manager` when
+//! [`TestEnvBuilder::controller_manager`] is on. They are looked up, each on its own, in:
+//!
+//! 1. the builder's [`binary_dir`](TestEnvBuilder::binary_dir), if set;
+//! 2. the directory in `RUDDER_ENVTEST_ASSETS` ([`ASSETS_ENV`]);
+//! 3. the install cache, [`cache_dir`]`/v<version>/`, newest version first;
+//! 4. `PATH`.
+//!
+//! `cargo xtask envtest install` fills the cache on Debian-like machines (it builds
+//! kube-apiserver v1.20.2 and kube-controller-manager from Debian's source package and links
+//! Debian's etcd); elsewhere, put official binaries of any version from 1.20 on in a
+//! directory and point `RUDDER_ENVTEST_ASSETS` at it. A missing binary is
+//! [`Error::BinaryNotFound`], whose message says both.
+//!
+//! # What runs
+//!
+//! - etcd with a fresh data directory, client and peer ports on 127.0.0.1.
+//! - kube-apiserver on 127.0.0.1 with TLS from a CA generated for this run, RBAC
+//!   authorization, and a static admin token in the group `system:masters`. Flags that
+//!   versions differ on are chosen from `kube-apiserver --version` (see [`TestEnv::version`];
+//!   `Client::apiserver_version` gives the server's own report).
+//! - Optionally kube-controller-manager with only the `garbagecollector` and `namespace`
+//!   controllers, so deleting an owner deletes its dependents and deleting a namespace
+//!   removes its objects, as in a real cluster.
+//!
+//! Everything lives in one temporary directory ([`TestEnv::dir`]): data, certificates, the
+//! kubeconfig ([`TestEnv::kubeconfig_path`], usable with kubectl) and `logs/`.
+//!
+//! # Start time
+//!
+//! START_TIME_PLACEHOLDER
+//!
+//! # Stopping, and tests that panic
+//!
+//! [`TestEnv::stop`] and `Drop` kill the processes, reap them and remove the directory, so a
+//! test that panics (unwinding drops its `TestEnv`) leaves nothing behind. For what `Drop`
+//! cannot cover (the shared control plane lives in a static that is never dropped, and a test
+//! process can be killed) each control plane has a watchdog: a tiny `sh` reading from a pipe
+//! that only the test process holds. When the test process ends, however it ends, the kernel
+//! closes the pipe and the watchdog kills the processes' groups and removes the directory.
+//!
+//! When start fails, the error ([`Error::NotReady`]) names the log file and quotes the last
+//! lines of the failing process's log; the directory is kept so the logs can be read.
+//!
+//! # Sharing one control plane
+//!
+//! Each `#[tokio::test]` runs on a runtime of its own, and a `kube::Client` belongs to the
+//! runtime it was made on. So the shared [`TestEnv`] keeps only processes and configuration,
+//! and [`TestEnv::client`] and [`TestEnv::namespace`] make a fresh client on the calling
+//! test's runtime.
+//!
+//! # CustomResourceDefinitions
+//!
+//! [`TestEnv::install_crds`], [`TestEnv::install_crd_yaml`] and [`TestEnv::install_crd_file`]
+//! apply CRDs and return once they are established and discovery serves them, so the next
+//! request for a custom object succeeds. [`TestEnvBuilder::crds`] installs them during start.
+//!
+//! # Versions
+//!
+//! Any kube-apiserver from 1.20 on. v1.20, which the install builds, lacks CEL validation
+//! rules, ValidatingAdmissionPolicy, streaming lists and server-side field validation; for
+//! those, point `RUDDER_ENVTEST_ASSETS` at newer binaries.
+
+mod binaries;
+mod certs;
+mod crd;
+mod env;
+mod error;
+mod namespace;
+mod process;
+
+pub use binaries::{ASSETS_ENV, Version, cache_dir};
+pub use crd::{crds_from_file, crds_from_yaml};
+pub use env::{TestEnv, TestEnvBuilder};
+pub use error::{Error, Result};
+pub use namespace::TestNamespace;

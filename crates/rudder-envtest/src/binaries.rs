@@ -1,0 +1,202 @@
+//! Finding the control plane's binaries (environment variable, then the install cache, then
+//! `PATH`) and reading the API server's version.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use crate::error::{Error, Result};
+
+/// The environment variable naming a directory that holds `kube-apiserver` and `etcd` (and,
+/// optionally, `kube-controller-manager`). It is searched first.
+pub const ASSETS_ENV: &str = "RUDDER_ENVTEST_ASSETS";
+
+/// The API server binary's file name.
+pub(crate) const KUBE_APISERVER: &str = "kube-apiserver";
+/// The etcd binary's file name.
+pub(crate) const ETCD: &str = "etcd";
+/// The controller manager binary's file name.
+pub(crate) const KUBE_CONTROLLER_MANAGER: &str = "kube-controller-manager";
+
+/// The directory `cargo xtask envtest install` puts binaries under, one sub-directory per
+/// Kubernetes version (`v1.20.2/`): `$XDG_CACHE_HOME/rudder/envtest`, or
+/// `$HOME/.cache/rudder/envtest` when `XDG_CACHE_HOME` is unset.
+pub fn cache_dir() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        Some(xdg) => PathBuf::from(xdg),
+        None => PathBuf::from(std::env::var_os("HOME").filter(|v| !v.is_empty())?).join(".cache"),
+    };
+    Some(base.join("rudder").join("envtest"))
+}
+
+/// A Kubernetes version as `kube-apiserver --version` reports it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Version {
+    /// The major version (1).
+    pub major: u32,
+    /// The minor version (20 for v1.20.2).
+    pub minor: u32,
+    /// The patch version (2 for v1.20.2).
+    pub patch: u32,
+    /// The version text as reported, for example `v1.20.2`.
+    pub text: String,
+}
+
+impl Version {
+    /// Parses `v1.20.2`, `Kubernetes v1.20.2` or `v1.31.0-alpha.1+abc`.
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        let word = text
+            .split_whitespace()
+            .find(|w| w.starts_with('v') && w[1..].starts_with(|c: char| c.is_ascii_digit()))?;
+        let core = word[1..]
+            .split(['-', '+'])
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let mut parts = core.split('.').map(str::parse::<u32>);
+        let major = parts.next()?.ok()?;
+        let minor = parts.next()?.ok()?;
+        let patch = parts.next().unwrap_or(Ok(0)).ok()?;
+        Some(Self {
+            major,
+            minor,
+            patch,
+            text: word.to_owned(),
+        })
+    }
+
+    /// Whether this version is at least `major.minor`.
+    pub(crate) fn at_least(&self, major: u32, minor: u32) -> bool {
+        (self.major, self.minor) >= (major, minor)
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Finds `name` in `explicit` (a builder override), then `$RUDDER_ENVTEST_ASSETS`, then the
+/// install cache (newest version first), then `PATH`.
+pub(crate) fn find(name: &'static str, explicit: Option<&Path>) -> Result<PathBuf> {
+    let dirs = search_dirs(explicit);
+    for (_, dir) in &dirs {
+        let candidate = dir.join(name);
+        if is_executable(&candidate) {
+            return Ok(candidate);
+        }
+    }
+    let searched = dirs
+        .iter()
+        .filter(|(label, _)| !label.is_empty())
+        .map(|(label, dir)| format!("{label} {}", dir.display()))
+        .chain(std::iter::once("PATH".to_owned()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(Error::BinaryNotFound {
+        binary: name,
+        searched,
+    })
+}
+
+/// Runs `kube-apiserver --version` once per path per process and parses the answer.
+pub(crate) fn apiserver_version(path: &Path) -> Result<Version> {
+    static SEEN: OnceLock<Mutex<HashMap<PathBuf, Version>>> = OnceLock::new();
+    let seen = SEEN.get_or_init(Default::default);
+    if let Some(v) = seen.lock().ok().and_then(|m| m.get(path).cloned()) {
+        return Ok(v);
+    }
+    let out = Command::new(path)
+        .arg("--version")
+        .output()
+        .map_err(|e| Error::Version {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = Version::parse(&text).ok_or_else(|| Error::Version {
+        path: path.to_owned(),
+        reason: format!("unexpected output {:?}", text.trim()),
+    })?;
+    if let Ok(mut m) = seen.lock() {
+        m.insert(path.to_owned(), version.clone());
+    }
+    Ok(version)
+}
+
+/// The directories searched, in order, each with a label for error messages (PATH entries have
+/// an empty label and are summarised as `PATH`).
+fn search_dirs(explicit: Option<&Path>) -> Vec<(String, PathBuf)> {
+    let mut dirs = Vec::new();
+    if let Some(dir) = explicit {
+        dirs.push(("the builder's binary_dir".to_owned(), dir.to_owned()));
+    }
+    if let Some(dir) = std::env::var_os(ASSETS_ENV).filter(|v| !v.is_empty()) {
+        dirs.push((ASSETS_ENV.to_owned(), PathBuf::from(dir)));
+    }
+    if let Some(cache) = cache_dir() {
+        let mut versions = cached_versions(&cache);
+        if versions.is_empty() {
+            dirs.push(("the install cache".to_owned(), cache));
+        } else {
+            versions.sort_by(|a, b| b.0.cmp(&a.0));
+            dirs.extend(
+                versions
+                    .into_iter()
+                    .map(|(_, dir)| ("the install cache".to_owned(), dir)),
+            );
+        }
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    dirs.extend(std::env::split_paths(&path).map(|dir| (String::new(), dir)));
+    dirs
+}
+
+/// The `v*` sub-directories of the cache that parse as versions.
+fn cached_versions(cache: &Path) -> Vec<(Version, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(cache) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            Some((Version::parse(&name)?, e.path()))
+        })
+        .collect()
+}
+
+fn is_executable(path: &Path) -> bool {
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn parses_versions_as_kube_apiserver_prints_them() {
+        let v = Version::parse("Kubernetes v1.20.2\n").unwrap();
+        assert_eq!((v.major, v.minor, v.patch), (1, 20, 2));
+        assert_eq!(v.to_string(), "v1.20.2");
+        let v = Version::parse("Kubernetes v1.31.0-alpha.1+abc").unwrap();
+        assert_eq!((v.major, v.minor, v.patch), (1, 31, 0));
+        assert!(v.at_least(1, 24));
+        assert!(!Version::parse("v1.20.2").unwrap().at_least(1, 24));
+        assert!(Version::parse("Kubernetes").is_none());
+        assert!(Version::parse("vx.1").is_none());
+    }
+
+    #[test]
+    fn newer_versions_sort_first() {
+        let a = Version::parse("v1.20.2").unwrap();
+        let b = Version::parse("v1.9.0").unwrap();
+        assert!(a > b);
+    }
+}

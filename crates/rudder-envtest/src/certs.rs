@@ -1,0 +1,83 @@
+//! Key material for one control plane: a CA, the API server's serving certificate and the
+//! service-account signing key, all generated in memory with rcgen.
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+/// PEM text of everything the API server and its clients need.
+pub(crate) struct Certs {
+    /// The CA that signed the serving certificate; clients trust it.
+    pub(crate) ca_cert: String,
+    /// The serving certificate, valid for `127.0.0.1` and `localhost`.
+    pub(crate) serving_cert: String,
+    /// The serving certificate's private key (PKCS#8).
+    pub(crate) serving_key: String,
+    /// The service-account token signing key (PKCS#8).
+    pub(crate) sa_key: String,
+    /// The public half of `sa_key` (SubjectPublicKeyInfo).
+    pub(crate) sa_pub: String,
+}
+
+impl Certs {
+    /// Generates fresh keys and certificates. ECDSA P-256 keys keep this to a few milliseconds.
+    pub(crate) fn generate() -> Result<Self, rcgen::Error> {
+        let ca_key = KeyPair::generate()?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "rudder-envtest-ca");
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca_params.self_signed(&ca_key)?;
+        let issuer = Issuer::new(ca_params, ca_key);
+
+        let serving_key = KeyPair::generate()?;
+        let mut serving =
+            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+        serving
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
+        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        serving.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        let serving_cert = serving.signed_by(&serving_key, &issuer)?;
+
+        let sa_key = KeyPair::generate()?;
+        Ok(Self {
+            ca_cert: ca_cert.pem(),
+            serving_cert: serving_cert.pem(),
+            serving_key: serving_key.serialize_pem(),
+            sa_pub: sa_key.public_key_pem(),
+            sa_key: sa_key.serialize_pem(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn generates_pem_blocks_of_the_expected_kinds() {
+        let certs = Certs::generate().unwrap();
+        assert!(certs.ca_cert.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(
+            certs
+                .serving_cert
+                .starts_with("-----BEGIN CERTIFICATE-----")
+        );
+        assert!(certs.serving_key.starts_with("-----BEGIN PRIVATE KEY-----"));
+        assert!(certs.sa_key.starts_with("-----BEGIN PRIVATE KEY-----"));
+        assert!(certs.sa_pub.starts_with("-----BEGIN PUBLIC KEY-----"));
+        assert_ne!(certs.serving_key, certs.sa_key);
+    }
+}

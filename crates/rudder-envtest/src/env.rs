@@ -1,0 +1,667 @@
+//! [`TestEnv`] and its builder: starting etcd, kube-apiserver and optionally
+//! kube-controller-manager on loopback, handing out clients, and stopping them.
+
+use std::fs;
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::binaries::{self, ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, Version};
+use crate::certs::Certs;
+use crate::error::{Error, Result};
+use crate::process::{Process, Watchdog};
+
+/// How often readiness is polled while starting. Loopback answers in well under this.
+const POLL: Duration = Duration::from_millis(25);
+
+/// Options for a control plane; [`TestEnv::builder`] makes one.
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `start` or `shared` is called"]
+pub struct TestEnvBuilder {
+    binary_dir: Option<PathBuf>,
+    controller_manager: bool,
+    start_timeout: Duration,
+    crd_timeout: Duration,
+    crds: Vec<CustomResourceDefinition>,
+    apiserver_args: Vec<String>,
+}
+
+impl Default for TestEnvBuilder {
+    fn default() -> Self {
+        Self {
+            binary_dir: None,
+            controller_manager: false,
+            start_timeout: Duration::from_secs(60),
+            crd_timeout: Duration::from_secs(30),
+            crds: Vec::new(),
+            apiserver_args: Vec::new(),
+        }
+    }
+}
+
+impl TestEnvBuilder {
+    /// Also runs kube-controller-manager with only the garbage collector and namespace
+    /// controllers, so owner-reference cascades and namespace deletion happen as in a real
+    /// cluster. Off by default: it costs memory and a few seconds until its caches sync.
+    pub fn controller_manager(mut self, on: bool) -> Self {
+        self.controller_manager = on;
+        self
+    }
+
+    /// Looks for the binaries in `dir` before `RUDDER_ENVTEST_ASSETS`, the cache and `PATH`.
+    pub fn binary_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.binary_dir = Some(dir.into());
+        self
+    }
+
+    /// How long `start` waits for each process to become ready (default 60 s).
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
+        self
+    }
+
+    /// How long CRD installs wait for a CRD to be established and served (default 30 s).
+    pub fn crd_timeout(mut self, timeout: Duration) -> Self {
+        self.crd_timeout = timeout;
+        self
+    }
+
+    /// CRDs to install (and wait for) before `start` returns.
+    pub fn crds(mut self, crds: impl IntoIterator<Item = CustomResourceDefinition>) -> Self {
+        self.crds.extend(crds);
+        self
+    }
+
+    /// An extra kube-apiserver flag, such as `--feature-gates=...`. Later flags win.
+    pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
+        self.apiserver_args.push(arg.into());
+        self
+    }
+
+    /// Starts a control plane of its own, owned by the returned value.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BinaryNotFound`] when a binary is missing; [`Error::NotReady`] (with the log's
+    /// path and last lines) when a process exits or does not become ready in time.
+    pub async fn start(self) -> Result<TestEnv> {
+        // A port picked as free can be taken by someone else before the server binds it; one
+        // retry on that specific failure makes the race practically invisible.
+        match TestEnv::start_once(&self).await {
+            Err(Error::NotReady { tail, .. }) if tail.contains("address already in use") => {
+                tracing::debug!("a picked port was taken meanwhile; starting again");
+                TestEnv::start_once(&self).await
+            }
+            other => other,
+        }
+    }
+
+    /// Returns the control plane shared by the whole test binary, starting it on the first
+    /// call. Later calls return the same one; its processes end when the test binary exits.
+    ///
+    /// Only the `controller_manager` switch may differ from the first call's options, and
+    /// only downwards: asking for a controller manager when the shared one has none is an
+    /// error. Other options are taken from the first call.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start), plus [`Error::SharedMismatch`]. A failed first start is
+    /// not remembered: the next call tries again.
+    pub async fn shared(self) -> Result<&'static TestEnv> {
+        static SHARED: tokio::sync::OnceCell<TestEnv> = tokio::sync::OnceCell::const_new();
+        let wants_cm = self.controller_manager;
+        let env = SHARED
+            .get_or_try_init(|| async move {
+                let mut env = self.start().await?;
+                // Never dropped, so the watchdog alone cleans up at exit.
+                env.shared = true;
+                Ok::<_, Error>(env)
+            })
+            .await?;
+        if wants_cm && !env.controller_manager {
+            return Err(Error::SharedMismatch {
+                running: "without a controller manager",
+                wanted: "one with a controller manager",
+            });
+        }
+        Ok(env)
+    }
+}
+
+/// A running control plane: etcd, kube-apiserver and optionally kube-controller-manager,
+/// listening on loopback, with data, certificates and logs in a temporary directory.
+///
+/// Dropping it (or calling [`stop`](Self::stop)) kills the processes and removes the
+/// directory; a watchdog process does the same if the test process dies without dropping it.
+#[derive(Debug)]
+pub struct TestEnv {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    config: kube::Config,
+    version: Version,
+    processes: Vec<Process>,
+    watchdog: Option<Watchdog>,
+    started_in: Duration,
+    controller_manager: bool,
+    crd_timeout: Duration,
+    shared: bool,
+}
+
+impl TestEnv {
+    /// Options for a new control plane.
+    pub fn builder() -> TestEnvBuilder {
+        TestEnvBuilder::default()
+    }
+
+    /// Starts a control plane with default options; see [`TestEnvBuilder::start`].
+    ///
+    /// # Errors
+    ///
+    /// As [`TestEnvBuilder::start`].
+    pub async fn start() -> Result<Self> {
+        Self::builder().start().await
+    }
+
+    /// A new client for this control plane, authenticated as a cluster admin
+    /// (`system:masters`).
+    ///
+    /// Each call builds a fresh client on the current tokio runtime, so a control plane
+    /// shared between `#[tokio::test]`s (each with its own runtime) is used safely.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Kube`] if the client cannot be built (for example outside a tokio runtime).
+    pub fn client(&self) -> Result<kube::Client> {
+        kube::Client::try_from(self.config.clone()).map_err(|source| Error::Kube {
+            context: "build a client".to_owned(),
+            source,
+        })
+    }
+
+    /// The client configuration [`client`](Self::client) uses.
+    pub fn config(&self) -> &kube::Config {
+        &self.config
+    }
+
+    /// The kubeconfig file of this control plane (inside its temporary directory; valid
+    /// while it runs). `KUBECONFIG=<this path> kubectl get ns` works.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Copies the kubeconfig to `path`, for kubectl or for a binary under test.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the file cannot be written.
+    pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        fs::copy(&self.kubeconfig, path)
+            .map(|_| ())
+            .map_err(|source| Error::Io {
+                action: "write the kubeconfig to",
+                path: path.to_owned(),
+                source,
+            })
+    }
+
+    /// The API server's version, as its binary reports it.
+    pub fn version(&self) -> &Version {
+        &self.version
+    }
+
+    /// The temporary directory holding data, certificates, the kubeconfig and `logs/`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The directory holding each process's log (`etcd.log`, `kube-apiserver.log`, ...).
+    pub fn log_dir(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+
+    /// The process ids, by name, in start order.
+    pub fn pids(&self) -> Vec<(&'static str, u32)> {
+        self.processes.iter().map(|p| (p.name(), p.pid())).collect()
+    }
+
+    /// Whether kube-controller-manager runs.
+    pub fn has_controller_manager(&self) -> bool {
+        self.controller_manager
+    }
+
+    /// How long [`start`](TestEnvBuilder::start) took, from finding the binaries to a ready
+    /// API server (and installed CRDs).
+    pub fn started_in(&self) -> Duration {
+        self.started_in
+    }
+
+    /// Stops the processes and removes the temporary directory. Dropping does the same,
+    /// ignoring errors.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the directory cannot be removed.
+    pub fn stop(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        // Reverse start order: the controller manager and API server first, etcd last, so
+        // nothing logs a flood of connection errors on the way down.
+        while let Some(mut p) = self.processes.pop() {
+            p.kill();
+        }
+        let removed = match fs::remove_dir_all(&self.dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Io {
+                action: "remove the control plane directory",
+                path: self.dir.clone(),
+                source: e,
+            }),
+            _ => Ok(()),
+        };
+        if let Some(w) = self.watchdog.take() {
+            w.disarm();
+        }
+        removed
+    }
+
+    async fn start_once(opts: &TestEnvBuilder) -> Result<Self> {
+        let started = Instant::now();
+        let explicit = opts.binary_dir.as_deref();
+        let apiserver_bin = binaries::find(KUBE_APISERVER, explicit)?;
+        let etcd_bin = binaries::find(ETCD, explicit)?;
+        let cm_bin = if opts.controller_manager {
+            Some(binaries::find(KUBE_CONTROLLER_MANAGER, explicit)?)
+        } else {
+            None
+        };
+        let version = binaries::apiserver_version(&apiserver_bin)?;
+        if !version.at_least(1, 20) {
+            return Err(Error::UnsupportedVersion {
+                found: version.text,
+            });
+        }
+
+        let dir = make_dir()?;
+        let mut watchdog = Watchdog::start(&dir)?;
+        let mut env = Self {
+            kubeconfig: dir.join("kubeconfig"),
+            dir,
+            // Replaced by the kubeconfig's once the API server's port is known.
+            config: kube::Config::new(http::Uri::from_static("https://127.0.0.1")),
+            version,
+            processes: Vec::new(),
+            watchdog: None,
+            started_in: Duration::ZERO,
+            controller_manager: opts.controller_manager,
+            crd_timeout: opts.crd_timeout,
+            shared: false,
+        };
+        let result = env
+            .boot(
+                opts,
+                &apiserver_bin,
+                &etcd_bin,
+                cm_bin.as_deref(),
+                &mut watchdog,
+            )
+            .await;
+        match result {
+            Ok(()) => {
+                env.watchdog = Some(watchdog);
+                env.started_in = started.elapsed();
+                tracing::info!(
+                    version = %env.version,
+                    took_ms = env.started_in.as_millis() as u64,
+                    dir = %env.dir.display(),
+                    "control plane ready"
+                );
+                Ok(env)
+            }
+            Err(e) => {
+                // Keep the directory so the logs named in the error can be read.
+                while let Some(mut p) = env.processes.pop() {
+                    p.kill();
+                }
+                watchdog.disarm();
+                env.dir = PathBuf::new();
+                Err(e)
+            }
+        }
+    }
+
+    async fn boot(
+        &mut self,
+        opts: &TestEnvBuilder,
+        apiserver_bin: &Path,
+        etcd_bin: &Path,
+        cm_bin: Option<&Path>,
+        watchdog: &mut Watchdog,
+    ) -> Result<()> {
+        let dir = self.dir.clone();
+        let logs = dir.join("logs");
+        let certs_dir = dir.join("certs");
+        for d in [&logs, &certs_dir, &dir.join("etcd")] {
+            fs::create_dir_all(d).map_err(|source| Error::Io {
+                action: "create",
+                path: (*d).clone(),
+                source,
+            })?;
+        }
+        let certs = Certs::generate().map_err(Error::Certificates)?;
+        let token = random_token()?;
+        let file = |name: &str, text: &str| -> Result<String> {
+            let path = certs_dir.join(name);
+            fs::write(&path, text).map_err(|source| Error::Io {
+                action: "write",
+                path: path.clone(),
+                source,
+            })?;
+            Ok(path.display().to_string())
+        };
+        let ca = file("ca.crt", &certs.ca_cert)?;
+        let tls_cert = file("apiserver.crt", &certs.serving_cert)?;
+        let tls_key = file("apiserver.key", &certs.serving_key)?;
+        let sa_key = file("sa.key", &certs.sa_key)?;
+        let sa_pub = file("sa.pub", &certs.sa_pub)?;
+        let tokens = file(
+            "tokens.csv",
+            &format!("{token},admin,admin,system:masters\n"),
+        )?;
+
+        let [etcd_port, peer_port, api_port] = free_ports()?;
+
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let etcd_args = vec![
+            format!("--data-dir={}", dir.join("etcd").display()),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=default={peer_url}"),
+        ];
+        let etcd = Process::spawn(ETCD, etcd_bin, &etcd_args, logs.join("etcd.log"), watchdog)?;
+        self.processes.push(etcd);
+        self.wait_for_port(0, etcd_port, opts.start_timeout).await?;
+
+        let server = format!("https://127.0.0.1:{api_port}");
+        let mut api_args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            format!("--secure-port={api_port}"),
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--tls-cert-file={tls_cert}"),
+            format!("--tls-private-key-file={tls_key}"),
+            format!("--client-ca-file={ca}"),
+            format!("--token-auth-file={tokens}"),
+            format!("--service-account-issuer={server}"),
+            format!("--service-account-key-file={sa_pub}"),
+            format!("--service-account-signing-key-file={sa_key}"),
+            "--authorization-mode=RBAC".to_owned(),
+            "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+            "--disable-admission-plugins=ServiceAccount".to_owned(),
+            "--allow-privileged=true".to_owned(),
+        ];
+        if !self.version.at_least(1, 24) {
+            // Removed in 1.24; before it, an unset value could mean a plain-HTTP port
+            // (8080) that two control planes would fight over.
+            api_args.push("--insecure-port=0".to_owned());
+        }
+        api_args.extend(opts.apiserver_args.iter().cloned());
+        let apiserver = Process::spawn(
+            KUBE_APISERVER,
+            apiserver_bin,
+            &api_args,
+            logs.join("kube-apiserver.log"),
+            watchdog,
+        )?;
+        self.processes.push(apiserver);
+
+        let kubeconfig_text = kubeconfig_yaml(&server, &ca, &token);
+        fs::write(&self.kubeconfig, &kubeconfig_text).map_err(|source| Error::Io {
+            action: "write the kubeconfig",
+            path: self.kubeconfig.clone(),
+            source,
+        })?;
+        let kubeconfig = Kubeconfig::from_yaml(&kubeconfig_text).map_err(Error::Kubeconfig)?;
+        self.config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(Error::Kubeconfig)?;
+        self.wait_for_readyz(1, opts.start_timeout).await?;
+
+        if let Some(cm_bin) = cm_bin {
+            let mut cm_args = vec![
+                format!("--kubeconfig={}", self.kubeconfig.display()),
+                "--controllers=garbagecollector,namespace".to_owned(),
+                "--leader-elect=false".to_owned(),
+                "--secure-port=0".to_owned(),
+            ];
+            if !self.version.at_least(1, 24) {
+                cm_args.push("--port=0".to_owned());
+            }
+            let cm = Process::spawn(
+                KUBE_CONTROLLER_MANAGER,
+                cm_bin,
+                &cm_args,
+                logs.join("kube-controller-manager.log"),
+                watchdog,
+            )?;
+            self.processes.push(cm);
+        }
+
+        if !opts.crds.is_empty() {
+            self.install_crds(opts.crds.iter().cloned()).await?;
+        }
+        // A controller manager that failed on its flags exits at once; say so now rather
+        // than letting a cascade test time out.
+        if let Some(cm) = self.processes.get_mut(2)
+            && let Some(status) = cm.exited()
+        {
+            return Err(cm.not_ready(format!("exited with {status}")));
+        }
+        Ok(())
+    }
+
+    /// Waits until `port` accepts connections, failing early if process `idx` exits.
+    async fn wait_for_port(&mut self, idx: usize, port: u16, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return Ok(());
+            }
+            self.check_alive(idx, deadline, timeout)?;
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Waits until `/readyz` answers `ok`, failing early if process `idx` exits.
+    async fn wait_for_readyz(&mut self, idx: usize, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let client = self.client()?;
+        loop {
+            let request = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| self.processes[idx].not_ready(format!("bad request: {e}")))?;
+            let answer = tokio::time::timeout(Duration::from_secs(2), client.request_text(request));
+            let last = match answer.await {
+                Ok(Ok(body)) if body.trim() == "ok" => return Ok(()),
+                Ok(Ok(body)) => format!("/readyz said {:?}", body.trim()),
+                Ok(Err(e)) => format!("/readyz failed: {e}"),
+                Err(_) => "/readyz took over 2 s".to_owned(),
+            };
+            self.check_alive(idx, deadline, timeout)
+                .map_err(|e| match e {
+                    Error::NotReady {
+                        process,
+                        reason,
+                        log,
+                        tail,
+                    } => Error::NotReady {
+                        process,
+                        reason: format!("{reason} (last check: {last})"),
+                        log,
+                        tail,
+                    },
+                    other => other,
+                })?;
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    fn check_alive(&mut self, idx: usize, deadline: Instant, timeout: Duration) -> Result<()> {
+        let p = &mut self.processes[idx];
+        if let Some(status) = p.exited() {
+            return Err(p.not_ready(format!("exited with {status}")));
+        }
+        if Instant::now() > deadline {
+            return Err(p.not_ready(format!("not ready after {timeout:?}")));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn crd_timeout(&self) -> Duration {
+        self.crd_timeout
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if self.shared || self.dir.as_os_str().is_empty() {
+            return;
+        }
+        if let Err(e) = self.shutdown() {
+            tracing::warn!(error = %e, "could not clean up the control plane");
+        }
+    }
+}
+
+/// A fresh, uniquely named directory under the system temporary directory.
+fn make_dir() -> Result<PathBuf> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let base = std::env::temp_dir();
+    loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = base.join(format!("rudder-envtest-{}-{n}", std::process::id()));
+        match fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            // Left by an earlier process with the same pid that was killed before its
+            // watchdog could act; take the next name.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(source) => {
+                return Err(Error::Io {
+                    action: "create the control plane directory",
+                    path: dir,
+                    source,
+                });
+            }
+        }
+    }
+}
+
+/// Three loopback ports that were free a moment ago and that no other control plane of this
+/// process has been given.
+fn free_ports() -> Result<[u16; 3]> {
+    static HANDED_OUT: OnceLock<Mutex<Vec<u16>>> = OnceLock::new();
+    let handed = HANDED_OUT.get_or_init(Default::default);
+    let mut handed = handed
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // Listeners stay open until all three are chosen, so the three differ.
+    let mut listeners = Vec::new();
+    let mut ports = Vec::new();
+    while ports.len() < 3 {
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .and_then(|l| l.local_addr().map(|a| (l, a.port())))
+            .map_err(|source| Error::Io {
+                action: "find a free port on",
+                path: PathBuf::from("127.0.0.1"),
+                source,
+            })?;
+        if !handed.contains(&listener.1) {
+            handed.push(listener.1);
+            ports.push(listener.1);
+        }
+        listeners.push(listener.0);
+    }
+    Ok([ports[0], ports[1], ports[2]])
+}
+
+/// 128 random bits, hex-encoded, for the admin token.
+fn random_token() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|source| Error::Io {
+            action: "read",
+            path: PathBuf::from("/dev/urandom"),
+            source,
+        })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn kubeconfig_yaml(server: &str, ca: &str, token: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: envtest
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: envtest-admin
+  user:
+    token: {token}
+contexts:
+- name: envtest
+  context:
+    cluster: envtest
+    user: envtest-admin
+    namespace: default
+current-context: envtest
+"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn free_ports_are_distinct_across_calls() {
+        let a = free_ports().unwrap();
+        let b = free_ports().unwrap();
+        let mut all = a.to_vec();
+        all.extend(b);
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 6);
+    }
+
+    #[test]
+    fn tokens_are_random_hex() {
+        let a = random_token().unwrap();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, random_token().unwrap());
+    }
+
+    #[test]
+    fn generated_kubeconfig_parses() {
+        let text = kubeconfig_yaml("https://127.0.0.1:1", "/x/ca.crt", "abc");
+        let kc = Kubeconfig::from_yaml(&text).unwrap();
+        assert_eq!(kc.current_context.as_deref(), Some("envtest"));
+    }
+}

@@ -1,0 +1,133 @@
+//! The error type of every fallible rudder-envtest call.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What can go wrong while starting, using or stopping a control plane.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A binary was in none of the searched places. Retrying does not help: install it with
+    /// `cargo xtask envtest install`, or point `RUDDER_ENVTEST_ASSETS` at official binaries.
+    #[error(
+        "could not find `{binary}` (searched {searched}); run `cargo xtask envtest install`, \
+         or set RUDDER_ENVTEST_ASSETS to a directory holding kube-apiserver and etcd"
+    )]
+    BinaryNotFound {
+        /// The binary's file name.
+        binary: &'static str,
+        /// The places searched, in order.
+        searched: String,
+    },
+
+    /// `kube-apiserver --version` could not be run or its answer not understood.
+    #[error("could not read the version of {}: {reason}", path.display())]
+    Version {
+        /// The binary asked.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+
+    /// The API server is older than 1.20, which this crate does not support.
+    #[error("kube-apiserver {found} is too old: rudder-envtest needs 1.20 or newer")]
+    UnsupportedVersion {
+        /// The version the binary reported.
+        found: String,
+    },
+
+    /// A file or directory of the control plane could not be written, read or removed.
+    #[error("could not {action} {}", path.display())]
+    Io {
+        /// What was being done, for example `create the data directory`.
+        action: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A process could not be spawned (the binary is not executable, or the system is out of
+    /// processes).
+    #[error("could not start {}", path.display())]
+    Spawn {
+        /// The binary.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Generating keys or certificates failed. This does not happen with a working crypto
+    /// provider; retrying does not help.
+    #[error("could not generate the control plane's certificates")]
+    Certificates(#[source] rcgen::Error),
+
+    /// A process exited during start, or did not become ready in time. The log path and its
+    /// last lines say why; the temporary directory is kept for inspection.
+    #[error(
+        "{process} did not become ready: {reason}\n  log: {}\n  last lines of the log:\n{tail}",
+        log.display()
+    )]
+    NotReady {
+        /// `etcd`, `kube-apiserver` or `kube-controller-manager`.
+        process: &'static str,
+        /// What was observed: an exit status or a timeout.
+        reason: String,
+        /// The process's log file.
+        log: PathBuf,
+        /// The last lines of that log, indented.
+        tail: String,
+    },
+
+    /// The generated kubeconfig could not be turned into a client configuration.
+    #[error("could not build a client configuration from the generated kubeconfig")]
+    Kubeconfig(#[source] kube::config::KubeconfigError),
+
+    /// A request to the API server failed. Whether retrying helps depends on the cause.
+    #[error("request to the api server failed: {context}")]
+    Kube {
+        /// What was being done.
+        context: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+
+    /// A CustomResourceDefinition document did not parse.
+    #[error("could not parse a CustomResourceDefinition from {origin}")]
+    CrdYaml {
+        /// The file, or `a string`.
+        origin: String,
+        /// The parser's error.
+        #[source]
+        source: serde_yaml::Error,
+    },
+
+    /// A CustomResourceDefinition was not established and served in time.
+    #[error("CustomResourceDefinition {name} was not ready within {timeout:?}: {state}")]
+    CrdNotReady {
+        /// The CRD's name.
+        name: String,
+        /// How long was waited.
+        timeout: Duration,
+        /// What was missing.
+        state: String,
+    },
+
+    /// The shared control plane was started with other options than this call asks for. Use
+    /// the same options everywhere in one test binary.
+    #[error(
+        "the shared control plane is already running {running}, but this call asks for {wanted}"
+    )]
+    SharedMismatch {
+        /// The options it runs with.
+        running: &'static str,
+        /// The options this call asked for.
+        wanted: &'static str,
+    },
+}
+
+/// The result of rudder-envtest calls.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
