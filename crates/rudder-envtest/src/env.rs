@@ -436,6 +436,8 @@ impl TestEnv {
                 .await
                 .map_err(Error::Kubeconfig)?;
         self.wait_for_readyz(1, opts.start_timeout).await?;
+        self.wait_for_default_namespace(1, opts.start_timeout)
+            .await?;
 
         if let Some(cm_bin) = cm_bin {
             let mut cm_args = vec![
@@ -515,6 +517,21 @@ impl TestEnv {
                     },
                     other => other,
                 })?;
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// `/readyz` can say `ok` a moment before the API server's bootstrap controller has
+    /// created the `default` namespace; tests that use it right away would get a 404.
+    async fn wait_for_default_namespace(&mut self, idx: usize, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+            kube::Api::all(self.client()?);
+        loop {
+            if let Ok(Some(_)) = namespaces.get_opt("default").await {
+                return Ok(());
+            }
+            self.check_alive(idx, deadline, timeout)?;
             tokio::time::sleep(POLL).await;
         }
     }
