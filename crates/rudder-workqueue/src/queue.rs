@@ -207,11 +207,10 @@ where
                 m.retry();
             }
         }
-        let now = shared.now();
         let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
-        let ready_at = now.saturating_add(delay);
+        let mut clock = Clock::new(shared);
         let mut st = shared.lock();
-        let effect = st.add(key, ready_at, options.priority, now);
+        let effect = st.add(key, delay, options.priority, &mut || clock.now());
         let wake = Wake::for_effect(&st, effect);
         let depth = st.depth();
         drop(st);
@@ -234,6 +233,10 @@ where
     /// keys became ready. Cancelling this future loses nothing.
     pub async fn get(&self) -> Option<WorkItem<K>> {
         let shared = &*self.shared;
+        // Fast path: something is ready, no waiting machinery needed.
+        if let Some(item) = self.pop_locked(shared.lock()) {
+            return Some(item);
+        }
         let mut parked = Parked {
             shared,
             waiting: false,

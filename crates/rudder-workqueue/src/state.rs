@@ -10,9 +10,9 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::{BuildHasher, Hash};
 
-use hashbrown::HashTable;
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 /// Nanoseconds since the queue's epoch: the queue's clock, cheap to compare and store.
 pub(crate) type Nanos = u64;
@@ -95,7 +95,7 @@ pub(crate) struct State<K> {
     slots: Vec<Slot<K>>,
     free: Vec<u32>,
     index: HashTable<u32>,
-    hasher: RandomState,
+    hasher: DefaultHashBuilder,
     ready: BinaryHeap<Reverse<ReadyEntry>>,
     delayed: BinaryHeap<Reverse<DelayedEntry>>,
     ready_len: usize,
@@ -160,7 +160,7 @@ impl<K: Hash + Eq + Clone> State<K> {
             slots: Vec::new(),
             free: Vec::new(),
             index: HashTable::new(),
-            hasher: RandomState::new(),
+            hasher: DefaultHashBuilder::default(),
             ready: BinaryHeap::new(),
             delayed: BinaryHeap::new(),
             ready_len: 0,
@@ -186,8 +186,17 @@ impl<K: Hash + Eq + Clone> State<K> {
         None
     }
 
-    /// Adds (or merges) a request for `key` to run at `ready_at` with `priority`.
-    pub(crate) fn add(&mut self, key: K, ready_at: Nanos, priority: i32, now: Nanos) -> Effect {
+    /// Adds (or merges) a request for `key` to run `delay` from now, with `priority`.
+    ///
+    /// `now` is only called when the answer depends on the time: a dedup hit on a ready key
+    /// never reads the clock.
+    pub(crate) fn add(
+        &mut self,
+        key: K,
+        delay: Nanos,
+        priority: i32,
+        now: &mut impl FnMut() -> Nanos,
+    ) -> Effect {
         let mut effect = Effect::default();
         if self.shutting_down {
             return effect;
@@ -201,7 +210,8 @@ impl<K: Hash + Eq + Clone> State<K> {
         let Some(slot) = found else {
             let slot = self.alloc(key, hash);
             effect.counted_add = true;
-            self.enqueue(slot, ready_at, priority, now, &mut effect);
+            let now = now();
+            self.enqueue(slot, now.saturating_add(delay), priority, now, &mut effect);
             return effect;
         };
         let s = &mut self.slots[slot as usize];
@@ -215,7 +225,8 @@ impl<K: Hash + Eq + Clone> State<K> {
                 }
             }
             Phase::Delayed => {
-                let new_ready = ready_at.min(s.ready_at);
+                let now = now();
+                let new_ready = now.saturating_add(delay).min(s.ready_at);
                 let new_priority = priority.max(s.priority);
                 if new_ready != s.ready_at || new_priority != s.priority {
                     self.delayed_len -= 1;
@@ -224,13 +235,13 @@ impl<K: Hash + Eq + Clone> State<K> {
             }
             Phase::Processing => {
                 s.phase = Phase::Dirty;
-                s.ready_at = ready_at;
+                s.ready_at = now().saturating_add(delay);
                 s.priority = priority;
                 self.dirty_len += 1;
                 effect.counted_add = true;
             }
             Phase::Dirty => {
-                s.ready_at = s.ready_at.min(ready_at);
+                s.ready_at = s.ready_at.min(now().saturating_add(delay));
                 s.priority = s.priority.max(priority);
             }
             Phase::Free => unreachable!("the index never points at a free slot"),

@@ -1,10 +1,10 @@
 //! A per-key failure count that forgets keys which stopped failing, shared by the per-key limiters.
 
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use hashbrown::HashMap;
 use tokio::time::Instant;
 
 struct Record {
