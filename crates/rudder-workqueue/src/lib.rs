@@ -104,6 +104,7 @@ mod options;
 mod queue;
 pub mod rate_limiter;
 mod state;
+mod waiters;
 
 pub use item::WorkItem;
 pub use metrics::{MetricsProvider, QueueMetrics};

@@ -5,7 +5,7 @@ use std::future::{Future, poll_fn};
 use std::hash::Hash;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::task::Poll;
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::metrics::{MetricsProvider, QueueMetrics, UNFINISHED_WORK_UPDATE_PERIOD};
 use crate::rate_limiter::{RateLimiter, default_controller_rate_limiter};
-use crate::state::{Effect, Nanos, State};
+use crate::state::{Armed, Effect, Nanos, State};
 use crate::{AddOptions, WorkItem};
 
 /// How long a key must wait to be worth one priority level, unless the builder says otherwise.
@@ -40,10 +40,6 @@ impl<K> Clone for WorkQueue<K> {
 
 pub(crate) struct Shared<K> {
     state: Mutex<State<K>>,
-    /// Getters waiting for a ready key.
-    ready: Notify,
-    /// The getter whose timer is armed, when an earlier ready time arrives.
-    rearm: Notify,
     /// `shutdown_with_drain` callers, when the last in-flight key is done.
     drained: Notify,
     epoch: Instant,
@@ -127,8 +123,6 @@ where
         let has_metrics = metrics.is_some();
         let shared = Arc::new(Shared {
             state: Mutex::new(State::new(aging)),
-            ready: Notify::new(),
-            rearm: Notify::new(),
             drained: Notify::new(),
             epoch: Instant::now(),
             name: self.name,
@@ -211,10 +205,10 @@ where
         let mut clock = Clock::new(shared);
         let mut st = shared.lock();
         let effect = st.add(key, delay, options.priority, &mut || clock.now());
-        let wake = Wake::for_effect(&st, effect);
+        let waker = wake_for(&mut st, effect);
         let depth = st.depth();
         drop(st);
-        wake.fire(shared);
+        wake(waker);
         if let Some(m) = &shared.metrics {
             if effect.counted_add {
                 m.add();
@@ -234,69 +228,58 @@ where
     pub async fn get(&self) -> Option<WorkItem<K>> {
         let shared = &*self.shared;
         // Fast path: something is ready, no waiting machinery needed.
-        if let Some(item) = self.pop_locked(shared.lock()) {
-            return Some(item);
-        }
+        let st = match self.try_pop(shared.lock()) {
+            Ok(item) => return Some(item),
+            Err(st) => st,
+        };
+        drop(st);
         let mut parked = Parked {
             shared,
-            waiting: false,
+            id: None,
             timer: false,
         };
-        loop {
-            let mut ready = pin!(shared.ready.notified());
-            let mut rearm = pin!(shared.rearm.notified());
-            let deadline = {
+        // Polled only while this getter holds the timer for the earliest delayed key.
+        let mut sleep = pin!(tokio::time::sleep_until(shared.epoch));
+        let mut sleep_at = None;
+        poll_fn(|cx| {
+            loop {
                 let mut st = shared.lock();
                 parked.leave(&mut st);
-                if let Some(item) = self.pop_locked(st) {
-                    return Some(item);
+                st = match self.try_pop(st) {
+                    Ok(item) => return Poll::Ready(Some(item)),
+                    Err(st) => st,
+                };
+                if st.shutting_down {
+                    return Poll::Ready(None);
                 }
-                let mut st = shared.lock();
-                if st.shutting_down && st.ready_len() == 0 {
-                    return None;
-                }
-                if st.ready_len() > 0 {
-                    // Another getter took the lock between our pop and now and left work:
-                    // look again rather than sleep.
-                    continue;
-                }
-                ready.as_mut().enable();
-                st.waiters += 1;
-                parked.waiting = true;
+                let id = st.waiters.park(cx.waker());
+                parked.id = Some(id);
                 let deadline = match st.armed {
                     Some(_) => None,
                     None => st.next_ready_at(),
                 };
-                if let Some(at) = deadline {
-                    st.armed = Some(at);
-                    parked.timer = true;
-                    rearm.as_mut().enable();
+                let Some(at) = deadline else {
+                    return Poll::Pending;
+                };
+                st.armed = Some(Armed { at, waiter: id });
+                parked.timer = true;
+                drop(st);
+                if sleep_at != Some(at) {
+                    sleep.as_mut().reset(shared.instant(at));
+                    sleep_at = Some(at);
                 }
-                deadline
-            };
-            match deadline {
-                None => ready.await,
-                Some(at) => {
-                    let mut sleep = pin!(tokio::time::sleep_until(shared.instant(at)));
-                    poll_fn(|cx| {
-                        if ready.as_mut().poll(cx).is_ready()
-                            || rearm.as_mut().poll(cx).is_ready()
-                            || sleep.as_mut().poll(cx).is_ready()
-                        {
-                            Poll::Ready(())
-                        } else {
-                            Poll::Pending
-                        }
-                    })
-                    .await;
+                if sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
                 }
+                // The timer has fired: look again.
             }
-        }
+        })
+        .await
     }
 
     /// Hands out a ready key without waiting, or `None` if no key is ready now.
     pub fn try_get(&self) -> Option<WorkItem<K>> {
-        self.pop_locked(self.shared.lock())
+        self.try_pop(self.shared.lock()).ok()
     }
 
     /// Clears the rate limiter's memory of `key` (call it when the key succeeded).
@@ -336,9 +319,11 @@ where
     pub fn shutdown(&self) {
         let shared = &*self.shared;
         let now = shared.now();
-        shared.lock().shut_down(now);
-        shared.ready.notify_waiters();
-        shared.rearm.notify_waiters();
+        let mut st = shared.lock();
+        st.shut_down(now);
+        let wakers = st.waiters.notify_all();
+        drop(st);
+        wakers.into_iter().for_each(Waker::wake);
         shared.drained.notify_waiters();
     }
 
@@ -361,35 +346,43 @@ where
         self.shared.lock().shutting_down
     }
 
-    /// Pops with the lock held, then reports and wakes after releasing it.
-    fn pop_locked(&self, mut st: MutexGuard<'_, State<K>>) -> Option<WorkItem<K>> {
+    /// Pops with the lock held, then reports and wakes after releasing it; hands the lock
+    /// back if nothing is ready.
+    #[allow(clippy::result_large_err)]
+    fn try_pop<'a>(
+        &self,
+        mut st: MutexGuard<'a, State<K>>,
+    ) -> Result<WorkItem<K>, MutexGuard<'a, State<K>>> {
         let shared = &*self.shared;
         let mut clock = Clock::new(shared);
         if st.delayed_len() > 0 {
             st.promote(clock.now());
         }
         if st.ready_len() == 0 {
-            return None;
+            return Err(st);
         }
         let now = if shared.metrics.is_some() {
             clock.now()
         } else {
             0
         };
-        let popped = st.pop(now)?;
+        let Some(popped) = st.pop(now) else {
+            return Err(st);
+        };
         // Pass the baton: more ready keys, or delayed keys nobody's timer covers.
-        let wake_next =
-            st.waiters > 0 && (st.ready_len() > 0 || (st.armed.is_none() && st.delayed_len() > 0));
+        let next = if st.ready_len() > 0 || (st.armed.is_none() && st.delayed_len() > 0) {
+            st.waiters.notify_one()
+        } else {
+            None
+        };
         let depth = st.depth();
         drop(st);
-        if wake_next {
-            shared.ready.notify_one();
-        }
+        wake(next);
         if let Some(m) = &shared.metrics {
             m.set_depth(depth);
             m.queue_latency(Duration::from_nanos(popped.queued_for));
         }
-        Some(WorkItem::new(
+        Ok(WorkItem::new(
             popped.key,
             popped.slot,
             popped.priority,
@@ -409,11 +402,11 @@ where
             0
         };
         let finished = st.done(slot, now);
-        let wake = Wake::for_effect(&st, finished.effect);
+        let waker = wake_for(&mut st, finished.effect);
         let drained = st.shutting_down && st.processing_len() == 0;
         let depth = st.depth();
         drop(st);
-        wake.fire(shared);
+        wake(waker);
         if drained {
             shared.drained.notify_waiters();
         }
@@ -488,78 +481,67 @@ impl<'a, K> Clock<'a, K> {
     }
 }
 
-/// Whom to wake after an operation, decided under the lock and done after it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Wake {
-    Nobody,
-    Getter,
-    TimerOwner,
-}
-
-impl Wake {
-    fn for_effect<K>(st: &State<K>, effect: Effect) -> Self {
-        if effect.became_ready && st.waiters > 0 {
-            Wake::Getter
-        } else if effect.new_earliest_delay {
-            if st.armed.is_some() {
-                Wake::TimerOwner
-            } else if st.waiters > 0 {
-                // A parked getter will arm a timer for it.
-                Wake::Getter
-            } else {
-                Wake::Nobody
-            }
-        } else {
-            Wake::Nobody
+/// Picks the getter to wake after an operation (under the lock); wake it after unlocking.
+fn wake_for<K>(st: &mut State<K>, effect: Effect) -> Option<Waker> {
+    if effect.became_ready {
+        st.waiters.notify_one()
+    } else if effect.new_earliest_delay {
+        match st.armed {
+            // The timer owner re-arms for the earlier time.
+            Some(armed) => st.waiters.notify(armed.waiter),
+            // Nobody holds the timer: a parked getter wakes to arm it.
+            None => st.waiters.notify_one(),
         }
-    }
-
-    fn fire<K>(self, shared: &Shared<K>) {
-        match self {
-            Wake::Nobody => {}
-            Wake::Getter => shared.ready.notify_one(),
-            Wake::TimerOwner => shared.rearm.notify_one(),
-        }
+    } else {
+        None
     }
 }
 
-/// A getter's registration as a waiter (and maybe as the timer owner); undone when the getter
-/// wakes, returns or is cancelled.
+fn wake(waker: Option<Waker>) {
+    if let Some(waker) = waker {
+        waker.wake();
+    }
+}
+
+/// A getter's registration as a parked waiter (and maybe as the timer owner); undone when
+/// the getter looks again, returns or is cancelled.
 struct Parked<'a, K> {
     shared: &'a Shared<K>,
-    waiting: bool,
+    id: Option<u32>,
     timer: bool,
 }
 
 impl<K> Parked<'_, K> {
+    /// Unregisters. Returns whether this getter owed the queue a look it will now not take:
+    /// it was notified, or it held the timer.
     fn leave(&mut self, st: &mut State<K>) -> bool {
-        if self.waiting {
-            st.waiters -= 1;
-            self.waiting = false;
-        }
-        let was_timer = self.timer;
-        if was_timer {
+        let Some(id) = self.id.take() else {
+            return false;
+        };
+        let mut owed = st.waiters.unpark(id);
+        if std::mem::take(&mut self.timer) && st.armed.is_some_and(|a| a.waiter == id) {
             st.armed = None;
-            self.timer = false;
+            owed = true;
         }
-        was_timer
+        owed
     }
 }
 
 impl<K> Drop for Parked<'_, K> {
     fn drop(&mut self) {
-        if !self.waiting && !self.timer {
+        if self.id.is_none() {
             return;
         }
-        let shared = self.shared;
-        let mut st = shared.lock();
-        let was_timer = self.leave(&mut st);
-        // A cancelled timer owner hands the timer to another parked getter.
-        let hand_off = was_timer && st.delayed_len() > 0 && st.waiters > 0;
+        let mut st = self.shared.lock();
+        let owed = self.leave(&mut st);
+        // A cancelled getter passes on a wake-up or the timer it will not use.
+        let next = if owed && (st.ready_len() > 0 || st.delayed_len() > 0) {
+            st.waiters.notify_one()
+        } else {
+            None
+        };
         drop(st);
-        if hand_off {
-            shared.ready.notify_one();
-        }
+        wake(next);
     }
 }
 
@@ -584,10 +566,15 @@ async fn update_unfinished_work<K>(shared: Weak<Shared<K>>) {
 mod tests {
     use super::*;
 
-    fn state(waiters: usize, armed: Option<Nanos>) -> State<u8> {
+    /// A state with `parked` getters; the first holds the timer if `armed`.
+    fn state(parked: usize, armed: bool) -> State<u8> {
         let mut st = State::new(None);
-        st.waiters = waiters;
-        st.armed = armed;
+        for _ in 0..parked {
+            st.waiters.park(Waker::noop());
+        }
+        if armed {
+            st.armed = Some(Armed { at: 5, waiter: 0 });
+        }
         st
     }
 
@@ -604,17 +591,27 @@ mod tests {
 
     #[test]
     fn nobody_is_woken_when_nobody_waits() {
-        let idle = state(0, None);
-        assert!(Wake::for_effect(&idle, READY) == Wake::Nobody);
-        assert!(Wake::for_effect(&idle, EARLIER) == Wake::Nobody);
-        assert!(Wake::for_effect(&idle, Effect::default()) == Wake::Nobody);
+        let mut idle = state(0, false);
+        assert!(wake_for(&mut idle, READY).is_none());
+        assert!(wake_for(&mut idle, EARLIER).is_none());
+        let mut waiting = state(2, false);
+        assert!(wake_for(&mut waiting, Effect::default()).is_none());
+        assert_eq!(waiting.waiters.parked(), 2);
     }
 
     #[test]
     fn a_ready_key_wakes_one_getter_and_an_earlier_delay_the_timer_owner() {
-        assert!(Wake::for_effect(&state(2, None), READY) == Wake::Getter);
-        assert!(Wake::for_effect(&state(2, Some(5)), EARLIER) == Wake::TimerOwner);
+        let mut st = state(2, false);
+        assert!(wake_for(&mut st, READY).is_some());
+        assert_eq!(st.waiters.parked(), 1, "exactly one getter woken");
+
+        let mut st = state(3, true);
+        assert!(wake_for(&mut st, EARLIER).is_some());
+        assert!(st.waiters.is_notified(0), "the timer owner re-arms");
+        assert_eq!(st.waiters.parked(), 2);
+
         // Nobody holds the timer yet: a parked getter wakes to arm it.
-        assert!(Wake::for_effect(&state(1, None), EARLIER) == Wake::Getter);
+        let mut st = state(1, false);
+        assert!(wake_for(&mut st, EARLIER).is_some());
     }
 }

@@ -14,6 +14,8 @@ use std::hash::{BuildHasher, Hash};
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
+use crate::waiters::Waiters;
+
 /// Nanoseconds since the queue's epoch: the queue's clock, cheap to compare and store.
 pub(crate) type Nanos = u64;
 
@@ -64,6 +66,13 @@ struct DelayedEntry {
     generation: u32,
 }
 
+/// A parked getter's timer: when it fires, and which getter holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Armed {
+    pub(crate) at: Nanos,
+    pub(crate) waiter: u32,
+}
+
 /// What an operation did, so the caller can wake workers and report metrics after unlocking.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Effect {
@@ -109,9 +118,9 @@ pub(crate) struct State<K> {
     aging: Option<u64>,
     pub(crate) shutting_down: bool,
     /// Getters currently parked waiting for work.
-    pub(crate) waiters: usize,
-    /// The ready time a parked getter's timer is armed for, if any.
-    pub(crate) armed: Option<Nanos>,
+    pub(crate) waiters: Waiters,
+    /// The timer a parked getter has armed for the earliest delayed key, if any.
+    pub(crate) armed: Option<Armed>,
 }
 
 impl<K> State<K> {
@@ -170,7 +179,7 @@ impl<K: Hash + Eq + Clone> State<K> {
             seq: 0,
             aging,
             shutting_down: false,
-            waiters: 0,
+            waiters: Waiters::default(),
             armed: None,
         }
     }
@@ -398,7 +407,7 @@ impl<K: Hash + Eq + Clone> State<K> {
             s.generation = s.generation.wrapping_add(1);
             let generation = s.generation;
             self.seq += 1;
-            let earliest = self.armed.is_none_or(|armed| ready_at < armed);
+            let earliest = self.armed.is_none_or(|armed| ready_at < armed.at);
             self.delayed.push(Reverse(DelayedEntry {
                 ready_at,
                 seq: self.seq,
