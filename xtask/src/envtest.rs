@@ -7,6 +7,12 @@
 //! package (v1.20.2) and etcd comes from Debian's `etcd-server`, as `shared/ENVTEST.md`
 //! describes. Every step is skipped when its result already exists, so an interrupted install
 //! resumes and a finished one returns at once.
+//!
+//! Measured on a machine of the project's kind (2 cores) from an empty cache
+//! (`XDG_CACHE_HOME=$(mktemp -d) cargo xtask envtest install`, apt packages already present):
+//! 466 s in all (source download 2 s, extract and patch 2 s, kube-apiserver 384 s,
+//! kube-controller-manager 77 s); the build directory then holds 2.2 GB. A second run takes
+//! under 0.01 s.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -23,6 +29,7 @@ const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 /// Debian packages the build needs: the Go toolchain, etcd, tools the Kubernetes makefiles
 /// call, and a reflect2 that works with Go 1.19 (the vendored 1.0.1 builds, then panics).
 const PACKAGES: &[&str] = &[
+    "make",
     "golang-go",
     "etcd-server",
     "rsync",

@@ -94,8 +94,12 @@ impl TestEnvBuilder {
         // A port picked as free can be taken by someone else before the server binds it; one
         // retry on that specific failure makes the race practically invisible.
         match TestEnv::start_once(&self).await {
-            Err(Error::NotReady { tail, .. }) if tail.contains("address already in use") => {
+            Err(Error::NotReady { tail, log, .. }) if tail.contains("address already in use") => {
                 tracing::debug!("a picked port was taken meanwhile; starting again");
+                // The failed attempt's directory (kept for its logs) is of no use now.
+                if let Some(dir) = log.parent().and_then(Path::parent) {
+                    let _ = fs::remove_dir_all(dir);
+                }
                 TestEnv::start_once(&self).await
             }
             other => other,
@@ -214,6 +218,22 @@ impl TestEnv {
     /// The API server's version, as its binary reports it.
     pub fn version(&self) -> &Version {
         &self.version
+    }
+
+    /// Asks the running API server for its version (`/version`): the same release as
+    /// [`version`](Self::version), with the build details the server reports.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Kube`] if the request fails.
+    pub async fn server_version(&self) -> Result<k8s_openapi::apimachinery::pkg::version::Info> {
+        self.client()?
+            .apiserver_version()
+            .await
+            .map_err(|source| Error::Kube {
+                context: "read /version".to_owned(),
+                source,
+            })
     }
 
     /// The temporary directory holding data, certificates, the kubeconfig and `logs/`.

@@ -77,7 +77,7 @@ async fn starts_serves_and_stops_leaving_nothing_behind() {
     let env = TestEnv::start().await.unwrap();
     assert!(env.version().minor >= 20, "{}", env.version());
     let client = env.client().unwrap();
-    let info = client.apiserver_version().await.unwrap();
+    let info = env.server_version().await.unwrap();
     assert_eq!(info.git_version, env.version().text);
     eprintln!(
         "kube-apiserver {} started in {:?}",
