@@ -6,14 +6,24 @@
 //! cargo run -p rudder-envtest --example start -- --times 5     # measure five starts
 //! cargo run -p rudder-envtest --example start -- --hold        # keep it up until Enter
 //! ```
-#![allow(clippy::print_stdout)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::time::Duration;
 
 use rudder_envtest::TestEnv;
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let hold = args.iter().any(|a| a == "--hold");
     let controller_manager = args.iter().any(|a| a == "--controller-manager");

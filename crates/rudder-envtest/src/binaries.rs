@@ -93,7 +93,7 @@ pub(crate) fn find(name: &'static str, explicit: Option<&Path>) -> Result<PathBu
     let searched = dirs
         .iter()
         .filter(|(label, _)| !label.is_empty())
-        .map(|(label, dir)| format!("{label} {}", dir.display()))
+        .map(|(label, dir)| format!("{label} ({})", dir.display()))
         .chain(std::iter::once("PATH".to_owned()))
         .collect::<Vec<_>>()
         .join(", ");
@@ -156,7 +156,8 @@ fn search_dirs(explicit: Option<&Path>) -> Vec<(String, PathBuf)> {
     dirs
 }
 
-/// The `v*` sub-directories of the cache that parse as versions.
+/// The `v*` sub-directories of the cache that parse as versions, leaving out the `.partial`
+/// directories an install in progress writes to.
 fn cached_versions(cache: &Path) -> Vec<(Version, PathBuf)> {
     let Ok(entries) = std::fs::read_dir(cache) else {
         return Vec::new();
@@ -165,6 +166,9 @@ fn cached_versions(cache: &Path) -> Vec<(Version, PathBuf)> {
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
+            if name.ends_with(".partial") {
+                return None;
+            }
             Some((Version::parse(&name)?, e.path()))
         })
         .collect()
@@ -191,6 +195,18 @@ mod tests {
         assert!(!Version::parse("v1.20.2").unwrap().at_least(1, 24));
         assert!(Version::parse("Kubernetes").is_none());
         assert!(Version::parse("vx.1").is_none());
+    }
+
+    #[test]
+    fn cache_scan_skips_partial_and_unversioned_directories() {
+        let cache = std::env::temp_dir().join(format!("envtest-cache-{}", std::process::id()));
+        for d in ["v1.20.2", "v1.21.0.partial", "build", "from-path"] {
+            std::fs::create_dir_all(cache.join(d)).unwrap();
+        }
+        let found = cached_versions(&cache);
+        std::fs::remove_dir_all(&cache).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].0.text, "v1.20.2");
     }
 
     #[test]
