@@ -103,8 +103,9 @@ pub(crate) fn find(name: &'static str, explicit: Option<&Path>) -> Result<PathBu
     })
 }
 
-/// Runs `kube-apiserver --version` once per path per process and parses the answer.
-pub(crate) fn apiserver_version(path: &Path) -> Result<Version> {
+/// Runs `<binary> --version` (kube-apiserver or kube-controller-manager) once per path per
+/// process and parses the answer.
+pub(crate) fn kube_version(path: &Path) -> Result<Version> {
     static SEEN: OnceLock<Mutex<HashMap<PathBuf, Version>>> = OnceLock::new();
     let seen = SEEN.get_or_init(Default::default);
     if let Some(v) = seen.lock().ok().and_then(|m| m.get(path).cloned()) {

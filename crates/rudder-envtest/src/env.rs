@@ -302,7 +302,7 @@ impl TestEnv {
         } else {
             None
         };
-        let version = binaries::apiserver_version(&apiserver_bin)?;
+        let version = binaries::kube_version(&apiserver_bin)?;
         if !version.at_least(1, 20) {
             return Err(Error::UnsupportedVersion {
                 found: version.text,
@@ -429,11 +429,7 @@ impl TestEnv {
             "--disable-admission-plugins=ServiceAccount".to_owned(),
             "--allow-privileged=true".to_owned(),
         ];
-        if !self.version.at_least(1, 24) {
-            // Removed in 1.24; before it, an unset value could mean a plain-HTTP port
-            // (8080) that two control planes would fight over.
-            api_args.push("--insecure-port=0".to_owned());
-        }
+        api_args.extend(apiserver_version_flags(&self.version));
         api_args.extend(opts.apiserver_args.iter().cloned());
         let apiserver = Process::spawn(
             KUBE_APISERVER,
@@ -466,9 +462,10 @@ impl TestEnv {
                 "--leader-elect=false".to_owned(),
                 "--secure-port=0".to_owned(),
             ];
-            if !self.version.at_least(1, 24) {
-                cm_args.push("--port=0".to_owned());
-            }
+            // It may come from elsewhere than the API server, so ask it for its own version.
+            cm_args.extend(controller_manager_version_flags(&binaries::kube_version(
+                cm_bin,
+            )?));
             let cm = Process::spawn(
                 KUBE_CONTROLLER_MANAGER,
                 cm_bin,
@@ -583,6 +580,27 @@ impl Drop for TestEnv {
     }
 }
 
+/// kube-apiserver flags that depend on its version.
+fn apiserver_version_flags(version: &Version) -> Vec<String> {
+    let mut flags = Vec::new();
+    if !version.at_least(1, 24) {
+        // Removed in 1.24. Before, an unset value could open a plain-HTTP port (8080 by
+        // default in older releases) that two control planes would fight over.
+        flags.push("--insecure-port=0".to_owned());
+    }
+    flags
+}
+
+/// kube-controller-manager flags that depend on its version.
+fn controller_manager_version_flags(version: &Version) -> Vec<String> {
+    let mut flags = Vec::new();
+    if !version.at_least(1, 24) {
+        // Its insecure port (10252) went in 1.24; before, two managers would collide on it.
+        flags.push("--port=0".to_owned());
+    }
+    flags
+}
+
 /// A fresh, uniquely named directory under the system temporary directory.
 fn make_dir() -> Result<PathBuf> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -685,6 +703,16 @@ mod tests {
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), 6);
+    }
+
+    #[test]
+    fn flags_removed_in_1_24_are_passed_only_to_older_binaries() {
+        let old = Version::parse("v1.20.2").unwrap();
+        let new = Version::parse("v1.31.0").unwrap();
+        assert_eq!(apiserver_version_flags(&old), ["--insecure-port=0"]);
+        assert!(apiserver_version_flags(&new).is_empty());
+        assert_eq!(controller_manager_version_flags(&old), ["--port=0"]);
+        assert!(controller_manager_version_flags(&new).is_empty());
     }
 
     #[test]

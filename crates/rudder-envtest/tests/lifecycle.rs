@@ -162,12 +162,17 @@ async fn starts_serves_and_stops_leaving_nothing_behind() {
 
 #[tokio::test]
 async fn two_control_planes_in_one_process_do_not_collide() {
-    let (a, b) = tokio::join!(TestEnv::start(), TestEnv::start());
+    // B also installs a CRD while starting; A must not see it.
+    let crds = rudder_envtest::crds_from_yaml(WIDGET_CRD).unwrap();
+    let (a, b) = tokio::join!(TestEnv::start(), TestEnv::builder().crds(crds).start());
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_ne!(a.dir(), b.dir());
     assert_ne!(a.config().cluster_url, b.config().cluster_url);
 
     let (ca, cb) = (a.client().unwrap(), b.client().unwrap());
+    let widgets = "envtest.rudder.rs/v1";
+    assert!(cb.list_api_group_resources(widgets).await.is_ok());
+    assert!(ca.list_api_group_resources(widgets).await.is_err());
     let in_a: Api<ConfigMap> = Api::namespaced(ca.clone(), "default");
     in_a.create(&PostParams::default(), &config_map("only-in-a", "x"))
         .await
