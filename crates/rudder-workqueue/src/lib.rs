@@ -71,19 +71,27 @@
 //! Strict priority lets a steady stream of high-priority keys hold a low-priority key back
 //! forever (controller-runtime#3496). Here a ready key gains one priority level for every
 //! [`DEFAULT_PRIORITY_AGING`] (one second; see [`Builder::priority_aging`]) it waits: a key of
-//! priority `p` ready at time `t` is ordered by `t - p × aging`. So a priority-0 key added
-//! up to `100 × aging` after a priority -100 key still goes first, and any added later goes
-//! after it. The ordering never changes while keys wait, so a plain heap keeps it exactly.
+//! priority `p` waiting since `t` is ordered by `t - p × aging`. So a priority-0 key added up
+//! to `100 × aging` after a priority -100 key still goes first, and any added later goes
+//! after it. Within one priority, keys leave in the order they became ready.
+//!
+//! Reading the clock is most of the cost of an add, so a key's waiting time starts when it
+//! first has competition: a key added while only keys of its own priority wait is not
+//! timed, and when a key of another priority arrives, every untimed key is stamped with that
+//! moment. Until then nothing could overtake it, so its turn is the same either way.
 //!
 //! # Cost
 //!
-//! One mutex guards the queue. Keys live once, in a slab; the hash table and both heaps hold
-//! slot numbers, so in steady state an add, get and done allocate nothing for keys the
-//! queue has seen (the key is cloned once per [`get`](WorkQueue::get): use a key whose clone
-//! is cheap, such as an integer or an `Arc<str>`, to avoid even that). Getters are woken only
-//! when one is waiting, and at most one timer is armed, by one waiting getter, for the
-//! earliest delayed key. No task runs in the background except, with metrics on, the
-//! 500 ms refresh of the unfinished-work gauges, which ends with the queue.
+//! One mutex guards the queue. Keys live once, in a slab; the hash table, the per-priority
+//! ready queues and the delayed heap hold slot numbers, so in steady state an add, get and
+//! done allocate nothing for keys the queue has seen (the key is cloned once per
+//! [`get`](WorkQueue::get): use a key whose clone is cheap, such as an integer or an
+//! `Arc<str>`, to avoid even that). An immediate add at the only priority waiting reads no
+//! clock. A getter parks only when nothing is ready, in a waiter list under the same mutex;
+//! an add wakes one parked getter, and none when none is parked. At most one timer is armed,
+//! by one parked getter, for the earliest delayed key. No task runs in the background
+//! except, with metrics on, the 500 ms refresh of the unfinished-work gauges, which ends with
+//! the queue. A drained queue keeps the capacity its tables reached, as a `Vec` does.
 //!
 //! # Metrics
 //!
@@ -103,6 +111,7 @@ mod metrics_crate;
 mod options;
 mod queue;
 pub mod rate_limiter;
+mod ready;
 mod state;
 mod waiters;
 

@@ -122,7 +122,7 @@ where
         let metrics = self.metrics.map(|p| p.queue_metrics(&self.name));
         let has_metrics = metrics.is_some();
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(aging)),
+            state: Mutex::new(State::new(aging, has_metrics)),
             drained: Notify::new(),
             epoch: Instant::now(),
             name: self.name,
@@ -227,19 +227,19 @@ where
     /// keys became ready. Cancelling this future loses nothing.
     pub async fn get(&self) -> Option<WorkItem<K>> {
         let shared = &*self.shared;
-        // Fast path: something is ready, no waiting machinery needed.
-        let st = match self.try_pop(shared.lock()) {
-            Ok(item) => return Some(item),
-            Err(st) => st,
-        };
-        drop(st);
+        // Fast path: a key is ready; no waiting machinery is built. (With nothing ready, the
+        // first poll below looks at the delayed keys, which needs the clock.)
+        if let Some(item) = self.pop_if_ready() {
+            return Some(item);
+        }
         let mut parked = Parked {
             shared,
             id: None,
             timer: false,
         };
-        // Polled only while this getter holds the timer for the earliest delayed key.
-        let mut sleep = pin!(tokio::time::sleep_until(shared.epoch));
+        // Created only if this getter comes to hold the timer for the earliest delayed key, so
+        // the common case (a key is ready on the first poll) touches no timer at all.
+        let mut sleep = pin!(None::<tokio::time::Sleep>);
         let mut sleep_at = None;
         poll_fn(|cx| {
             loop {
@@ -265,11 +265,16 @@ where
                 parked.timer = true;
                 drop(st);
                 if sleep_at != Some(at) {
-                    sleep.as_mut().reset(shared.instant(at));
+                    match sleep.as_mut().as_pin_mut() {
+                        Some(timer) => timer.reset(shared.instant(at)),
+                        None => sleep.set(Some(tokio::time::sleep_until(shared.instant(at)))),
+                    }
                     sleep_at = Some(at);
                 }
-                if sleep.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
+                if let Some(timer) = sleep.as_mut().as_pin_mut() {
+                    if timer.poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
                 }
                 // The timer has fired: look again.
             }
@@ -346,6 +351,15 @@ where
         self.shared.lock().shutting_down
     }
 
+    /// Pops if a key is ready, without looking at delayed keys unless something is ready.
+    fn pop_if_ready(&self) -> Option<WorkItem<K>> {
+        let st = self.shared.lock();
+        if st.ready_len() == 0 {
+            return None;
+        }
+        self.try_pop(st).ok()
+    }
+
     /// Pops with the lock held, then reports and wakes after releasing it; hands the lock
     /// back if nothing is ready.
     #[allow(clippy::result_large_err)]
@@ -395,13 +409,7 @@ where
         let shared = &*self.shared;
         let mut clock = Clock::new(shared);
         let mut st = shared.lock();
-        // The clock is only needed to requeue a dirty key or to measure work time.
-        let now = if shared.metrics.is_some() || st.depth() > st.ready_len() {
-            clock.now()
-        } else {
-            0
-        };
-        let finished = st.done(slot, now);
+        let finished = st.done(slot, &mut || clock.now());
         let waker = wake_for(&mut st, finished.effect);
         let drained = st.shutting_down && st.processing_len() == 0;
         let depth = st.depth();
@@ -568,7 +576,7 @@ mod tests {
 
     /// A state with `parked` getters; the first holds the timer if `armed`.
     fn state(parked: usize, armed: bool) -> State<u8> {
-        let mut st = State::new(None);
+        let mut st = State::new(None, false);
         for _ in 0..parked {
             st.waiters.park(Waker::noop());
         }

@@ -1,12 +1,15 @@
-//! The queue's bookkeeping behind its one lock: key slots, the ready and delayed heaps.
+//! The queue's bookkeeping behind its one lock: key slots, the ready queue, the delayed heap.
 //!
 //! Every key the queue knows lives in one slot of a slab, found through a hash table that
-//! stores slot numbers. The two heaps hold slot numbers too, so a key is stored once and
-//! handing it around inside the queue never clones it. A heap entry carries the slot's
-//! generation when it was pushed; when a key is re-ranked (a higher priority, an earlier ready
-//! time) the generation moves on and the old entry is skipped when it surfaces. Slots of keys
-//! that are neither waiting nor processing are freed at once, so the queue holds nothing for
-//! keys that are gone.
+//! stores slot numbers. The ready queue and the delayed heap hold slot numbers too, so a key
+//! is stored once and handing it around inside the queue never clones it. Their entries carry
+//! the slot's generation when they were pushed; when a key is re-ranked (a higher priority, an
+//! earlier ready time) the generation moves on and the old entry is skipped when it surfaces.
+//! Slots of keys that are neither waiting nor processing are freed at once, so the queue
+//! holds nothing for keys that are gone.
+//!
+//! Time is read lazily, through a closure, and only when an answer depends on it: an
+//! immediate add of a new key at the only priority waiting reads no clock at all.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -14,17 +17,21 @@ use std::hash::{BuildHasher, Hash};
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
+use crate::ready::ReadyQueue;
 use crate::waiters::Waiters;
 
 /// Nanoseconds since the queue's epoch: the queue's clock, cheap to compare and store.
 pub(crate) type Nanos = u64;
+
+/// A ready time meaning "as soon as possible", which needs no clock to compare.
+pub(crate) const NOW: Nanos = 0;
 
 /// Where a key stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     /// The slot is on the free list.
     Free,
-    /// Waiting in the ready heap.
+    /// Waiting in the ready queue.
     Ready,
     /// Waiting in the delayed heap for its ready time.
     Delayed,
@@ -41,20 +48,13 @@ struct Slot<K> {
     generation: u32,
     /// The priority of the pending run (for `Dirty`, of the run after the current one).
     priority: i32,
-    /// When the pending run may start (for `Dirty`, the run after the current one).
+    /// When the pending run may start (for `Dirty`, the run after the current one); [`NOW`]
+    /// for at once.
     ready_at: Nanos,
-    /// When the key entered the ready heap (queue latency) or was handed out (work duration).
+    /// Metrics only: when the key became ready (queue latency) or was handed out (work time).
     stamp: Nanos,
     /// Position in `in_flight` while processing.
     in_flight_pos: u32,
-}
-
-/// Ready heap order: smallest rank first.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct ReadyEntry {
-    rank: (i64, i64, u64),
-    slot: u32,
-    generation: u32,
 }
 
 /// Delayed heap order: earliest ready time first, then insertion order.
@@ -80,7 +80,7 @@ pub(crate) struct Effect {
     pub(crate) became_ready: bool,
     /// A delayed key now has the earliest ready time: the timer must be re-armed.
     pub(crate) new_earliest_delay: bool,
-    /// The key was new to the queue (counts as an add in the metrics).
+    /// The add put a key into the queue or marked a processing key dirty (client-go's adds).
     pub(crate) counted_add: bool,
 }
 
@@ -89,14 +89,14 @@ pub(crate) struct Popped<K> {
     pub(crate) key: K,
     pub(crate) slot: u32,
     pub(crate) priority: i32,
-    /// How long the key waited in the ready heap.
+    /// How long the key waited since it became ready (with metrics on).
     pub(crate) queued_for: Nanos,
 }
 
 /// What [`State::done`] did.
 pub(crate) struct Finished {
     pub(crate) effect: Effect,
-    /// How long the worker held the key.
+    /// How long the worker held the key (with metrics on).
     pub(crate) worked_for: Nanos,
 }
 
@@ -105,17 +105,16 @@ pub(crate) struct State<K> {
     free: Vec<u32>,
     index: HashTable<u32>,
     hasher: DefaultHashBuilder,
-    ready: BinaryHeap<Reverse<ReadyEntry>>,
+    ready: ReadyQueue,
     delayed: BinaryHeap<Reverse<DelayedEntry>>,
-    ready_len: usize,
     delayed_len: usize,
     /// Processing keys that were added again (they run once more when done).
     dirty_len: usize,
     /// Slots being processed, for the unfinished-work metrics.
     in_flight: Vec<u32>,
     seq: u64,
-    /// Nanoseconds of waiting worth one priority level; `None` means strict priority.
-    aging: Option<u64>,
+    /// Whether to stamp keys for metrics.
+    track_time: bool,
     pub(crate) shutting_down: bool,
     /// Getters currently parked waiting for work.
     pub(crate) waiters: Waiters,
@@ -126,12 +125,12 @@ pub(crate) struct State<K> {
 impl<K> State<K> {
     /// Keys ready to be handed out.
     pub(crate) fn ready_len(&self) -> usize {
-        self.ready_len
+        self.ready.len()
     }
 
     /// client-go's depth: ready keys plus processing keys that will run again.
     pub(crate) fn depth(&self) -> usize {
-        self.ready_len + self.dirty_len
+        self.ready.len() + self.dirty_len
     }
 
     /// Keys waiting for their ready time.
@@ -157,27 +156,28 @@ impl<K> State<K> {
         self.slots.capacity() * size_of::<Slot<K>>()
             + self.free.capacity() * size_of::<u32>()
             + self.index.allocation_size()
-            + self.ready.capacity() * size_of::<Reverse<ReadyEntry>>()
+            + self.ready.footprint()
             + self.delayed.capacity() * size_of::<Reverse<DelayedEntry>>()
             + self.in_flight.capacity() * size_of::<u32>()
     }
 }
 
 impl<K: Hash + Eq + Clone> State<K> {
-    pub(crate) fn new(aging: Option<u64>) -> Self {
+    /// `aging`: nanoseconds of waiting worth one priority level (`None`: strict priority).
+    /// `track_time`: stamp keys for the latency metrics.
+    pub(crate) fn new(aging: Option<u64>, track_time: bool) -> Self {
         Self {
             slots: Vec::new(),
             free: Vec::new(),
             index: HashTable::new(),
             hasher: DefaultHashBuilder::default(),
-            ready: BinaryHeap::new(),
+            ready: ReadyQueue::new(aging),
             delayed: BinaryHeap::new(),
-            ready_len: 0,
             delayed_len: 0,
             dirty_len: 0,
             in_flight: Vec::new(),
             seq: 0,
-            aging,
+            track_time,
             shutting_down: false,
             waiters: Waiters::default(),
             armed: None,
@@ -195,10 +195,11 @@ impl<K: Hash + Eq + Clone> State<K> {
         None
     }
 
-    /// Adds (or merges) a request for `key` to run `delay` from now, with `priority`.
+    /// Adds (or merges) a request for `key` to run `delay` from now (0: at once), with
+    /// `priority`.
     ///
-    /// `now` is only called when the answer depends on the time: a dedup hit on a ready key
-    /// never reads the clock.
+    /// `now` is only called when the answer depends on the time: a dedup hit, or a new key
+    /// added at once at the only priority waiting, never reads the clock.
     pub(crate) fn add(
         &mut self,
         key: K,
@@ -210,6 +211,17 @@ impl<K: Hash + Eq + Clone> State<K> {
         if self.shutting_down {
             return effect;
         }
+        // Keys already due go ahead of this one, as they would had they been moved on time.
+        if self.delayed_len > 0 {
+            self.promote(now());
+        }
+        let ready_at = |now: &mut dyn FnMut() -> Nanos| {
+            if delay == 0 {
+                NOW
+            } else {
+                now().saturating_add(delay)
+            }
+        };
         let hash = self.hasher.hash_one(&key);
         let slots = &self.slots;
         let found = self
@@ -219,8 +231,8 @@ impl<K: Hash + Eq + Clone> State<K> {
         let Some(slot) = found else {
             let slot = self.alloc(key, hash);
             effect.counted_add = true;
-            let now = now();
-            self.enqueue(slot, now.saturating_add(delay), priority, now, &mut effect);
+            let at = ready_at(now);
+            self.enqueue(slot, at, priority, now, &mut effect);
             return effect;
         };
         let s = &mut self.slots[slot as usize];
@@ -228,37 +240,43 @@ impl<K: Hash + Eq + Clone> State<K> {
             Phase::Ready => {
                 // Already runnable; only a higher priority changes its place.
                 if priority > s.priority {
+                    let old = s.priority;
                     s.priority = priority;
-                    let ready_at = s.ready_at;
-                    self.push_ready(slot, ready_at, priority);
+                    self.ready.forget(old);
+                    self.push_ready(slot, priority, now);
                 }
             }
             Phase::Delayed => {
-                let now = now();
-                let new_ready = now.saturating_add(delay).min(s.ready_at);
+                let old_ready = s.ready_at;
+                let new_ready = ready_at(now).min(old_ready);
                 let new_priority = priority.max(s.priority);
-                if new_ready != s.ready_at || new_priority != s.priority {
+                if new_ready != old_ready || new_priority != s.priority {
                     self.delayed_len -= 1;
                     self.enqueue(slot, new_ready, new_priority, now, &mut effect);
                 }
             }
             Phase::Processing => {
                 s.phase = Phase::Dirty;
-                s.ready_at = now().saturating_add(delay);
                 s.priority = priority;
+                self.slots[slot as usize].ready_at = ready_at(now);
                 self.dirty_len += 1;
                 effect.counted_add = true;
             }
             Phase::Dirty => {
-                s.ready_at = s.ready_at.min(now().saturating_add(delay));
+                let old_ready = s.ready_at;
                 s.priority = s.priority.max(priority);
+                if old_ready != NOW {
+                    let new_ready = ready_at(now).min(old_ready);
+                    self.slots[slot as usize].ready_at = new_ready;
+                }
             }
             Phase::Free => unreachable!("the index never points at a free slot"),
         }
         effect
     }
 
-    /// Moves delayed keys whose time has come into the ready heap. Returns how many moved.
+    /// Moves delayed keys whose time has come into the ready queue, in the order they became
+    /// due. Returns how many moved.
     pub(crate) fn promote(&mut self, now: Nanos) -> usize {
         let mut moved = 0;
         while let Some(Reverse(top)) = self.delayed.peek().copied() {
@@ -271,73 +289,79 @@ impl<K: Hash + Eq + Clone> State<K> {
             }
             let s = &mut self.slots[top.slot as usize];
             s.phase = Phase::Ready;
-            // Queue latency counts from when the key became due, however late it is promoted.
+            // Queue latency counts from when the key became due, however late it moved.
             s.stamp = top.ready_at;
             let priority = s.priority;
             self.delayed_len -= 1;
-            self.ready_len += 1;
-            self.push_ready(top.slot, top.ready_at, priority);
+            self.push_ready(top.slot, priority, &mut || now);
             moved += 1;
         }
         moved
     }
 
-    /// Hands out the best ready key, marking it processing.
+    /// Hands out the best ready key, marking it processing. `now` matters only for metrics.
     pub(crate) fn pop(&mut self, now: Nanos) -> Option<Popped<K>> {
-        while let Some(Reverse(top)) = self.ready.pop() {
-            let pos = self.in_flight.len() as u32;
-            let s = &mut self.slots[top.slot as usize];
-            if s.generation != top.generation || s.phase != Phase::Ready {
-                continue;
-            }
-            let Some(key) = s.key.clone() else {
-                unreachable!("a queued slot always holds its key")
-            };
-            s.phase = Phase::Processing;
-            s.in_flight_pos = pos;
-            let queued_for = now.saturating_sub(s.stamp);
-            s.stamp = now;
-            let priority = s.priority;
-            self.ready_len -= 1;
-            self.in_flight.push(top.slot);
-            return Some(Popped {
-                key,
-                slot: top.slot,
-                priority,
-                queued_for,
-            });
-        }
-        None
+        let slots = &self.slots;
+        let head = self.ready.pop(|slot, generation| {
+            let s = &slots[slot as usize];
+            s.generation == generation && s.phase == Phase::Ready
+        })?;
+        let pos = self.in_flight.len() as u32;
+        let s = &mut self.slots[head.slot as usize];
+        let Some(key) = s.key.clone() else {
+            unreachable!("a queued slot always holds its key")
+        };
+        s.phase = Phase::Processing;
+        s.in_flight_pos = pos;
+        let queued_for = now.saturating_sub(s.stamp);
+        s.stamp = now;
+        let priority = s.priority;
+        self.in_flight.push(head.slot);
+        Some(Popped {
+            key,
+            slot: head.slot,
+            priority,
+            queued_for,
+        })
     }
 
     /// Marks the key in `slot` done; requeues it once if it was added while processing.
-    pub(crate) fn done(&mut self, slot: u32, now: Nanos) -> Finished {
+    pub(crate) fn done(&mut self, slot: u32, now: &mut impl FnMut() -> Nanos) -> Finished {
         let mut effect = Effect::default();
-        let s = &mut self.slots[slot as usize];
-        let worked_for = now.saturating_sub(s.stamp);
+        let s = &self.slots[slot as usize];
         let phase = s.phase;
         let (ready_at, priority) = (s.ready_at, s.priority);
         let pos = s.in_flight_pos as usize;
+        let worked_for = if self.track_time {
+            now().saturating_sub(s.stamp)
+        } else {
+            0
+        };
         debug_assert!(matches!(phase, Phase::Processing | Phase::Dirty));
         self.in_flight.swap_remove(pos);
-        if phase == Phase::Dirty {
-            self.dirty_len -= 1;
-        }
         if let Some(&moved) = self.in_flight.get(pos) {
             self.slots[moved as usize].in_flight_pos = pos as u32;
         }
-        let requeue = phase == Phase::Dirty && !(self.shutting_down && ready_at > now);
-        if requeue {
-            self.enqueue(slot, ready_at, priority, now, &mut effect);
-        } else {
+        if phase != Phase::Dirty {
             self.release(slot);
+            return Finished { effect, worked_for };
+        }
+        self.dirty_len -= 1;
+        if self.delayed_len > 0 {
+            self.promote(now());
+        }
+        if self.shutting_down && ready_at != NOW && ready_at > now() {
+            // Delayed runs are dropped at shutdown.
+            self.release(slot);
+        } else {
+            self.enqueue(slot, ready_at, priority, now, &mut effect);
         }
         Finished { effect, worked_for }
     }
 
     /// Stops accepting adds and drops keys still delayed; ready and processing keys stay.
     pub(crate) fn shut_down(&mut self, now: Nanos) {
-        // Keys already due stay, even if nobody has moved them to the ready heap yet.
+        // Keys already due stay, even if nobody has moved them to the ready queue yet.
         self.promote(now);
         self.shutting_down = true;
         while let Some(Reverse(top)) = self.delayed.pop() {
@@ -356,7 +380,7 @@ impl<K: Hash + Eq + Clone> State<K> {
             phase: Phase::Free,
             generation: 0,
             priority: 0,
-            ready_at: 0,
+            ready_at: NOW,
             stamp: 0,
             in_flight_pos: 0,
         };
@@ -391,16 +415,24 @@ impl<K: Hash + Eq + Clone> State<K> {
         self.free.push(slot);
     }
 
-    /// Puts a non-queued slot into the ready or the delayed heap.
-    fn enqueue(&mut self, slot: u32, ready_at: Nanos, priority: i32, now: Nanos, e: &mut Effect) {
+    /// Puts a slot that is in neither queue into the ready queue or the delayed heap.
+    fn enqueue(
+        &mut self,
+        slot: u32,
+        ready_at: Nanos,
+        priority: i32,
+        now: &mut impl FnMut() -> Nanos,
+        e: &mut Effect,
+    ) {
         let s = &mut self.slots[slot as usize];
         s.priority = priority;
         s.ready_at = ready_at;
-        if ready_at <= now {
+        if ready_at == NOW || ready_at <= now() {
             s.phase = Phase::Ready;
-            s.stamp = now;
-            self.ready_len += 1;
-            self.push_ready(slot, ready_at, priority);
+            if self.track_time {
+                s.stamp = now();
+            }
+            self.push_ready(slot, priority, now);
             e.became_ready = true;
         } else {
             s.phase = Phase::Delayed;
@@ -416,39 +448,20 @@ impl<K: Hash + Eq + Clone> State<K> {
             }));
             self.delayed_len += 1;
             e.new_earliest_delay = earliest;
-            self.compact();
+            self.compact_delayed();
         }
     }
 
-    fn push_ready(&mut self, slot: u32, ready_at: Nanos, priority: i32) {
+    fn push_ready(&mut self, slot: u32, priority: i32, now: &mut impl FnMut() -> Nanos) {
         let s = &mut self.slots[slot as usize];
         s.generation = s.generation.wrapping_add(1);
         let generation = s.generation;
-        self.seq += 1;
-        let rank = self.rank(ready_at, priority);
-        self.ready.push(Reverse(ReadyEntry {
-            rank,
-            slot,
-            generation,
-        }));
-        self.compact();
-    }
-
-    /// The ready heap's sort key, smallest first.
-    ///
-    /// With ageing, a key of priority `p` that became ready at `t` is ranked by the virtual time
-    /// `t - p * aging`: every `aging` spent waiting is worth one priority level. Because every
-    /// waiting key ages at the same rate, this order never changes while keys wait, so a plain
-    /// heap keeps it. Without ageing the order is strict: priority, then ready time.
-    fn rank(&self, ready_at: Nanos, priority: i32) -> (i64, i64, u64) {
-        let t = i64::try_from(ready_at).unwrap_or(i64::MAX);
-        match self.aging {
-            Some(aging) => {
-                let head_start = i64::from(priority).saturating_mul(aging as i64);
-                (t.saturating_sub(head_start), -i64::from(priority), self.seq)
-            }
-            None => (-i64::from(priority), t, self.seq),
-        }
+        let slots = &self.slots;
+        self.ready
+            .push(slot, generation, priority, now, |slot, generation| {
+                let s = &slots[slot as usize];
+                s.generation == generation && s.phase == Phase::Ready
+            });
     }
 
     fn is_live_delayed(&self, entry: &DelayedEntry) -> bool {
@@ -456,17 +469,10 @@ impl<K: Hash + Eq + Clone> State<K> {
         s.generation == entry.generation && s.phase == Phase::Delayed
     }
 
-    /// Drops stale heap entries once they outnumber live ones, so re-ranking cannot grow the
-    /// heaps without bound.
-    fn compact(&mut self) {
+    /// Drops stale delayed entries once they outnumber live ones, so moving delays earlier
+    /// cannot grow the heap without bound.
+    fn compact_delayed(&mut self) {
         const SLACK: usize = 64;
-        if self.ready.len() > 2 * self.ready_len + SLACK {
-            let slots = &self.slots;
-            self.ready.retain(|Reverse(e)| {
-                let s = &slots[e.slot as usize];
-                s.generation == e.generation && s.phase == Phase::Ready
-            });
-        }
         if self.delayed.len() > 2 * self.delayed_len + SLACK {
             let slots = &self.slots;
             self.delayed.retain(|Reverse(e)| {

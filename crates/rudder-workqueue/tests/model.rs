@@ -79,9 +79,13 @@ impl Run {
     }
 }
 
+/// Where a queued key stands in line within its priority: when it joined (its ready time,
+/// or the moment it was queued if later) and the operation that queued it.
+type Order = (Instant, u64);
+
 #[derive(Debug)]
 enum Key {
-    Queued(Run),
+    Queued(Run, Order),
     Processing(Option<Run>),
 }
 
@@ -93,38 +97,57 @@ struct Model {
 }
 
 impl Model {
-    fn add(&mut self, key: u8, run: Run) {
+    fn add(&mut self, key: u8, run: Run, now: Instant, op: u64) {
         if self.shutting_down {
             return;
         }
+        let queued = |run: Run| Key::Queued(run, (run.ready_at.max(now), op));
         let next = match self.keys.remove(&key) {
-            None => Key::Queued(run),
-            Some(Key::Queued(old)) => Key::Queued(old.merge(run)),
+            None => queued(run),
+            // Waiting and due: only a higher priority moves it (to the back of that level).
+            Some(Key::Queued(old, order)) if old.ready_at <= now => {
+                if run.priority > old.priority {
+                    queued(old.merge(run))
+                } else {
+                    Key::Queued(old, order)
+                }
+            }
+            // Waiting for a delay: any change re-queues it.
+            Some(Key::Queued(old, order)) => {
+                let merged = old.merge(run);
+                if merged == old {
+                    Key::Queued(old, order)
+                } else {
+                    queued(merged)
+                }
+            }
             Some(Key::Processing(None)) => Key::Processing(Some(run)),
             Some(Key::Processing(Some(old))) => Key::Processing(Some(old.merge(run))),
         };
         self.keys.insert(key, next);
     }
 
-    /// Keys that may be handed out now, with the best (strict) priority first.
+    /// Keys that may be handed out now, in the order they must be: highest priority first,
+    /// then first in line.
     fn ready(&self, now: Instant) -> Vec<(u8, Run)> {
         let mut ready: Vec<_> = self
             .keys
             .iter()
             .filter_map(|(k, s)| match s {
-                Key::Queued(run) if run.ready_at <= now => Some((*k, *run)),
+                Key::Queued(run, order) if run.ready_at <= now => Some((*k, *run, *order)),
                 _ => None,
             })
             .collect();
-        ready.sort_by_key(|(_, run)| (-run.priority, run.ready_at));
-        ready
+        ready.sort_by_key(|(_, run, order)| (-run.priority, *order));
+        ready.into_iter().map(|(k, run, _)| (k, run)).collect()
     }
 
-    fn done(&mut self, key: u8, now: Instant) {
+    fn done(&mut self, key: u8, now: Instant, op: u64) {
         match self.keys.remove(&key) {
             Some(Key::Processing(Some(run))) => {
                 if !(self.shutting_down && run.ready_at > now) {
-                    self.keys.insert(key, Key::Queued(run));
+                    self.keys
+                        .insert(key, Key::Queued(run, (run.ready_at.max(now), op)));
                 }
             }
             Some(Key::Processing(None)) => {}
@@ -135,7 +158,7 @@ impl Model {
     fn shut_down(&mut self, now: Instant) {
         self.shutting_down = true;
         self.keys
-            .retain(|_, s| !matches!(s, Key::Queued(run) if run.ready_at > now));
+            .retain(|_, s| !matches!(s, Key::Queued(run, _) if run.ready_at > now));
     }
 }
 
@@ -152,8 +175,9 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
             .build();
         let mut model = Model::default();
         let mut held: [Option<WorkItem<u8>>; 3] = [None, None, None];
-        for op in ops {
+        for (op_index, op) in ops.into_iter().enumerate() {
             let now = Instant::now();
+            let seq = op_index as u64;
             match op {
                 Op::Add {
                     key,
@@ -167,7 +191,7 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         Run {
                             ready_at: now + after,
                             priority,
-                        },
+                        }, now, seq
                     );
                 }
                 Op::AddRateLimited(key) => {
@@ -180,7 +204,7 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         Run {
                             ready_at: now + after,
                             priority: 0,
-                        },
+                        }, now, seq
                     );
                 }
                 Op::Get { worker } => {
@@ -191,23 +215,17 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     match q.try_get() {
                         Some(item) => {
                             let key = *item.key();
-                            let Some((_, best)) = ready.first() else {
+                            let Some((first, best)) = ready.first() else {
                                 return Err(TestCaseError::fail(format!(
                                     "handed out {key} but the model has nothing ready"
                                 )));
                             };
-                            let Some((_, run)) = ready.iter().find(|(k, _)| *k == key) else {
-                                return Err(TestCaseError::fail(format!(
-                                    "handed out {key}, which is not queued and ready: {:?}",
-                                    model.keys.get(&key)
-                                )));
-                            };
-                            prop_assert_eq!(run.priority, best.priority, "not the best priority");
-                            prop_assert_eq!(item.priority(), run.priority);
                             prop_assert!(
-                                run.ready_at <= best.ready_at || run.priority != best.priority,
-                                "not first-ready within its priority"
+                                key == *first,
+                                "handed out {} but {} (priority {}) was first in line; ready: {:?}; state of {}: {:?}",
+                                key, first, best.priority, ready, key, model.keys.get(&key)
                             );
+                            prop_assert_eq!(item.priority(), best.priority);
                             model.keys.insert(key, Key::Processing(None));
                             held[worker] = Some(item);
                         }
@@ -222,7 +240,7 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     if let Some(item) = held[worker].take() {
                         let key = *item.key();
                         item.done();
-                        model.done(key, now);
+                        model.done(key, now, seq);
                     }
                 }
                 Op::Forget(key) => {
@@ -242,7 +260,7 @@ fn check(ops: Vec<Op>) -> Result<(), TestCaseError> {
             if let Some(item) = slot.take() {
                 let key = *item.key();
                 drop(item);
-                model.done(key, Instant::now());
+                model.done(key, Instant::now(), u64::MAX);
             }
         }
         advance(Duration::from_secs(10)).await;
