@@ -132,14 +132,12 @@ where
             metrics,
             updater: Mutex::new(None),
         });
-        if has_metrics {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let task = runtime.spawn(update_unfinished_work(Arc::downgrade(&shared)));
-                *shared
-                    .updater
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = Some(task);
-            }
+        if has_metrics && let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let task = runtime.spawn(update_unfinished_work(Arc::downgrade(&shared)));
+            *shared
+                .updater
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(task);
         }
         WorkQueue { shared }
     }
@@ -271,10 +269,10 @@ where
                     }
                     sleep_at = Some(at);
                 }
-                if let Some(timer) = sleep.as_mut().as_pin_mut() {
-                    if timer.poll(cx).is_pending() {
-                        return Poll::Pending;
-                    }
+                if let Some(timer) = sleep.as_mut().as_pin_mut()
+                    && timer.poll(cx).is_pending()
+                {
+                    return Poll::Pending;
                 }
                 // The timer has fired: look again.
             }
