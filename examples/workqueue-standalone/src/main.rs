@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 /// Jobs fail this many times before they succeed, so retries are visible.
 fn failures_before_success(job: u32) -> u32 {
-    if job % 5 == 0 { 3 } else { 0 }
+    if job.is_multiple_of(5) { 3 } else { 0 }
 }
 
 #[tokio::main]
