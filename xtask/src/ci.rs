@@ -13,6 +13,7 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
             "clippy",
             "--workspace",
             "--all-targets",
+            "--all-features",
             "--",
             "-D",
             "warnings",
@@ -20,12 +21,12 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
     })?;
     step("cargo doc", || {
         sh(cargo()
-            .args(["doc", "--workspace", "--no-deps"])
+            .args(["doc", "--workspace", "--no-deps", "--all-features"])
             .env("RUSTDOCFLAGS", "-D warnings"))
     })?;
     step("cargo test", || {
         sh(cargo()
-            .args(["test", "--workspace"])
+            .args(["test", "--workspace", "--all-features"])
             .args(test_args)
             .env("RUDDER_ENVTEST_ASSETS", &assets))
     })?;

@@ -96,13 +96,13 @@
 //! # Metrics
 //!
 //! Through the [`MetricsProvider`] trait, with client-go's names; see [`metrics`]. The
-//! `metrics` feature adds [`MetricsCrateProvider`] for the `metrics` crate.
+//! `metrics` feature adds `MetricsCrateProvider` for the `metrics` crate.
 //!
 //! # Features
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `metrics` | no | [`MetricsCrateProvider`], reporting through the `metrics` crate |
+//! | `metrics` | no | `MetricsCrateProvider`, reporting through the `metrics` crate |
 
 mod item;
 pub mod metrics;

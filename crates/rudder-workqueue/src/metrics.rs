@@ -2,7 +2,7 @@
 //!
 //! The queue keeps no global state: it reports to the [`QueueMetrics`] its
 //! [`MetricsProvider`] made for it when it was built. With the `metrics` feature,
-//! [`MetricsCrateProvider`](crate::MetricsCrateProvider) reports through the `metrics` crate
+//! `MetricsCrateProvider` reports through the `metrics` crate
 //! (and so to a Prometheus exporter) under client-go's names:
 //!
 //! | metric | kind | meaning |
