@@ -84,6 +84,24 @@ fn measure<F, Fut>(
     });
 }
 
+/// kube-runtime's side of the one-key-at-a-time rows: schedule a key `delay` from now, then
+/// take it from the scheduler.
+async fn kube_one_at_a_time<T>(iters: u64, key: impl Fn(u64) -> T, delay: Duration)
+where
+    T: std::hash::Hash + Eq + Clone + Unpin,
+{
+    let (tx, rx) = mpsc::unbounded();
+    let mut sched = pin!(scheduler(rx));
+    for i in 0..iters {
+        tx.unbounded_send(ScheduleRequest {
+            message: key(i),
+            run_at: tokio::time::Instant::now() + delay,
+        })
+        .unwrap();
+        black_box(sched.next().await.unwrap());
+    }
+}
+
 fn string_keys(n: usize) -> Vec<String> {
     (0..n)
         .map(|i| format!("namespace-{}/object-name-{i}", i % 7))
@@ -110,17 +128,8 @@ fn cycle(c: &mut Criterion) {
                         }
                     }
                 });
-                measure(&mut g, row, KUBE, 1, &rt, |iters| async move {
-                    let (tx, rx) = mpsc::unbounded();
-                    let mut sched = pin!(scheduler(rx));
-                    for i in 0..iters {
-                        tx.unbounded_send(ScheduleRequest {
-                            message: i & 63,
-                            run_at: tokio::time::Instant::now(),
-                        })
-                        .unwrap();
-                        black_box(sched.next().await.unwrap());
-                    }
+                measure(&mut g, row, KUBE, 1, &rt, |iters| {
+                    kube_one_at_a_time(iters, |i| i & 63, Duration::ZERO)
                 });
             }
             Some(keys) => {
@@ -139,16 +148,8 @@ fn cycle(c: &mut Criterion) {
                 measure(&mut g, row, KUBE, 1, &rt, |iters| {
                     let keys = keys.clone();
                     async move {
-                        let (tx, rx) = mpsc::unbounded();
-                        let mut sched = pin!(scheduler(rx));
-                        for i in 0..iters as usize {
-                            tx.unbounded_send(ScheduleRequest {
-                                message: keys[i & 63].clone(),
-                                run_at: tokio::time::Instant::now(),
-                            })
-                            .unwrap();
-                            black_box(sched.next().await.unwrap());
-                        }
+                        let key = |i: u64| keys[(i & 63) as usize].clone();
+                        kube_one_at_a_time(iters, key, Duration::ZERO).await;
                     }
                 });
             }
@@ -217,17 +218,8 @@ fn rate_limited(c: &mut Criterion) {
         }
     });
     // kube-runtime: a requeue after a fixed 5 ms (its error policy's `Action::requeue`).
-    measure(&mut g, row, KUBE, 1, &rt, |iters| async move {
-        let (tx, rx) = mpsc::unbounded();
-        let mut sched = pin!(scheduler(rx));
-        for i in 0..iters {
-            tx.unbounded_send(ScheduleRequest {
-                message: i & 63,
-                run_at: tokio::time::Instant::now() + Duration::from_millis(5),
-            })
-            .unwrap();
-            black_box(sched.next().await.unwrap());
-        }
+    measure(&mut g, row, KUBE, 1, &rt, |iters| {
+        kube_one_at_a_time(iters, |i| i & 63, Duration::from_millis(5))
     });
     g.finish();
 }
@@ -246,17 +238,8 @@ fn requeue_after(c: &mut Criterion) {
             }
         }
     });
-    measure(&mut g, row, KUBE, 1, &rt, |iters| async move {
-        let (tx, rx) = mpsc::unbounded();
-        let mut sched = pin!(scheduler(rx));
-        for i in 0..iters {
-            tx.unbounded_send(ScheduleRequest {
-                message: i & 63,
-                run_at: tokio::time::Instant::now() + Duration::from_millis(5),
-            })
-            .unwrap();
-            black_box(sched.next().await.unwrap());
-        }
+    measure(&mut g, row, KUBE, 1, &rt, |iters| {
+        kube_one_at_a_time(iters, |i| i & 63, Duration::from_millis(5))
     });
     g.finish();
 }
