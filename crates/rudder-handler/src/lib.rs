@@ -1,0 +1,77 @@
+//! From "something changed" to "reconcile this key": events, requests, event handlers,
+//! predicates and sources, in the shape of Go controller-runtime's `handler`, `predicate`
+//! and `source` packages.
+//!
+//! A controller watches [`Source`]s. Each [`Event`] a source yields passes the watch's
+//! [`Predicate`]s, then its [`EventHandler`] turns it into [`Request`]s on the controller's
+//! work queue.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kube::core::ObjectMeta;
+//! use rudder_handler::{
+//!     EnqueueObject, Event, EventHandler, GenerationChanged, Predicate, Queue, Request,
+//! };
+//!
+//! let queue = Queue::new();
+//! let object = Arc::new(ConfigMap {
+//!     metadata: ObjectMeta {
+//!         namespace: Some("default".into()),
+//!         name: Some("settings".into()),
+//!         ..ObjectMeta::default()
+//!     },
+//!     ..ConfigMap::default()
+//! });
+//! let event = Event::Create { object, initial_list: false };
+//! if GenerationChanged.filter(&event) {
+//!     EnqueueObject.handle(&event, &queue);
+//! }
+//! let item = queue.try_get().expect("queued");
+//! assert_eq!(*item.key(), Request::namespaced("default", "settings"));
+//! ```
+//!
+//! # Requests
+//!
+//! A [`Request`] names an object (namespace and name); it is the work queue's key, so a burst
+//! of events about one object becomes one reconcile.
+//!
+//! # Handlers
+//!
+//! [`EnqueueObject`] queues the object itself; [`EnqueueOwner`] its owner of a given type (the
+//! controller owner by default); [`EnqueueMapped`] whatever a function maps it to;
+//! [`HandlerFuncs`] runs closures per event kind. Events that are old news (objects from a
+//! list, resyncs that changed nothing) are queued at [`LOW_PRIORITY`] so that new changes
+//! overtake them.
+//!
+//! # Predicates
+//!
+//! [`GenerationChanged`], [`ResourceVersionChanged`], [`LabelChanged`],
+//! [`AnnotationChanged`], [`LabelSelectorPredicate`], the combinators [`And`], [`Or`] and
+//! [`Not`], [`Funcs`] with a closure per event kind, and any `Fn(&Event<K>) -> bool`.
+//!
+//! # Sources
+//!
+//! [`channel`] for events from outside the cluster, [`from_stream`] for any stream of
+//! events; each has a [`Synced`] signal.
+
+mod event;
+mod handler;
+pub mod predicate;
+mod request;
+mod source;
+
+pub use event::Event;
+pub use handler::{
+    EnqueueMapped, EnqueueObject, EnqueueOwner, EventHandler, HandlerFuncs, LOW_PRIORITY, Queue,
+    enqueue,
+};
+pub use predicate::{
+    And, AnnotationChanged, Funcs, GenerationChanged, LabelChanged, LabelSelectorPredicate, Not,
+    Or, Predicate, ResourceVersionChanged,
+};
+pub use request::Request;
+pub use source::{
+    ChannelSource, EventSender, Source, SourceClosed, StreamSource, Synced, channel, from_stream,
+    from_stream_with_sync,
+};

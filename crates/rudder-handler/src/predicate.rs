@@ -1,0 +1,303 @@
+//! [`Predicate`]s: which events reach the event handlers.
+//!
+//! A predicate sees every event of a watch before its handler does and drops the ones it
+//! returns `false` for. The built-ins follow controller-runtime's: each filters updates only
+//! (creates, deletes and generic events pass), except [`LabelSelectorPredicate`], which
+//! filters every event by the object's labels.
+
+use std::marker::PhantomData;
+
+use kube::Resource;
+use kube::core::{Selector, SelectorExt};
+
+use crate::Event;
+
+/// Decides whether an event goes on to the handler.
+pub trait Predicate<K>: Send + Sync {
+    /// `true` to let the event through.
+    fn filter(&self, event: &Event<K>) -> bool;
+}
+
+/// Any `Fn(&Event<K>) -> bool` is a predicate.
+impl<K, F> Predicate<K> for F
+where
+    F: Fn(&Event<K>) -> bool + Send + Sync,
+{
+    fn filter(&self, event: &Event<K>) -> bool {
+        self(event)
+    }
+}
+
+impl<K> Predicate<K> for Box<dyn Predicate<K>> {
+    fn filter(&self, event: &Event<K>) -> bool {
+        (**self).filter(event)
+    }
+}
+
+/// Lets an update through only if `changed(old, new)`; every other event passes.
+fn update_only<K>(event: &Event<K>, changed: impl Fn(&K, &K) -> bool) -> bool {
+    match event {
+        Event::Update { old, new } => changed(old, new),
+        _ => true,
+    }
+}
+
+macro_rules! update_predicate {
+    ($(#[$doc:meta])* $name:ident, |$old:ident, $new:ident| $changed:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $name;
+
+        impl<K: Resource> Predicate<K> for $name {
+            fn filter(&self, event: &Event<K>) -> bool {
+                update_only(event, |$old, $new| {
+                    let ($old, $new) = ($old.meta(), $new.meta());
+                    $changed
+                })
+            }
+        }
+    };
+}
+
+update_predicate!(
+    /// Lets an update through when `metadata.generation` changed: the spec changed, not only
+    /// the status or metadata. Objects without a generation (ConfigMaps, for one) never pass
+    /// an update, as in controller-runtime.
+    GenerationChanged,
+    |old, new| old.generation != new.generation
+);
+
+update_predicate!(
+    /// Lets an update through when `metadata.resourceVersion` changed: drops resyncs.
+    ResourceVersionChanged,
+    |old, new| old.resource_version != new.resource_version
+);
+
+update_predicate!(
+    /// Lets an update through when the labels changed.
+    LabelChanged,
+    |old, new| old.labels != new.labels
+);
+
+update_predicate!(
+    /// Lets an update through when the annotations changed.
+    AnnotationChanged,
+    |old, new| old.annotations != new.annotations
+);
+
+/// Lets an event through when the object's labels match a selector (for an update, the new
+/// object's).
+#[derive(Clone, Debug)]
+pub struct LabelSelectorPredicate {
+    selector: Selector,
+}
+
+impl LabelSelectorPredicate {
+    /// Filters by `selector`; build it from a `LabelSelector` with `try_into`, or from
+    /// `(key, value)` pairs with `collect`.
+    pub fn new(selector: Selector) -> Self {
+        Self { selector }
+    }
+}
+
+impl<K: Resource> Predicate<K> for LabelSelectorPredicate {
+    fn filter(&self, event: &Event<K>) -> bool {
+        let labels = event.object().meta().labels.clone().unwrap_or_default();
+        self.selector.matches(&labels)
+    }
+}
+
+/// Both predicates must let the event through.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct And<A, B>(pub A, pub B);
+
+impl<K, A: Predicate<K>, B: Predicate<K>> Predicate<K> for And<A, B> {
+    fn filter(&self, event: &Event<K>) -> bool {
+        self.0.filter(event) && self.1.filter(event)
+    }
+}
+
+/// Either predicate lets the event through.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Or<A, B>(pub A, pub B);
+
+impl<K, A: Predicate<K>, B: Predicate<K>> Predicate<K> for Or<A, B> {
+    fn filter(&self, event: &Event<K>) -> bool {
+        self.0.filter(event) || self.1.filter(event)
+    }
+}
+
+/// Lets through what the inner predicate drops.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Not<P>(pub P);
+
+impl<K, P: Predicate<K>> Predicate<K> for Not<P> {
+    fn filter(&self, event: &Event<K>) -> bool {
+        !self.0.filter(event)
+    }
+}
+
+type WithFlag<K> = Option<Box<dyn Fn(&K, bool) -> bool + Send + Sync>>;
+type OldNew<K> = Option<Box<dyn Fn(&K, &K) -> bool + Send + Sync>>;
+type Plain<K> = Option<Box<dyn Fn(&K) -> bool + Send + Sync>>;
+
+/// Per-event-kind closures; a kind without one passes.
+pub struct Funcs<K> {
+    create: WithFlag<K>,
+    update: OldNew<K>,
+    delete: WithFlag<K>,
+    generic: Plain<K>,
+    _kind: PhantomData<fn(&K)>,
+}
+
+impl<K> Default for Funcs<K> {
+    fn default() -> Self {
+        Self {
+            create: None,
+            update: None,
+            delete: None,
+            generic: None,
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for Funcs<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Funcs").finish_non_exhaustive()
+    }
+}
+
+impl<K> Funcs<K> {
+    /// Every event passes until a closure says otherwise.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Filters creates: `(object, initial_list)`.
+    pub fn create(mut self, f: impl Fn(&K, bool) -> bool + Send + Sync + 'static) -> Self {
+        self.create = Some(Box::new(f));
+        self
+    }
+
+    /// Filters updates: `(old, new)`.
+    pub fn update(mut self, f: impl Fn(&K, &K) -> bool + Send + Sync + 'static) -> Self {
+        self.update = Some(Box::new(f));
+        self
+    }
+
+    /// Filters deletes: `(object, final_state_unknown)`.
+    pub fn delete(mut self, f: impl Fn(&K, bool) -> bool + Send + Sync + 'static) -> Self {
+        self.delete = Some(Box::new(f));
+        self
+    }
+
+    /// Filters generic events.
+    pub fn generic(mut self, f: impl Fn(&K) -> bool + Send + Sync + 'static) -> Self {
+        self.generic = Some(Box::new(f));
+        self
+    }
+}
+
+impl<K> Predicate<K> for Funcs<K> {
+    fn filter(&self, event: &Event<K>) -> bool {
+        match event {
+            Event::Create {
+                object,
+                initial_list,
+            } => self
+                .create
+                .as_ref()
+                .is_none_or(|f| f(object, *initial_list)),
+            Event::Update { old, new } => self.update.as_ref().is_none_or(|f| f(old, new)),
+            Event::Delete {
+                object,
+                final_state_unknown,
+            } => self
+                .delete
+                .as_ref()
+                .is_none_or(|f| f(object, *final_state_unknown)),
+            Event::Generic { object } => self.generic.as_ref().is_none_or(|f| f(object)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::core::ObjectMeta;
+
+    use super::*;
+
+    fn cm(generation: Option<i64>, rv: &str, labels: &[(&str, &str)]) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("cm".into()),
+                namespace: Some("ns".into()),
+                generation,
+                resource_version: Some(rv.into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect::<BTreeMap<_, _>>(),
+                ),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        })
+    }
+
+    fn update(old: Arc<ConfigMap>, new: Arc<ConfigMap>) -> Event<ConfigMap> {
+        Event::Update { old, new }
+    }
+
+    #[test]
+    fn update_predicates_compare_the_right_field_and_pass_other_events() {
+        let base = cm(Some(1), "10", &[("a", "1")]);
+        let status_only = cm(Some(1), "11", &[("a", "1")]);
+        let spec = cm(Some(2), "12", &[("a", "1")]);
+        let relabelled = cm(Some(1), "13", &[("a", "2")]);
+        let create = Event::Create {
+            object: Arc::clone(&base),
+            initial_list: false,
+        };
+
+        assert!(!GenerationChanged.filter(&update(base.clone(), status_only.clone())));
+        assert!(GenerationChanged.filter(&update(base.clone(), spec)));
+        assert!(GenerationChanged.filter(&create));
+        assert!(!ResourceVersionChanged.filter(&update(base.clone(), base.clone())));
+        assert!(ResourceVersionChanged.filter(&update(base.clone(), status_only.clone())));
+        assert!(!LabelChanged.filter(&update(base.clone(), status_only)));
+        assert!(LabelChanged.filter(&update(base.clone(), relabelled)));
+        assert!(!AnnotationChanged.filter(&update(base.clone(), base)));
+    }
+
+    #[test]
+    fn label_selector_and_combinators() {
+        let selector: Selector = [("app", "web")].into_iter().collect();
+        let web = Event::Create {
+            object: cm(None, "1", &[("app", "web")]),
+            initial_list: false,
+        };
+        let db = Event::Create {
+            object: cm(None, "1", &[("app", "db")]),
+            initial_list: false,
+        };
+        let p = LabelSelectorPredicate::new(selector);
+        assert!(p.filter(&web));
+        assert!(!p.filter(&db));
+        assert!(!Not(p.clone()).filter(&web));
+        assert!(Or(p.clone(), |_: &Event<ConfigMap>| true).filter(&db));
+        assert!(!And(p, |_: &Event<ConfigMap>| true).filter(&db));
+        let no_initial = Funcs::<ConfigMap>::new().create(|_, initial| !initial);
+        assert!(no_initial.filter(&web));
+        assert!(!no_initial.filter(&Event::Create {
+            object: cm(None, "1", &[]),
+            initial_list: true
+        }));
+    }
+}

@@ -1,0 +1,164 @@
+//! [`Source`]s: where events come from, and whether a source has caught up.
+//!
+//! A source yields a stream of [`Event`]s and a [`Synced`] signal that turns on once it has
+//! delivered the state it started from. Sources here: [`channel`] (events pushed from outside
+//! the cluster) and [`from_stream`] (any stream of events). The informer-backed `Kind` source
+//! is built on rudder-cache.
+
+use std::sync::Arc;
+
+use futures::stream::{BoxStream, Stream, StreamExt};
+use tokio::sync::{mpsc, watch};
+
+use crate::Event;
+
+/// Produces events for one watch of a controller.
+pub trait Source<K>: Send + 'static {
+    /// Starts the source. The stream ends when the source has nothing more to give (a channel
+    /// whose senders are all gone); a source on the cluster runs until it is dropped.
+    fn start(self: Box<Self>) -> BoxStream<'static, Event<K>>;
+
+    /// The signal that turns on when the source has caught up with the state it started from.
+    fn synced(&self) -> Synced;
+}
+
+/// Whether a source has synced: cheap to clone, observable from anywhere.
+#[derive(Clone, Debug)]
+pub struct Synced(Arc<watch::Sender<bool>>);
+
+impl Synced {
+    /// A signal that is off until [`mark`](Self::mark) is called.
+    pub fn new() -> Self {
+        Self(Arc::new(watch::Sender::new(false)))
+    }
+
+    /// A signal that is on from the start, for sources with no initial state to catch up on.
+    pub fn already() -> Self {
+        Self(Arc::new(watch::Sender::new(true)))
+    }
+
+    /// Turns the signal on.
+    pub fn mark(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// Whether the signal is on.
+    pub fn is_synced(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Waits until the signal is on.
+    pub async fn wait(&self) {
+        let mut rx = self.0.subscribe();
+        // The sender lives in `self`, so the channel cannot close while we wait.
+        let _ = rx.wait_for(|synced| *synced).await;
+    }
+}
+
+impl Default for Synced {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The sending half of a [`channel`] source.
+#[derive(Debug)]
+pub struct EventSender<K>(mpsc::Sender<Event<K>>);
+
+impl<K> Clone for EventSender<K> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+/// The receiving half of a [`channel`]: give it to a controller's watch.
+#[derive(Debug)]
+pub struct ChannelSource<K>(mpsc::Receiver<Event<K>>);
+
+/// The error of a send to a [`channel`] source whose controller is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceClosed;
+
+impl std::fmt::Display for SourceClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the controller watching this source has stopped")
+    }
+}
+
+impl std::error::Error for SourceClosed {}
+
+impl<K> EventSender<K> {
+    /// Sends an event, waiting while the channel is full.
+    pub async fn send(&self, event: Event<K>) -> Result<(), SourceClosed> {
+        self.0.send(event).await.map_err(|_| SourceClosed)
+    }
+}
+
+/// A source fed from outside the cluster (controller-runtime's channel source): events sent
+/// on the returned sender reach the watch's predicates and handler. Holds at most `capacity`
+/// events not yet taken; senders wait beyond that. Synced from the start.
+pub fn channel<K: Send + Sync + 'static>(capacity: usize) -> (EventSender<K>, ChannelSource<K>) {
+    let (tx, rx) = mpsc::channel(capacity.max(1));
+    (EventSender(tx), ChannelSource(rx))
+}
+
+impl<K: Send + Sync + 'static> Source<K> for ChannelSource<K> {
+    fn start(self: Box<Self>) -> BoxStream<'static, Event<K>> {
+        futures::stream::unfold(self.0, |mut rx| async move {
+            let event = rx.recv().await?;
+            Some((event, rx))
+        })
+        .boxed()
+    }
+
+    fn synced(&self) -> Synced {
+        Synced::already()
+    }
+}
+
+/// A source from any stream of events.
+pub struct StreamSource<S> {
+    stream: S,
+    synced: Synced,
+}
+
+impl<S> std::fmt::Debug for StreamSource<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamSource")
+            .field("synced", &self.synced.is_synced())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A source that yields what `stream` yields. It counts as synced from the start; use
+/// [`from_stream_with_sync`] to turn the signal on yourself.
+pub fn from_stream<K, S>(stream: S) -> StreamSource<S>
+where
+    S: Stream<Item = Event<K>> + Send + 'static,
+{
+    StreamSource {
+        stream,
+        synced: Synced::already(),
+    }
+}
+
+/// A source that yields what `stream` yields and counts as synced when `synced` turns on.
+pub fn from_stream_with_sync<K, S>(stream: S, synced: Synced) -> StreamSource<S>
+where
+    S: Stream<Item = Event<K>> + Send + 'static,
+{
+    StreamSource { stream, synced }
+}
+
+impl<K, S> Source<K> for StreamSource<S>
+where
+    S: Stream<Item = Event<K>> + Send + 'static,
+{
+    fn start(self: Box<Self>) -> BoxStream<'static, Event<K>> {
+        self.stream.boxed()
+    }
+
+    fn synced(&self) -> Synced {
+        self.synced.clone()
+    }
+}
