@@ -1,0 +1,685 @@
+//! The cache: get-or-create one shared informer per (type, namespace, selectors), and a
+//! reader served from their stores.
+
+use std::any::{Any, TypeId};
+use std::fmt::{self, Debug};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use hashbrown::HashMap;
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::{
+    ClusterResourceScope, DynamicResourceScope, NamespaceResourceScope, PartialObjectMeta,
+};
+use kube::core::{Selector, SelectorExt};
+use kube::{Api, Client, Resource};
+use kube_runtime::watcher;
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::error::{Error, Result};
+use crate::informer::{DEFAULT_RESYNC, Informer};
+use crate::store::{NAMESPACE_INDEX, ObjectKey};
+use crate::transform::{Transform, strip_managed_fields};
+
+/// How long the reader waits for a new informer's first list by default.
+pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Which objects one informer watches: a namespace (or all) and label and field selectors.
+///
+/// Each distinct scope of a type is its own watch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Scope {
+    /// Watch only this namespace; `None` watches all (and is the only choice for
+    /// cluster-scoped types, which ignore it).
+    pub namespace: Option<String>,
+    /// A label selector in the API server's syntax, e.g. `app=web,tier!=db`.
+    pub labels: Option<String>,
+    /// A field selector in the API server's syntax, e.g. `metadata.name=x`.
+    pub fields: Option<String>,
+}
+
+impl Scope {
+    /// Every object of the type, in every namespace.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// Every object in one namespace.
+    pub fn namespace(namespace: impl Into<String>) -> Self {
+        Self {
+            namespace: Some(namespace.into()),
+            ..Self::default()
+        }
+    }
+
+    /// Adds a label selector.
+    #[must_use]
+    pub fn labels(mut self, selector: impl Into<String>) -> Self {
+        self.labels = Some(selector.into());
+        self
+    }
+
+    /// Adds a field selector.
+    #[must_use]
+    pub fn fields(mut self, selector: impl Into<String>) -> Self {
+        self.fields = Some(selector.into());
+        self
+    }
+
+    fn watcher_config(&self) -> watcher::Config {
+        let mut config = watcher::Config::default();
+        if let Some(labels) = &self.labels {
+            config = config.labels(labels);
+        }
+        if let Some(fields) = &self.fields {
+            config = config.fields(fields);
+        }
+        config
+    }
+}
+
+/// Per-type options: the scope the reader and [`Cache::informer`] use for the type, and the
+/// transform its informers apply.
+pub struct ByObject<K> {
+    scope: Option<Scope>,
+    transform: Option<Option<Transform<K>>>,
+}
+
+impl<K> Default for ByObject<K> {
+    fn default() -> Self {
+        Self {
+            scope: None,
+            transform: None,
+        }
+    }
+}
+
+impl<K: Resource> ByObject<K> {
+    /// Options that change nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The type's default scope, overriding the cache's default namespace.
+    #[must_use]
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.scope = Some(scope);
+        self
+    }
+
+    /// A transform for this type's objects, replacing [`strip_managed_fields`].
+    #[must_use]
+    pub fn transform(mut self, transform: impl Fn(&mut K) + Send + Sync + 'static) -> Self {
+        self.transform = Some(Some(Arc::new(transform)));
+        self
+    }
+
+    /// Store this type's objects as the server sends them, `managedFields` included.
+    #[must_use]
+    pub fn keep_managed_fields(mut self) -> Self {
+        self.transform = Some(None);
+        self
+    }
+}
+
+/// How to make an `Api` for a type in a namespace, by the type's scope; implemented for
+/// kube's three scope markers.
+pub trait ApiScope: sealed::Sealed {
+    /// An `Api<K>` over `namespace`, or over all namespaces (always, for cluster scope).
+    fn api<K>(client: Client, namespace: Option<&str>) -> Api<K>
+    where
+        K: Resource<Scope = Self, DynamicType = ()>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for kube::core::NamespaceResourceScope {}
+    impl Sealed for kube::core::ClusterResourceScope {}
+    impl Sealed for kube::core::DynamicResourceScope {}
+}
+
+impl ApiScope for NamespaceResourceScope {
+    fn api<K>(client: Client, namespace: Option<&str>) -> Api<K>
+    where
+        K: Resource<Scope = Self, DynamicType = ()>,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(client, ns),
+            None => Api::all(client),
+        }
+    }
+}
+
+impl ApiScope for ClusterResourceScope {
+    fn api<K>(client: Client, _namespace: Option<&str>) -> Api<K>
+    where
+        K: Resource<Scope = Self, DynamicType = ()>,
+    {
+        Api::all(client)
+    }
+}
+
+impl ApiScope for DynamicResourceScope {
+    fn api<K>(client: Client, namespace: Option<&str>) -> Api<K>
+    where
+        K: Resource<Scope = Self, DynamicType = ()>,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &()),
+            None => Api::all(client),
+        }
+    }
+}
+
+/// What the reader's `list` returns.
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    /// Only objects in this namespace.
+    pub namespace: Option<String>,
+    /// Only objects whose labels match.
+    pub labels: Option<Selector>,
+    /// Only objects filed under `(index, value)`; the lookup costs O(matches).
+    pub index: Option<(String, String)>,
+}
+
+impl ListOptions {
+    /// Only objects in `namespace`.
+    #[must_use]
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Only objects whose labels match `selector`.
+    #[must_use]
+    pub fn labels(mut self, selector: Selector) -> Self {
+        self.labels = Some(selector);
+        self
+    }
+
+    /// Only objects filed under `value` in `index`.
+    #[must_use]
+    pub fn index(mut self, index: impl Into<String>, value: impl Into<String>) -> Self {
+        self.index = Some((index.into(), value.into()));
+        self
+    }
+}
+
+/// Builds a [`Cache`]; see [`Cache::builder`].
+pub struct CacheBuilder {
+    client: Client,
+    default_namespace: Option<String>,
+    by_object: HashMap<TypeKey, Box<dyn Any + Send + Sync>>,
+    resync: Option<Duration>,
+    fail_on_missing_informer: bool,
+    sync_timeout: Duration,
+}
+
+impl CacheBuilder {
+    /// Watch only this namespace unless a type's [`ByObject`] says otherwise.
+    #[must_use]
+    pub fn default_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.default_namespace = Some(namespace.into());
+        self
+    }
+
+    /// Options for the typed objects `K` (or `PartialObjectMeta<K>` for metadata-only).
+    #[must_use]
+    pub fn by_object<K>(mut self, options: ByObject<K>) -> Self
+    where
+        K: Resource + Send + Sync + 'static,
+    {
+        self.by_object
+            .insert(TypeKey::Typed(TypeId::of::<K>()), Box::new(options));
+        self
+    }
+
+    /// Options for dynamic objects of the resource `resource`.
+    #[must_use]
+    pub fn by_dynamic(mut self, resource: &ApiResource, options: ByObject<DynamicObject>) -> Self {
+        self.by_object
+            .insert(TypeKey::dynamic(resource), Box::new(options));
+        self
+    }
+
+    /// The resync period of every informer (default [`DEFAULT_RESYNC`], 10 hours plus up to
+    /// 10% jitter); `None` turns resync off.
+    #[must_use]
+    pub fn resync(mut self, period: Option<Duration>) -> Self {
+        self.resync = period;
+        self
+    }
+
+    /// Make the reader fail with [`Error::MissingInformer`] for a type that has no informer
+    /// yet, instead of starting one.
+    #[must_use]
+    pub fn fail_on_missing_informer(mut self, fail: bool) -> Self {
+        self.fail_on_missing_informer = fail;
+        self
+    }
+
+    /// How long the reader waits for an informer's first list (default 60 s).
+    #[must_use]
+    pub fn sync_timeout(mut self, timeout: Duration) -> Self {
+        self.sync_timeout = timeout;
+        self
+    }
+
+    /// The cache; its informers stop when `token` is cancelled (or on [`Cache::stop`]).
+    pub fn build(self, token: &CancellationToken) -> Cache {
+        Cache {
+            inner: Arc::new(Inner {
+                client: self.client,
+                default_namespace: self.default_namespace,
+                by_object: self.by_object,
+                resync: self.resync,
+                fail_on_missing_informer: self.fail_on_missing_informer,
+                sync_timeout: self.sync_timeout,
+                informers: Mutex::new(HashMap::new()),
+                token: token.child_token(),
+                tracker: TaskTracker::new(),
+            }),
+        }
+    }
+}
+
+/// Shared informers, one per (type, [`Scope`]), and a reader over their stores.
+///
+/// Cloning gives another handle to the same cache.
+#[derive(Clone)]
+pub struct Cache {
+    inner: Arc<Inner>,
+}
+
+impl Debug for Cache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cache")
+            .field("informers", &self.inner.informers().len())
+            .field("stopped", &self.inner.token.is_cancelled())
+            .finish()
+    }
+}
+
+impl Cache {
+    /// A builder with the defaults: all namespaces, [`strip_managed_fields`], resync every
+    /// 10 hours with jitter, informers started on demand.
+    pub fn builder(client: Client) -> CacheBuilder {
+        CacheBuilder {
+            client,
+            default_namespace: None,
+            by_object: HashMap::new(),
+            resync: Some(DEFAULT_RESYNC),
+            fail_on_missing_informer: false,
+            sync_timeout: DEFAULT_SYNC_TIMEOUT,
+        }
+    }
+
+    /// The shared informer for `K` in its default scope, started if there is none.
+    pub fn informer<K>(&self) -> Result<Informer<K>>
+    where
+        K: Typed,
+    {
+        let scope = self
+            .inner
+            .default_scope::<K>(&TypeKey::Typed(TypeId::of::<K>()));
+        self.informer_in::<K>(&scope)
+    }
+
+    /// The shared informer for `K` in `scope`, started if there is none.
+    pub fn informer_in<K>(&self, scope: &Scope) -> Result<Informer<K>>
+    where
+        K: Typed,
+    {
+        let client = self.inner.client.clone();
+        self.inner
+            .get_or_start(TypeKey::Typed(TypeId::of::<K>()), scope, |ns| {
+                <K::Scope as ApiScope>::api::<K>(client, ns)
+            })
+    }
+
+    /// The shared metadata-only informer for `K` in its default scope: it stores
+    /// `PartialObjectMeta<K>` and its watch asks the server for metadata only.
+    pub fn metadata_informer<K>(&self) -> Result<Informer<PartialObjectMeta<K>>>
+    where
+        PartialObjectMeta<K>: Typed,
+    {
+        self.informer::<PartialObjectMeta<K>>()
+    }
+
+    /// The shared informer for dynamic objects of `resource` in its default scope.
+    pub fn dynamic_informer(&self, resource: &ApiResource) -> Result<Informer<DynamicObject>> {
+        let scope = self
+            .inner
+            .default_scope::<DynamicObject>(&TypeKey::dynamic(resource));
+        self.dynamic_informer_in(resource, &scope)
+    }
+
+    /// The shared informer for dynamic objects of `resource` in `scope`.
+    pub fn dynamic_informer_in(
+        &self,
+        resource: &ApiResource,
+        scope: &Scope,
+    ) -> Result<Informer<DynamicObject>> {
+        let client = self.inner.client.clone();
+        self.inner
+            .get_or_start(TypeKey::dynamic(resource), scope, |ns| match ns {
+                Some(ns) => Api::namespaced_with(client, ns, resource),
+                None => Api::all_with(client, resource),
+            })
+    }
+
+    /// Stops and forgets the informer for `K` in `scope`, if there is one, and waits for its
+    /// tasks. Handles to it still read its (now frozen) store; the next request for it
+    /// starts a new watch. Returns whether there was one.
+    pub async fn remove_informer<K: Typed>(&self, scope: &Scope) -> bool {
+        self.inner
+            .remove(&InformerKey::new(TypeKey::Typed(TypeId::of::<K>()), scope))
+            .await
+    }
+
+    /// [`remove_informer`](Self::remove_informer) for dynamic objects.
+    pub async fn remove_dynamic_informer(&self, resource: &ApiResource, scope: &Scope) -> bool {
+        self.inner
+            .remove(&InformerKey::new(TypeKey::dynamic(resource), scope))
+            .await
+    }
+
+    /// Adds an index to the store of `K`'s default-scope informer (starting it if needed).
+    pub fn add_index<K, F>(&self, name: impl Into<String>, index: F) -> Result<()>
+    where
+        K: Typed,
+        F: Fn(&K) -> Vec<String> + Send + Sync + 'static,
+    {
+        Ok(self.informer::<K>()?.store().add_index(name, index)?)
+    }
+
+    /// The object `namespace/name` (`namespace` is `None` for cluster-scoped types) from
+    /// the cache, waiting for `K`'s informer to sync first.
+    pub async fn get<K: Typed>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Arc<K>>> {
+        let informer =
+            self.reader_informer::<K>(TypeKey::Typed(TypeId::of::<K>()), || self.informer::<K>())?;
+        informer.wait_for_sync(self.inner.sync_timeout).await?;
+        Ok(informer.store().get(&key(namespace, name)))
+    }
+
+    /// The objects of `K` that match `options`, from the cache.
+    pub async fn list<K: Typed>(&self, options: &ListOptions) -> Result<Vec<Arc<K>>> {
+        let informer =
+            self.reader_informer::<K>(TypeKey::Typed(TypeId::of::<K>()), || self.informer::<K>())?;
+        informer.wait_for_sync(self.inner.sync_timeout).await?;
+        list(&informer, options)
+    }
+
+    /// [`get`](Self::get) for dynamic objects of `resource`.
+    pub async fn get_dynamic(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Arc<DynamicObject>>> {
+        let informer = self.reader_informer::<DynamicObject>(TypeKey::dynamic(resource), || {
+            self.dynamic_informer(resource)
+        })?;
+        informer.wait_for_sync(self.inner.sync_timeout).await?;
+        Ok(informer.store().get(&key(namespace, name)))
+    }
+
+    /// [`list`](Self::list) for dynamic objects of `resource`.
+    pub async fn list_dynamic(
+        &self,
+        resource: &ApiResource,
+        options: &ListOptions,
+    ) -> Result<Vec<Arc<DynamicObject>>> {
+        let informer = self.reader_informer::<DynamicObject>(TypeKey::dynamic(resource), || {
+            self.dynamic_informer(resource)
+        })?;
+        informer.wait_for_sync(self.inner.sync_timeout).await?;
+        list(&informer, options)
+    }
+
+    /// The number of informers running.
+    pub fn informer_count(&self) -> usize {
+        self.inner.informers().len()
+    }
+
+    /// Stops every informer and waits until all their tasks have ended.
+    pub async fn stop(&self) {
+        self.inner.token.cancel();
+        let informers: Vec<_> = self.inner.informers().drain().collect();
+        drop(informers);
+        self.inner.tracker.close();
+        self.inner.tracker.wait().await;
+    }
+
+    fn reader_informer<K>(
+        &self,
+        ty: TypeKey,
+        start: impl FnOnce() -> Result<Informer<K>>,
+    ) -> Result<Informer<K>>
+    where
+        K: Resource + Send + Sync + 'static,
+    {
+        if self.inner.fail_on_missing_informer {
+            let scope = self.inner.default_scope::<K>(&ty);
+            let key = InformerKey::new(ty, &scope);
+            return match self.inner.informers().get(&key) {
+                Some(slot) => slot
+                    .informer
+                    .downcast_ref::<Informer<K>>()
+                    .cloned()
+                    .ok_or(Error::Stopped),
+                None => Err(Error::MissingInformer {
+                    resource: format!("{key:?}"),
+                }),
+            };
+        }
+        start()
+    }
+}
+
+/// The bounds the cache needs of a typed object (met by every k8s-openapi type, kube
+/// custom resources, and their `PartialObjectMeta`).
+pub trait Typed:
+    Resource<DynamicType = (), Scope: ApiScope>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Typed for K where
+    K: Resource<DynamicType = (), Scope: ApiScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+fn key(namespace: Option<&str>, name: &str) -> ObjectKey {
+    ObjectKey {
+        namespace: namespace.map(str::to_owned),
+        name: name.to_owned(),
+    }
+}
+
+fn list<K: Resource + Send + Sync + 'static>(
+    informer: &Informer<K>,
+    options: &ListOptions,
+) -> Result<Vec<Arc<K>>> {
+    let store = informer.store();
+    let mut objects = match (&options.index, &options.namespace) {
+        (Some((index, value)), _) => store.by_index(index, value)?,
+        (None, Some(ns)) => store.by_index(NAMESPACE_INDEX, ns)?,
+        (None, None) => store.list(),
+    };
+    objects.retain(|obj| {
+        let meta = obj.meta();
+        let ns_ok = options
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| meta.namespace.as_deref() == Some(ns));
+        let labels_ok = options
+            .labels
+            .as_ref()
+            .is_none_or(|sel| match &meta.labels {
+                Some(labels) => sel.matches(labels),
+                None => sel.matches(&Default::default()),
+            });
+        ns_ok && labels_ok
+    });
+    Ok(objects)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum TypeKey {
+    Typed(TypeId),
+    Dynamic {
+        group: String,
+        version: String,
+        plural: String,
+    },
+}
+
+impl TypeKey {
+    fn dynamic(resource: &ApiResource) -> Self {
+        Self::Dynamic {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            plural: resource.plural.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct InformerKey {
+    ty: TypeKey,
+    scope: Scope,
+}
+
+impl InformerKey {
+    fn new(ty: TypeKey, scope: &Scope) -> Self {
+        Self {
+            ty,
+            scope: scope.clone(),
+        }
+    }
+}
+
+struct Slot {
+    /// An `Informer<K>` for the slot's type.
+    informer: Box<dyn Any + Send + Sync>,
+    token: CancellationToken,
+    tracker: TaskTracker,
+}
+
+struct Inner {
+    client: Client,
+    default_namespace: Option<String>,
+    by_object: HashMap<TypeKey, Box<dyn Any + Send + Sync>>,
+    resync: Option<Duration>,
+    fail_on_missing_informer: bool,
+    sync_timeout: Duration,
+    informers: Mutex<HashMap<InformerKey, Slot>>,
+    token: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Inner {
+    fn informers(&self) -> MutexGuard<'_, HashMap<InformerKey, Slot>> {
+        self.informers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn by_object<K: 'static>(&self, ty: &TypeKey) -> Option<&ByObject<K>> {
+        self.by_object
+            .get(ty)
+            .and_then(|b| b.downcast_ref::<ByObject<K>>())
+    }
+
+    fn default_scope<K: 'static>(&self, ty: &TypeKey) -> Scope {
+        match self.by_object::<K>(ty).and_then(|b| b.scope.clone()) {
+            Some(scope) => scope,
+            None => Scope {
+                namespace: self.default_namespace.clone(),
+                ..Scope::default()
+            },
+        }
+    }
+
+    fn get_or_start<K>(
+        &self,
+        ty: TypeKey,
+        scope: &Scope,
+        api: impl FnOnce(Option<&str>) -> Api<K>,
+    ) -> Result<Informer<K>>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let key = InformerKey::new(ty, scope);
+        let mut informers = self.informers();
+        if self.token.is_cancelled() {
+            return Err(Error::Stopped);
+        }
+        if let Some(slot) = informers.get(&key) {
+            return slot
+                .informer
+                .downcast_ref::<Informer<K>>()
+                .cloned()
+                .ok_or(Error::Stopped);
+        }
+        let transform: Option<Transform<K>> = match self
+            .by_object::<K>(&key.ty)
+            .and_then(|b| b.transform.clone())
+        {
+            Some(t) => t,
+            None => Some(Arc::new(strip_managed_fields::<K>)),
+        };
+        let token = self.token.child_token();
+        let tracker = TaskTracker::new();
+        let informer = Informer::builder(api(scope.namespace.as_deref()))
+            .config(scope.watcher_config())
+            .transform_opt(transform)
+            .resync(self.resync)
+            .with_token(token.clone())
+            .tracker(tracker.clone())
+            .start();
+        // The cache's tracker waits for each informer's tracker, so `stop` covers them all.
+        let waiter = tracker.clone();
+        self.tracker.spawn(async move { waiter.wait().await });
+        tracker.close();
+        informers.insert(
+            key,
+            Slot {
+                informer: Box::new(informer.clone()),
+                token,
+                tracker,
+            },
+        );
+        Ok(informer)
+    }
+
+    async fn remove(&self, key: &InformerKey) -> bool {
+        let slot = self.informers().remove(key);
+        match slot {
+            Some(slot) => {
+                slot.token.cancel();
+                slot.tracker.wait().await;
+                true
+            }
+            None => false,
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Errors: one enum per entry point (indexes, waiting for sync, the cache reader).
+
+use std::time::Duration;
+
+/// An error from [`Store`](crate::Store) index operations.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IndexError {
+    /// A lookup named an index that was never added; retrying does not help.
+    #[error("no index named {name:?}")]
+    Unknown {
+        /// The index asked for.
+        name: String,
+    },
+    /// An index with this name is already there (or the name is the built-in `namespace`);
+    /// retrying does not help.
+    #[error("an index named {name:?} already exists")]
+    Exists {
+        /// The index name.
+        name: String,
+    },
+}
+
+/// An error from [`Informer::wait_for_sync`](crate::Informer::wait_for_sync).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SyncError {
+    /// The first list did not finish in time: the API server is slow or unreachable, the
+    /// resource does not exist, or access is denied (the informer's log says which). The
+    /// informer keeps trying, so waiting again may succeed.
+    #[error("informer for {resource} did not sync within {timeout:?}")]
+    Timeout {
+        /// What the informer watches.
+        resource: String,
+        /// How long was waited.
+        timeout: Duration,
+    },
+    /// The informer was stopped before it synced; retrying does not help.
+    #[error("informer for {resource} stopped before it synced")]
+    Stopped {
+        /// What the informer watched.
+        resource: String,
+    },
+}
+
+/// An error from the [`Cache`](crate::Cache) and its reader.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The reader was asked about a type that has no informer, and the cache was built with
+    /// `fail_on_missing_informer`. Create the informer first (or let the reader do it).
+    #[error("no informer for {resource} and the cache does not start them on demand")]
+    MissingInformer {
+        /// The type asked for.
+        resource: String,
+    },
+    /// The informer behind a read did not sync in time, or was stopped.
+    #[error(transparent)]
+    Sync(#[from] SyncError),
+    /// A read named an unknown index, or an index was added twice.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    /// The cache has been stopped; no informer can be started any more.
+    #[error("the cache has been stopped")]
+    Stopped,
+}
+
+/// A `Result` with the cache's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

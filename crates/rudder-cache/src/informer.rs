@@ -1,0 +1,598 @@
+//! The informer: one watch feeding one [`Store`], fanned out to every handler.
+
+use std::collections::hash_map::RandomState;
+use std::fmt::{self, Debug};
+use std::future::Future;
+use std::hash::BuildHasher;
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use kube::{Api, Resource};
+use kube_runtime::WatchStreamExt;
+use kube_runtime::watcher::{self, watcher};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::error::SyncError;
+use crate::store::{Applied, ObjectKey, Store};
+use crate::transform::{Transform, strip_managed_fields};
+
+/// The default resync period, as in controller-runtime: 10 hours, plus up to 10% jitter.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(10 * 60 * 60);
+
+/// What a handler is told.
+#[derive(Debug)]
+pub enum Event<K> {
+    /// An object appeared.
+    Add {
+        /// The object as stored.
+        obj: Arc<K>,
+        /// Whether it came from the informer's first list (or, for a handler registered
+        /// later, from the replay of the store's contents), rather than from a watch event.
+        initial_list: bool,
+    },
+    /// An object changed (its `resourceVersion` differs), or a resync re-delivers it, in
+    /// which case `old` and `new` are the same `Arc`.
+    Update {
+        /// The object as stored before.
+        old: Arc<K>,
+        /// The object as stored now.
+        new: Arc<K>,
+    },
+    /// An object went away.
+    Delete {
+        /// The object from the delete event, or the last stored version when the delete
+        /// was inferred from a relist.
+        obj: Arc<K>,
+        /// True when the delete was inferred: the object was missing from a relist, so its
+        /// final state (and whether it was deleted or only stopped matching) is unknown.
+        final_state_unknown: bool,
+    },
+}
+
+impl<K> Clone for Event<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Add { obj, initial_list } => Self::Add {
+                obj: Arc::clone(obj),
+                initial_list: *initial_list,
+            },
+            Self::Update { old, new } => Self::Update {
+                old: Arc::clone(old),
+                new: Arc::clone(new),
+            },
+            Self::Delete {
+                obj,
+                final_state_unknown,
+            } => Self::Delete {
+                obj: Arc::clone(obj),
+                final_state_unknown: *final_state_unknown,
+            },
+        }
+    }
+}
+
+impl<K> Event<K> {
+    /// The object the event is about (the new one for an update).
+    pub fn object(&self) -> &Arc<K> {
+        match self {
+            Self::Add { obj, .. } | Self::Delete { obj, .. } => obj,
+            Self::Update { new, .. } => new,
+        }
+    }
+}
+
+/// Counters an informer keeps about its watch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InformerStats {
+    /// Objects in the watch stream that could not be decoded into the informer's type. Each
+    /// was logged at `warn` and skipped.
+    pub malformed_objects: u64,
+    /// Other errors from the watch (failed lists, failed or broken watches), each logged and
+    /// followed by kube-runtime's default backoff.
+    pub watch_errors: u64,
+    /// Lists after the first one (a watch that could not be resumed, e.g. 410 Gone).
+    pub relists: u64,
+    /// Resyncs done.
+    pub resyncs: u64,
+}
+
+/// Options for one informer; start it with [`InformerBuilder::start`].
+pub struct InformerBuilder<K> {
+    api: Api<K>,
+    config: watcher::Config,
+    transform: Option<Transform<K>>,
+    resync: Option<Duration>,
+    token: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl<K> InformerBuilder<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// Watcher options: label and field selectors, page size, timeouts.
+    #[must_use]
+    pub fn config(mut self, config: watcher::Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// A transform applied to every object before it is stored, replacing the default
+    /// ([`strip_managed_fields`]).
+    #[must_use]
+    pub fn transform(mut self, transform: impl Fn(&mut K) + Send + Sync + 'static) -> Self {
+        self.transform = Some(Arc::new(transform));
+        self
+    }
+
+    /// Like [`transform`](Self::transform), with an already shared function, or `None` to
+    /// store objects exactly as the server sends them (`managedFields` included).
+    #[must_use]
+    pub fn transform_opt(mut self, transform: Option<Transform<K>>) -> Self {
+        self.transform = transform;
+        self
+    }
+
+    /// Re-deliver every stored object as an [`Event::Update`] this often, plus up to 10%
+    /// jitter; `None` (the default for a bare informer) turns resync off.
+    #[must_use]
+    pub fn resync(mut self, period: Option<Duration>) -> Self {
+        self.resync = period;
+        self
+    }
+
+    /// Stop when `token` is cancelled (the informer's own token is a child of it).
+    #[must_use]
+    pub fn cancel_on(mut self, token: &CancellationToken) -> Self {
+        self.token = token.child_token();
+        self
+    }
+
+    /// Use `token` itself as the informer's token.
+    pub(crate) fn with_token(mut self, token: CancellationToken) -> Self {
+        self.token = token;
+        self
+    }
+
+    /// Track the informer's tasks in `tracker` as well, so its owner can wait for them.
+    pub(crate) fn tracker(mut self, tracker: TaskTracker) -> Self {
+        self.tracker = tracker;
+        self
+    }
+
+    /// Starts the watch on the current tokio runtime and returns the informer.
+    pub fn start(self) -> Informer<K> {
+        let resource = describe(&self.api, &self.config);
+        let (synced, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            resource,
+            store: Store::new(),
+            subscribers: Mutex::new(Vec::new()),
+            synced,
+            stats: Stats::default(),
+            token: self.token,
+            tracker: self.tracker,
+        });
+        let stream = watcher(self.api, self.config).default_backoff();
+        let task = run(Arc::clone(&shared), stream, self.transform, self.resync);
+        shared.tracker.spawn(task);
+        Informer { shared }
+    }
+}
+
+/// One watch feeding one [`Store`], shared by every handler registered on it.
+///
+/// Cloning gives another handle to the same informer.
+pub struct Informer<K> {
+    shared: Arc<Shared<K>>,
+}
+
+impl<K> Clone for Informer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<K> Debug for Informer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Informer")
+            .field("resource", &self.shared.resource)
+            .field("synced", &*self.shared.synced.borrow())
+            .field("store", &self.shared.store)
+            .finish()
+    }
+}
+
+impl<K> Informer<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// An informer over `api` (which fixes the namespace scope, and for
+    /// `Api<PartialObjectMeta<K>>` makes it a metadata-only watch). Defaults: no selectors,
+    /// [`strip_managed_fields`] as the transform, no resync.
+    pub fn builder(api: Api<K>) -> InformerBuilder<K> {
+        InformerBuilder {
+            api,
+            config: watcher::Config::default(),
+            transform: Some(Arc::new(strip_managed_fields::<K>)),
+            resync: None,
+            token: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+        }
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Informer<K> {
+    /// The store the watch fills.
+    pub fn store(&self) -> &Store<K> {
+        &self.shared.store
+    }
+
+    /// Whether the first list has been stored completely.
+    pub fn has_synced(&self) -> bool {
+        *self.shared.synced.borrow()
+    }
+
+    /// Waits until the first list has been stored, at most `timeout`.
+    pub async fn wait_for_sync(&self, timeout: Duration) -> Result<(), SyncError> {
+        let mut synced = self.shared.synced.subscribe();
+        let wait = async {
+            tokio::select! {
+                res = synced.wait_for(|s| *s) => res.is_ok(),
+                () = self.shared.token.cancelled() => *self.shared.synced.borrow(),
+            }
+        };
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(SyncError::Stopped {
+                resource: self.shared.resource.clone(),
+            }),
+            Err(_) => Err(SyncError::Timeout {
+                resource: self.shared.resource.clone(),
+                timeout,
+            }),
+        }
+    }
+
+    /// A stream of events with a queue of its own: it first yields an [`Event::Add`] (with
+    /// `initial_list` set) for every object already stored, then every change.
+    ///
+    /// The queue is unbounded, so a consumer that falls behind never slows the watch or
+    /// other consumers; its backlog (one small event per change, sharing the stored `Arc`s)
+    /// grows instead, and it sees every event in order when it catches up. Dropping the
+    /// stream unregisters it. The stream ends when the informer stops.
+    pub fn subscribe(&self) -> EventStream<K> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut subscribers = self.shared.subscribers();
+        self.shared.store.for_each(|obj| {
+            let _ = tx.send(Event::Add {
+                obj: Arc::clone(obj),
+                initial_list: true,
+            });
+        });
+        if !self.shared.token.is_cancelled() {
+            subscribers.push(tx);
+        }
+        EventStream { rx }
+    }
+
+    /// Registers an async handler, run on a task of its own over its own [`subscribe`]
+    /// queue: one event at a time, in order, each awaited before the next. A slow handler
+    /// delays only itself (see [`subscribe`] for what its backlog costs).
+    ///
+    /// On stop the handler finishes the event it is on and gets no more.
+    ///
+    /// [`subscribe`]: Informer::subscribe
+    pub fn add_handler<F, Fut>(&self, mut handler: F)
+    where
+        F: FnMut(Event<K>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        let mut events = self.subscribe();
+        let token = self.shared.token.clone();
+        self.shared.tracker.spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    biased;
+                    () = token.cancelled() => break,
+                    event = events.next() => event,
+                };
+                match event {
+                    Some(event) => handler(event).await,
+                    None => break,
+                }
+            }
+        });
+    }
+
+    /// The informer's counters.
+    pub fn stats(&self) -> InformerStats {
+        let s = &self.shared.stats;
+        InformerStats {
+            malformed_objects: s.malformed.load(Ordering::Relaxed),
+            watch_errors: s.errors.load(Ordering::Relaxed),
+            relists: s.relists.load(Ordering::Relaxed),
+            resyncs: s.resyncs.load(Ordering::Relaxed),
+        }
+    }
+
+    /// What the informer watches, for messages: kind, namespace and selectors.
+    pub fn resource(&self) -> &str {
+        &self.shared.resource
+    }
+
+    /// Stops the watch and the handlers, and waits for their tasks to end.
+    pub async fn stop(&self) {
+        self.shared.token.cancel();
+        self.shared.tracker.close();
+        self.shared.tracker.wait().await;
+    }
+
+    /// Whether the informer has been told to stop.
+    pub fn is_stopped(&self) -> bool {
+        self.shared.token.is_cancelled()
+    }
+}
+
+/// The events of one subscriber, from [`Informer::subscribe`].
+#[derive(Debug)]
+pub struct EventStream<K> {
+    rx: mpsc::UnboundedReceiver<Event<K>>,
+}
+
+impl<K> EventStream<K> {
+    /// The number of events waiting in this subscriber's queue.
+    pub fn backlog(&self) -> usize {
+        self.rx.len()
+    }
+}
+
+impl<K> Stream for EventStream<K> {
+    type Item = Event<K>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+#[derive(Default)]
+struct Stats {
+    malformed: AtomicU64,
+    errors: AtomicU64,
+    relists: AtomicU64,
+    resyncs: AtomicU64,
+}
+
+struct Shared<K> {
+    resource: String,
+    store: Store<K>,
+    /// Held while an event is applied to the store and sent, so a new subscriber's replay
+    /// of the store and its later events neither overlap nor leave a gap.
+    subscribers: Mutex<Vec<mpsc::UnboundedSender<Event<K>>>>,
+    synced: watch::Sender<bool>,
+    stats: Stats,
+    token: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl<K> Shared<K> {
+    fn subscribers(&self) -> MutexGuard<'_, Vec<mpsc::UnboundedSender<Event<K>>>> {
+        self.subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn send<K>(subscribers: &mut Vec<mpsc::UnboundedSender<Event<K>>>, event: &Event<K>) {
+    subscribers.retain(|tx| tx.send(event.clone()).is_ok());
+}
+
+/// The watch loop: applies watcher events to the store, one object at a time, and fans
+/// the resulting events out.
+async fn run<K, S>(
+    shared: Arc<Shared<K>>,
+    stream: S,
+    transform: Option<Transform<K>>,
+    resync: Option<Duration>,
+) where
+    K: Resource + Send + Sync + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+{
+    let mut stream = pin!(stream);
+    // Every list gets a new epoch; objects not stamped with it at its end are gone.
+    let mut epoch = 0_u64;
+    let mut first_list = true;
+    let mut next_resync: Option<Instant> = None;
+    loop {
+        let far = Instant::now() + Duration::from_secs(365 * 24 * 60 * 60);
+        let item = tokio::select! {
+            biased;
+            () = shared.token.cancelled() => break,
+            () = tokio::time::sleep_until(next_resync.unwrap_or(far)), if next_resync.is_some() => {
+                resync_all(&shared);
+                next_resync = resync.map(|p| Instant::now() + jittered(p));
+                continue;
+            }
+            item = stream.next() => item,
+        };
+        let Some(item) = item else { break };
+        let event = match item {
+            Ok(event) => event,
+            Err(err) => {
+                record_error(&shared, &err);
+                continue;
+            }
+        };
+        let transformed = |mut obj: K| {
+            if let Some(t) = &transform {
+                t(&mut obj);
+            }
+            obj
+        };
+        match event {
+            watcher::Event::Init => {
+                epoch += 1;
+                if !first_list {
+                    shared.stats.relists.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(resource = %shared.resource, "relisting");
+                }
+            }
+            watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
+                let initial_list = first_list;
+                let obj = transformed(obj);
+                let mut subscribers = shared.subscribers();
+                match shared.store.apply(obj, epoch) {
+                    Applied::Added(obj) => {
+                        send(&mut subscribers, &Event::Add { obj, initial_list });
+                    }
+                    Applied::Updated { old, new } => {
+                        send(&mut subscribers, &Event::Update { old, new });
+                    }
+                    Applied::Unchanged => {}
+                }
+            }
+            watcher::Event::InitDone => {
+                let mut subscribers = shared.subscribers();
+                for obj in shared.store.sweep(epoch) {
+                    send(
+                        &mut subscribers,
+                        &Event::Delete {
+                            obj,
+                            final_state_unknown: true,
+                        },
+                    );
+                }
+                drop(subscribers);
+                if first_list {
+                    first_list = false;
+                    shared.synced.send_replace(true);
+                    next_resync = resync.map(|p| Instant::now() + jittered(p));
+                    tracing::debug!(resource = %shared.resource, objects = shared.store.len(), "synced");
+                }
+            }
+            watcher::Event::Delete(obj) => {
+                let obj = transformed(obj);
+                let key = ObjectKey::of(&obj);
+                let mut subscribers = shared.subscribers();
+                shared.store.remove(&key);
+                send(
+                    &mut subscribers,
+                    &Event::Delete {
+                        obj: Arc::new(obj),
+                        final_state_unknown: false,
+                    },
+                );
+            }
+        }
+    }
+    // Dropping the senders ends every subscriber's stream once it has drained its queue.
+    shared.subscribers().clear();
+}
+
+fn resync_all<K: Resource>(shared: &Shared<K>) {
+    shared.stats.resyncs.fetch_add(1, Ordering::Relaxed);
+    let mut subscribers = shared.subscribers();
+    shared.store.for_each(|obj| {
+        send(
+            &mut subscribers,
+            &Event::Update {
+                old: Arc::clone(obj),
+                new: Arc::clone(obj),
+            },
+        );
+    });
+}
+
+fn record_error<K>(shared: &Shared<K>, err: &watcher::Error) {
+    if is_malformed(err) {
+        shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(resource = %shared.resource, error = %err, "skipping an object that does not decode");
+    } else {
+        shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(resource = %shared.resource, error = %err, "watch error; retrying with backoff");
+    }
+}
+
+/// Whether a watcher error is an object that did not decode. kube-client reports a watch
+/// line that is not a `WatchEvent<K>` as a `SerdeError`, or, when the line happens to parse
+/// as a `Status` (every field of which is optional), as an API error with code 0, which a
+/// real status from the server never has.
+pub(crate) fn is_malformed(err: &watcher::Error) -> bool {
+    match err {
+        watcher::Error::WatchFailed(e) | watcher::Error::InitialListFailed(e) => match e {
+            kube::Error::SerdeError(_) => true,
+            kube::Error::Api(status) => status.code == 0,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// `period` plus a random fraction of up to 10% of it.
+fn jittered(period: Duration) -> Duration {
+    let random = RandomState::new().hash_one(Instant::now());
+    // The top 53 bits as a fraction in [0, 1).
+    let fraction = (random >> 11) as f64 / (1_u64 << 53) as f64;
+    period + period.mul_f64(0.1 * fraction)
+}
+
+fn describe<K: Resource>(api: &Api<K>, config: &watcher::Config) -> String {
+    let mut out = api.resource_url().to_owned();
+    if let Some(labels) = &config.label_selector {
+        out.push_str(&format!(" labels={labels}"));
+    }
+    if let Some(fields) = &config.field_selector {
+        out.push_str(&format!(" fields={fields}"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_ten_percent() {
+        let period = Duration::from_secs(1000);
+        for _ in 0..100 {
+            let d = jittered(period);
+            assert!(
+                d >= period && d <= period + Duration::from_secs(100),
+                "{d:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn decode_failures_count_as_malformed_and_api_errors_do_not() {
+        let serde = serde_json::from_str::<u32>("x").unwrap_err();
+        assert!(is_malformed(&watcher::Error::WatchFailed(
+            kube::Error::SerdeError(serde)
+        )));
+        let lenient = kube::core::Status::default();
+        assert!(is_malformed(&watcher::Error::WatchFailed(
+            kube::Error::Api(Box::new(lenient))
+        )));
+        let gone = kube::core::Status {
+            code: 410,
+            ..Default::default()
+        };
+        assert!(!is_malformed(&watcher::Error::WatchFailed(
+            kube::Error::Api(Box::new(gone))
+        )));
+        assert!(!is_malformed(&watcher::Error::NoResourceVersion));
+    }
+}

@@ -1,0 +1,150 @@
+//! Shared informers, indexed stores and a cache reader for Kubernetes controllers.
+//!
+//! Start with [`Cache::builder`]: the cache gives out one shared [`Informer`] per type and
+//! scope, and reads ([`Cache::get`], [`Cache::list`]) from their stores. An informer can also
+//! be used alone, from [`Informer::builder`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use rudder_cache::{Cache, Event, ListOptions};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = kube::Client::try_default().await?;
+//! let token = CancellationToken::new();
+//! let cache = Cache::builder(client).default_namespace("default").build(&token);
+//!
+//! // Every caller asking for ConfigMaps shares this informer and its one watch.
+//! let informer = cache.informer::<ConfigMap>()?;
+//! cache.add_index::<ConfigMap, _>("owner", |cm| {
+//!     cm.metadata.labels.iter().flatten()
+//!         .filter(|(k, _)| *k == "owner")
+//!         .map(|(_, v)| v.clone())
+//!         .collect()
+//! })?;
+//! informer.add_handler(|event: Event<ConfigMap>| async move {
+//!     match event {
+//!         Event::Add { obj, initial_list } => println!("add {:?} ({initial_list})", obj.metadata.name),
+//!         Event::Update { new, .. } => println!("update {:?}", new.metadata.name),
+//!         Event::Delete { obj, final_state_unknown } => {
+//!             println!("delete {:?} ({final_state_unknown})", obj.metadata.name)
+//!         }
+//!     }
+//! });
+//! informer.wait_for_sync(Duration::from_secs(30)).await?;
+//!
+//! // Reads come from the store: no request to the API server.
+//! let settings = cache.get::<ConfigMap>(Some("default"), "settings").await?;
+//! let alices = cache.list::<ConfigMap>(&ListOptions::default().index("owner", "alice")).await?;
+//! println!("{} {}", settings.is_some(), alices.len());
+//!
+//! cache.stop().await; // or token.cancel(); stop() also waits for every task to end
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Informers and their events
+//!
+//! An [`Informer`] runs one kube-runtime [`watcher`](kube_runtime::watcher::watcher) (with
+//! its default backoff) and applies each object to its [`Store`] one at a time. Every
+//! handler receives:
+//!
+//! - [`Event::Add`] for a new object, with `initial_list` set for objects from the first
+//!   list (and for the replay a late handler gets, below);
+//! - [`Event::Update`] with the old and new stored objects when the `resourceVersion`
+//!   changed; a watch event that repeats the stored `resourceVersion` produces nothing;
+//! - [`Event::Delete`] with the deleted object, and `final_state_unknown` set when the
+//!   delete was inferred from a relist rather than seen.
+//!
+//! A handler registered after the informer has (partly) listed first gets an `Add` for every
+//! object already stored, then every change, without gap or overlap: the replay and the
+//! registration happen under the lock the watch holds while it applies an event.
+//! [`Informer::has_synced`] and [`Informer::wait_for_sync`] say when the first list is in.
+//!
+//! # Slow handlers
+//!
+//! Each handler ([`Informer::add_handler`], or a stream from [`Informer::subscribe`]) has an
+//! unbounded queue of its own and, for `add_handler`, a task of its own. The watch only
+//! pushes to the queues, so it never waits for a handler, and handlers never wait for each
+//! other. A handler that falls behind keeps a backlog: one event per change, each a few
+//! pointers sharing the stored `Arc`s (not copies of the objects); it then sees every event,
+//! in order, as it catches up. Nothing is dropped or merged. [`EventStream::backlog`] tells
+//! how far behind a stream consumer is. A handler that never catches up grows its queue
+//! without bound, so handlers should do little more than enqueue a key (which is what
+//! controllers do).
+//!
+//! # Relists
+//!
+//! When the watch cannot be resumed (410 Gone after compaction, or an expired watch), the
+//! watcher lists again. Every list has an epoch number; each listed object is stamped with
+//! it as it is applied, and compared with the stored one by `resourceVersion`: new objects
+//! give `Add`, changed ones `Update`, unchanged ones nothing (the listed copy is dropped at
+//! once, keeping the stored `Arc`). At the end of the list, objects not stamped with the
+//! epoch are removed and given to handlers as `Delete` with `final_state_unknown`. Peak
+//! memory during a relist is therefore the store plus one list page, not two stores.
+//!
+//! # Resync
+//!
+//! With a resync period (the cache's default is [`DEFAULT_RESYNC`], 10 hours, plus up to 10%
+//! jitter per informer; a bare informer has none), every stored object is re-delivered as an
+//! `Update` whose `old` and `new` are the same `Arc`.
+//!
+//! # Store and indexes
+//!
+//! A [`Store`] holds `Arc<K>` by [`ObjectKey`] (namespace/name), with O(1) gets, a built-in
+//! namespace index ([`NAMESPACE_INDEX`]) and indexes added with [`Store::add_index`]: a
+//! name and a function from an object to the values it is filed under. Every add, update and
+//! delete keeps them exact (an update that changes an object's values moves it), and
+//! [`Store::by_index`] costs O(matches). Locks are held only to insert, remove or clone
+//! `Arc`s out, never across an `await` or a handler call.
+//!
+//! # The cache
+//!
+//! [`Cache`] keeps one informer per (type, [`Scope`]): a namespace or all, and label and
+//! field selectors. Typed objects ([`Cache::informer`]), dynamic objects
+//! ([`Cache::dynamic_informer`]) and metadata-only objects ([`Cache::metadata_informer`],
+//! which stores `PartialObjectMeta<K>` and asks the server for metadata only) each have
+//! their own. [`CacheBuilder`] sets a default namespace, per-type scope and transform
+//! ([`ByObject`]), the resync period and whether the reader may start informers
+//! ([`CacheBuilder::fail_on_missing_informer`]). [`Cache::remove_informer`] stops a watch
+//! nothing needs any more.
+//!
+//! # Transforms and memory
+//!
+//! Every informer applies a transform to each object before storing it. The default,
+//! [`strip_managed_fields`], drops `metadata.managedFields`, which controllers rarely read
+//! and which is often the largest part of an object's metadata; set another with
+//! [`InformerBuilder::transform`] or [`ByObject::transform`], or keep the field with
+//! [`ByObject::keep_managed_fields`]. `docs/benchmarks.md` has the measured bytes per object.
+//!
+//! # Errors and malformed objects
+//!
+//! Watch errors never stop an informer: each is logged with `tracing`, counted in
+//! [`Informer::stats`] and retried after kube-runtime's default backoff. An object that
+//! does not decode into the informer's type is logged at `warn`, counted as
+//! [`InformerStats::malformed_objects`] and skipped; the watch goes on. (In a list, one such
+//! object fails the whole list, which is retried with backoff; a dynamic or metadata-only
+//! informer is immune.)
+//!
+//! # Shutdown
+//!
+//! Each informer runs a watch task and one task per `add_handler`, tracked together.
+//! [`Informer::stop`] and [`Cache::stop`] cancel them and wait until every one has ended;
+//! cancelling the token given to [`CacheBuilder::build`] stops them too. A handler finishes
+//! the event it is on and gets no more; [`Informer::subscribe`] streams end.
+
+mod cache;
+mod error;
+mod informer;
+mod store;
+mod transform;
+
+pub use cache::{
+    ApiScope, ByObject, Cache, CacheBuilder, DEFAULT_SYNC_TIMEOUT, ListOptions, Scope, Typed,
+};
+pub use error::{Error, IndexError, Result, SyncError};
+pub use informer::{DEFAULT_RESYNC, Event, EventStream, Informer, InformerBuilder, InformerStats};
+pub use store::{IndexFn, NAMESPACE_INDEX, ObjectKey, Store};
+pub use transform::{Transform, strip_managed_fields};

@@ -1,0 +1,187 @@
+//! Helpers shared by the integration tests: a watch-counting, gateable client layer and
+//! event helpers.
+
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ObjectMeta;
+use rudder_cache::{Event, EventStream};
+use tokio::sync::watch;
+
+/// A tower layer that counts watch requests (`watch=true` in the query) and can hold them
+/// back: while the gate is closed, watch requests wait before reaching the API server.
+#[derive(Clone)]
+pub struct WatchGate {
+    watches: Arc<AtomicUsize>,
+    waiting: Arc<AtomicUsize>,
+    open: Arc<watch::Sender<bool>>,
+}
+
+impl Default for WatchGate {
+    fn default() -> Self {
+        Self {
+            watches: Arc::default(),
+            waiting: Arc::default(),
+            open: Arc::new(watch::channel(true).0),
+        }
+    }
+}
+
+impl WatchGate {
+    /// A client for `config` whose requests go through this layer.
+    pub fn client(&self, config: &kube::Config) -> kube::Client {
+        kube::client::ClientBuilder::try_from(config.clone())
+            .unwrap()
+            .with_layer(self)
+            .build()
+    }
+
+    /// Watch requests made so far.
+    pub fn watches(&self) -> usize {
+        self.watches.load(Ordering::SeqCst)
+    }
+
+    /// Watch requests held at the closed gate right now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
+    pub fn close(&self) {
+        self.open.send_replace(false);
+    }
+
+    pub fn open(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+impl<S> tower::Layer<S> for WatchGate {
+    type Service = Gated<S>;
+
+    fn layer(&self, inner: S) -> Gated<S> {
+        Gated {
+            inner: Arc::new(tokio::sync::Mutex::new(inner)),
+            gate: self.clone(),
+        }
+    }
+}
+
+/// The service under a mutex, as kube's inner service is not `Clone`; it is held only to
+/// dispatch a request, not while its response is awaited.
+pub struct Gated<S> {
+    inner: Arc<tokio::sync::Mutex<S>>,
+    gate: WatchGate,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Gated<S>
+where
+    S: tower::Service<http::Request<B>> + Send + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let is_watch = req
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "watch=true"));
+        let inner = Arc::clone(&self.inner);
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            if is_watch {
+                gate.watches.fetch_add(1, Ordering::SeqCst);
+                let mut open = gate.open.subscribe();
+                gate.waiting.fetch_add(1, Ordering::SeqCst);
+                let _ = open.wait_for(|o| *o).await;
+                gate.waiting.fetch_sub(1, Ordering::SeqCst);
+            }
+            let response = {
+                let mut inner = inner.lock().await;
+                futures::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+                inner.call(req)
+            };
+            response.await
+        })
+    }
+}
+
+/// A ConfigMap named `name` with `labels` and a little data.
+pub fn config_map(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..Default::default()
+        },
+        data: Some([("k".to_owned(), "v".to_owned())].into()),
+        ..Default::default()
+    }
+}
+
+/// The next event, or a panic after 20 s.
+pub async fn next<K>(events: &mut EventStream<K>) -> Event<K> {
+    tokio::time::timeout(Duration::from_secs(20), events.next())
+        .await
+        .expect("no event within 20 s")
+        .expect("event stream ended")
+}
+
+/// A short description of an event, for comparing sequences.
+pub fn describe<K: kube::Resource>(event: &Event<K>) -> String {
+    let name = |o: &K| o.meta().name.clone().unwrap_or_default();
+    match event {
+        Event::Add { obj, initial_list } => format!("add {} initial={initial_list}", name(obj)),
+        Event::Update { old, new } => {
+            let rv_changed = old.meta().resource_version != new.meta().resource_version;
+            format!("update {} changed={rv_changed}", name(new))
+        }
+        Event::Delete {
+            obj,
+            final_state_unknown,
+        } => {
+            format!("delete {} unknown={final_state_unknown}", name(obj))
+        }
+    }
+}
+
+/// The next `n` events, described.
+pub async fn take<K: kube::Resource>(events: &mut EventStream<K>, n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(describe(&next(events).await));
+    }
+    out
+}
+
+/// Polls `cond` every 50 ms until it holds, or panics after `secs`.
+pub async fn eventually(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,330 @@
+//! Informer behaviour against a real API server: events, late handlers, slow handlers,
+//! resync, relists and malformed objects.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{WatchGate, config_map, describe, eventually, next, take};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchParams};
+use kube::core::WatchEvent;
+use kube_runtime::watcher;
+use rudder_cache::{Event, Informer, SyncError};
+use rudder_envtest::TestEnv;
+
+fn labelled(label: &str) -> watcher::Config {
+    watcher::Config::default().labels(&format!("test={label}"))
+}
+
+async fn relabel(api: &Api<ConfigMap>, name: &str, key: &str, value: &str) {
+    let patch = serde_json::json!({ "metadata": { "labels": { key: value } } });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn every_handler_sees_exactly_create_update_and_delete() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("informer_events").await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    let l = [("test", "events")];
+    api.create(&PostParams::default(), &config_map("before", &l))
+        .await
+        .unwrap();
+
+    let informer = Informer::builder(api.clone())
+        .config(labelled("events"))
+        .start();
+    let mut one = informer.subscribe();
+    let mut two = informer.subscribe();
+    informer
+        .wait_for_sync(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(informer.has_synced());
+
+    api.create(&PostParams::default(), &config_map("made", &l))
+        .await
+        .unwrap();
+    relabel(&api, "made", "colour", "red").await;
+    api.delete("before", &DeleteParams::default())
+        .await
+        .unwrap();
+    // A last object, so that "nothing else came before it" can be asserted.
+    api.create(&PostParams::default(), &config_map("sentinel", &l))
+        .await
+        .unwrap();
+
+    let expected = [
+        "add before initial=true",
+        "add made initial=false",
+        "update made changed=true",
+        "delete before unknown=false",
+        "add sentinel initial=false",
+    ];
+    assert_eq!(take(&mut one, 5).await, expected);
+    assert_eq!(take(&mut two, 5).await, expected);
+
+    let stored = informer.store().list();
+    let mut names: Vec<_> = stored
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["made", "sentinel"]);
+    // The default transform dropped managedFields.
+    assert!(stored.iter().all(|c| c.metadata.managed_fields.is_none()));
+
+    informer.stop().await;
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), one.next())
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn handler_registered_after_sync_first_gets_the_store_contents() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("informer_late").await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    for name in ["a", "b"] {
+        api.create(&PostParams::default(), &config_map(name, &[]))
+            .await
+            .unwrap();
+    }
+    let informer = Informer::builder(api.clone()).start();
+    informer
+        .wait_for_sync(Duration::from_secs(20))
+        .await
+        .unwrap();
+
+    let mut late = informer.subscribe();
+    let mut replay = take(&mut late, 2).await;
+    replay.sort();
+    assert_eq!(replay, ["add a initial=true", "add b initial=true"]);
+    api.create(&PostParams::default(), &config_map("c", &[]))
+        .await
+        .unwrap();
+    assert_eq!(take(&mut late, 1).await, ["add c initial=false"]);
+    informer.stop().await;
+}
+
+#[tokio::test]
+async fn a_blocked_handler_does_not_delay_another() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("informer_slow").await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    let informer = Informer::builder(api.clone()).start();
+    informer
+        .wait_for_sync(Duration::from_secs(20))
+        .await
+        .unwrap();
+
+    // The slow handler blocks on its first event until the test lets it go.
+    let (release, released) = tokio::sync::watch::channel(false);
+    let slow_seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&slow_seen);
+    informer.add_handler(move |event: Event<ConfigMap>| {
+        let seen = Arc::clone(&seen);
+        let mut released = released.clone();
+        async move {
+            let _ = released.wait_for(|r| *r).await;
+            seen.lock().unwrap().push(describe(&event));
+        }
+    });
+    let fast_count = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&fast_count);
+    informer.add_handler(move |_event: Event<ConfigMap>| {
+        count.fetch_add(1, Ordering::SeqCst);
+        async {}
+    });
+
+    for i in 0..5 {
+        api.create(&PostParams::default(), &config_map(&format!("cm{i}"), &[]))
+            .await
+            .unwrap();
+    }
+    // The fast handler gets all five while the slow one is still stuck on its first.
+    eventually(20, "the fast handler's five events", || {
+        fast_count.load(Ordering::SeqCst) == 5
+    })
+    .await;
+    assert!(slow_seen.lock().unwrap().is_empty());
+
+    // Released, the slow handler catches up on its backlog, in order.
+    release.send_replace(true);
+    eventually(20, "the slow handler's backlog", || {
+        slow_seen.lock().unwrap().len() == 5
+    })
+    .await;
+    let expected: Vec<String> = (0..5).map(|i| format!("add cm{i} initial=false")).collect();
+    assert_eq!(*slow_seen.lock().unwrap(), expected);
+    informer.stop().await;
+}
+
+#[tokio::test]
+async fn resync_redelivers_every_object_as_an_unchanged_update() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("informer_resync").await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    api.create(&PostParams::default(), &config_map("a", &[]))
+        .await
+        .unwrap();
+    let informer = Informer::builder(api.clone())
+        .resync(Some(Duration::from_millis(300)))
+        .start();
+    let mut events = informer.subscribe();
+    assert_eq!(take(&mut events, 1).await, ["add a initial=true"]);
+    match next(&mut events).await {
+        Event::Update { old, new } => assert!(Arc::ptr_eq(&old, &new)),
+        other => panic!("expected a resync update, got {}", describe(&other)),
+    }
+    assert!(informer.stats().resyncs >= 1);
+    informer.stop().await;
+}
+
+#[tokio::test]
+async fn wait_for_sync_times_out_with_a_clear_error() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let client = env.client().unwrap();
+    // A resource the server does not have: the list fails and is retried, never syncing.
+    let missing = kube::api::ApiResource {
+        group: "nothing.rudder.test".into(),
+        version: "v1".into(),
+        api_version: "nothing.rudder.test/v1".into(),
+        kind: "Nothing".into(),
+        plural: "nothings".into(),
+    };
+    let api: Api<kube::api::DynamicObject> = Api::all_with(client, &missing);
+    let informer = Informer::builder(api).start();
+    let err = informer
+        .wait_for_sync(Duration::from_millis(500))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SyncError::Timeout { .. }));
+    assert!(err.to_string().contains("did not sync within"), "{err}");
+    assert!(err.to_string().contains("nothings"), "{err}");
+    informer.stop().await;
+    let err = informer
+        .wait_for_sync(Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SyncError::Stopped { .. }), "{err}");
+}
+
+/// While the informer's watch is held back, objects are deleted, changed and created, and
+/// etcd is compacted past the informer's resourceVersion, so its next watch gets 410 Gone
+/// and it must relist and diff.
+#[tokio::test]
+async fn relist_after_expired_watch_emits_deletes_and_updates() {
+    let env = TestEnv::builder()
+        // Without the watch cache, watches are served by etcd, which answers a compacted
+        // resourceVersion with 410 Gone; compaction runs every second.
+        .apiserver_arg("--watch-cache=false")
+        .apiserver_arg("--etcd-compaction-interval=1s")
+        .start()
+        .await
+        .unwrap();
+    let admin = env.client().unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+    let l = [("test", "relist")];
+    for name in ["a", "b", "c"] {
+        api.create(&PostParams::default(), &config_map(name, &l))
+            .await
+            .unwrap();
+    }
+
+    let gate = WatchGate::default();
+    let gated: Api<ConfigMap> = Api::namespaced(gate.client(env.config()), "default");
+    // Short server-side watch timeouts, so the watch ends and reconnects every 2 s.
+    let informer = Informer::builder(gated)
+        .config(labelled("relist").timeout(2))
+        .start();
+    let mut events = informer.subscribe();
+    informer
+        .wait_for_sync(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let mut initial = take(&mut events, 3).await;
+    initial.sort();
+    assert_eq!(
+        initial,
+        [
+            "add a initial=true",
+            "add b initial=true",
+            "add c initial=true"
+        ]
+    );
+    // Hold the informer's next watch back.
+    gate.close();
+    eventually(
+        20,
+        "the informer's watch to reconnect into the gate",
+        || gate.waiting() == 1,
+    )
+    .await;
+
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    relabel(&api, "b", "colour", "blue").await;
+    let d = api
+        .create(&PostParams::default(), &config_map("d", &l))
+        .await
+        .unwrap();
+    // Newer than anything the informer has seen.
+    let newest_rv = d.metadata.resource_version.unwrap();
+
+    // Wait until etcd has compacted past that: a watch from it then fails with 410.
+    let mut bumps = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut stream = api
+            .watch(&WatchParams::default().timeout(1), &newest_rv)
+            .await
+            .unwrap()
+            .boxed();
+        let first = stream.next().await;
+        if matches!(first, Some(Ok(WatchEvent::Error(ref e))) if e.code == 410) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "etcd did not compact"
+        );
+        // Writes elsewhere move etcd's revision on, so the next compaction passes ours.
+        bumps += 1;
+        api.create(
+            &PostParams::default(),
+            &config_map(&format!("bump{bumps}"), &[]),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    gate.open();
+    // The relist lists b (changed), c (unchanged) and d (new), then infers a's delete.
+    assert_eq!(
+        take(&mut events, 3).await,
+        [
+            "update b changed=true",
+            "add d initial=false",
+            "delete a unknown=true"
+        ]
+    );
+    assert_eq!(informer.stats().relists, 1);
+    api.create(&PostParams::default(), &config_map("sentinel", &l))
+        .await
+        .unwrap();
+    assert_eq!(take(&mut events, 1).await, ["add sentinel initial=false"]);
+    informer.stop().await;
+    env.stop().unwrap();
+}
