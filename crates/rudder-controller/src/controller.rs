@@ -1,0 +1,578 @@
+//! [`Controller`]: watches feeding a work queue, and workers running a reconciler over it.
+
+use std::any::Any;
+use std::collections::HashSet;
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::future::{Either, FutureExt, join_all, select};
+use futures::stream::StreamExt;
+use rudder_handler::{EventHandler, Predicate, Queue, Request, Source, Synced};
+use rudder_workqueue::rate_limiter::default_controller_rate_limiter;
+use rudder_workqueue::{AddOptions, MetricsCrateProvider, RateLimiter, WorkItem};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::error::{Error, Result, is_terminal};
+use crate::metrics::Metrics;
+use crate::reconciler::{Action, Context, Next, ReconcileId, Reconciler};
+
+/// How long `run` waits for every source to sync before giving up, unless told otherwise
+/// (controller-runtime's default).
+pub const DEFAULT_CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long in-flight reconciles get to finish after a stop before their contexts are
+/// cancelled, unless told otherwise.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Builds a [`Controller`].
+pub struct Builder<R> {
+    name: String,
+    reconciler: R,
+    workers: usize,
+    cache_sync_timeout: Duration,
+    reconcile_timeout: Option<Duration>,
+    shutdown_grace: Duration,
+    recover_panic: bool,
+    skip_name_validation: bool,
+    rate_limiter: Option<Box<dyn RateLimiter<Request>>>,
+}
+
+impl<R> fmt::Debug for Builder<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("name", &self.name)
+            .field("workers", &self.workers)
+            .field("cache_sync_timeout", &self.cache_sync_timeout)
+            .field("reconcile_timeout", &self.reconcile_timeout)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("recover_panic", &self.recover_panic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Reconciler> Builder<R> {
+    /// How many reconciles may run at once (default 1; 0 counts as 1). One request is never
+    /// reconciled twice at once, whatever this is.
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// How long to wait for every source to sync (default [`DEFAULT_CACHE_SYNC_TIMEOUT`]).
+    pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.cache_sync_timeout = timeout;
+        self
+    }
+
+    /// Cancels a reconcile's [`Context`] once it has run this long (default: never). The
+    /// reconcile is not aborted: it should watch [`Context::cancelled`] and return.
+    pub fn reconcile_timeout(mut self, timeout: Duration) -> Self {
+        self.reconcile_timeout = Some(timeout);
+        self
+    }
+
+    /// How long in-flight reconciles get after a stop before their contexts are cancelled
+    /// (default [`DEFAULT_SHUTDOWN_GRACE`]).
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// Whether a panicking reconcile is caught, logged, counted and retried with backoff
+    /// (the default), or left to unwind (ending the worker and the controller's `run`).
+    pub fn recover_panic(mut self, recover: bool) -> Self {
+        self.recover_panic = recover;
+        self
+    }
+
+    /// The rate limiter for retries (default: client-go's controller default, the longer of
+    /// 5 ms doubling to 1000 s per request and 10 per second overall with bursts of 100).
+    pub fn rate_limiter(mut self, limiter: impl RateLimiter<Request> + 'static) -> Self {
+        self.rate_limiter = Some(Box::new(limiter));
+        self
+    }
+
+    /// Allows a name another controller in the process has (tests that build the same
+    /// controller twice). Metrics of the two are then mixed.
+    pub fn skip_name_validation(mut self) -> Self {
+        self.skip_name_validation = true;
+        self
+    }
+
+    /// Builds the controller; fails if the name is empty or taken.
+    pub fn build(self) -> Result<Controller<R>> {
+        if self.name.is_empty() {
+            return Err(Error::EmptyName);
+        }
+        let registered = !self.skip_name_validation;
+        if registered && !register_name(&self.name) {
+            return Err(Error::DuplicateName(self.name));
+        }
+        let limiter = self
+            .rate_limiter
+            .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
+        let queue = Queue::builder()
+            .name(self.name.clone())
+            .rate_limiter(limiter)
+            .metrics(MetricsCrateProvider::new().label("controller", self.name.clone()))
+            .build();
+        let metrics = Metrics::new(&self.name);
+        let name: Arc<str> = Arc::from(self.name);
+        Ok(Controller {
+            inner: Arc::new(Inner {
+                name,
+                registered,
+                reconciler: self.reconciler,
+                queue,
+                workers: self.workers,
+                cache_sync_timeout: self.cache_sync_timeout,
+                reconcile_timeout: self.reconcile_timeout,
+                shutdown_grace: self.shutdown_grace,
+                recover_panic: self.recover_panic,
+                metrics,
+                started: AtomicBool::new(false),
+                stop_sources: CancellationToken::new(),
+                hard_stop: CancellationToken::new(),
+                watches: Mutex::new(Watches::default()),
+            }),
+        })
+    }
+}
+
+/// Runs a [`Reconciler`] over a work queue fed by watches: controller-runtime's controller.
+///
+/// Add watches with [`watch`](Self::watch) (before or after [`run`](Self::run) starts), then
+/// `run` it until its cancellation token fires. The handle is cheap to clone.
+pub struct Controller<R> {
+    inner: Arc<Inner<R>>,
+}
+
+impl<R> Clone for Controller<R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<R> fmt::Debug for Controller<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Controller")
+            .field("name", &self.inner.name)
+            .field("workers", &self.inner.workers)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner<R> {
+    name: Arc<str>,
+    registered: bool,
+    reconciler: R,
+    queue: Queue,
+    workers: usize,
+    cache_sync_timeout: Duration,
+    reconcile_timeout: Option<Duration>,
+    shutdown_grace: Duration,
+    recover_panic: bool,
+    metrics: Metrics,
+    started: AtomicBool,
+    /// Stops the watches' event pumps.
+    stop_sources: CancellationToken,
+    /// Parent of every reconcile's context: cancelled when the grace period runs out.
+    hard_stop: CancellationToken,
+    watches: Mutex<Watches>,
+}
+
+impl<R> Drop for Inner<R> {
+    fn drop(&mut self) {
+        self.stop_sources.cancel();
+        if self.registered {
+            unregister_name(&self.name);
+        }
+    }
+}
+
+#[derive(Default)]
+struct Watches {
+    /// Added before `run`, started by it.
+    pending: Vec<Box<dyn ErasedWatch>>,
+    synced: Vec<Synced>,
+    tasks: Vec<JoinHandle<()>>,
+    running: bool,
+}
+
+impl<R: Reconciler> Controller<R> {
+    /// Starts building a controller called `name` (unique in the process: it labels the
+    /// metrics and logs) around `reconciler`.
+    pub fn builder(name: impl Into<String>, reconciler: R) -> Builder<R> {
+        Builder {
+            name: name.into(),
+            reconciler,
+            workers: 1,
+            cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
+            reconcile_timeout: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            recover_panic: true,
+            skip_name_validation: false,
+            rate_limiter: None,
+        }
+    }
+
+    /// The controller's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The controller's work queue (to add requests from elsewhere, or to inspect it).
+    pub fn queue(&self) -> &Queue {
+        &self.inner.queue
+    }
+
+    /// The reconciler.
+    pub fn reconciler(&self) -> &R {
+        &self.inner.reconciler
+    }
+
+    /// Watches `source`: each event that every predicate lets through goes to `handler`,
+    /// which queues requests. Added after `run` started, the watch starts at once (a tokio
+    /// runtime must be current) and `run` does not wait for it to sync.
+    pub fn watch<K, H>(
+        &self,
+        source: impl Source<K>,
+        handler: H,
+        predicates: Vec<Box<dyn Predicate<K>>>,
+    ) where
+        K: Send + Sync + 'static,
+        H: EventHandler<K> + 'static,
+    {
+        let watch: Box<dyn ErasedWatch> = Box::new(Watch {
+            source: Box::new(source),
+            handler,
+            predicates,
+        });
+        let mut watches = self.inner.lock_watches();
+        if watches.running {
+            watches.synced.push(watch.synced());
+            let task = watch.spawn(self.inner.queue.clone(), self.inner.stop_sources.clone());
+            watches.tasks.push(task);
+        } else {
+            watches.pending.push(watch);
+        }
+    }
+
+    /// Whether every source has synced.
+    pub fn has_synced(&self) -> bool {
+        let watches = self.inner.lock_watches();
+        watches.running && watches.synced.iter().all(Synced::is_synced)
+    }
+
+    /// Runs the controller until `cancel` fires: starts the watches, waits (up to the
+    /// cache-sync timeout) for them to sync, then runs the workers.
+    ///
+    /// On cancel it stops gracefully: the watches stop, workers take no new requests,
+    /// in-flight reconciles get the shutdown grace to finish, after which their contexts are
+    /// cancelled and they are awaited; then `run` returns. Nothing of the controller runs
+    /// after that.
+    pub async fn run(&self, cancel: CancellationToken) -> Result<()> {
+        let inner = &self.inner;
+        if inner.started.swap(true, Ordering::SeqCst) {
+            return Err(Error::AlreadyStarted(inner.name.to_string()));
+        }
+        let synced = {
+            let mut watches = inner.lock_watches();
+            watches.running = true;
+            let pending = std::mem::take(&mut watches.pending);
+            for watch in pending {
+                watches.synced.push(watch.synced());
+                let task = watch.spawn(inner.queue.clone(), inner.stop_sources.clone());
+                watches.tasks.push(task);
+            }
+            watches.synced.clone()
+        };
+        tracing::info!(controller = %inner.name, sources = synced.len(), "waiting for sources to sync");
+        let all_synced = join_all(synced.iter().map(Synced::wait));
+        let sync = tokio::time::timeout(inner.cache_sync_timeout, all_synced);
+        tokio::select! {
+            () = cancel.cancelled() => {
+                self.stop_watches().await;
+                return Ok(());
+            }
+            waited = sync => {
+                if waited.is_err() {
+                    let pending = synced.iter().filter(|s| !s.is_synced()).count();
+                    self.stop_watches().await;
+                    return Err(Error::CacheSyncTimeout {
+                        controller: inner.name.to_string(),
+                        pending,
+                        total: synced.len(),
+                        timeout: inner.cache_sync_timeout,
+                    });
+                }
+            }
+        }
+        tracing::info!(controller = %inner.name, workers = inner.workers, "starting workers");
+        inner.metrics.set_max_concurrent(inner.workers);
+        let stopping = CancellationToken::new();
+        let workers: Vec<_> = (0..inner.workers)
+            .map(|_| tokio::spawn(worker(Arc::clone(inner), stopping.clone())))
+            .collect();
+        let mut workers = join_all(workers);
+        let ended_early = tokio::select! {
+            () = cancel.cancelled() => None,
+            ended = &mut workers => Some(ended),
+        };
+        tracing::info!(controller = %inner.name, "stopping");
+        self.stop_watches().await;
+        stopping.cancel();
+        let ended = match ended_early {
+            Some(ended) => ended,
+            None => match tokio::time::timeout(inner.shutdown_grace, &mut workers).await {
+                Ok(ended) => ended,
+                Err(_) => {
+                    tracing::warn!(controller = %inner.name, grace = ?inner.shutdown_grace,
+                        "reconciles still running after the grace period: cancelling them");
+                    inner.hard_stop.cancel();
+                    workers.await
+                }
+            },
+        };
+        inner.queue.shutdown();
+        for joined in ended {
+            if let Err(e) = joined
+                && e.is_panic()
+            {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        }
+        Ok(())
+    }
+
+    async fn stop_watches(&self) {
+        self.inner.stop_sources.cancel();
+        let tasks = std::mem::take(&mut self.inner.lock_watches().tasks);
+        for task in tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+impl<R> Inner<R> {
+    fn lock_watches(&self) -> std::sync::MutexGuard<'_, Watches> {
+        self.watches.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One worker: takes requests until the controller stops, reconciling each.
+async fn worker<R: Reconciler>(inner: Arc<Inner<R>>, stopping: CancellationToken) {
+    loop {
+        let item = tokio::select! {
+            biased;
+            () = stopping.cancelled() => return,
+            item = inner.queue.get() => match item {
+                Some(item) => item,
+                None => return,
+            },
+        };
+        process(&inner, item).await;
+    }
+}
+
+static NEXT_RECONCILE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What became of one reconcile, for the `result` label.
+#[derive(Clone, Copy)]
+enum Outcome {
+    Success,
+    Requeue,
+    RequeueAfter,
+    Error,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Requeue => "requeue",
+            Outcome::RequeueAfter => "requeue_after",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+async fn process<R: Reconciler>(inner: &Inner<R>, item: WorkItem<Request>) {
+    let request = item.key().clone();
+    let id = ReconcileId(NEXT_RECONCILE_ID.fetch_add(1, Ordering::Relaxed));
+    let cancel = inner.hard_stop.child_token();
+    let ctx = Context {
+        cancel: cancel.clone(),
+        reconcile_id: id,
+        controller: Arc::clone(&inner.name),
+    };
+    let span = tracing::info_span!(
+        "reconcile",
+        controller = %inner.name,
+        request = %request,
+        reconcile_id = %id,
+    );
+    inner.metrics.active_workers(1.0);
+    let started = Instant::now();
+    let reconcile = AssertUnwindSafe(inner.reconciler.reconcile(request.clone(), ctx))
+        .catch_unwind()
+        .instrument(span.clone());
+    let result = match inner.reconcile_timeout {
+        None => reconcile.await,
+        Some(timeout) => {
+            let mut reconcile = std::pin::pin!(reconcile);
+            match select(
+                reconcile.as_mut(),
+                std::pin::pin!(tokio::time::sleep(timeout)),
+            )
+            .await
+            {
+                Either::Left((result, _)) => result,
+                Either::Right(((), _)) => {
+                    span.in_scope(|| {
+                        tracing::warn!(?timeout, "reconcile timed out: cancelling its context");
+                    });
+                    cancel.cancel();
+                    reconcile.await
+                }
+            }
+        }
+    };
+    inner.metrics.reconcile_time(started.elapsed());
+    inner.metrics.active_workers(-1.0);
+    let _entered = span.enter();
+    let outcome = match result {
+        Ok(Ok(action)) => requeue(inner, request, action),
+        Ok(Err(error)) => {
+            inner.metrics.error();
+            if is_terminal(&error) {
+                inner.metrics.terminal_error();
+                tracing::error!(error = %error, "reconcile failed with a terminal error; not retrying");
+                inner.queue.forget(&request);
+            } else {
+                tracing::error!(error = %error, "reconcile failed; retrying with backoff");
+                inner.queue.add_rate_limited(request);
+            }
+            Outcome::Error
+        }
+        Err(panic) => {
+            inner.metrics.panic();
+            inner.metrics.error();
+            let message = panic_message(&*panic);
+            if !inner.recover_panic {
+                inner.metrics.reconciled(Outcome::Error.label());
+                drop(item);
+                std::panic::resume_unwind(panic);
+            }
+            tracing::error!(panic = %message, "reconcile panicked; retrying with backoff");
+            inner.queue.add_rate_limited(request);
+            Outcome::Error
+        }
+    };
+    inner.metrics.reconciled(outcome.label());
+    drop(item);
+}
+
+/// Queues what a successful reconcile asked for.
+fn requeue<R>(inner: &Inner<R>, request: Request, action: Action) -> Outcome {
+    let priority = action.priority.unwrap_or(0);
+    match action.next {
+        Next::Done => {
+            inner.queue.forget(&request);
+            Outcome::Success
+        }
+        Next::Requeue => {
+            let options = AddOptions::new().rate_limited().priority(priority);
+            inner.queue.add_with(request, options);
+            Outcome::Requeue
+        }
+        Next::RequeueAfter(delay) => {
+            inner.queue.forget(&request);
+            let options = AddOptions::new().after(delay).priority(priority);
+            inner.queue.add_with(request, options);
+            Outcome::RequeueAfter
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_owned()
+    }
+}
+
+/// A watch with its key type erased, so a controller can hold watches of many types.
+trait ErasedWatch: Send {
+    fn synced(&self) -> Synced;
+    fn spawn(self: Box<Self>, queue: Queue, stop: CancellationToken) -> JoinHandle<()>;
+}
+
+struct Watch<K, H> {
+    source: Box<dyn Source<K>>,
+    handler: H,
+    predicates: Vec<Box<dyn Predicate<K>>>,
+}
+
+impl<K, H> ErasedWatch for Watch<K, H>
+where
+    K: Send + Sync + 'static,
+    H: EventHandler<K> + 'static,
+{
+    fn synced(&self) -> Synced {
+        self.source.synced()
+    }
+
+    fn spawn(self: Box<Self>, queue: Queue, stop: CancellationToken) -> JoinHandle<()> {
+        let Watch {
+            source,
+            handler,
+            predicates,
+        } = *self;
+        tokio::spawn(async move {
+            let mut events = source.start();
+            loop {
+                let event = tokio::select! {
+                    biased;
+                    () = stop.cancelled() => return,
+                    event = events.next() => match event {
+                        Some(event) => event,
+                        None => return,
+                    },
+                };
+                if predicates.iter().all(|p| p.filter(&event)) {
+                    handler.handle(&event, &queue);
+                }
+            }
+        })
+    }
+}
+
+fn names() -> &'static Mutex<HashSet<String>> {
+    static NAMES: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    NAMES.get_or_init(Mutex::default)
+}
+
+fn register_name(name: &str) -> bool {
+    names()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(name.to_owned())
+}
+
+fn unregister_name(name: &str) {
+    names()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(name);
+}

@@ -1,0 +1,75 @@
+//! Errors: the controller's own, and [`TerminalError`] for reconcilers.
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+/// A reconcile error that retrying cannot fix: the request is not requeued, but the error is
+/// counted (`controller_runtime_terminal_reconcile_errors_total`) and logged.
+///
+/// Return it as the reconciler's error, or anywhere in its chain of sources (a variant of
+/// your error type holding it as `#[source]`).
+#[derive(Debug, thiserror::Error)]
+#[error("terminal: {source}")]
+pub struct TerminalError {
+    #[source]
+    source: Box<dyn StdError + Send + Sync>,
+}
+
+impl TerminalError {
+    /// Wraps `source` as terminal.
+    pub fn new(source: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
+        Self {
+            source: source.into(),
+        }
+    }
+}
+
+/// Whether `error` or any error in its chain of sources is a [`TerminalError`].
+pub fn is_terminal(error: &(dyn StdError + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.is::<TerminalError>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// Errors of building and running a controller.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another controller in this process already has the name; names label metrics and logs,
+    /// so they must be unique. Pick another name.
+    #[error("a controller named {0:?} already exists in this process")]
+    DuplicateName(String),
+
+    /// The controller's name is empty.
+    #[error("a controller needs a name")]
+    EmptyName,
+
+    /// Not every source synced within the cache-sync timeout; the controller did not start
+    /// its workers. Often a type the API server does not serve (a CRD not installed) or
+    /// missing RBAC permissions; retrying helps once that is fixed.
+    #[error(
+        "controller {controller:?}: {pending} of {total} sources did not sync within {timeout:?}"
+    )]
+    CacheSyncTimeout {
+        /// The controller.
+        controller: String,
+        /// How many sources had not synced.
+        pending: usize,
+        /// How many sources the controller watches.
+        total: usize,
+        /// The timeout that passed.
+        timeout: Duration,
+    },
+
+    /// `run` was called on a controller that already ran.
+    #[error("controller {0:?} was already started")]
+    AlreadyStarted(String),
+}
+
+/// The result of the controller's operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

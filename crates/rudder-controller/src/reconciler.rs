@@ -1,0 +1,136 @@
+//! The [`Reconciler`] trait, what it returns ([`Action`]) and what it is given ([`Context`]).
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rudder_handler::Request;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+/// Brings one object's actual state towards its desired state.
+///
+/// A reconciler is called with a [`Request`] (which object), never with the event that
+/// caused it: it reads the current state and acts on it. It must be idempotent, since it can
+/// run again for the same state. For one request it is never called twice at once.
+pub trait Reconciler: Send + Sync + 'static {
+    /// The reconciler's error. Returning one means "retry with backoff", unless the chain of
+    /// sources contains a [`TerminalError`](crate::TerminalError).
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Reconciles the object `request` names.
+    fn reconcile(
+        &self,
+        request: Request,
+        ctx: Context,
+    ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
+}
+
+/// What to do after a successful reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Action {
+    pub(crate) next: Next,
+    pub(crate) priority: Option<i32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    Done,
+    Requeue,
+    RequeueAfter(Duration),
+}
+
+impl Action {
+    /// Done until something changes; the request's backoff is forgotten.
+    pub fn done() -> Self {
+        Self {
+            next: Next::Done,
+            priority: None,
+        }
+    }
+
+    /// Run again after the rate limiter's delay (the backoff grows, as for an error, but it
+    /// is not counted as one).
+    pub fn requeue() -> Self {
+        Self {
+            next: Next::Requeue,
+            priority: None,
+        }
+    }
+
+    /// Run again after `delay` (the backoff is forgotten).
+    pub fn requeue_after(delay: Duration) -> Self {
+        Self {
+            next: Next::RequeueAfter(delay),
+            priority: None,
+        }
+    }
+
+    /// Requeue at `priority` (higher runs first; the default is 0).
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+}
+
+/// What a reconcile is given besides its request.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) cancel: CancellationToken,
+    pub(crate) reconcile_id: ReconcileId,
+    pub(crate) controller: Arc<str>,
+}
+
+impl Context {
+    /// Completes when the reconcile should give up: its timeout passed or the controller is
+    /// stopping past its grace period.
+    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.cancel.cancelled()
+    }
+
+    /// Whether the reconcile should give up.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// The token behind [`cancelled`](Self::cancelled), to hand to other tasks.
+    pub fn cancellation_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// This reconcile's id, unique in the process; it is in the reconcile's tracing span.
+    pub fn reconcile_id(&self) -> ReconcileId {
+        self.reconcile_id
+    }
+
+    /// The controller's name.
+    pub fn controller(&self) -> &str {
+        &self.controller
+    }
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("controller", &self.controller)
+            .field("reconcile_id", &self.reconcile_id)
+            .field("cancelled", &self.is_cancelled())
+            .finish()
+    }
+}
+
+/// A reconcile's id: unique within the process, shown as 16 hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReconcileId(pub(crate) u64);
+
+impl fmt::Display for ReconcileId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl fmt::Debug for ReconcileId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ReconcileId({self})")
+    }
+}
