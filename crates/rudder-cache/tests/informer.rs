@@ -328,3 +328,108 @@ async fn relist_after_expired_watch_emits_deletes_and_updates() {
     informer.stop().await;
     env.stop().unwrap();
 }
+
+/// A custom resource whose Rust type is stricter than its CRD: the CRD accepts any `spec`,
+/// the type wants `spec.size` to be a number.
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
+struct Widget {
+    metadata: kube::api::ObjectMeta,
+    spec: WidgetSpec,
+}
+
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
+struct WidgetSpec {
+    size: u32,
+}
+
+impl kube::Resource for Widget {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        "Widget".into()
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        "malformed.rudder.test".into()
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        "widgets".into()
+    }
+    fn meta(&self) -> &kube::api::ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut kube::api::ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+const WIDGET_CRD: &str = r"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.malformed.rudder.test
+spec:
+  group: malformed.rudder.test
+  names: { kind: Widget, plural: widgets, singular: widget }
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+";
+
+#[tokio::test]
+async fn a_malformed_object_is_counted_and_skipped_and_the_watch_goes_on() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    env.install_crd_yaml(WIDGET_CRD).await.unwrap();
+    let ns = env.namespace("informer_malformed").await.unwrap();
+    let resource = kube::api::ApiResource::erase::<Widget>(&());
+    let raw: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(ns.client(), ns.name(), &resource);
+    let widget = |name: &str, size: serde_json::Value| {
+        serde_json::from_value::<kube::api::DynamicObject>(serde_json::json!({
+            "apiVersion": "malformed.rudder.test/v1",
+            "kind": "Widget",
+            "metadata": { "name": name },
+            "spec": { "size": size },
+        }))
+        .unwrap()
+    };
+    raw.create(&PostParams::default(), &widget("good", 1.into()))
+        .await
+        .unwrap();
+
+    let informer = Informer::builder(ns.api::<Widget>()).start();
+    let mut events = informer.subscribe();
+    informer
+        .wait_for_sync(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(take(&mut events, 1).await, ["add good initial=true"]);
+
+    raw.create(&PostParams::default(), &widget("bad", "huge".into()))
+        .await
+        .unwrap();
+    raw.create(&PostParams::default(), &widget("later", 3.into()))
+        .await
+        .unwrap();
+    // The bad one is skipped; the next good one still arrives.
+    assert_eq!(take(&mut events, 1).await, ["add later initial=false"]);
+    assert_eq!(informer.stats().malformed_objects, 1);
+    let mut stored: Vec<_> = informer
+        .store()
+        .list()
+        .iter()
+        .map(|w| (w.metadata.name.clone().unwrap(), w.spec.size))
+        .collect();
+    stored.sort();
+    assert_eq!(stored, [("good".to_owned(), 1), ("later".to_owned(), 3)]);
+    informer.stop().await;
+}

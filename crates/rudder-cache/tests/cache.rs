@@ -1,0 +1,311 @@
+//! The cache against a real API server: one watch per type and scope, the reader, indexes,
+//! metadata-only and dynamic informers, removal and shutdown.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{WatchGate, config_map, eventually, take};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{Expression, PartialObjectMeta, Selector};
+use rudder_cache::{Cache, Error, Event, ListOptions, Scope};
+use rudder_envtest::TestEnv;
+use tokio_util::sync::CancellationToken;
+
+fn team(cm: &ConfigMap) -> Vec<String> {
+    cm.metadata
+        .labels
+        .iter()
+        .flatten()
+        .filter(|(k, _)| *k == "team")
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+fn names<K: kube::Resource>(objs: &[Arc<K>]) -> Vec<String> {
+    let mut n: Vec<String> = objs
+        .iter()
+        .map(|o| o.meta().name.clone().unwrap_or_default())
+        .collect();
+    n.sort();
+    n
+}
+
+#[tokio::test]
+async fn two_handlers_and_a_reader_share_one_watch() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("cache_one_watch").await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    api.create(&PostParams::default(), &config_map("a", &[]))
+        .await
+        .unwrap();
+
+    let gate = WatchGate::default();
+    let token = CancellationToken::new();
+    let cache = Cache::builder(gate.client(env.config()))
+        .default_namespace(ns.name())
+        .build(&token);
+
+    let seen = Arc::new(AtomicUsize::new(0));
+    for _ in 0..2 {
+        let seen = Arc::clone(&seen);
+        cache
+            .informer::<ConfigMap>()
+            .unwrap()
+            .add_handler(move |_: Event<ConfigMap>| {
+                seen.fetch_add(1, Ordering::SeqCst);
+                async {}
+            });
+    }
+    let got = cache.get::<ConfigMap>(Some(ns.name()), "a").await.unwrap();
+    assert_eq!(got.unwrap().metadata.name.as_deref(), Some("a"));
+    assert_eq!(cache.informer_count(), 1);
+
+    // Once a change reaches both handlers, the watch is open; there must be just one.
+    api.create(&PostParams::default(), &config_map("b", &[]))
+        .await
+        .unwrap();
+    eventually(20, "both handlers to see a and b", || {
+        seen.load(Ordering::SeqCst) == 4
+    })
+    .await;
+    let listed = cache
+        .list::<ConfigMap>(&ListOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(names(&listed), ["a", "b"]);
+    assert_eq!(gate.watches(), 1);
+
+    // Another scope of the same type is another watch.
+    let other = cache
+        .informer_in::<ConfigMap>(&Scope::namespace(ns.name()).labels("x=y"))
+        .unwrap();
+    other.wait_for_sync(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(cache.informer_count(), 2);
+    cache.stop().await;
+}
+
+#[tokio::test]
+async fn indexes_follow_objects_that_move_between_values() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("cache_index_moves").await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    for (name, t) in [("x", "red"), ("y", "red"), ("z", "blue")] {
+        api.create(&PostParams::default(), &config_map(name, &[("team", t)]))
+            .await
+            .unwrap();
+    }
+    let token = CancellationToken::new();
+    let cache = Cache::builder(ns.client())
+        .default_namespace(ns.name())
+        .build(&token);
+    cache.add_index::<ConfigMap, _>("team", team).unwrap();
+    let by_team = |t: &'static str| {
+        let cache = cache.clone();
+        async move {
+            names(
+                &cache
+                    .list::<ConfigMap>(&ListOptions::default().index("team", t))
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    assert_eq!(by_team("red").await, ["x", "y"]);
+    assert_eq!(by_team("blue").await, ["z"]);
+
+    let patch = serde_json::json!({ "metadata": { "labels": { "team": "blue" } } });
+    api.patch("x", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let store = cache.informer::<ConfigMap>().unwrap().store().clone();
+    eventually(20, "x to move to blue", || {
+        names(&store.by_index("team", "blue").unwrap()) == ["x", "z"]
+    })
+    .await;
+    assert_eq!(by_team("red").await, ["y"]);
+
+    api.delete("y", &Default::default()).await.unwrap();
+    eventually(20, "y to leave the index", || {
+        store.by_index("team", "red").unwrap().is_empty()
+    })
+    .await;
+    assert_eq!(store.index_values("team").unwrap(), ["blue"]);
+
+    // Label selectors and namespaces filter too.
+    let sel = Selector::from(Expression::Equal("team".into(), "blue".into()));
+    let listed = cache
+        .list::<ConfigMap>(&ListOptions::default().namespace(ns.name()).labels(sel))
+        .await
+        .unwrap();
+    assert_eq!(names(&listed), ["x", "z"]);
+    let elsewhere = cache
+        .list::<ConfigMap>(&ListOptions::default().namespace("elsewhere"))
+        .await
+        .unwrap();
+    assert!(elsewhere.is_empty());
+    let err = cache
+        .list::<ConfigMap>(&ListOptions::default().index("nope", "x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Index(_)), "{err}");
+    cache.stop().await;
+}
+
+#[tokio::test]
+async fn metadata_and_dynamic_informers_read_from_the_server() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("cache_meta_dynamic").await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    api.create(&PostParams::default(), &config_map("a", &[("team", "red")]))
+        .await
+        .unwrap();
+    let token = CancellationToken::new();
+    let cache = Cache::builder(ns.client())
+        .default_namespace(ns.name())
+        .build(&token);
+
+    let meta = cache
+        .get::<PartialObjectMeta<ConfigMap>>(Some(ns.name()), "a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        meta.metadata.labels.as_ref().unwrap()["team"],
+        "red".to_owned()
+    );
+    assert!(meta.metadata.managed_fields.is_none());
+    assert!(cache.metadata_informer::<ConfigMap>().unwrap().has_synced());
+
+    let resource = ApiResource::erase::<ConfigMap>(&());
+    let dynamic = cache
+        .get_dynamic(&resource, Some(ns.name()), "a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(dynamic.data["data"]["k"], "v");
+    let listed = cache
+        .list_dynamic(&resource, &ListOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(names::<DynamicObject>(&listed), ["a"]);
+    // Typed, metadata-only and dynamic are three watches.
+    assert_eq!(cache.informer_count(), 2);
+    cache.informer::<ConfigMap>().unwrap();
+    assert_eq!(cache.informer_count(), 3);
+    cache.stop().await;
+}
+
+#[tokio::test]
+async fn remove_informer_stops_the_watch_and_the_next_use_starts_another() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("cache_remove").await.unwrap();
+    let gate = WatchGate::default();
+    let token = CancellationToken::new();
+    let cache = Cache::builder(gate.client(env.config()))
+        .default_namespace(ns.name())
+        .build(&token);
+    let informer = cache.informer::<ConfigMap>().unwrap();
+    let mut events = informer.subscribe();
+    informer
+        .wait_for_sync(Duration::from_secs(20))
+        .await
+        .unwrap();
+    eventually(20, "the watch to open", || gate.watches() == 1).await;
+
+    assert!(
+        cache
+            .remove_informer::<ConfigMap>(&Scope::namespace(ns.name()))
+            .await
+    );
+    assert!(informer.is_stopped());
+    assert_eq!(cache.informer_count(), 0);
+    assert!(events.next().await.is_none());
+    assert!(
+        !cache
+            .remove_informer::<ConfigMap>(&Scope::namespace(ns.name()))
+            .await
+    );
+
+    let again = cache.informer::<ConfigMap>().unwrap();
+    again.wait_for_sync(Duration::from_secs(20)).await.unwrap();
+    eventually(20, "a second watch", || gate.watches() == 2).await;
+    cache.stop().await;
+}
+
+#[tokio::test]
+async fn fail_on_missing_informer_refuses_reads_until_one_is_started() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("cache_missing").await.unwrap();
+    ns.api::<ConfigMap>()
+        .create(&PostParams::default(), &config_map("a", &[]))
+        .await
+        .unwrap();
+    let token = CancellationToken::new();
+    let cache = Cache::builder(ns.client())
+        .default_namespace(ns.name())
+        .fail_on_missing_informer(true)
+        .build(&token);
+    let err = cache
+        .get::<ConfigMap>(Some(ns.name()), "a")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::MissingInformer { .. }), "{err}");
+    assert!(err.to_string().contains("no informer for"), "{err}");
+    assert_eq!(cache.informer_count(), 0);
+
+    cache.informer::<ConfigMap>().unwrap();
+    assert!(
+        cache
+            .get::<ConfigMap>(Some(ns.name()), "a")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    cache.stop().await;
+}
+
+#[tokio::test]
+async fn cancelling_the_token_ends_every_task_and_refuses_new_informers() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("cache_stop").await.unwrap();
+    ns.api::<ConfigMap>()
+        .create(&PostParams::default(), &config_map("a", &[]))
+        .await
+        .unwrap();
+    let token = CancellationToken::new();
+    let cache = Cache::builder(ns.client())
+        .default_namespace(ns.name())
+        .build(&token);
+    let informer = cache.informer::<ConfigMap>().unwrap();
+    let mut events = informer.subscribe();
+    assert_eq!(take(&mut events, 1).await, ["add a initial=true"]);
+    // A handler whose task holds a guard: the guard is dropped when the task ends.
+    let guard = Arc::new(());
+    let held = Arc::clone(&guard);
+    informer.add_handler(move |_: Event<ConfigMap>| {
+        let _held = &held;
+        async {}
+    });
+
+    token.cancel();
+    tokio::time::timeout(Duration::from_secs(10), cache.stop())
+        .await
+        .unwrap();
+    assert_eq!(
+        Arc::strong_count(&guard),
+        1,
+        "the handler task outlived stop"
+    );
+    assert!(events.next().await.is_none());
+    assert!(matches!(
+        cache.informer::<ConfigMap>().unwrap_err(),
+        Error::Stopped
+    ));
+}
