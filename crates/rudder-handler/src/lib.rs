@@ -52,11 +52,13 @@
 //!
 //! # Sources
 //!
-//! [`channel`] for events from outside the cluster, [`from_stream`] for any stream of
-//! events; each has a [`Synced`] signal.
+//! [`Kind`] for a type's shared informer from rudder-cache, [`channel`] for events from
+//! outside the cluster, [`from_stream`] for any stream of events; each has a [`Synced`]
+//! signal.
 
 mod event;
 mod handler;
+mod kind;
 pub mod predicate;
 mod request;
 mod source;
@@ -66,6 +68,7 @@ pub use handler::{
     EnqueueMapped, EnqueueObject, EnqueueOwner, EventHandler, HandlerFuncs, LOW_PRIORITY, Queue,
     enqueue,
 };
+pub use kind::Kind;
 pub use predicate::{
     And, AnnotationChanged, Funcs, GenerationChanged, LabelChanged, LabelSelectorPredicate, Not,
     Or, Predicate, ResourceVersionChanged,

@@ -2,11 +2,12 @@
 //!
 //! A source yields a stream of [`Event`]s and a [`Synced`] signal that turns on once it has
 //! delivered the state it started from. Sources here: [`channel`] (events pushed from outside
-//! the cluster) and [`from_stream`] (any stream of events). The informer-backed `Kind` source
-//! is built on rudder-cache.
+//! the cluster), [`from_stream`] (any stream of events), and [`Kind`] (a shared informer from
+//! rudder-cache).
 
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use futures::stream::{BoxStream, Stream, StreamExt};
 use tokio::sync::{mpsc, watch};
 
@@ -23,35 +24,74 @@ pub trait Source<K>: Send + 'static {
 }
 
 /// Whether a source has synced: cheap to clone, observable from anywhere.
-#[derive(Clone, Debug)]
-pub struct Synced(Arc<watch::Sender<bool>>);
+#[derive(Clone)]
+pub struct Synced(SyncedInner);
+
+#[derive(Clone)]
+enum SyncedInner {
+    Flag(Arc<watch::Sender<bool>>),
+    Custom(Arc<CustomSync>),
+}
+
+struct CustomSync {
+    is_synced: Box<dyn Fn() -> bool + Send + Sync>,
+    wait: Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>,
+}
+
+impl std::fmt::Debug for Synced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Synced").field(&self.is_synced()).finish()
+    }
+}
 
 impl Synced {
     /// A signal that is off until [`mark`](Self::mark) is called.
     pub fn new() -> Self {
-        Self(Arc::new(watch::Sender::new(false)))
+        Self(SyncedInner::Flag(Arc::new(watch::Sender::new(false))))
     }
 
     /// A signal that is on from the start, for sources with no initial state to catch up on.
     pub fn already() -> Self {
-        Self(Arc::new(watch::Sender::new(true)))
+        Self(SyncedInner::Flag(Arc::new(watch::Sender::new(true))))
     }
 
-    /// Turns the signal on.
+    /// A signal read from elsewhere: `is_synced` says whether it is on, and `wait` returns a
+    /// future that completes once it is (or never, if it never will be).
+    pub fn from_fn(
+        is_synced: impl Fn() -> bool + Send + Sync + 'static,
+        wait: impl Fn() -> BoxFuture<'static, ()> + Send + Sync + 'static,
+    ) -> Self {
+        Self(SyncedInner::Custom(Arc::new(CustomSync {
+            is_synced: Box::new(is_synced),
+            wait: Box::new(wait),
+        })))
+    }
+
+    /// Turns the signal on (no effect on a signal made with [`from_fn`](Self::from_fn)).
     pub fn mark(&self) {
-        self.0.send_replace(true);
+        if let SyncedInner::Flag(flag) = &self.0 {
+            flag.send_replace(true);
+        }
     }
 
     /// Whether the signal is on.
     pub fn is_synced(&self) -> bool {
-        *self.0.borrow()
+        match &self.0 {
+            SyncedInner::Flag(flag) => *flag.borrow(),
+            SyncedInner::Custom(custom) => (custom.is_synced)(),
+        }
     }
 
     /// Waits until the signal is on.
     pub async fn wait(&self) {
-        let mut rx = self.0.subscribe();
-        // The sender lives in `self`, so the channel cannot close while we wait.
-        let _ = rx.wait_for(|synced| *synced).await;
+        match &self.0 {
+            SyncedInner::Flag(flag) => {
+                let mut rx = flag.subscribe();
+                // The sender lives in `self`, so the channel cannot close while we wait.
+                let _ = rx.wait_for(|synced| *synced).await;
+            }
+            SyncedInner::Custom(custom) => (custom.wait)().await,
+        }
     }
 }
 
