@@ -25,6 +25,9 @@ use crate::reconciler::{Action, Context, Next, ReconcileId, Reconciler};
 /// (controller-runtime's default).
 pub const DEFAULT_CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How often `run` logs which sources are still not synced while it waits.
+const SYNC_REPORT_PERIOD: Duration = Duration::from_secs(10);
+
 /// How long in-flight reconciles get to finish after a stop before their contexts are
 /// cancelled, unless told otherwise.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -295,7 +298,28 @@ impl<R: Reconciler> Controller<R> {
             watches.synced.clone()
         };
         tracing::info!(controller = %inner.name, sources = synced.len(), "waiting for sources to sync");
-        let all_synced = join_all(synced.iter().map(Synced::wait));
+        let all_synced = async {
+            let mut all = std::pin::pin!(join_all(synced.iter().map(Synced::wait)));
+            // Say what is still missing now and then: a type the API server does not serve
+            // yet (a CRD not installed) keeps its source unsynced while it retries.
+            let mut every = tokio::time::interval(SYNC_REPORT_PERIOD);
+            every.tick().await;
+            loop {
+                tokio::select! {
+                    _ = &mut all => return,
+                    _ = every.tick() => {
+                        let pending = synced.iter().filter(|s| !s.is_synced()).count();
+                        tracing::warn!(
+                            controller = %inner.name,
+                            pending,
+                            total = synced.len(),
+                            "sources still not synced; is every watched type served (CRDs \
+                             installed) and readable with this identity's RBAC?"
+                        );
+                    }
+                }
+            }
+        };
         let sync = tokio::time::timeout(inner.cache_sync_timeout, all_synced);
         tokio::select! {
             () = cancel.cancelled() => {

@@ -497,3 +497,32 @@ async fn four_workers_never_overlap_on_a_key_and_see_the_last_change() {
     stop.cancel();
     task.await.unwrap().unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn without_panic_recovery_a_panic_ends_run() {
+    let c = Controller::builder(
+        "unrecovered",
+        scripted(|_, _| async {
+            panic!("boom");
+        }),
+    )
+    .recover_panic(false)
+    .build()
+    .unwrap();
+    let (events, _stop, task) = start(&c);
+    send(&events, "a").await;
+    let ended = timeout_join(task).await;
+    assert!(
+        ended.is_panic(),
+        "run should end by re-raising the reconcile's panic"
+    );
+}
+
+async fn timeout_join(
+    task: tokio::task::JoinHandle<rudder_controller::Result<()>>,
+) -> tokio::task::JoinError {
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("run did not end")
+        .expect_err("run returned instead of panicking")
+}

@@ -1,0 +1,83 @@
+//! Each reconcile runs inside a `reconcile` span carrying the controller, the request and the
+//! reconcile id.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::core::ObjectMeta;
+use rudder_controller::{Action, Context, Controller, Reconciler};
+use rudder_handler::{EnqueueObject, Event, Request, channel};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id};
+use tracing_subscriber::layer::{Context as LayerContext, Layer, SubscriberExt};
+
+/// The fields of every `reconcile` span created.
+#[derive(Clone, Default)]
+struct Spans(Arc<Mutex<Vec<Vec<(String, String)>>>>);
+
+struct Fields(Vec<(String, String)>);
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name().to_owned(), format!("{value:?}")));
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for Spans {
+    fn on_new_span(&self, attrs: &Attributes<'_>, _: &Id, _: LayerContext<'_, S>) {
+        if attrs.metadata().name() == "reconcile" {
+            let mut fields = Fields(Vec::new());
+            attrs.record(&mut fields);
+            self.0.lock().unwrap().push(fields.0);
+        }
+    }
+}
+
+/// Reports the reconcile id it was given, from inside its span.
+struct Ids(mpsc::UnboundedSender<String>);
+
+impl Reconciler for Ids {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, _: Request, ctx: Context) -> Result<Action, Self::Error> {
+        let _ = self.0.send(ctx.reconcile_id().to_string());
+        Ok(Action::done())
+    }
+}
+
+#[tokio::test]
+async fn reconciles_run_in_a_span_with_controller_request_and_id() {
+    let spans = Spans::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let (tx, mut ids) = mpsc::unbounded_channel();
+    let c = Controller::builder("traced", Ids(tx)).build().unwrap();
+    let (events, source) = channel::<ConfigMap>(4);
+    c.watch(source, EnqueueObject, vec![]);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (c, stop) = (c.clone(), stop.clone());
+        async move { c.run(stop).await }
+    });
+    let object = Arc::new(ConfigMap {
+        metadata: ObjectMeta {
+            namespace: Some("ns".into()),
+            name: Some("cm".into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    });
+    events.send(Event::Generic { object }).await.unwrap();
+    let id = ids.recv().await.unwrap();
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    let spans = spans.0.lock().unwrap();
+    let expected = vec![
+        ("controller".to_owned(), "traced".to_owned()),
+        ("request".to_owned(), "ns/cm".to_owned()),
+        ("reconcile_id".to_owned(), id),
+    ];
+    assert_eq!(*spans, vec![expected]);
+}
