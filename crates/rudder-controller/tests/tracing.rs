@@ -14,11 +14,14 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
 use tracing_subscriber::layer::{Context as LayerContext, Layer, SubscriberExt};
 
+/// A span's fields, as (name, value) pairs.
+type SpanFields = Vec<(String, String)>;
+
 /// The fields of every `reconcile` span created.
 #[derive(Clone, Default)]
-struct Spans(Arc<Mutex<Vec<Vec<(String, String)>>>>);
+struct Spans(Arc<Mutex<Vec<SpanFields>>>);
 
-struct Fields(Vec<(String, String)>);
+struct Fields(SpanFields);
 
 impl Visit for Fields {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
