@@ -3,7 +3,9 @@
 use std::fmt;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use hashbrown::{HashMap, HashSet};
+use std::hash::BuildHasher;
+
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use kube::Resource;
 
 use crate::error::IndexError;
@@ -114,16 +116,23 @@ impl<K: Resource> Store<K> {
     pub fn new() -> Self {
         Self {
             inner: Arc::new(RwLock::new(Inner {
-                objects: HashMap::new(),
+                objects: HashTable::new(),
                 namespaces: HashMap::new(),
                 indexes: HashMap::new(),
+                state: DefaultHashBuilder::default(),
             })),
         }
     }
 
     /// The object with this key, if the store has it. O(1).
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<K>> {
-        self.read().objects.get(key).map(|e| Arc::clone(&e.obj))
+        let inner = self.read();
+        let ns = key.namespace.as_deref();
+        let hash = inner.hash(ns, &key.name);
+        inner
+            .objects
+            .find(hash, |e| is(&*e.obj, ns, &key.name))
+            .map(|e| Arc::clone(&e.obj))
     }
 
     /// The number of objects.
@@ -140,14 +149,18 @@ impl<K: Resource> Store<K> {
     pub fn list(&self) -> Vec<Arc<K>> {
         self.read()
             .objects
-            .values()
+            .iter()
             .map(|e| Arc::clone(&e.obj))
             .collect()
     }
 
     /// The keys of every object, in no particular order.
     pub fn keys(&self) -> Vec<ObjectKey> {
-        self.read().objects.keys().cloned().collect()
+        self.read()
+            .objects
+            .iter()
+            .map(|e| ObjectKey::of(&*e.obj))
+            .collect()
     }
 
     /// The objects in one namespace, in O(objects in it).
@@ -156,7 +169,7 @@ impl<K: Resource> Store<K> {
         inner
             .namespaces
             .get(namespace)
-            .map_or_else(Vec::new, |keys| inner.resolve(keys))
+            .map_or_else(Vec::new, |set| set.iter().cloned().collect())
     }
 
     /// The objects filed under `value` in the index `index`, in O(matches).
@@ -176,7 +189,7 @@ impl<K: Resource> Store<K> {
         Ok(idx
             .values
             .get(value)
-            .map_or_else(Vec::new, |keys| inner.resolve(keys)))
+            .map_or_else(Vec::new, |set| set.iter().cloned().collect()))
     }
 
     /// The values that index `index` currently has objects under, in no particular order.
@@ -211,9 +224,13 @@ impl<K: Resource> Store<K> {
             func: Arc::new(index),
             values: HashMap::new(),
         };
-        for (key, entry) in &inner.objects {
+        for entry in &inner.objects {
             for value in (idx.func)(&entry.obj) {
-                idx.values.entry(value).or_default().insert(key.clone());
+                put(
+                    &inner.state,
+                    idx.values.entry(value).or_default(),
+                    &entry.obj,
+                );
             }
         }
         inner.indexes.insert(name, idx);
@@ -224,60 +241,77 @@ impl<K: Resource> Store<K> {
     /// (a different `resourceVersion`) or unchanged. An unchanged object is dropped and the
     /// stored `Arc` kept, so a relist does not hold a second copy of what did not change.
     pub(crate) fn apply(&self, obj: K, epoch: u64) -> Applied<K> {
-        let key = ObjectKey::of(&obj);
-        let mut inner = self.write();
-        if let Some(entry) = inner.objects.get_mut(&key) {
-            entry.epoch = epoch;
-            let old_rv = entry.obj.meta().resource_version.as_deref();
-            if old_rv.is_some() && old_rv == obj.meta().resource_version.as_deref() {
-                return Applied::Unchanged;
+        let mut guard = self.write();
+        let inner = &mut *guard;
+        let (ns, name) = key_of(&obj);
+        let hash = inner.hash(ns, name);
+        let state = &inner.state;
+        match inner.objects.entry(
+            hash,
+            |e| is(&*e.obj, ns, name),
+            |e| hash_obj(state, &*e.obj),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(mut slot) => {
+                let entry = slot.get_mut();
+                entry.epoch = epoch;
+                let old_rv = entry.obj.meta().resource_version.as_deref();
+                if old_rv.is_some() && old_rv == obj.meta().resource_version.as_deref() {
+                    return Applied::Unchanged;
+                }
+                let new = Arc::new(obj);
+                let old = std::mem::replace(&mut entry.obj, Arc::clone(&new));
+                inner.reindex(Some(&old), Some(&new));
+                Applied::Updated { old, new }
             }
-            let new = Arc::new(obj);
-            let old = std::mem::replace(&mut entry.obj, Arc::clone(&new));
-            inner.reindex(&key, Some(&old), Some(&new));
-            return Applied::Updated { old, new };
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                let new = Arc::new(obj);
+                slot.insert(Entry {
+                    obj: Arc::clone(&new),
+                    epoch,
+                });
+                inner.reindex(None, Some(&new));
+                Applied::Added(new)
+            }
         }
-        let new = Arc::new(obj);
-        if let Some(ns) = &key.namespace {
-            inner
-                .namespaces
-                .entry_ref(ns.as_str())
-                .or_default()
-                .insert(key.clone());
-        }
-        inner.reindex(&key, None, Some(&new));
-        inner.objects.insert(
-            key,
-            Entry {
-                obj: Arc::clone(&new),
-                epoch,
-            },
-        );
-        Applied::Added(new)
     }
 
     /// Removes the object with this key, returning the last stored version.
     pub(crate) fn remove(&self, key: &ObjectKey) -> Option<Arc<K>> {
-        let mut inner = self.write();
-        inner.remove(key)
+        let mut guard = self.write();
+        let inner = &mut *guard;
+        let ns = key.namespace.as_deref();
+        let hash = inner.hash(ns, &key.name);
+        let (entry, _) = inner
+            .objects
+            .find_entry(hash, |e| is(&*e.obj, ns, &key.name))
+            .ok()?
+            .remove();
+        inner.reindex(Some(&entry.obj), None);
+        Some(entry.obj)
     }
 
     /// Removes every object not seen in list `epoch`, returning them.
     pub(crate) fn sweep(&self, epoch: u64) -> Vec<Arc<K>> {
-        let mut inner = self.write();
-        let stale: Vec<ObjectKey> = inner
-            .objects
-            .iter()
-            .filter(|(_, e)| e.epoch != epoch)
-            .map(|(k, _)| k.clone())
-            .collect();
-        stale.iter().filter_map(|key| inner.remove(key)).collect()
+        let mut guard = self.write();
+        let inner = &mut *guard;
+        let mut gone = Vec::new();
+        inner.objects.retain(|e| {
+            let keep = e.epoch == epoch;
+            if !keep {
+                gone.push(Arc::clone(&e.obj));
+            }
+            keep
+        });
+        for obj in &gone {
+            inner.reindex(Some(obj), None);
+        }
+        gone
     }
 
     /// Runs `f` on every object under the read lock (used for resync and late handlers).
     pub(crate) fn for_each(&self, mut f: impl FnMut(&Arc<K>)) {
         let inner = self.read();
-        for entry in inner.objects.values() {
+        for entry in &inner.objects {
             f(&entry.obj);
         }
     }
@@ -293,47 +327,88 @@ pub(crate) enum Applied<K> {
     Unchanged,
 }
 
+/// A stored object. The key is not stored beside it: the tables hash and compare the
+/// object's own namespace and name, which saves two strings per object.
 struct Entry<K> {
     obj: Arc<K>,
     /// The number of the last list (or watch session) the object was seen in.
     epoch: u64,
 }
 
+/// A set of objects by namespace/name, holding only the `Arc`s (8 bytes each).
+type ObjectSet<K> = HashTable<Arc<K>>;
+
 struct Index<K> {
     func: IndexFn<K>,
-    values: HashMap<String, HashSet<ObjectKey>>,
+    values: HashMap<String, ObjectSet<K>>,
 }
 
 struct Inner<K> {
-    objects: HashMap<ObjectKey, Entry<K>>,
-    namespaces: HashMap<String, HashSet<ObjectKey>>,
+    objects: HashTable<Entry<K>>,
+    namespaces: HashMap<String, ObjectSet<K>>,
     indexes: HashMap<String, Index<K>>,
+    state: DefaultHashBuilder,
 }
 
-impl<K> Inner<K> {
-    fn resolve(&self, keys: &HashSet<ObjectKey>) -> Vec<Arc<K>> {
-        keys.iter()
-            .filter_map(|k| self.objects.get(k))
-            .map(|e| Arc::clone(&e.obj))
-            .collect()
-    }
+fn key_of<K: Resource>(obj: &K) -> (Option<&str>, &str) {
+    let meta = obj.meta();
+    (
+        meta.namespace.as_deref(),
+        meta.name.as_deref().unwrap_or_default(),
+    )
+}
 
-    fn remove(&mut self, key: &ObjectKey) -> Option<Arc<K>> {
-        let entry = self.objects.remove(key)?;
-        if let Some(ns) = &key.namespace
-            && let Some(set) = self.namespaces.get_mut(ns.as_str())
-        {
-            set.remove(key);
-            if set.is_empty() {
-                self.namespaces.remove(ns.as_str());
-            }
+fn is<K: Resource>(obj: &K, namespace: Option<&str>, name: &str) -> bool {
+    key_of(obj) == (namespace, name)
+}
+
+fn hash_obj<K: Resource>(state: &DefaultHashBuilder, obj: &K) -> u64 {
+    state.hash_one(key_of(obj))
+}
+
+/// Puts `obj` into `set`, replacing the object with the same key if there is one.
+fn put<K: Resource>(state: &DefaultHashBuilder, set: &mut ObjectSet<K>, obj: &Arc<K>) {
+    let (ns, name) = key_of(&**obj);
+    let hash = state.hash_one((ns, name));
+    match set.entry(hash, |o| is(&**o, ns, name), |o| hash_obj(state, &**o)) {
+        hashbrown::hash_table::Entry::Occupied(mut slot) => *slot.get_mut() = Arc::clone(obj),
+        hashbrown::hash_table::Entry::Vacant(slot) => {
+            slot.insert(Arc::clone(obj));
         }
-        self.reindex(key, Some(&entry.obj), None);
-        Some(entry.obj)
+    }
+}
+
+/// Takes the object with `obj`'s key out of `set`; says whether `set` is now empty.
+fn take<K: Resource>(state: &DefaultHashBuilder, set: &mut ObjectSet<K>, obj: &K) -> bool {
+    let (ns, name) = key_of(obj);
+    if let Ok(slot) = set.find_entry(state.hash_one((ns, name)), |o| is(&**o, ns, name)) {
+        slot.remove();
+    }
+    set.is_empty()
+}
+
+impl<K: Resource> Inner<K> {
+    fn hash(&self, namespace: Option<&str>, name: &str) -> u64 {
+        self.state.hash_one((namespace, name))
     }
 
-    /// Moves `key` in every user index from the values of `old` to the values of `new`.
-    fn reindex(&mut self, key: &ObjectKey, old: Option<&K>, new: Option<&K>) {
+    /// Moves an object in the namespace index and every user index from the values of
+    /// `old` to those of `new` (either may be absent), replacing the stored `Arc` where the
+    /// value stays.
+    fn reindex(&mut self, old: Option<&Arc<K>>, new: Option<&Arc<K>>) {
+        let state = &self.state;
+        let old_ns = old.and_then(|o| o.meta().namespace.as_deref());
+        let new_ns = new.and_then(|n| n.meta().namespace.as_deref());
+        if let (Some(ns), Some(o)) = (old_ns, old)
+            && new_ns != Some(ns)
+            && let Some(set) = self.namespaces.get_mut(ns)
+            && take(state, set, o)
+        {
+            self.namespaces.remove(ns);
+        }
+        if let (Some(ns), Some(n)) = (new_ns, new) {
+            put(state, self.namespaces.entry_ref(ns).or_default(), n);
+        }
         for idx in self.indexes.values_mut() {
             let old_values = old.map(|o| (idx.func)(o)).unwrap_or_default();
             let new_values = new.map(|n| (idx.func)(n)).unwrap_or_default();
@@ -341,15 +416,16 @@ impl<K> Inner<K> {
                 if new_values.contains(value) {
                     continue;
                 }
-                if let Some(set) = idx.values.get_mut(value.as_str()) {
-                    set.remove(key);
-                    if set.is_empty() {
-                        idx.values.remove(value.as_str());
-                    }
+                if let (Some(set), Some(o)) = (idx.values.get_mut(value.as_str()), old)
+                    && take(state, set, o)
+                {
+                    idx.values.remove(value.as_str());
                 }
             }
-            for value in new_values {
-                idx.values.entry(value).or_default().insert(key.clone());
+            if let Some(n) = new {
+                for value in new_values {
+                    put(state, idx.values.entry(value).or_default(), n);
+                }
             }
         }
     }
@@ -462,6 +538,19 @@ mod tests {
         store.remove(&ObjectKey::namespaced("a", "y"));
         assert!(store.by_index("team", "red").unwrap().is_empty());
         assert_eq!(store.index_values("team").unwrap(), ["blue"]);
+    }
+
+    #[test]
+    fn lookups_return_the_newest_version_when_index_values_do_not_change() {
+        let store = Store::new();
+        team_index(&store);
+        store.apply(cm("a", "x", "1", "red"), 0);
+        store.apply(cm("a", "x", "2", "red"), 0);
+        let rv = |objs: Vec<Arc<ConfigMap>>| objs[0].metadata.resource_version.clone().unwrap();
+        assert_eq!(rv(store.by_index("team", "red").unwrap()), "2");
+        assert_eq!(rv(store.list_namespace("a")), "2");
+        assert_eq!(rv(store.list()), "2");
+        assert_eq!(store.keys(), [ObjectKey::namespaced("a", "x")]);
     }
 
     #[test]
