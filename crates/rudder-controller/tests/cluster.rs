@@ -482,3 +482,61 @@ async fn four_workers_on_a_burst_keep_keys_exclusive_and_end_on_the_last_state()
     running.await.unwrap();
     cache.stop().await;
 }
+
+#[tokio::test]
+async fn stop_lets_in_flight_reconciles_finish_and_nothing_runs_after() {
+    struct Slow {
+        started: mpsc::UnboundedSender<Request>,
+        finished: Mutex<Vec<Request>>,
+    }
+    impl Reconciler for Slow {
+        type Error = std::convert::Infallible;
+        async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
+            let _ = self.started.send(request.clone());
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            self.finished.lock().unwrap().push(request);
+            Ok(Action::done())
+        }
+    }
+    let (ns, cache, token) = setup("stop").await;
+    let (tx, mut started) = mpsc::unbounded_channel();
+    let c = Controller::builder(
+        "stop",
+        Slow {
+            started: tx,
+            finished: Mutex::default(),
+        },
+    )
+    .workers(2)
+    .build()
+    .unwrap();
+    c.watch(
+        Kind::<ConfigMap>::from_cache(&cache).unwrap(),
+        EnqueueObject,
+        vec![],
+    );
+    let running = run(&c, &token);
+    let cms: Api<ConfigMap> = ns.api();
+    for name in ["a", "b", "c"] {
+        cms.create(&PostParams::default(), &config_map(name))
+            .await
+            .unwrap();
+    }
+    // Two reconciles in flight (two workers), the third waiting in the queue.
+    next(&mut started).await;
+    next(&mut started).await;
+    token.cancel();
+    running.await.unwrap();
+    let finished = c.reconciler().finished.lock().unwrap().len();
+    assert_eq!(
+        finished, 2,
+        "both in-flight reconciles finished before run returned"
+    );
+    assert!(
+        started.try_recv().is_err(),
+        "the waiting request was not started"
+    );
+    assert!(c.queue().is_shutting_down());
+    assert_eq!(c.queue().stats().processing, 0);
+    cache.stop().await;
+}
