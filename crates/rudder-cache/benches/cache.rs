@@ -327,8 +327,8 @@ async fn run() {
     let runs: [(&str, bool, bool); 4] = [
         ("rudder informer (default: strip managedFields)", true, true),
         ("kube-runtime reflector + strip managedFields", false, true),
-        ("rudder informer, managedFields kept", true, false),
         ("kube-runtime reflector (no transform)", false, false),
+        ("rudder informer, managedFields kept", true, false),
     ];
     for (i, (name, is_rudder, strip)) in runs.into_iter().enumerate() {
         let victim = format!("cm-{:05}", i + 1);

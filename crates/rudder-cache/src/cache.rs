@@ -633,6 +633,13 @@ impl Inner {
         if self.token.is_cancelled() {
             return Err(Error::Stopped);
         }
+        // An informer stopped through its own handle is replaced, not handed out again.
+        if informers
+            .get(&key)
+            .is_some_and(|slot| slot.token.is_cancelled())
+        {
+            informers.remove(&key);
+        }
         if let Some(slot) = informers.get(&key) {
             return slot
                 .informer

@@ -406,7 +406,7 @@ async fn run<K, S>(
     transform: Option<Transform<K>>,
     resync: Option<Duration>,
 ) where
-    K: Resource + Send + Sync + 'static,
+    K: Resource + Clone + Send + Sync + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 {
     let mut stream = pin!(stream);
@@ -440,6 +440,20 @@ async fn run<K, S>(
             }
             obj
         };
+        // Decoded objects carry spare capacity (a one-element `Vec` is allocated for four);
+        // a clone allocates exactly, so objects that will be stored are cloned and the
+        // decoded copies dropped. Unchanged objects are not, as they are about to be dropped.
+        #[allow(
+            clippy::redundant_clone,
+            reason = "the clone is the point: it allocates exactly"
+        )]
+        let compact = |obj: K| {
+            if shared.store.has_version_of(&obj) {
+                obj
+            } else {
+                obj.clone()
+            }
+        };
         match event {
             watcher::Event::Init => {
                 epoch += 1;
@@ -450,7 +464,7 @@ async fn run<K, S>(
             }
             watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
                 let initial_list = first_list;
-                let obj = transformed(obj);
+                let obj = compact(transformed(obj));
                 let mut subscribers = shared.subscribers();
                 match shared.store.apply(obj, epoch) {
                     Applied::Added(obj) => {

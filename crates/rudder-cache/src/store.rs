@@ -237,6 +237,18 @@ impl<K: Resource> Store<K> {
         Ok(())
     }
 
+    /// Whether the store holds an object with `obj`'s key and `resourceVersion`.
+    pub(crate) fn has_version_of(&self, obj: &K) -> bool {
+        let inner = self.read();
+        let (ns, name) = key_of(obj);
+        let rv = obj.meta().resource_version.as_deref();
+        rv.is_some()
+            && inner
+                .objects
+                .find(inner.hash(ns, name), |e| is(&*e.obj, ns, name))
+                .is_some_and(|e| e.obj.meta().resource_version.as_deref() == rv)
+    }
+
     /// Stores `obj`, stamped as seen in list `epoch`; says whether it was new, changed
     /// (a different `resourceVersion`) or unchanged. An unchanged object is dropped and the
     /// stored `Arc` kept, so a relist does not hold a second copy of what did not change.

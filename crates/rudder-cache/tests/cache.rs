@@ -236,6 +236,13 @@ async fn remove_informer_stops_the_watch_and_the_next_use_starts_another() {
     let again = cache.informer::<ConfigMap>().unwrap();
     again.wait_for_sync(Duration::from_secs(20)).await.unwrap();
     eventually(20, "a second watch", || gate.watches() == 2).await;
+
+    // An informer stopped through its own handle is replaced on next use.
+    again.stop().await;
+    let third = cache.informer::<ConfigMap>().unwrap();
+    assert!(!third.is_stopped());
+    third.wait_for_sync(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(cache.informer_count(), 1);
     cache.stop().await;
 }
 
