@@ -1,6 +1,57 @@
-//! The manager: what turns controllers into a process you deploy (work in progress).
+//! The manager: what turns controllers into a process you deploy, in the shape of Go
+//! controller-runtime's `manager` package.
+//!
+//! Start with [`Manager::builder`]: it holds the shared client and cache, runs the health
+//! and metrics servers, and starts and stops runnables (controllers first of all) in order.
+//!
+//! ```no_run
+//! use rudder_manager::{Manager, runnable};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = kube::Client::try_default().await?;
+//! let manager = Manager::builder(client).name("my-operator").build()?;
+//! // Controllers: manager.add_controller(Controller::builder(..).build()?), watching
+//! // Kind sources made from manager.cache().
+//! manager.add(runnable("heartbeat", false, |cancel| async move {
+//!     cancel.cancelled().await;
+//!     Ok(())
+//! }));
+//! manager.start_until_signal().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Start and stop
+//!
+//! `start` brings up the probe server and the metrics server, then the runnables that need
+//! no leadership, then the leader-only ones (controllers). It stops them in the reverse
+//! order, giving them the graceful-shutdown timeout ([`GracefulShutdown`], 30 s by default),
+//! and returns. If a runnable fails, the manager stops the others and returns its error.
+//! [`Manager::start_until_signal`] stops on SIGTERM or SIGINT; a second signal exits at once.
+//!
+//! # Probes and metrics
+//!
+//! `/healthz` and `/readyz` ([`health`]) have named checks, a per-check path, `?verbose`
+//! and `?exclude=`; readiness includes `cache-sync`, which passes once every added
+//! controller's sources have synced. `/metrics` ([`metrics`]) serves every metric reported
+//! through the `metrics` crate (work queues, controllers, leader election) in Prometheus
+//! text format, plus `process_*` metrics.
+//!
+//! # Leader election
 //!
 //! [`leader_election`] elects one leader among replicas with a `coordination.k8s.io/v1`
 //! Lease, compatible with client-go's.
 
+pub mod health;
 pub mod leader_election;
+mod manager;
+pub mod metrics;
+mod runnable;
+mod server;
+
+pub use health::{HealthChecks, Probe};
+pub use manager::{
+    DEFAULT_GRACEFUL_SHUTDOWN, DEFAULT_HEALTH_ADDRESS, DEFAULT_METRICS_ADDRESS, Error,
+    GracefulShutdown, Manager, ManagerBuilder,
+};
+pub use runnable::{BoxError, Runnable, runnable};

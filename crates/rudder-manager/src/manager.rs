@@ -1,0 +1,548 @@
+//! [`Manager`]: holds the client and the cache, starts runnables in order, stops them in
+//! reverse.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use kube::Client;
+use kube_runtime::events::{Recorder, Reporter};
+use metrics_exporter_prometheus::PrometheusHandle;
+use rudder_cache::{Cache, CacheBuilder};
+use rudder_controller::{Controller, Reconciler};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::health::{HealthChecks, Probe, check};
+use crate::runnable::{BoxError, Runnable};
+use crate::server::{Handler, Server, serve};
+
+/// The default address of `/healthz` and `/readyz` (all interfaces: the kubelet probes the
+/// pod's IP).
+pub const DEFAULT_HEALTH_ADDRESS: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8081);
+/// The default address of `/metrics`.
+pub const DEFAULT_METRICS_ADDRESS: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
+/// How long runnables get to stop, unless told otherwise (controller-runtime's default).
+pub const DEFAULT_GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(30);
+
+/// How long the manager waits for runnables to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GracefulShutdown {
+    /// Up to this long, then the rest are aborted and `start` reports
+    /// [`Error::ShutdownTimeout`].
+    After(Duration),
+    /// Not at all: runnables are aborted at once.
+    Immediately,
+    /// As long as they take.
+    Forever,
+}
+
+/// Errors that end a manager.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A runnable failed; the manager stopped the others. Whether a restart helps depends on
+    /// the runnable's error.
+    #[error("{name} failed")]
+    Runnable {
+        /// The runnable's name.
+        name: String,
+        /// Its error.
+        #[source]
+        source: BoxError,
+    },
+    /// This replica lost its leader lease; its leader-only runnables were stopped. The
+    /// process should exit (and be restarted by its Deployment), since another replica now
+    /// leads and this one's in-memory state may be stale.
+    #[error("leader election lost")]
+    LeadershipLost,
+    /// A server could not listen on its address (in use, or not permitted).
+    #[error("cannot listen for {what} on {addr}")]
+    Bind {
+        /// `health probes` or `metrics`.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The Prometheus recorder could not be installed (another global `metrics` recorder
+    /// was installed first: pass its handle with [`ManagerBuilder::metrics_handle`]).
+    #[error("cannot install the Prometheus recorder")]
+    Metrics(#[source] metrics_exporter_prometheus::BuildError),
+    /// Runnables were still running when the graceful-shutdown timeout passed; they were
+    /// aborted.
+    #[error("runnables did not stop within {0:?}: {1:?}")]
+    ShutdownTimeout(Duration, Vec<String>),
+    /// `start` was called twice.
+    #[error("the manager was already started")]
+    AlreadyStarted,
+}
+
+/// Builds a [`Manager`].
+pub struct ManagerBuilder {
+    client: Client,
+    name: String,
+    health_address: Option<SocketAddr>,
+    metrics_address: Option<SocketAddr>,
+    metrics_handle: Option<PrometheusHandle>,
+    graceful_shutdown: GracefulShutdown,
+    cache: Box<dyn FnOnce(CacheBuilder) -> CacheBuilder + Send>,
+}
+
+impl std::fmt::Debug for ManagerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManagerBuilder")
+            .field("name", &self.name)
+            .field("health_address", &self.health_address)
+            .field("metrics_address", &self.metrics_address)
+            .field("graceful_shutdown", &self.graceful_shutdown)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ManagerBuilder {
+    /// The name events are reported under (default `rudder`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Where `/healthz` and `/readyz` listen (default [`DEFAULT_HEALTH_ADDRESS`]); `None`
+    /// for no server. Port 0 picks a free port ([`Manager::health_address`] tells which).
+    pub fn health_probe_address(mut self, addr: Option<SocketAddr>) -> Self {
+        self.health_address = addr;
+        self
+    }
+
+    /// Where `/metrics` listens (default [`DEFAULT_METRICS_ADDRESS`]); `None` for no server.
+    pub fn metrics_address(mut self, addr: Option<SocketAddr>) -> Self {
+        self.metrics_address = addr;
+        self
+    }
+
+    /// Renders `/metrics` from this handle instead of installing the process-wide recorder
+    /// ([`crate::metrics::prometheus`]).
+    pub fn metrics_handle(mut self, handle: PrometheusHandle) -> Self {
+        self.metrics_handle = Some(handle);
+        self
+    }
+
+    /// How long runnables get to stop (default 30 s).
+    pub fn graceful_shutdown(mut self, shutdown: GracefulShutdown) -> Self {
+        self.graceful_shutdown = shutdown;
+        self
+    }
+
+    /// Configures the shared cache (default namespace, per-type options, resync).
+    pub fn cache(mut self, f: impl FnOnce(CacheBuilder) -> CacheBuilder + Send + 'static) -> Self {
+        self.cache = Box::new(f);
+        self
+    }
+
+    /// Builds the manager. Nothing starts until [`Manager::start`].
+    pub fn build(self) -> Result<Manager, Error> {
+        let metrics = match (self.metrics_address, self.metrics_handle) {
+            (None, handle) => handle,
+            (Some(_), Some(handle)) => Some(handle),
+            (Some(_), None) => Some(crate::metrics::prometheus().map_err(Error::Metrics)?),
+        };
+        let cache_token = CancellationToken::new();
+        let cache = (self.cache)(Cache::builder(self.client.clone())).build(&cache_token);
+        let reporter = Reporter {
+            controller: self.name.clone(),
+            instance: std::env::var("HOSTNAME").ok(),
+        };
+        let health = HealthChecks::default();
+        health.add(Probe::Liveness, "ping", check(|| async { Ok(()) }));
+        let synced: SyncProbes = Arc::default();
+        let probes = Arc::clone(&synced);
+        health.add(
+            Probe::Readiness,
+            "cache-sync",
+            check(move || {
+                let pending = probes
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .iter()
+                    .filter(|(_, synced)| !synced())
+                    .map(|(name, _)| name.clone())
+                    .collect::<Vec<_>>();
+                async move {
+                    if pending.is_empty() {
+                        Ok(())
+                    } else {
+                        Err(format!("not synced: {}", pending.join(", ")))
+                    }
+                }
+            }),
+        );
+        Ok(Manager {
+            recorder: Recorder::new(self.client.clone(), reporter),
+            client: self.client,
+            cache,
+            cache_token,
+            health,
+            synced,
+            metrics,
+            health_address: self.health_address,
+            metrics_address: self.metrics_address,
+            graceful_shutdown: self.graceful_shutdown,
+            runnables: Mutex::new(Vec::new()),
+            bound: Mutex::new(Bound::default()),
+            started: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+}
+
+type SyncProbes = Arc<Mutex<Vec<(String, Box<dyn Fn() -> bool + Send + Sync>)>>>;
+
+#[derive(Default)]
+struct Bound {
+    health: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+}
+
+/// Runs controllers and other runnables as one process: controller-runtime's manager.
+///
+/// Start order: the health and metrics servers, then runnables that need no leadership, then
+/// (with leader election) the election, then the leader-only runnables such as controllers.
+/// Stop order is the reverse, within the graceful-shutdown timeout. If any runnable fails,
+/// the manager stops the rest and returns that error.
+pub struct Manager {
+    client: Client,
+    cache: Cache,
+    cache_token: CancellationToken,
+    recorder: Recorder,
+    health: HealthChecks,
+    synced: SyncProbes,
+    metrics: Option<PrometheusHandle>,
+    health_address: Option<SocketAddr>,
+    metrics_address: Option<SocketAddr>,
+    graceful_shutdown: GracefulShutdown,
+    runnables: Mutex<Vec<Box<dyn Runnable>>>,
+    bound: Mutex<Bound>,
+    started: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager")
+            .field("health_address", &self.health_address)
+            .field("metrics_address", &self.metrics_address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Manager {
+    /// Starts building a manager on `client`.
+    pub fn builder(client: Client) -> ManagerBuilder {
+        ManagerBuilder {
+            client,
+            name: "rudder".to_owned(),
+            health_address: Some(DEFAULT_HEALTH_ADDRESS),
+            metrics_address: Some(DEFAULT_METRICS_ADDRESS),
+            metrics_handle: None,
+            graceful_shutdown: GracefulShutdown::After(DEFAULT_GRACEFUL_SHUTDOWN),
+            cache: Box::new(|b| b),
+        }
+    }
+
+    /// The shared client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The shared cache: informers created here are shared by every controller.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// A recorder for Kubernetes Events, reporting as the manager's name.
+    pub fn event_recorder(&self) -> Recorder {
+        self.recorder.clone()
+    }
+
+    /// The liveness and readiness checks, to add your own.
+    pub fn health_checks(&self) -> &HealthChecks {
+        &self.health
+    }
+
+    /// Where the probe server listens, once started.
+    pub fn health_address(&self) -> Option<SocketAddr> {
+        self.bound
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .health
+    }
+
+    /// Where the metrics server listens, once started.
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.bound
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .metrics
+    }
+
+    /// Adds a runnable, started by [`start`](Self::start).
+    pub fn add(&self, runnable: impl Runnable) {
+        self.runnables
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Box::new(runnable));
+    }
+
+    /// Adds a controller (a leader-only runnable) and makes readiness wait for its sources.
+    pub fn add_controller<R: Reconciler>(&self, controller: Controller<R>) {
+        let probe = controller.clone();
+        self.synced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((
+                format!("controller {}", controller.name()),
+                Box::new(move || probe.has_synced()),
+            ));
+        self.add(controller);
+    }
+
+    /// Runs everything until `cancel` fires or a runnable fails, then stops everything in
+    /// reverse order and returns.
+    pub async fn start(&self, cancel: CancellationToken) -> Result<(), Error> {
+        if self.started.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::AlreadyStarted);
+        }
+        let servers_token = CancellationToken::new();
+        let mut servers = Vec::new();
+        let result = self.run(&cancel, &servers_token, &mut servers).await;
+        // Servers last: probes keep answering while the rest stops.
+        servers_token.cancel();
+        for server in servers {
+            let _ = server.task.await;
+        }
+        self.cache_token.cancel();
+        self.cache.stop().await;
+        result
+    }
+
+    async fn run(
+        &self,
+        cancel: &CancellationToken,
+        servers_token: &CancellationToken,
+        servers: &mut Vec<Server>,
+    ) -> Result<(), Error> {
+        if let Some(addr) = self.health_address {
+            let health = self.health.clone();
+            let handler: Handler = Arc::new(move |path, query| {
+                let health = health.clone();
+                Box::pin(async move {
+                    let (status, body) = health.answer(&path, &query).await?;
+                    Some((status, "text/plain; charset=utf-8", body))
+                })
+            });
+            let server = serve("health", addr, handler, servers_token.clone())
+                .await
+                .map_err(|source| Error::Bind {
+                    what: "health probes",
+                    addr,
+                    source,
+                })?;
+            self.bound
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .health = Some(server.addr);
+            servers.push(server);
+        }
+        if let (Some(addr), Some(handle)) = (self.metrics_address, self.metrics.clone()) {
+            let handler: Handler = Arc::new(move |path, _query| {
+                let handle = handle.clone();
+                Box::pin(async move {
+                    (path == "/metrics").then(|| {
+                        (
+                            200,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                            crate::metrics::render(&handle),
+                        )
+                    })
+                })
+            });
+            let server = serve("metrics", addr, handler, servers_token.clone())
+                .await
+                .map_err(|source| Error::Bind {
+                    what: "metrics",
+                    addr,
+                    source,
+                })?;
+            self.bound
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .metrics = Some(server.addr);
+            servers.push(server);
+        }
+
+        let runnables = std::mem::take(
+            &mut *self
+                .runnables
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let (leader, plain): (Vec<_>, Vec<_>) = runnables
+            .into_iter()
+            .partition(|r| r.needs_leader_election());
+        let plain_token = CancellationToken::new();
+        let leader_token = CancellationToken::new();
+        let mut plain_set = JoinSet::new();
+        let mut leader_set = JoinSet::new();
+        for r in plain {
+            spawn(&mut plain_set, r, plain_token.clone());
+        }
+        // Leader election goes here; without it this replica leads.
+        for r in leader {
+            spawn(&mut leader_set, r, leader_token.clone());
+        }
+
+        let mut failure = None;
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                Some(ended) = leader_set.join_next(), if !leader_set.is_empty() => {
+                    if let Some(error) = ended_with(ended) {
+                        failure = Some(error);
+                        break;
+                    }
+                }
+                Some(ended) = plain_set.join_next(), if !plain_set.is_empty() => {
+                    if let Some(error) = ended_with(ended) {
+                        failure = Some(error);
+                        break;
+                    }
+                }
+            }
+        }
+        tracing::info!("stopping runnables");
+        let deadline = match self.graceful_shutdown {
+            GracefulShutdown::After(d) => Some(tokio::time::Instant::now() + d),
+            GracefulShutdown::Immediately => Some(tokio::time::Instant::now()),
+            GracefulShutdown::Forever => None,
+        };
+        let mut stuck = Vec::new();
+        for (token, set) in [
+            (leader_token, &mut leader_set),
+            (plain_token, &mut plain_set),
+        ] {
+            token.cancel();
+            stuck.extend(drain(set, deadline, &mut failure).await);
+        }
+        if let Some(error) = failure {
+            return Err(error);
+        }
+        if !stuck.is_empty() {
+            let d = match self.graceful_shutdown {
+                GracefulShutdown::After(d) => d,
+                _ => Duration::ZERO,
+            };
+            return Err(Error::ShutdownTimeout(d, stuck));
+        }
+        Ok(())
+    }
+
+    /// Runs until SIGTERM or SIGINT, then stops gracefully; a second signal exits the
+    /// process at once (status 1).
+    pub async fn start_until_signal(&self) -> Result<(), Error> {
+        let cancel = CancellationToken::new();
+        let watcher = tokio::spawn(signals(cancel.clone()));
+        let result = self.start(cancel).await;
+        watcher.abort();
+        result
+    }
+}
+
+type Ended = Result<(String, Result<(), BoxError>), tokio::task::JoinError>;
+
+fn spawn(
+    set: &mut JoinSet<(String, Result<(), BoxError>)>,
+    r: Box<dyn Runnable>,
+    token: CancellationToken,
+) {
+    let name = r.name();
+    tracing::info!(runnable = %name, "starting");
+    set.spawn(async move {
+        let result = r.start(token).await;
+        (name, result)
+    });
+}
+
+/// The error a finished runnable should stop the manager with, if any.
+fn ended_with(ended: Ended) -> Option<Error> {
+    match ended {
+        Ok((_, Ok(()))) => None,
+        Ok((name, Err(source))) => {
+            tracing::error!(runnable = %name, error = %source, "runnable failed; stopping the manager");
+            Some(Error::Runnable { name, source })
+        }
+        Err(join) => Some(Error::Runnable {
+            name: "a runnable".to_owned(),
+            source: Box::new(join),
+        }),
+    }
+}
+
+/// Waits for a group to end until `deadline`; aborts and names what is left after it.
+async fn drain(
+    set: &mut JoinSet<(String, Result<(), BoxError>)>,
+    deadline: Option<tokio::time::Instant>,
+    failure: &mut Option<Error>,
+) -> Vec<String> {
+    loop {
+        let next = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, set.join_next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+            None => set.join_next().await,
+        };
+        let Some(ended) = next else {
+            return Vec::new();
+        };
+        if let Some(error) = ended_with(ended)
+            && failure.is_none()
+        {
+            *failure = Some(error);
+        }
+    }
+    let left = set.len();
+    tracing::warn!(
+        left,
+        "runnables still running after the graceful-shutdown timeout; aborting them"
+    );
+    set.abort_all();
+    while set.join_next().await.is_some() {}
+    vec![format!("{left} runnable(s)")]
+}
+
+/// Cancels on the first SIGTERM or SIGINT; exits on the second.
+async fn signals(cancel: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::warn!("cannot listen for signals; stop the manager with its token");
+        return;
+    };
+    for n in 0..2 {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        if n == 0 {
+            tracing::info!("signal received: stopping gracefully (send another to exit at once)");
+            cancel.cancel();
+        } else {
+            tracing::warn!("second signal: exiting now");
+            std::process::exit(1);
+        }
+    }
+}

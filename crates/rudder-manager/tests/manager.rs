@@ -1,0 +1,303 @@
+//! The manager against a real API server: probes, metrics, start and stop, failures.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use kube::core::ObjectMeta;
+use rudder_controller::{Action, Context, Controller, Reconciler};
+use rudder_envtest::{TestEnv, TestNamespace};
+use rudder_handler::{EnqueueObject, Kind, Request};
+use rudder_manager::{Error, GracefulShutdown, Manager, runnable};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const LOOPBACK_ANY_PORT: Option<SocketAddr> = Some(SocketAddr::new(
+    std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+    0,
+));
+
+/// A plain HTTP/1.0 GET: (status, body).
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// Polls `f` until it returns `Some`, for at most 30 s.
+async fn eventually<T, F: Future<Output = Option<T>>>(mut f: impl FnMut() -> F) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+struct Recorder(mpsc::UnboundedSender<Request>);
+
+impl Reconciler for Recorder {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
+        let _ = self.0.send(request);
+        Ok(Action::done())
+    }
+}
+
+async fn manager(ns: &TestNamespace, metrics: bool) -> Manager {
+    let namespace = ns.name().to_owned();
+    Manager::builder(ns.client())
+        .health_probe_address(LOOPBACK_ANY_PORT)
+        .metrics_address(if metrics { LOOPBACK_ANY_PORT } else { None })
+        .cache(move |c| c.default_namespace(namespace))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn probes_metrics_and_a_reconcile() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("probes").await.unwrap();
+    let m = Arc::new(manager(&ns, true).await);
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let c = Controller::builder("manager-probes", Recorder(tx))
+        .build()
+        .unwrap();
+    c.watch(
+        Kind::<ConfigMap>::from_cache(m.cache()).unwrap(),
+        EnqueueObject,
+        vec![],
+    );
+    m.add_controller(c);
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (m, stop) = (Arc::clone(&m), stop.clone());
+        async move { m.start(stop).await }
+    });
+    let health = eventually(|| async { m.health_address() }).await;
+    assert_eq!(get(health, "/healthz").await, (200, "ok".to_owned()));
+    assert_eq!(get(health, "/healthz/ping").await, (200, "ok".to_owned()));
+    // Ready once the controller's sources have synced.
+    eventually(|| async { (get(health, "/readyz").await.0 == 200).then_some(()) }).await;
+    let (status, body) = get(health, "/readyz?verbose").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("[+]cache-sync ok"), "{body}");
+    assert_eq!(get(health, "/nope").await.0, 404);
+
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("cm".into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    Api::<ConfigMap>::namespaced(ns.client(), ns.name())
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let request = tokio::time::timeout(Duration::from_secs(30), seen.recv())
+        .await
+        .unwrap();
+    assert_eq!(request, Some(Request::namespaced(ns.name(), "cm")));
+
+    let metrics = m.metrics_address().unwrap();
+    let body = eventually(|| async {
+        let (_, body) = get(metrics, "/metrics").await;
+        body.contains(
+            r#"controller_runtime_reconcile_total{controller="manager-probes",result="success"} 1"#,
+        )
+        .then_some(body)
+    })
+    .await;
+    for series in [
+        r#"workqueue_adds_total{name="manager-probes",controller="manager-probes"}"#,
+        r#"controller_runtime_reconcile_time_seconds_bucket{controller="manager-probes",le="0.005"}"#,
+        r#"controller_runtime_active_workers{controller="manager-probes"}"#,
+        "process_resident_memory_bytes",
+    ] {
+        assert!(
+            body.contains(series),
+            "{series} missing from /metrics:\n{body}"
+        );
+    }
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn not_ready_until_caches_sync() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("not-ready").await.unwrap();
+    let m = Arc::new(manager(&ns, false).await);
+    // A source on a type the server does not serve never syncs.
+    struct Never;
+    impl Reconciler for Never {
+        type Error = std::convert::Infallible;
+        async fn reconcile(&self, _: Request, _: Context) -> Result<Action, Self::Error> {
+            Ok(Action::done())
+        }
+    }
+    let c = Controller::builder("manager-unsynced", Never)
+        .cache_sync_timeout(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let (_events, source) = rudder_handler::channel::<ConfigMap>(1);
+    c.watch(source, EnqueueObject, vec![]);
+    let unsynced = rudder_handler::Synced::new();
+    let never = rudder_handler::from_stream_with_sync(futures::stream::pending(), unsynced.clone());
+    c.watch::<ConfigMap, _>(never, EnqueueObject, vec![]);
+    m.add_controller(c);
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (m, stop) = (Arc::clone(&m), stop.clone());
+        async move { m.start(stop).await }
+    });
+    let health = eventually(|| async { m.health_address() }).await;
+    let (status, body) = get(health, "/readyz").await;
+    assert_eq!(status, 500);
+    assert!(
+        body.contains("[-]cache-sync failed: not synced: controller manager-unsynced"),
+        "{body}"
+    );
+    assert_eq!(
+        get(health, "/healthz").await.0,
+        200,
+        "alive while not ready"
+    );
+    assert_eq!(get(health, "/readyz?exclude=cache-sync").await.0, 200);
+    unsynced.mark();
+    eventually(|| async { (get(health, "/readyz").await.0 == 200).then_some(()) }).await;
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_runnable_stops_the_manager_with_its_error() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("failing").await.unwrap();
+    let m = manager(&ns, false).await;
+    let other_stopped = Arc::new(AtomicBool::new(false));
+    m.add(runnable("patient", false, {
+        let other_stopped = other_stopped.clone();
+        |cancel| async move {
+            cancel.cancelled().await;
+            other_stopped.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+    }));
+    m.add(runnable("broken", true, |_| async {
+        Err("the database is gone".into())
+    }));
+    let err = tokio::time::timeout(Duration::from_secs(30), m.start(CancellationToken::new()))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Runnable { name, .. } if name == "broken"),
+        "{err}"
+    );
+    assert_eq!(
+        std::error::Error::source(&err)
+            .map(ToString::to_string)
+            .as_deref(),
+        Some("the database is gone")
+    );
+    assert!(
+        other_stopped.load(Ordering::SeqCst),
+        "the other runnable was stopped first"
+    );
+}
+
+#[tokio::test]
+async fn graceful_shutdown_waits_for_a_reconcile_in_flight() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("graceful").await.unwrap();
+    let m = Arc::new(manager(&ns, false).await);
+    struct Slow(mpsc::UnboundedSender<&'static str>);
+    impl Reconciler for Slow {
+        type Error = std::convert::Infallible;
+        async fn reconcile(&self, _: Request, _: Context) -> Result<Action, Self::Error> {
+            let _ = self.0.send("started");
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let _ = self.0.send("finished");
+            Ok(Action::done())
+        }
+    }
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let c = Controller::builder("manager-graceful", Slow(tx))
+        .build()
+        .unwrap();
+    c.watch(
+        Kind::<ConfigMap>::from_cache(m.cache()).unwrap(),
+        EnqueueObject,
+        vec![],
+    );
+    m.add_controller(c);
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (m, stop) = (Arc::clone(&m), stop.clone());
+        async move { m.start(stop).await }
+    });
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("cm".into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    Api::<ConfigMap>::namespaced(ns.client(), ns.name())
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(30), seen.recv())
+        .await
+        .unwrap();
+    assert_eq!(first, Some("started"));
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    assert_eq!(
+        seen.try_recv().ok(),
+        Some("finished"),
+        "stopped only after the reconcile"
+    );
+}
+
+#[tokio::test]
+async fn a_runnable_that_ignores_stop_is_aborted_after_the_timeout() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("stubborn").await.unwrap();
+    let namespace = ns.name().to_owned();
+    let m = Manager::builder(ns.client())
+        .health_probe_address(None)
+        .metrics_address(None)
+        .graceful_shutdown(GracefulShutdown::After(Duration::from_millis(300)))
+        .cache(move |c| c.default_namespace(namespace))
+        .build()
+        .unwrap();
+    m.add(runnable("stubborn", false, |_| async {
+        std::future::pending::<()>().await;
+        Ok(())
+    }));
+    let stop = CancellationToken::new();
+    stop.cancel();
+    let err = m.start(stop).await.unwrap_err();
+    assert!(matches!(err, Error::ShutdownTimeout(..)), "{err}");
+}
