@@ -1,0 +1,550 @@
+//! The elector: acquire the Lease, keep renewing it, release it or notice it is lost.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use kube::api::{Api, ObjectMeta, PostParams};
+use metrics::Gauge;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
+use tokio_util::sync::CancellationToken;
+
+use super::config::{JITTER_FACTOR, LeaderElectionConfig};
+use super::error::{ConfigError, Error, LeadershipLost, Result};
+use super::random_u64;
+use super::record::{self, Record};
+
+/// Elects one leader among candidates sharing a `coordination.k8s.io/v1` Lease, with
+/// client-go's rules, so Rudder and Go controllers can compete for the same Lease.
+///
+/// Call [`acquire`](Self::acquire); once it returns, this candidate leads and a task keeps
+/// renewing the Lease until the token passed to `acquire` is cancelled or a renewal fails for
+/// a whole renew deadline, which [`Leadership::lost`] reports.
+///
+/// Cloning gives another handle to the same candidate.
+#[derive(Clone)]
+pub struct LeaderElection {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for LeaderElection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderElection")
+            .field("config", &self.shared.config)
+            .field("leading", &self.is_leader())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaderElection {
+    /// A candidate for the Lease named in `config`, talking to the API server through
+    /// `client`. Nothing is sent until [`acquire`](Self::acquire).
+    ///
+    /// The gauge `leader_election_master_status{name="<lease name>"}` is registered here, at 0,
+    /// with the `metrics` recorder current at this call.
+    ///
+    /// # Errors
+    ///
+    /// The [`ConfigError`] of [`LeaderElectionConfig::validate`].
+    pub fn new(client: kube::Client, config: LeaderElectionConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let lease_duration_seconds = config
+            .lease_duration_seconds()
+            .ok_or(ConfigError::LeaseDurationTooLong(config.lease_duration()))?;
+        let status = metrics::gauge!(
+            "leader_election_master_status",
+            "name" => config.lease_name().to_owned()
+        );
+        status.set(0.0);
+        Ok(Self {
+            shared: Arc::new(Shared {
+                api: Api::namespaced(client, config.lease_namespace()),
+                lease_duration_seconds,
+                config,
+                leading: AtomicBool::new(false),
+                status,
+                observed: Mutex::new(Observed::default()),
+            }),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &LeaderElectionConfig {
+        &self.shared.config
+    }
+
+    /// This candidate's identity, as written in the Lease when it leads.
+    pub fn identity(&self) -> &str {
+        self.shared.config.identity()
+    }
+
+    /// Whether this candidate leads now: from a successful [`acquire`](Self::acquire) until
+    /// leadership is lost, released, or its [`Leadership`] dropped.
+    pub fn is_leader(&self) -> bool {
+        self.shared.leading.load(Ordering::Acquire)
+    }
+
+    /// Waits until this candidate holds the Lease, then starts renewing it in a task.
+    ///
+    /// It tries at once, then after each retry period plus a random jitter of up to 1.2 retry
+    /// periods (client-go's). A Lease held by another candidate is taken over only once it
+    /// has not changed for its `leaseDurationSeconds`, judged by this process's clock from when
+    /// it saw the change, never by the times written in it. Failed requests are logged and
+    /// retried.
+    ///
+    /// When `cancel` fires after this returns, the renewing task stops, first releasing the
+    /// Lease if [`release_on_cancel`](LeaderElectionConfig::with_release_on_cancel) is set;
+    /// cancel only once everything that needs leadership has stopped.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`] if `cancel` fires before the Lease is acquired.
+    pub async fn acquire(&self, cancel: CancellationToken) -> Result<Leadership> {
+        let shared = &self.shared;
+        tracing::info!(lease = %shared.key(), identity = %shared.config.identity(), "attempting to acquire the leader lease");
+        loop {
+            let attempt = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(shared.cancelled()),
+                attempt = timeout(shared.config.renew_deadline(), shared.try_acquire_or_renew()) => attempt,
+            };
+            match attempt {
+                Ok(Attempt::Leading) => break,
+                Ok(Attempt::HeldBy(holder)) => {
+                    tracing::debug!(lease = %shared.key(), %holder, "the lease is held by another candidate");
+                }
+                Ok(Attempt::Failed(error)) => {
+                    tracing::warn!(lease = %shared.key(), %error, "failed to acquire the lease");
+                }
+                Err(_) => {
+                    tracing::warn!(lease = %shared.key(), "an attempt to acquire the lease timed out");
+                }
+            }
+            let wait = jittered(shared.config.retry_period());
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(shared.cancelled()),
+                () = sleep(wait) => {}
+            }
+        }
+        shared.set_leading(true);
+        tracing::info!(lease = %shared.key(), identity = %shared.config.identity(), "acquired the leader lease");
+        let lost = CancellationToken::new();
+        let task = tokio::spawn(keep_leading(Arc::clone(shared), cancel, lost.clone()));
+        Ok(Leadership {
+            shared: Arc::clone(shared),
+            lost,
+            task: Some(task),
+        })
+    }
+}
+
+/// Leadership held by a [`LeaderElection`], renewed by a task until the token given to
+/// [`acquire`](LeaderElection::acquire) is cancelled or a renewal fails.
+///
+/// Dropping it aborts the renewing task without releasing the Lease (as a killed process
+/// would): the others take over once the lease expires. To stop cleanly, cancel the token and
+/// await [`finished`](Self::finished).
+pub struct Leadership {
+    shared: Arc<Shared>,
+    lost: CancellationToken,
+    task: Option<JoinHandle<Result<(), LeadershipLost>>>,
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("lease", &self.shared.key())
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Leadership {
+    /// Completes when leadership is lost: no renewal succeeded within the renew deadline.
+    /// Stop everything that needs leadership then, and exit the process.
+    ///
+    /// It never completes if leadership ends otherwise (cancellation, or this value being
+    /// dropped); select it against your own shutdown signal.
+    pub fn lost(&self) -> impl Future<Output = LeadershipLost> + Send + 'static {
+        let token = self.lost.clone();
+        let error = self.shared.lost();
+        async move {
+            token.cancelled().await;
+            error
+        }
+    }
+
+    /// Whether leadership has been lost (see [`lost`](Self::lost)).
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+
+    /// Waits for the renewing task to end: after the cancellation (and the release, if
+    /// configured), or when leadership is lost.
+    ///
+    /// # Errors
+    ///
+    /// [`LeadershipLost`] if it ended because renewals failed.
+    pub async fn finished(mut self) -> Result<(), LeadershipLost> {
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        match task.await {
+            Ok(result) => result,
+            Err(error) => {
+                tracing::error!(lease = %self.shared.key(), %error, "the lease renewing task failed");
+                self.shared.set_leading(false);
+                Err(self.shared.lost())
+            }
+        }
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            self.shared.set_leading(false);
+        }
+    }
+}
+
+/// What one candidate shares between its handles and its renewing task.
+struct Shared {
+    api: Api<Lease>,
+    config: LeaderElectionConfig,
+    lease_duration_seconds: i32,
+    leading: AtomicBool,
+    status: Gauge,
+    observed: Mutex<Observed>,
+}
+
+/// client-go's observed record and observed time, plus the Lease last read or written, whose
+/// `resourceVersion` the next update carries.
+#[derive(Default)]
+struct Observed {
+    record: Option<Record>,
+    time: Option<Instant>,
+    lease: Option<Lease>,
+}
+
+impl Observed {
+    /// Whether the observed record is unexpired: it changed less than its lease duration ago,
+    /// by this process's clock.
+    fn valid(&self, now: Instant) -> bool {
+        match (&self.record, self.time) {
+            (Some(record), Some(time)) => {
+                let duration = u64::try_from(record.lease_duration_seconds).unwrap_or(0);
+                time + Duration::from_secs(duration) > now
+            }
+            _ => false,
+        }
+    }
+
+    fn held_by(&self, identity: &str) -> bool {
+        self.record.as_ref().is_some_and(|r| r.holder == identity)
+    }
+
+    /// Records a Lease this candidate just wrote.
+    fn wrote(&mut self, lease: Lease) {
+        self.record = Some(Record::from_spec(lease.spec.as_ref()));
+        self.time = Some(Instant::now());
+        self.lease = Some(lease);
+    }
+
+    /// Records a Lease just read, restarting the expiry clock only if the record changed.
+    fn read(&mut self, lease: &Lease) -> Record {
+        let record = Record::from_spec(lease.spec.as_ref());
+        if self.record.as_ref() != Some(&record) {
+            self.record = Some(record.clone());
+            self.time = Some(Instant::now());
+        }
+        self.lease = Some(lease.clone());
+        record
+    }
+}
+
+/// The outcome of one attempt to acquire or renew.
+enum Attempt {
+    /// This candidate holds the Lease, freshly renewed.
+    Leading,
+    /// Another candidate holds an unexpired Lease.
+    HeldBy(String),
+    /// A request failed (including a conflict: someone else wrote the Lease first).
+    Failed(kube::Error),
+}
+
+/// How a renewal round ended.
+enum Renewal {
+    Renewed,
+    Failed,
+    Cancelled,
+}
+
+impl Shared {
+    fn key(&self) -> String {
+        format!(
+            "{}/{}",
+            self.config.lease_namespace(),
+            self.config.lease_name()
+        )
+    }
+
+    fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::Release);
+        self.status.set(if leading { 1.0 } else { 0.0 });
+    }
+
+    fn cancelled(&self) -> Error {
+        Error::Cancelled {
+            namespace: self.config.lease_namespace().to_owned(),
+            name: self.config.lease_name().to_owned(),
+        }
+    }
+
+    fn lost(&self) -> LeadershipLost {
+        LeadershipLost {
+            namespace: self.config.lease_namespace().to_owned(),
+            name: self.config.lease_name().to_owned(),
+            identity: self.config.identity().to_owned(),
+        }
+    }
+
+    /// The record this candidate writes when it takes the Lease now.
+    fn fresh_record(&self) -> Record {
+        let now = record::now();
+        Record {
+            holder: self.config.identity().to_owned(),
+            lease_duration_seconds: self.lease_duration_seconds,
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            transitions: 0,
+        }
+    }
+
+    /// client-go's `tryAcquireOrRenew`: one attempt to create, take over or renew the Lease.
+    async fn try_acquire_or_renew(&self) -> Attempt {
+        let identity = self.config.identity();
+        let mut observed = self.observed.lock().await;
+
+        // While leading with an unexpired record, update the Lease last written without
+        // reading it first; if that fails (someone else wrote it), read it and try again.
+        if observed.held_by(identity)
+            && observed.valid(Instant::now())
+            && let (Some(lease), Some(old)) = (observed.lease.clone(), observed.record.clone())
+        {
+            let mut desired = self.fresh_record();
+            desired.acquire_time = old.acquire_time.or(desired.acquire_time);
+            desired.transitions = old.transitions;
+            match self.update(lease, &desired).await {
+                Ok(lease) => {
+                    observed.wrote(lease);
+                    return Attempt::Leading;
+                }
+                Err(error) => {
+                    tracing::debug!(lease = %self.key(), %error, "renewing without a read failed, reading the lease");
+                }
+            }
+        }
+
+        let lease = match self.api.get_opt(self.config.lease_name()).await {
+            Ok(lease) => lease,
+            Err(error) => return Attempt::Failed(error),
+        };
+        let mut desired = self.fresh_record();
+        let Some(lease) = lease else {
+            let mut spec = LeaseSpec::default();
+            desired.write_to(&mut spec);
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.config.lease_name().to_owned()),
+                    namespace: Some(self.config.lease_namespace().to_owned()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(spec),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(lease) => {
+                    observed.wrote(lease);
+                    Attempt::Leading
+                }
+                Err(error) => Attempt::Failed(error),
+            };
+        };
+
+        let old = observed.read(&lease);
+        if !old.holder.is_empty() && old.holder != identity && observed.valid(Instant::now()) {
+            return Attempt::HeldBy(old.holder);
+        }
+        if old.holder == identity {
+            desired.acquire_time = old.acquire_time.or(desired.acquire_time);
+            desired.transitions = old.transitions;
+        } else {
+            desired.transitions = old.transitions.saturating_add(1);
+        }
+        match self.update(lease, &desired).await {
+            Ok(lease) => {
+                observed.wrote(lease);
+                Attempt::Leading
+            }
+            Err(error) => Attempt::Failed(error),
+        }
+    }
+
+    /// Writes `record` into `lease` and replaces it, which fails with a conflict if the Lease
+    /// changed since `lease` was read.
+    async fn update(&self, mut lease: Lease, record: &Record) -> kube::Result<Lease> {
+        record.write_to(lease.spec.get_or_insert_with(LeaseSpec::default));
+        self.api
+            .replace(self.config.lease_name(), &PostParams::default(), &lease)
+            .await
+    }
+
+    /// One renewal round: try at once, then every retry period, until an attempt succeeds or
+    /// the renew deadline passes.
+    async fn renew(&self, cancel: &CancellationToken) -> Renewal {
+        let retry = self.config.retry_period();
+        let deadline = Instant::now() + self.config.renew_deadline();
+        loop {
+            match timeout_at(deadline, self.try_acquire_or_renew()).await {
+                Ok(Attempt::Leading) => return Renewal::Renewed,
+                Ok(Attempt::HeldBy(holder)) => {
+                    tracing::warn!(lease = %self.key(), %holder, "failed to renew: another candidate holds the lease");
+                }
+                Ok(Attempt::Failed(error)) => {
+                    tracing::warn!(lease = %self.key(), %error, "failed to renew the lease");
+                }
+                Err(_) => return Renewal::Failed,
+            }
+            if cancel.is_cancelled() {
+                return Renewal::Cancelled;
+            }
+            let next = (Instant::now() + retry).min(deadline);
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Renewal::Cancelled,
+                () = sleep_until(next) => {}
+            }
+            if Instant::now() >= deadline {
+                return Renewal::Failed;
+            }
+        }
+    }
+
+    /// client-go's `release`: clears the holder, so others take over at their next attempt.
+    async fn release(&self) {
+        let mut observed = self.observed.lock().await;
+        if !observed.held_by(self.config.identity()) {
+            return;
+        }
+        let (Some(lease), Some(old)) = (observed.lease.clone(), observed.record.clone()) else {
+            return;
+        };
+        let now = record::now();
+        let released = Record {
+            holder: String::new(),
+            lease_duration_seconds: 1,
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            transitions: old.transitions,
+        };
+        match timeout(self.config.renew_deadline(), self.update(lease, &released)).await {
+            Ok(Ok(lease)) => {
+                observed.wrote(lease);
+                tracing::info!(lease = %self.key(), identity = %self.config.identity(), "released the leader lease");
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(lease = %self.key(), %error, "failed to release the lease; the others take over once it expires");
+            }
+            Err(_) => {
+                tracing::warn!(lease = %self.key(), "releasing the lease timed out; the others take over once it expires");
+            }
+        }
+    }
+}
+
+/// The renewing task: renew every retry period until cancelled (then release if configured)
+/// or until a renewal round fails (then signal the loss).
+async fn keep_leading(
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+    lost: CancellationToken,
+) -> Result<(), LeadershipLost> {
+    loop {
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => break,
+            () = sleep(shared.config.retry_period()) => {}
+        }
+        match shared.renew(&cancel).await {
+            Renewal::Renewed => {
+                tracing::trace!(lease = %shared.key(), "renewed the leader lease");
+            }
+            Renewal::Cancelled => break,
+            Renewal::Failed => {
+                shared.set_leading(false);
+                tracing::error!(
+                    lease = %shared.key(),
+                    identity = %shared.config.identity(),
+                    renew_deadline = ?shared.config.renew_deadline(),
+                    "leadership lost: no renewal succeeded within the renew deadline"
+                );
+                lost.cancel();
+                return Err(shared.lost());
+            }
+        }
+    }
+    if shared.config.release_on_cancel() {
+        shared.release().await;
+    }
+    shared.set_leading(false);
+    tracing::info!(lease = %shared.key(), identity = %shared.config.identity(), "stopped leading");
+    Ok(())
+}
+
+/// `period` plus a random part of up to [`JITTER_FACTOR`] periods, as client-go's
+/// `wait.Jitter`.
+fn jittered(period: Duration) -> Duration {
+    let fraction = (random_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    period + period.mul_f64(fraction * JITTER_FACTOR)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_client_gos_bounds() {
+        let period = Duration::from_millis(500);
+        for _ in 0..1000 {
+            let wait = jittered(period);
+            assert!(wait >= period && wait <= period.mul_f64(1.0 + JITTER_FACTOR));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_observed_record_expires_by_the_local_clock() {
+        let mut observed = Observed::default();
+        let lease = Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some("other".into()),
+                lease_duration_seconds: Some(3),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        };
+        observed.read(&lease);
+        assert!(observed.valid(Instant::now()));
+        tokio::time::advance(Duration::from_millis(2900)).await;
+        // Reading the same record again does not restart the clock.
+        observed.read(&lease);
+        assert!(observed.valid(Instant::now()));
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(!observed.valid(Instant::now()));
+    }
+}

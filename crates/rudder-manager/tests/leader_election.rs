@@ -1,0 +1,356 @@
+//! Leader election against a real API server: one leader, handover with and without release,
+//! a Lease written as client-go writes it, renewal and loss, the status metric.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ObjectMeta, PostParams};
+use metrics_exporter_prometheus::PrometheusBuilder;
+use rudder_envtest::{TestEnv, TestNamespace};
+use rudder_manager::leader_election::{
+    ConfigError, Error, LeaderElection, LeaderElectionConfig, Leadership,
+};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, timeout};
+use tokio_util::sync::CancellationToken;
+
+const LEASE: Duration = Duration::from_secs(3);
+const RENEW: Duration = Duration::from_secs(2);
+const RETRY: Duration = Duration::from_millis(500);
+const NAME: &str = "lock";
+
+fn now() -> MicroTime {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    MicroTime(Timestamp::from_microsecond(i64::try_from(since.as_micros()).unwrap()).unwrap())
+}
+
+async fn namespace(test: &str) -> TestNamespace {
+    let env = TestEnv::builder().shared().await.unwrap();
+    env.namespace(test).await.unwrap()
+}
+
+fn config(ns: &TestNamespace, identity: &str) -> LeaderElectionConfig {
+    LeaderElectionConfig::new(ns.name(), NAME)
+        .with_identity(identity)
+        .with_lease_duration(LEASE)
+        .with_renew_deadline(RENEW)
+        .with_retry_period(RETRY)
+}
+
+fn elector(ns: &TestNamespace, identity: &str, release: bool) -> LeaderElection {
+    LeaderElection::new(
+        ns.client(),
+        config(ns, identity).with_release_on_cancel(release),
+    )
+    .unwrap()
+}
+
+/// Starts acquiring in a task, so the test can watch while the candidate waits.
+fn spawn_acquire(
+    election: &LeaderElection,
+    cancel: &CancellationToken,
+) -> JoinHandle<Result<Leadership, Error>> {
+    let election = election.clone();
+    let cancel = cancel.clone();
+    tokio::spawn(async move { election.acquire(cancel).await })
+}
+
+async fn lease(ns: &TestNamespace) -> LeaseSpec {
+    ns.api::<Lease>().get(NAME).await.unwrap().spec.unwrap()
+}
+
+async fn holder(ns: &TestNamespace) -> Option<String> {
+    ns.api::<Lease>()
+        .get_opt(NAME)
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+/// Checks for `window` that `leader` leads, `waiting` does not, and the Lease names `leader`.
+async fn assert_sole_leader(
+    ns: &TestNamespace,
+    leader: &LeaderElection,
+    waiting: &LeaderElection,
+    window: Duration,
+) {
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        assert!(leader.is_leader());
+        assert!(!waiting.is_leader());
+        assert_eq!(holder(ns).await.as_deref(), Some(leader.identity()));
+        sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Leads with `a`, starts `b` waiting, stops `a` (cancel, or drop when `kill`), and returns
+/// how long `b` took to acquire after that.
+async fn handover(ns: &TestNamespace, release: bool, kill: bool) -> Duration {
+    let a = elector(ns, "a", release);
+    let b = elector(ns, "b", release);
+    let stop_a = CancellationToken::new();
+    let stop_b = CancellationToken::new();
+    let leadership_a = timeout(LEASE * 2, a.acquire(stop_a.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    let b_acquiring = spawn_acquire(&b, &stop_b);
+    assert_sole_leader(ns, &a, &b, LEASE + RETRY).await;
+
+    let stopped = Instant::now();
+    if kill {
+        drop(leadership_a);
+    } else {
+        stop_a.cancel();
+        leadership_a.finished().await.unwrap();
+    }
+    assert!(!a.is_leader());
+    let leadership_b = timeout(LEASE * 3, b_acquiring)
+        .await
+        .expect("b acquires")
+        .unwrap()
+        .unwrap();
+    let took = stopped.elapsed();
+    assert!(b.is_leader());
+    assert_eq!(holder(ns).await.as_deref(), Some("b"));
+    assert_eq!(lease(ns).await.lease_transitions, Some(1));
+    stop_b.cancel();
+    leadership_b.finished().await.unwrap();
+    took
+}
+
+#[tokio::test]
+async fn two_candidates_one_lease_exactly_one_leads() {
+    let ns = namespace("two_candidates_one_lease_exactly_one_leads").await;
+    let a = elector(&ns, "a", false);
+    let b = elector(&ns, "b", false);
+    let cancel = CancellationToken::new();
+    let mut a_acquiring = spawn_acquire(&a, &cancel);
+    let mut b_acquiring = spawn_acquire(&b, &cancel);
+
+    let (leader, waiting, leadership, still_acquiring) = tokio::select! {
+        r = &mut a_acquiring => (&a, &b, r.unwrap().unwrap(), b_acquiring),
+        r = &mut b_acquiring => (&b, &a, r.unwrap().unwrap(), a_acquiring),
+    };
+    // Longer than a lease: the waiting one does not take over a renewed Lease.
+    assert_sole_leader(&ns, leader, waiting, LEASE * 2).await;
+    assert!(!leadership.is_lost());
+    let spec = lease(&ns).await;
+    assert_eq!(spec.lease_duration_seconds, Some(3));
+    assert_eq!(spec.lease_transitions, Some(0));
+
+    cancel.cancel();
+    assert!(matches!(
+        still_acquiring.await.unwrap(),
+        Err(Error::Cancelled { .. })
+    ));
+    leadership.finished().await.unwrap();
+    assert!(!leader.is_leader());
+}
+
+#[tokio::test]
+async fn release_on_cancel_hands_over_within_a_retry_period() {
+    let ns = namespace("release_on_cancel_hands_over_within_a_retry_period").await;
+    let took = handover(&ns, true, false).await;
+    // The successor waits at most 2.2 retry periods between attempts.
+    assert!(took < LEASE, "handover took {took:?}");
+    assert!(
+        took < RETRY.mul_f64(2.2) + Duration::from_millis(500),
+        "handover took {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_killed_leader_is_replaced_once_its_lease_expires() {
+    let ns = namespace("a_killed_leader_is_replaced_once_its_lease_expires").await;
+    let took = handover(&ns, false, true).await;
+    // The last renewal was at most a retry period (plus a request) before the kill.
+    assert!(
+        took >= LEASE - RETRY - Duration::from_millis(300),
+        "handover took {took:?}"
+    );
+    assert!(took < LEASE + RETRY * 3, "handover took {took:?}");
+}
+
+#[tokio::test]
+async fn a_leader_stopped_without_release_is_replaced_once_its_lease_expires() {
+    let ns = namespace("a_leader_stopped_without_release_is_replaced_once_its_lease_expires").await;
+    let took = handover(&ns, false, false).await;
+    assert!(
+        took >= LEASE - RETRY - Duration::from_millis(300),
+        "handover took {took:?}"
+    );
+    assert!(took < LEASE + RETRY * 3, "handover took {took:?}");
+}
+
+#[tokio::test]
+async fn a_lease_written_by_client_go_is_taken_over_once_it_expires() {
+    let ns = namespace("a_lease_written_by_client_go_is_taken_over_once_it_expires").await;
+    let go_time = now();
+    let go_lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(NAME.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("go-leader".into()),
+            lease_duration_seconds: Some(3),
+            acquire_time: Some(go_time.clone()),
+            renew_time: Some(go_time.clone()),
+            lease_transitions: Some(4),
+            ..LeaseSpec::default()
+        }),
+    };
+    ns.api::<Lease>()
+        .create(&PostParams::default(), &go_lease)
+        .await
+        .unwrap();
+    let written = Instant::now();
+
+    let rudder = elector(&ns, "rudder", false);
+    let cancel = CancellationToken::new();
+    let leadership = timeout(LEASE * 3, rudder.acquire(cancel.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    let took = written.elapsed();
+    assert!(took >= LEASE, "took over after {took:?}");
+
+    let spec = lease(&ns).await;
+    assert_eq!(spec.holder_identity.as_deref(), Some("rudder"));
+    assert_eq!(spec.lease_transitions, Some(5));
+    assert_eq!(spec.lease_duration_seconds, Some(3));
+    let acquired = spec.acquire_time.unwrap();
+    assert!(
+        acquired > go_time,
+        "acquireTime {acquired:?} not after {go_time:?}"
+    );
+    assert!(spec.renew_time.unwrap() >= acquired);
+
+    cancel.cancel();
+    leadership.finished().await.unwrap();
+}
+
+#[tokio::test]
+async fn renewals_keep_leadership_and_an_overwritten_lease_is_lost_within_the_renew_deadline() {
+    let ns = namespace("renewals_keep_leadership_and_an_overwritten_lease_is_lost").await;
+    let a = elector(&ns, "a", false);
+    let b = elector(&ns, "b", false);
+    let cancel = CancellationToken::new();
+    let leadership = a.acquire(cancel.clone()).await.unwrap();
+    let acquired = lease(&ns).await;
+    let b_acquiring = spawn_acquire(&b, &cancel);
+
+    assert_sole_leader(&ns, &a, &b, LEASE * 3).await;
+    let renewed = lease(&ns).await;
+    assert!(renewed.renew_time > acquired.renew_time);
+    assert_eq!(renewed.acquire_time, acquired.acquire_time);
+    assert_eq!(renewed.lease_transitions, Some(0));
+
+    // A competing holder overwrites the Lease; the leader's renewals now fail.
+    let api: Api<Lease> = ns.api();
+    let mut overwritten = api.get(NAME).await.unwrap();
+    let spec = overwritten.spec.as_mut().unwrap();
+    spec.holder_identity = Some("intruder".into());
+    spec.renew_time = Some(now());
+    api.replace(NAME, &PostParams::default(), &overwritten)
+        .await
+        .unwrap();
+    let overwritten_at = Instant::now();
+
+    let lost = timeout(RENEW + RETRY * 2, leadership.lost())
+        .await
+        .expect("leadership lost");
+    let took = overwritten_at.elapsed();
+    // The first renewal after the overwrite starts within a retry period and gives up after
+    // the renew deadline.
+    assert!(
+        took <= RENEW + RETRY + Duration::from_millis(500),
+        "lost after {took:?}"
+    );
+    assert_eq!(lost.identity, "a");
+    assert!(leadership.is_lost());
+    assert!(!a.is_leader());
+    assert_eq!(leadership.finished().await, Err(lost));
+    assert_eq!(holder(&ns).await.as_deref(), Some("intruder"));
+
+    cancel.cancel();
+    assert!(b_acquiring.await.unwrap().is_err());
+}
+
+#[tokio::test]
+async fn the_status_metric_is_one_while_leading() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let ns = namespace("the_status_metric_is_one_while_leading").await;
+    let status = |value: u8| format!("leader_election_master_status{{name=\"{NAME}\"}} {value}");
+
+    let a = elector(&ns, "a", true);
+    assert!(handle.render().contains(&status(0)), "{}", handle.render());
+    let cancel = CancellationToken::new();
+    let leadership = a.acquire(cancel.clone()).await.unwrap();
+    assert!(handle.render().contains(&status(1)), "{}", handle.render());
+    cancel.cancel();
+    leadership.finished().await.unwrap();
+    assert!(handle.render().contains(&status(0)), "{}", handle.render());
+    assert_eq!(holder(&ns).await.as_deref(), Some(""));
+}
+
+#[test]
+fn invalid_settings_are_rejected_with_a_clear_error() {
+    let base = || LeaderElectionConfig::new("ns", NAME);
+    assert!(base().validate().is_ok());
+    assert_eq!(
+        LeaderElectionConfig::new("ns", "").validate(),
+        Err(ConfigError::EmptyLeaseName)
+    );
+    assert_eq!(
+        LeaderElectionConfig::new("", NAME).validate(),
+        Err(ConfigError::EmptyLeaseNamespace)
+    );
+    assert_eq!(
+        base().with_identity("").validate(),
+        Err(ConfigError::EmptyIdentity)
+    );
+    assert!(matches!(
+        base()
+            .with_lease_duration(Duration::from_millis(500))
+            .validate(),
+        Err(ConfigError::LeaseDurationTooShort(_))
+    ));
+    assert_eq!(
+        base().with_retry_period(Duration::ZERO).validate(),
+        Err(ConfigError::ZeroRetryPeriod)
+    );
+    let error = base()
+        .with_renew_deadline(Duration::from_secs(15))
+        .validate()
+        .unwrap_err();
+    assert!(matches!(
+        error,
+        ConfigError::LeaseNotLongerThanRenewDeadline { .. }
+    ));
+    assert_eq!(
+        error.to_string(),
+        "lease duration 15s must be greater than renew deadline 15s"
+    );
+    // 10 s is not more than 1.2 times 9 s.
+    let error = base()
+        .with_retry_period(Duration::from_secs(9))
+        .validate()
+        .unwrap_err();
+    assert!(matches!(error, ConfigError::RenewDeadlineTooShort { .. }));
+    assert!(
+        base()
+            .with_retry_period(Duration::from_secs(8))
+            .validate()
+            .is_ok()
+    );
+}
