@@ -448,7 +448,8 @@ async fn run<K, S>(
             reason = "the clone is the point: it allocates exactly"
         )]
         let compact = |obj: K| {
-            if shared.store.has_version_of(&obj) {
+            // During the first list nothing is unchanged, so the lookup is skipped.
+            if !first_list && shared.store.has_version_of(&obj) {
                 obj
             } else {
                 obj.clone()
