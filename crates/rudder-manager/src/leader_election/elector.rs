@@ -100,6 +100,10 @@ impl LeaderElection {
     /// Lease if [`release_on_cancel`](LeaderElectionConfig::with_release_on_cancel) is set;
     /// cancel only once everything that needs leadership has stopped.
     ///
+    /// A cancellation while waiting returns at once; during a request to the API server, once
+    /// the request ends (bounded by the renew deadline), releasing the Lease if that request
+    /// acquired it and release on cancel is set.
+    ///
     /// # Errors
     ///
     /// [`Error::Cancelled`] if `cancel` fires before the Lease is acquired.
@@ -107,12 +111,23 @@ impl LeaderElection {
         let shared = &self.shared;
         tracing::info!(lease = %shared.key(), identity = %shared.config.identity(), "attempting to acquire the leader lease");
         loop {
-            let attempt = tokio::select! {
-                biased;
-                () = cancel.cancelled() => return Err(shared.cancelled()),
-                attempt = timeout(shared.config.renew_deadline(), shared.try_acquire_or_renew()) => attempt,
-            };
+            if cancel.is_cancelled() {
+                return Err(shared.cancelled());
+            }
+            // An attempt is not interrupted by the cancellation: its write may reach the
+            // server, and this candidate would then hold the Lease without knowing it.
+            let attempt = timeout(
+                shared.config.renew_deadline(),
+                shared.try_acquire_or_renew(),
+            )
+            .await;
             match attempt {
+                Ok(Attempt::Leading) if cancel.is_cancelled() => {
+                    if shared.config.release_on_cancel() {
+                        shared.release().await;
+                    }
+                    return Err(shared.cancelled());
+                }
                 Ok(Attempt::Leading) => break,
                 Ok(Attempt::HeldBy(holder)) => {
                     tracing::debug!(lease = %shared.key(), %holder, "the lease is held by another candidate");
