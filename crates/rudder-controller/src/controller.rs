@@ -13,7 +13,7 @@ use futures::stream::StreamExt;
 use rudder_handler::{EventHandler, Predicate, Queue, Request, Source, Synced};
 use rudder_workqueue::rate_limiter::default_controller_rate_limiter;
 use rudder_workqueue::{AddOptions, MetricsCrateProvider, RateLimiter, WorkItem};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -342,29 +342,31 @@ impl<R: Reconciler> Controller<R> {
         tracing::info!(controller = %inner.name, workers = inner.workers, "starting workers");
         inner.metrics.set_max_concurrent(inner.workers);
         let stopping = CancellationToken::new();
-        let workers: Vec<_> = (0..inner.workers)
-            .map(|_| tokio::spawn(worker(Arc::clone(inner), stopping.clone())))
-            .collect();
-        let mut workers = join_all(workers);
-        let ended_early = tokio::select! {
-            () = cancel.cancelled() => None,
-            ended = &mut workers => Some(ended),
-        };
+        // Owned here: if `run` is dropped (its task aborted), the workers are aborted with it
+        // and the watches stop, so nothing of the controller outlives it.
+        let _watches = StopOnDrop(inner.stop_sources.clone());
+        let mut workers = JoinSet::new();
+        for _ in 0..inner.workers {
+            workers.spawn(worker(Arc::clone(inner), stopping.clone()));
+        }
+        let mut ended = Vec::new();
+        tokio::select! {
+            () = cancel.cancelled() => {}
+            Some(early) = workers.join_next() => ended.push(early),
+        }
         tracing::info!(controller = %inner.name, "stopping");
         self.stop_watches().await;
         stopping.cancel();
-        let ended = match ended_early {
-            Some(ended) => ended,
-            None => match tokio::time::timeout(inner.shutdown_grace, &mut workers).await {
-                Ok(ended) => ended,
-                Err(_) => {
-                    tracing::warn!(controller = %inner.name, grace = ?inner.shutdown_grace,
-                        "reconciles still running after the grace period: cancelling them");
-                    inner.hard_stop.cancel();
-                    workers.await
-                }
-            },
-        };
+        let graceful = tokio::time::timeout(inner.shutdown_grace, join_all_of(&mut workers)).await;
+        match graceful {
+            Ok(done) => ended.extend(done),
+            Err(_) => {
+                tracing::warn!(controller = %inner.name, grace = ?inner.shutdown_grace,
+                    "reconciles still running after the grace period: cancelling them");
+                inner.hard_stop.cancel();
+                ended.extend(join_all_of(&mut workers).await);
+            }
+        }
         inner.queue.shutdown();
         for joined in ended {
             if let Err(e) = joined
@@ -383,6 +385,24 @@ impl<R: Reconciler> Controller<R> {
             let _ = task.await;
         }
     }
+}
+
+/// Cancels a token when dropped.
+struct StopOnDrop(CancellationToken);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// Waits for every task in `set`, collecting how each ended.
+async fn join_all_of(set: &mut JoinSet<()>) -> Vec<Result<(), tokio::task::JoinError>> {
+    let mut ended = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        ended.push(joined);
+    }
+    ended
 }
 
 impl<R> Inner<R> {

@@ -526,3 +526,31 @@ async fn timeout_join(
         .expect("run did not end")
         .expect_err("run returned instead of panicking")
 }
+
+#[tokio::test(start_paused = true)]
+async fn aborting_run_stops_its_workers_and_watches() {
+    let c = Controller::builder("aborted", scripted(|_, _| async { Ok(Action::done()) }))
+        .build()
+        .unwrap();
+    let (events, _stop, task) = start(&c);
+    send(&events, "a").await;
+    eventually(Duration::from_secs(1), || calls(&c).len() == 1).await;
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    // The watch's pump has stopped and dropped its receiver: sends fail (within a few
+    // tries), and nothing sent is reconciled, since the workers went with `run`.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let object = cm("b", "1");
+    while events
+        .send(Event::Generic {
+            object: Arc::clone(&object),
+        })
+        .await
+        .is_ok()
+    {
+        assert!(Instant::now() < deadline, "the watch outlived run");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(calls(&c).len(), 1);
+}

@@ -24,10 +24,12 @@
 //! # Start and stop
 //!
 //! `start` brings up the probe server and the metrics server, then the runnables that need
-//! no leadership, then the leader-only ones (controllers). It stops them in the reverse
-//! order, giving them the graceful-shutdown timeout ([`GracefulShutdown`], 30 s by default),
-//! and returns. If a runnable fails, the manager stops the others and returns its error.
-//! [`Manager::start_until_signal`] stops on SIGTERM or SIGINT; a second signal exits at once.
+//! no leadership, then (with [`ManagerBuilder::leader_election`]) waits to be elected, then
+//! starts the leader-only ones (controllers). It stops them in the reverse order, giving
+//! them the graceful-shutdown timeout ([`GracefulShutdown`], 30 s by default), gives up the
+//! Lease only once the leader-only runnables have stopped, and returns. If a runnable fails,
+//! the manager stops the others and returns its error. [`Manager::start_until_signal`]
+//! stops on SIGTERM or SIGINT; a second signal exits at once.
 //!
 //! # Probes and metrics
 //!
@@ -40,7 +42,10 @@
 //! # Leader election
 //!
 //! [`leader_election`] elects one leader among replicas with a `coordination.k8s.io/v1`
-//! Lease, compatible with client-go's.
+//! Lease, compatible with client-go's (defaults: lease 15 s, renew deadline 10 s, retry 2 s).
+//! If this replica loses the Lease, the manager stops its leader-only runnables and returns
+//! [`Error::LeadershipLost`]: the process should then exit, to be restarted as a follower,
+//! since another replica leads now.
 
 pub mod health;
 pub mod leader_election;

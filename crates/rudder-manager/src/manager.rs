@@ -14,6 +14,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::health::{HealthChecks, Probe, check};
+use crate::leader_election::{
+    ConfigError, Error as ElectionError, LeaderElection, LeaderElectionConfig, Leadership,
+};
 use crate::runnable::{BoxError, Runnable};
 use crate::server::{Handler, Server, serve};
 
@@ -80,6 +83,12 @@ pub enum Error {
     /// `start` was called twice.
     #[error("the manager was already started")]
     AlreadyStarted,
+    /// The leader-election settings are inconsistent; fix the configuration.
+    #[error("invalid leader election configuration")]
+    LeaderElectionConfig(#[source] ConfigError),
+    /// Leader election failed outright (not merely waiting for another leader).
+    #[error("leader election failed")]
+    LeaderElection(#[source] ElectionError),
 }
 
 /// Builds a [`Manager`].
@@ -91,6 +100,7 @@ pub struct ManagerBuilder {
     metrics_handle: Option<PrometheusHandle>,
     graceful_shutdown: GracefulShutdown,
     cache: Box<dyn FnOnce(CacheBuilder) -> CacheBuilder + Send>,
+    leader_election: Option<LeaderElectionConfig>,
 }
 
 impl std::fmt::Debug for ManagerBuilder {
@@ -143,8 +153,20 @@ impl ManagerBuilder {
         self
     }
 
+    /// Runs leader-only runnables (controllers) only while this replica holds the Lease
+    /// `config` names; without this, every replica runs them.
+    pub fn leader_election(mut self, config: LeaderElectionConfig) -> Self {
+        self.leader_election = Some(config);
+        self
+    }
+
     /// Builds the manager. Nothing starts until [`Manager::start`].
     pub fn build(self) -> Result<Manager, Error> {
+        let election = self
+            .leader_election
+            .map(|config| LeaderElection::new(self.client.clone(), config))
+            .transpose()
+            .map_err(Error::LeaderElectionConfig)?;
         let metrics = match (self.metrics_address, self.metrics_handle) {
             (None, handle) => handle,
             (Some(_), Some(handle)) => Some(handle),
@@ -181,6 +203,7 @@ impl ManagerBuilder {
             }),
         );
         Ok(Manager {
+            election,
             recorder: Recorder::new(self.client.clone(), reporter),
             client: self.client,
             cache,
@@ -214,6 +237,7 @@ struct Bound {
 /// the manager stops the rest and returns that error.
 pub struct Manager {
     client: Client,
+    election: Option<LeaderElection>,
     cache: Cache,
     cache_token: CancellationToken,
     recorder: Recorder,
@@ -248,6 +272,7 @@ impl Manager {
             metrics_handle: None,
             graceful_shutdown: GracefulShutdown::After(DEFAULT_GRACEFUL_SHUTDOWN),
             cache: Box::new(|b| b),
+            leader_election: None,
         }
     }
 
@@ -259,6 +284,11 @@ impl Manager {
     /// The shared cache: informers created here are shared by every controller.
     pub fn cache(&self) -> &Cache {
         &self.cache
+    }
+
+    /// The leader election, if configured.
+    pub fn leader_election(&self) -> Option<&LeaderElection> {
+        self.election.as_ref()
     }
 
     /// A recorder for Kubernetes Events, reporting as the manager's name.
@@ -393,20 +423,55 @@ impl Manager {
             .partition(|r| r.needs_leader_election());
         let plain_token = CancellationToken::new();
         let leader_token = CancellationToken::new();
+        let election_token = CancellationToken::new();
         let mut plain_set = JoinSet::new();
         let mut leader_set = JoinSet::new();
         for r in plain {
             spawn(&mut plain_set, r, plain_token.clone());
         }
-        // Leader election goes here; without it this replica leads.
-        for r in leader {
-            spawn(&mut leader_set, r, leader_token.clone());
-        }
+        let mut leader = Some(leader);
+        let mut leadership: Option<Leadership> = None;
+        let mut lost: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> =
+            Box::pin(std::future::pending());
+        let acquiring = async {
+            match &self.election {
+                Some(election) => election.acquire(election_token.clone()).await.map(Some),
+                None => Ok(None),
+            }
+        };
+        let mut acquiring = std::pin::pin!(acquiring);
+        let mut electing = true;
 
         let mut failure = None;
         loop {
             tokio::select! {
                 () = cancel.cancelled() => break,
+                acquired = &mut acquiring, if electing => {
+                    electing = false;
+                    match acquired {
+                        Ok(held) => {
+                            if let Some(held) = held {
+                                let signal = held.lost();
+                                lost = Box::pin(async move {
+                                    signal.await;
+                                });
+                                leadership = Some(held);
+                            }
+                            for r in leader.take().into_iter().flatten() {
+                                spawn(&mut leader_set, r, leader_token.clone());
+                            }
+                        }
+                        Err(error) => {
+                            failure = Some(Error::LeaderElection(error));
+                            break;
+                        }
+                    }
+                }
+                () = &mut lost => {
+                    tracing::error!("leader election lost: stopping leader-only runnables");
+                    failure = Some(Error::LeadershipLost);
+                    break;
+                }
                 Some(ended) = leader_set.join_next(), if !leader_set.is_empty() => {
                     if let Some(error) = ended_with(ended) {
                         failure = Some(error);
@@ -428,13 +493,23 @@ impl Manager {
             GracefulShutdown::Forever => None,
         };
         let mut stuck = Vec::new();
-        for (token, set) in [
-            (leader_token, &mut leader_set),
-            (plain_token, &mut plain_set),
-        ] {
-            token.cancel();
-            stuck.extend(drain(set, deadline, &mut failure).await);
+        leader_token.cancel();
+        stuck.extend(drain(&mut leader_set, deadline, &mut failure).await);
+        // Leadership is given up (released, if configured) only once nothing that needs it
+        // runs. An election still in progress is let finish its request, so it can release
+        // a Lease it just took.
+        election_token.cancel();
+        if electing {
+            let _ = acquiring.await;
         }
+        if let Some(held) = leadership
+            && held.finished().await.is_err()
+            && failure.is_none()
+        {
+            failure = Some(Error::LeadershipLost);
+        }
+        plain_token.cancel();
+        stuck.extend(drain(&mut plain_set, deadline, &mut failure).await);
         if let Some(error) = failure {
             return Err(error);
         }

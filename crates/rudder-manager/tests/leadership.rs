@@ -1,0 +1,247 @@
+//! Two managers on one lease: only the leader runs its controller, and hand-overs happen as
+//! configured.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::ObjectMeta;
+use rudder_controller::{Action, Context, Controller, Reconciler};
+use rudder_envtest::{TestEnv, TestNamespace};
+use rudder_handler::{EnqueueObject, Kind, Request};
+use rudder_manager::leader_election::LeaderElectionConfig;
+use rudder_manager::{Error, Manager};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const LEASE: Duration = Duration::from_secs(3);
+const RENEW: Duration = Duration::from_secs(2);
+const RETRY: Duration = Duration::from_millis(500);
+
+/// (manager, start, end) of every reconcile, across both managers.
+type Log = Arc<Mutex<Vec<(&'static str, Instant, Instant)>>>;
+
+struct Timed {
+    who: &'static str,
+    log: Log,
+}
+
+impl Reconciler for Timed {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, _: Request, _: Context) -> Result<Action, Self::Error> {
+        let start = Instant::now();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.log
+            .lock()
+            .unwrap()
+            .push((self.who, start, Instant::now()));
+        Ok(Action::done())
+    }
+}
+
+struct Replica {
+    manager: Arc<Manager>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), Error>>,
+}
+
+fn replica(
+    ns: &TestNamespace,
+    lease: &str,
+    who: &'static str,
+    release: bool,
+    log: &Log,
+) -> Replica {
+    let namespace = ns.name().to_owned();
+    let election = LeaderElectionConfig::new(ns.name(), lease)
+        .with_identity(who)
+        .with_lease_duration(LEASE)
+        .with_renew_deadline(RENEW)
+        .with_retry_period(RETRY)
+        .with_release_on_cancel(release);
+    let manager = Manager::builder(ns.client())
+        .health_probe_address(None)
+        .metrics_address(None)
+        .leader_election(election)
+        .cache(move |c| c.default_namespace(namespace))
+        .build()
+        .unwrap();
+    let controller = Controller::builder(
+        format!("{lease}-{who}"),
+        Timed {
+            who,
+            log: Arc::clone(log),
+        },
+    )
+    .build()
+    .unwrap();
+    controller.watch(
+        Kind::<ConfigMap>::from_cache(manager.cache()).unwrap(),
+        EnqueueObject,
+        vec![],
+    );
+    manager.add_controller(controller);
+    let manager = Arc::new(manager);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (manager, stop) = (Arc::clone(&manager), stop.clone());
+        async move { manager.start(stop).await }
+    });
+    Replica {
+        manager,
+        stop,
+        task,
+    }
+}
+
+fn leads(r: &Replica) -> bool {
+    r.manager.leader_election().is_some_and(|e| e.is_leader())
+}
+
+/// Keeps changing a ConfigMap so that whoever leads keeps reconciling.
+fn churn(ns: &TestNamespace, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+    let api: Api<ConfigMap> = Api::namespaced(ns.client(), ns.name());
+    tokio::spawn(async move {
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("churn".into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        api.create(&PostParams::default(), &cm).await.unwrap();
+        let mut i = 0u64;
+        while !stop.is_cancelled() {
+            i += 1;
+            let data = serde_json::json!({ "data": { "i": i.to_string() } });
+            let _ = api
+                .patch("churn", &PatchParams::default(), &Patch::Merge(&data))
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+/// Waits (at most 30 s) until exactly one replica leads; returns its index.
+async fn one_leader(replicas: &[&Replica]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let leading: Vec<_> = (0..replicas.len())
+            .filter(|&i| leads(replicas[i]))
+            .collect();
+        assert!(leading.len() <= 1, "two leaders at once");
+        if let [i] = leading[..] {
+            return i;
+        }
+        assert!(Instant::now() < deadline, "nobody became leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The first reconcile by `who` that started after `after`, waiting at most 30 s.
+async fn first_reconcile_after(log: &Log, who: &str, after: Instant) -> Instant {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let first = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(w, start, _)| *w == who && *start >= after)
+            .map(|(_, start, _)| *start)
+            .min();
+        if let Some(first) = first {
+            return first;
+        }
+        assert!(Instant::now() < deadline, "{who} never reconciled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every reconcile by one replica ends before any by the other starts.
+fn never_both(log: &Log, first: &str, second: &str) {
+    let log = log.lock().unwrap();
+    let last_first = log.iter().filter(|(w, ..)| *w == first).map(|e| e.2).max();
+    let first_second = log.iter().filter(|(w, ..)| *w == second).map(|e| e.1).min();
+    if let (Some(end), Some(start)) = (last_first, first_second) {
+        assert!(end <= start, "{second} reconciled while {first} still did");
+    }
+}
+
+async fn handover(release: bool, kill: bool) -> Duration {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let name = match (release, kill) {
+        (true, _) => "release",
+        (false, false) => "expire",
+        (false, true) => "killed",
+    };
+    let ns = env.namespace(name).await.unwrap();
+    let log: Log = Arc::default();
+    let a = replica(&ns, name, "a", release, &log);
+    // Let `a` lead before `b` starts, so the roles are known.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !leads(&a) {
+        assert!(Instant::now() < deadline, "a never led");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let b = replica(&ns, name, "b", release, &log);
+    let churning = CancellationToken::new();
+    let churner = churn(&ns, churning.clone());
+    assert_eq!(one_leader(&[&a, &b]).await, 0);
+    first_reconcile_after(&log, "a", Instant::now()).await;
+    // b runs but does not lead: it must not reconcile.
+    tokio::time::sleep(LEASE).await;
+    assert!(
+        log.lock().unwrap().iter().all(|(w, ..)| *w == "a"),
+        "the follower reconciled"
+    );
+
+    let stopped = Instant::now();
+    if kill {
+        a.task.abort();
+        let _ = a.task.await;
+    } else {
+        a.stop.cancel();
+        a.task.await.unwrap().unwrap();
+    }
+    let took = first_reconcile_after(&log, "b", stopped).await - stopped;
+    never_both(&log, "a", "b");
+    churning.cancel();
+    churner.await.unwrap();
+    b.stop.cancel();
+    b.task.await.unwrap().unwrap();
+    took
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_on_cancel_hands_over_within_a_retry_period() {
+    let took = handover(true, false).await;
+    println!("hand-over with release: {took:?}");
+    // One retry period (plus jitter up to 1.2x) and the follower's cache sync and first
+    // reconcile; well under the lease.
+    assert!(took < RETRY * 3 + Duration::from_secs(1), "{took:?}");
+    assert!(took < LEASE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_release_the_follower_waits_out_the_lease() {
+    let took = handover(false, false).await;
+    println!("hand-over without release: {took:?}");
+    assert!(took >= LEASE - RETRY, "{took:?}");
+    assert!(
+        took < LEASE + RETRY * 3 + Duration::from_secs(2),
+        "{took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_is_replaced_after_the_lease_expires() {
+    let took = handover(false, true).await;
+    println!("hand-over after a kill: {took:?}");
+    assert!(took >= LEASE - RETRY, "{took:?}");
+    assert!(
+        took < LEASE + RETRY * 3 + Duration::from_secs(2),
+        "{took:?}"
+    );
+}
