@@ -94,7 +94,8 @@ impl<K> Event<K> {
 #[non_exhaustive]
 pub struct InformerStats {
     /// Objects in the watch stream that could not be decoded into the informer's type. Each
-    /// was logged at `warn` and skipped.
+    /// was logged at `warn` and skipped (and, with the `metrics` feature, counted in
+    /// `rudder_cache_malformed_objects_total`).
     pub malformed_objects: u64,
     /// Other errors from the watch (failed lists, failed or broken watches), each logged and
     /// followed by kube-runtime's default backoff.
@@ -532,9 +533,15 @@ fn resync_all<K: Resource>(shared: &Shared<K>) {
 fn record_error<K>(shared: &Shared<K>, err: &watcher::Error) {
     if is_malformed(err) {
         shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("rudder_cache_malformed_objects_total", "resource" => shared.resource.clone())
+            .increment(1);
         tracing::warn!(resource = %shared.resource, error = %err, "skipping an object that does not decode");
     } else {
         shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("rudder_cache_watch_errors_total", "resource" => shared.resource.clone())
+            .increment(1);
         tracing::warn!(resource = %shared.resource, error = %err, "watch error; retrying with backoff");
     }
 }

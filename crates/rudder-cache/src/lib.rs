@@ -124,9 +124,16 @@
 //! Watch errors never stop an informer: each is logged with `tracing`, counted in
 //! [`Informer::stats`] and retried after kube-runtime's default backoff. An object that
 //! does not decode into the informer's type is logged at `warn`, counted as
-//! [`InformerStats::malformed_objects`] and skipped; the watch goes on. (In a list, one such
+//! [`InformerStats::malformed_objects`] (and, with the `metrics` feature, in
+//! `rudder_cache_malformed_objects_total`) and skipped; the watch goes on. (In a list, one such
 //! object fails the whole list, which is retried with backoff; a dynamic or metadata-only
 //! informer is immune.)
+//!
+//! # Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `metrics` | `rudder_cache_watch_errors_total` and `rudder_cache_malformed_objects_total` counters (label `resource`) through the `metrics` crate |
 //!
 //! # Shutdown
 //!

@@ -387,6 +387,11 @@ spec:
 
 #[tokio::test]
 async fn a_malformed_object_is_counted_and_skipped_and_the_watch_goes_on() {
+    // The test runtime has one thread, so the informer's task reports to this recorder.
+    #[cfg(feature = "metrics")]
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    #[cfg(feature = "metrics")]
+    let _guard = metrics::set_default_local_recorder(&recorder);
     let env = TestEnv::builder().shared().await.unwrap();
     env.install_crd_yaml(WIDGET_CRD).await.unwrap();
     let ns = env.namespace("informer_malformed").await.unwrap();
@@ -431,5 +436,14 @@ async fn a_malformed_object_is_counted_and_skipped_and_the_watch_goes_on() {
         .collect();
     stored.sort();
     assert_eq!(stored, [("good".to_owned(), 1), ("later".to_owned(), 3)]);
+    #[cfg(feature = "metrics")]
+    {
+        let text = recorder.handle().render();
+        let series = format!(
+            "rudder_cache_malformed_objects_total{{resource=\"{}\"}} 1",
+            informer.resource()
+        );
+        assert!(text.lines().any(|l| l == series), "{series} not in\n{text}");
+    }
     informer.stop().await;
 }
