@@ -524,12 +524,24 @@ impl Manager {
     }
 
     /// Runs until SIGTERM or SIGINT, then stops gracefully; a second signal exits the
-    /// process at once (status 1).
+    /// process at once (status 1). The handlers are in place before any runnable starts.
     pub async fn start_until_signal(&self) -> Result<(), Error> {
+        use tokio::signal::unix::{SignalKind, signal};
         let cancel = CancellationToken::new();
-        let watcher = tokio::spawn(signals(cancel.clone()));
+        let watcher = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => Some(tokio::spawn(signals(term, int, cancel.clone()))),
+            _ => {
+                tracing::warn!("cannot listen for signals; stop the manager with its token");
+                None
+            }
+        };
         let result = self.start(cancel).await;
-        watcher.abort();
+        if let Some(watcher) = watcher {
+            watcher.abort();
+        }
         result
     }
 }
@@ -598,15 +610,11 @@ async fn drain(
 }
 
 /// Cancels on the first SIGTERM or SIGINT; exits on the second.
-async fn signals(cancel: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::warn!("cannot listen for signals; stop the manager with its token");
-        return;
-    };
+async fn signals(
+    mut term: tokio::signal::unix::Signal,
+    mut int: tokio::signal::unix::Signal,
+    cancel: CancellationToken,
+) {
     for n in 0..2 {
         tokio::select! {
             _ = term.recv() => {}
