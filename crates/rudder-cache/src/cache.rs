@@ -127,6 +127,10 @@ impl<K: Resource> ByObject<K> {
 /// How to make an `Api` for a type in a namespace, by the type's scope; implemented for
 /// kube's three scope markers.
 pub trait ApiScope: sealed::Sealed {
+    /// Whether objects of this scope live outside namespaces (then a [`Scope`]'s namespace
+    /// is ignored, and dropped from the informer's identity).
+    const CLUSTER: bool = false;
+
     /// An `Api<K>` over `namespace`, or over all namespaces (always, for cluster scope).
     fn api<K>(client: Client, namespace: Option<&str>) -> Api<K>
     where
@@ -153,6 +157,8 @@ impl ApiScope for NamespaceResourceScope {
 }
 
 impl ApiScope for ClusterResourceScope {
+    const CLUSTER: bool = true;
+
     fn api<K>(client: Client, _namespace: Option<&str>) -> Api<K>
     where
         K: Resource<Scope = Self, DynamicType = ()>,
@@ -333,6 +339,7 @@ impl Cache {
         K: Typed,
     {
         let client = self.inner.client.clone();
+        let scope = &typed_scope::<K>(scope);
         self.inner
             .get_or_start(TypeKey::Typed(TypeId::of::<K>()), scope, |ns| {
                 <K::Scope as ApiScope>::api::<K>(client, ns)
@@ -349,6 +356,10 @@ impl Cache {
     }
 
     /// The shared informer for dynamic objects of `resource` in its default scope.
+    ///
+    /// An `ApiResource` does not say whether the resource is namespaced, so for a
+    /// cluster-scoped one in a cache with a default namespace, give it [`Scope::all`] (with
+    /// [`CacheBuilder::by_dynamic`] or [`Cache::dynamic_informer_in`]).
     pub fn dynamic_informer(&self, resource: &ApiResource) -> Result<Informer<DynamicObject>> {
         let scope = self
             .inner
@@ -375,7 +386,10 @@ impl Cache {
     /// starts a new watch. Returns whether there was one.
     pub async fn remove_informer<K: Typed>(&self, scope: &Scope) -> bool {
         self.inner
-            .remove(&InformerKey::new(TypeKey::Typed(TypeId::of::<K>()), scope))
+            .remove(&InformerKey::new(
+                TypeKey::Typed(TypeId::of::<K>()),
+                &typed_scope::<K>(scope),
+            ))
             .await
     }
 
@@ -403,7 +417,7 @@ impl Cache {
         name: &str,
     ) -> Result<Option<Arc<K>>> {
         let informer =
-            self.reader_informer::<K>(TypeKey::Typed(TypeId::of::<K>()), || self.informer::<K>())?;
+            self.reader_informer::<K>(&self.typed_key::<K>(), || self.informer::<K>())?;
         informer.wait_for_sync(self.inner.sync_timeout).await?;
         Ok(informer.store().get(&key(namespace, name)))
     }
@@ -411,7 +425,7 @@ impl Cache {
     /// The objects of `K` that match `options`, from the cache.
     pub async fn list<K: Typed>(&self, options: &ListOptions) -> Result<Vec<Arc<K>>> {
         let informer =
-            self.reader_informer::<K>(TypeKey::Typed(TypeId::of::<K>()), || self.informer::<K>())?;
+            self.reader_informer::<K>(&self.typed_key::<K>(), || self.informer::<K>())?;
         informer.wait_for_sync(self.inner.sync_timeout).await?;
         list(&informer, options)
     }
@@ -423,9 +437,10 @@ impl Cache {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<Arc<DynamicObject>>> {
-        let informer = self.reader_informer::<DynamicObject>(TypeKey::dynamic(resource), || {
-            self.dynamic_informer(resource)
-        })?;
+        let informer = self
+            .reader_informer::<DynamicObject>(&self.dynamic_key(resource), || {
+                self.dynamic_informer(resource)
+            })?;
         informer.wait_for_sync(self.inner.sync_timeout).await?;
         Ok(informer.store().get(&key(namespace, name)))
     }
@@ -436,9 +451,10 @@ impl Cache {
         resource: &ApiResource,
         options: &ListOptions,
     ) -> Result<Vec<Arc<DynamicObject>>> {
-        let informer = self.reader_informer::<DynamicObject>(TypeKey::dynamic(resource), || {
-            self.dynamic_informer(resource)
-        })?;
+        let informer = self
+            .reader_informer::<DynamicObject>(&self.dynamic_key(resource), || {
+                self.dynamic_informer(resource)
+            })?;
         informer.wait_for_sync(self.inner.sync_timeout).await?;
         list(&informer, options)
     }
@@ -457,25 +473,48 @@ impl Cache {
         self.inner.tracker.wait().await;
     }
 
+    /// The key of `K`'s default-scope informer.
+    fn typed_key<K: Typed>(&self) -> InformerKey {
+        let ty = TypeKey::Typed(TypeId::of::<K>());
+        let scope = typed_scope::<K>(&self.inner.default_scope::<K>(&ty));
+        InformerKey::new(ty, &scope)
+    }
+
+    /// The key of `resource`'s default-scope informer.
+    fn dynamic_key(&self, resource: &ApiResource) -> InformerKey {
+        let ty = TypeKey::dynamic(resource);
+        let scope = self.inner.default_scope::<DynamicObject>(&ty);
+        InformerKey::new(ty, &scope)
+    }
+
     fn reader_informer<K>(
         &self,
-        ty: TypeKey,
+        key: &InformerKey,
         start: impl FnOnce() -> Result<Informer<K>>,
     ) -> Result<Informer<K>>
     where
         K: Resource + Send + Sync + 'static,
     {
         if self.inner.fail_on_missing_informer {
-            let scope = self.inner.default_scope::<K>(&ty);
-            let key = InformerKey::new(ty, &scope);
-            return match self.inner.informers().get(&key) {
+            return match self.inner.informers().get(key) {
                 Some(slot) => slot
                     .informer
                     .downcast_ref::<Informer<K>>()
                     .cloned()
                     .ok_or(Error::Stopped),
                 None => Err(Error::MissingInformer {
-                    resource: format!("{key:?}"),
+                    resource: match &key.ty {
+                        TypeKey::Typed(_) => {
+                            format!("{} in {:?}", std::any::type_name::<K>(), key.scope)
+                        }
+                        TypeKey::Dynamic {
+                            group,
+                            version,
+                            plural,
+                        } => {
+                            format!("{group}/{version}/{plural} in {:?}", key.scope)
+                        }
+                    },
                 }),
             };
         }
@@ -505,6 +544,16 @@ impl<K> Typed for K where
         + Sync
         + 'static
 {
+}
+
+/// `scope` without its namespace for cluster-scoped types, so that asking with or without
+/// one finds the same informer.
+fn typed_scope<K: Typed>(scope: &Scope) -> Scope {
+    let mut scope = scope.clone();
+    if <K::Scope as ApiScope>::CLUSTER {
+        scope.namespace = None;
+    }
+    scope
 }
 
 fn key(namespace: Option<&str>, name: &str) -> ObjectKey {

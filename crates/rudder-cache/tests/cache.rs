@@ -316,3 +316,25 @@ async fn cancelling_the_token_ends_every_task_and_refuses_new_informers() {
         Error::Stopped
     ));
 }
+
+#[tokio::test]
+async fn cluster_scoped_types_ignore_the_default_namespace() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("cache_cluster_scoped").await.unwrap();
+    let token = CancellationToken::new();
+    let cache = Cache::builder(ns.client())
+        .default_namespace(ns.name())
+        .build(&token);
+    // The test's own namespace is a cluster-scoped object.
+    let found = cache
+        .get::<k8s_openapi::api::core::v1::Namespace>(None, ns.name())
+        .await
+        .unwrap();
+    assert_eq!(found.unwrap().metadata.name.as_deref(), Some(ns.name()));
+    // Asking with or without a namespace finds the same informer.
+    cache
+        .informer_in::<k8s_openapi::api::core::v1::Namespace>(&Scope::all())
+        .unwrap();
+    assert_eq!(cache.informer_count(), 1);
+    cache.stop().await;
+}
