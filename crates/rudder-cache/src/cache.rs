@@ -216,7 +216,7 @@ impl ListOptions {
 /// Builds a [`Cache`]; see [`Cache::builder`].
 pub struct CacheBuilder {
     client: Client,
-    default_namespace: Option<String>,
+    default_namespaces: Vec<String>,
     by_object: HashMap<TypeKey, Box<dyn Any + Send + Sync>>,
     resync: Option<Duration>,
     fail_on_missing_informer: bool,
@@ -227,7 +227,23 @@ impl CacheBuilder {
     /// Watch only this namespace unless a type's [`ByObject`] says otherwise.
     #[must_use]
     pub fn default_namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.default_namespace = Some(namespace.into());
+        self.default_namespaces = vec![namespace.into()];
+        self
+    }
+
+    /// Watch only these namespaces unless a type's [`ByObject`] says otherwise: one
+    /// informer per namespace and type, which the reader consults together. With more than
+    /// one, [`Cache::informer`] is an error ([`Error::SeveralInformers`]); use
+    /// [`Cache::informers`]. An empty list means all namespaces.
+    #[must_use]
+    pub fn default_namespaces<I, S>(mut self, namespaces: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.default_namespaces = namespaces.into_iter().map(Into::into).collect();
+        self.default_namespaces.sort();
+        self.default_namespaces.dedup();
         self
     }
 
@@ -278,7 +294,7 @@ impl CacheBuilder {
         Cache {
             inner: Arc::new(Inner {
                 client: self.client,
-                default_namespace: self.default_namespace,
+                default_namespaces: self.default_namespaces,
                 by_object: self.by_object,
                 resync: self.resync,
                 fail_on_missing_informer: self.fail_on_missing_informer,
@@ -314,7 +330,7 @@ impl Cache {
     pub fn builder(client: Client) -> CacheBuilder {
         CacheBuilder {
             client,
-            default_namespace: None,
+            default_namespaces: Vec::new(),
             by_object: HashMap::new(),
             resync: Some(DEFAULT_RESYNC),
             fail_on_missing_informer: false,
@@ -323,14 +339,32 @@ impl Cache {
     }
 
     /// The shared informer for `K` in its default scope, started if there is none.
+    ///
+    /// Fails with [`Error::SeveralInformers`] when the cache has several default
+    /// namespaces; see [`Cache::informers`].
     pub fn informer<K>(&self) -> Result<Informer<K>>
     where
         K: Typed,
     {
-        let scope = self
-            .inner
-            .default_scope::<K>(&TypeKey::Typed(TypeId::of::<K>()));
-        self.informer_in::<K>(&scope)
+        let mut informers = self.informers::<K>()?;
+        match informers.len() {
+            1 => informers.pop().ok_or(Error::Stopped),
+            _ => Err(Error::SeveralInformers {
+                resource: std::any::type_name::<K>().to_owned(),
+            }),
+        }
+    }
+
+    /// The shared informers for `K` in its default scopes (one per default namespace, or
+    /// one), started if there are none.
+    pub fn informers<K>(&self) -> Result<Vec<Informer<K>>>
+    where
+        K: Typed,
+    {
+        self.typed_scopes::<K>()
+            .iter()
+            .map(|scope| self.informer_in::<K>(scope))
+            .collect()
     }
 
     /// The shared informer for `K` in `scope`, started if there is none.
@@ -361,10 +395,25 @@ impl Cache {
     /// cluster-scoped one in a cache with a default namespace, give it [`Scope::all`] (with
     /// [`CacheBuilder::by_dynamic`] or [`Cache::dynamic_informer_in`]).
     pub fn dynamic_informer(&self, resource: &ApiResource) -> Result<Informer<DynamicObject>> {
-        let scope = self
-            .inner
-            .default_scope::<DynamicObject>(&TypeKey::dynamic(resource));
-        self.dynamic_informer_in(resource, &scope)
+        let mut informers = self.dynamic_informers(resource)?;
+        match informers.len() {
+            1 => informers.pop().ok_or(Error::Stopped),
+            _ => Err(Error::SeveralInformers {
+                resource: resource.plural.clone(),
+            }),
+        }
+    }
+
+    /// The shared informers for dynamic objects of `resource` in its default scopes.
+    pub fn dynamic_informers(
+        &self,
+        resource: &ApiResource,
+    ) -> Result<Vec<Informer<DynamicObject>>> {
+        self.inner
+            .default_scopes::<DynamicObject>(&TypeKey::dynamic(resource))
+            .iter()
+            .map(|scope| self.dynamic_informer_in(resource, scope))
+            .collect()
     }
 
     /// The shared informer for dynamic objects of `resource` in `scope`.
@@ -400,34 +449,58 @@ impl Cache {
             .await
     }
 
-    /// Adds an index to the store of `K`'s default-scope informer (starting it if needed).
+    /// Adds an index to the stores of `K`'s default-scope informers (starting them if
+    /// needed).
     pub fn add_index<K, F>(&self, name: impl Into<String>, index: F) -> Result<()>
     where
         K: Typed,
         F: Fn(&K) -> Vec<String> + Send + Sync + 'static,
     {
-        Ok(self.informer::<K>()?.store().add_index(name, index)?)
+        let name = name.into();
+        let index = Arc::new(index);
+        for informer in self.informers::<K>()? {
+            let index = Arc::clone(&index);
+            informer
+                .store()
+                .add_index(name.clone(), move |obj: &K| index(obj))?;
+        }
+        Ok(())
     }
 
     /// The object `namespace/name` (`namespace` is `None` for cluster-scoped types) from
-    /// the cache, waiting for `K`'s informer to sync first.
+    /// the cache, waiting for `K`'s informers to sync first. A namespace that none of the
+    /// type's default scopes covers is [`Error::NotCached`].
     pub async fn get<K: Typed>(
         &self,
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<Arc<K>>> {
-        let informer =
-            self.reader_informer::<K>(&self.typed_key::<K>(), || self.informer::<K>())?;
-        informer.wait_for_sync(self.inner.sync_timeout).await?;
-        Ok(informer.store().get(&key(namespace, name)))
+        let scopes = self.typed_scopes::<K>();
+        let informers = self
+            .reader_informers::<K>(
+                TypeKey::Typed(TypeId::of::<K>()),
+                &scopes,
+                namespace,
+                |scope| self.informer_in::<K>(scope),
+            )
+            .await?;
+        Ok(informers
+            .iter()
+            .find_map(|i| i.store().get(&key(namespace, name))))
     }
 
     /// The objects of `K` that match `options`, from the cache.
     pub async fn list<K: Typed>(&self, options: &ListOptions) -> Result<Vec<Arc<K>>> {
-        let informer =
-            self.reader_informer::<K>(&self.typed_key::<K>(), || self.informer::<K>())?;
-        informer.wait_for_sync(self.inner.sync_timeout).await?;
-        list(&informer, options)
+        let scopes = self.typed_scopes::<K>();
+        let informers = self
+            .reader_informers::<K>(
+                TypeKey::Typed(TypeId::of::<K>()),
+                &scopes,
+                options.namespace.as_deref(),
+                |scope| self.informer_in::<K>(scope),
+            )
+            .await?;
+        list(&informers, options)
     }
 
     /// [`get`](Self::get) for dynamic objects of `resource`.
@@ -437,12 +510,16 @@ impl Cache {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<Arc<DynamicObject>>> {
-        let informer = self
-            .reader_informer::<DynamicObject>(&self.dynamic_key(resource), || {
-                self.dynamic_informer(resource)
-            })?;
-        informer.wait_for_sync(self.inner.sync_timeout).await?;
-        Ok(informer.store().get(&key(namespace, name)))
+        let ty = TypeKey::dynamic(resource);
+        let scopes = self.inner.default_scopes::<DynamicObject>(&ty);
+        let informers = self
+            .reader_informers::<DynamicObject>(ty, &scopes, namespace, |scope| {
+                self.dynamic_informer_in(resource, scope)
+            })
+            .await?;
+        Ok(informers
+            .iter()
+            .find_map(|i| i.store().get(&key(namespace, name))))
     }
 
     /// [`list`](Self::list) for dynamic objects of `resource`.
@@ -451,12 +528,14 @@ impl Cache {
         resource: &ApiResource,
         options: &ListOptions,
     ) -> Result<Vec<Arc<DynamicObject>>> {
-        let informer = self
-            .reader_informer::<DynamicObject>(&self.dynamic_key(resource), || {
-                self.dynamic_informer(resource)
-            })?;
-        informer.wait_for_sync(self.inner.sync_timeout).await?;
-        list(&informer, options)
+        let ty = TypeKey::dynamic(resource);
+        let scopes = self.inner.default_scopes::<DynamicObject>(&ty);
+        let informers = self
+            .reader_informers::<DynamicObject>(ty, &scopes, options.namespace.as_deref(), |scope| {
+                self.dynamic_informer_in(resource, scope)
+            })
+            .await?;
+        list(&informers, options)
     }
 
     /// The number of informers running.
@@ -473,52 +552,72 @@ impl Cache {
         self.inner.tracker.wait().await;
     }
 
-    /// The key of `K`'s default-scope informer.
-    fn typed_key<K: Typed>(&self) -> InformerKey {
-        let ty = TypeKey::Typed(TypeId::of::<K>());
-        let scope = typed_scope::<K>(&self.inner.default_scope::<K>(&ty));
-        InformerKey::new(ty, &scope)
+    /// `K`'s default scopes, normalised for its scope kind.
+    fn typed_scopes<K: Typed>(&self) -> Vec<Scope> {
+        let mut scopes: Vec<Scope> = self
+            .inner
+            .default_scopes::<K>(&TypeKey::Typed(TypeId::of::<K>()))
+            .iter()
+            .map(typed_scope::<K>)
+            .collect();
+        scopes.dedup();
+        scopes
     }
 
-    /// The key of `resource`'s default-scope informer.
-    fn dynamic_key(&self, resource: &ApiResource) -> InformerKey {
-        let ty = TypeKey::dynamic(resource);
-        let scope = self.inner.default_scope::<DynamicObject>(&ty);
-        InformerKey::new(ty, &scope)
-    }
-
-    fn reader_informer<K>(
+    /// The synced informers among `scopes` that can hold objects in `namespace` (all of
+    /// them for `None`), started unless the cache fails on missing informers.
+    async fn reader_informers<K>(
         &self,
-        key: &InformerKey,
-        start: impl FnOnce() -> Result<Informer<K>>,
-    ) -> Result<Informer<K>>
+        ty: TypeKey,
+        scopes: &[Scope],
+        namespace: Option<&str>,
+        start: impl Fn(&Scope) -> Result<Informer<K>>,
+    ) -> Result<Vec<Informer<K>>>
     where
         K: Resource + Send + Sync + 'static,
     {
-        if self.inner.fail_on_missing_informer {
-            return match self.inner.informers().get(key) {
-                Some(slot) => slot
-                    .informer
-                    .downcast_ref::<Informer<K>>()
-                    .cloned()
-                    .ok_or(Error::Stopped),
-                None => Err(Error::MissingInformer {
-                    resource: match &key.ty {
-                        TypeKey::Typed(_) => {
-                            format!("{} in {:?}", std::any::type_name::<K>(), key.scope)
-                        }
-                        TypeKey::Dynamic {
-                            group,
-                            version,
-                            plural,
-                        } => {
-                            format!("{group}/{version}/{plural} in {:?}", key.scope)
-                        }
-                    },
-                }),
-            };
+        let describe = |scope: &Scope| match &ty {
+            TypeKey::Typed(_) => format!("{} in {scope:?}", std::any::type_name::<K>()),
+            TypeKey::Dynamic {
+                group,
+                version,
+                plural,
+            } => {
+                format!("{group}/{version}/{plural} in {scope:?}")
+            }
+        };
+        let covering: Vec<&Scope> = scopes
+            .iter()
+            .filter(|s| match (&s.namespace, namespace) {
+                (None, _) | (_, None) => true,
+                (Some(a), Some(b)) => a == b,
+            })
+            .collect();
+        if covering.is_empty() {
+            return Err(Error::NotCached {
+                namespace: namespace.unwrap_or_default().to_owned(),
+                resource: describe(&Scope::all()),
+            });
         }
-        start()
+        let mut informers = Vec::with_capacity(covering.len());
+        for scope in covering {
+            let informer = if self.inner.fail_on_missing_informer {
+                let key = InformerKey::new(ty.clone(), scope);
+                let found = self
+                    .inner
+                    .informers()
+                    .get(&key)
+                    .and_then(|slot| slot.informer.downcast_ref::<Informer<K>>().cloned());
+                found.ok_or_else(|| Error::MissingInformer {
+                    resource: describe(scope),
+                })?
+            } else {
+                start(scope)?
+            };
+            informer.wait_for_sync(self.inner.sync_timeout).await?;
+            informers.push(informer);
+        }
+        Ok(informers)
     }
 }
 
@@ -564,15 +663,18 @@ fn key(namespace: Option<&str>, name: &str) -> ObjectKey {
 }
 
 fn list<K: Resource + Send + Sync + 'static>(
-    informer: &Informer<K>,
+    informers: &[Informer<K>],
     options: &ListOptions,
 ) -> Result<Vec<Arc<K>>> {
-    let store = informer.store();
-    let mut objects = match (&options.index, &options.namespace) {
-        (Some((index, value)), _) => store.by_index(index, value)?,
-        (None, Some(ns)) => store.by_index(NAMESPACE_INDEX, ns)?,
-        (None, None) => store.list(),
-    };
+    let mut objects = Vec::new();
+    for informer in informers {
+        let store = informer.store();
+        objects.extend(match (&options.index, &options.namespace) {
+            (Some((index, value)), _) => store.by_index(index, value)?,
+            (None, Some(ns)) => store.by_index(NAMESPACE_INDEX, ns)?,
+            (None, None) => store.list(),
+        });
+    }
     objects.retain(|obj| {
         let meta = obj.meta();
         let ns_ok = options
@@ -635,7 +737,7 @@ struct Slot {
 
 struct Inner {
     client: Client,
-    default_namespace: Option<String>,
+    default_namespaces: Vec<String>,
     by_object: HashMap<TypeKey, Box<dyn Any + Send + Sync>>,
     resync: Option<Duration>,
     fail_on_missing_informer: bool,
@@ -658,14 +760,19 @@ impl Inner {
             .and_then(|b| b.downcast_ref::<ByObject<K>>())
     }
 
-    fn default_scope<K: 'static>(&self, ty: &TypeKey) -> Scope {
-        match self.by_object::<K>(ty).and_then(|b| b.scope.clone()) {
-            Some(scope) => scope,
-            None => Scope {
-                namespace: self.default_namespace.clone(),
-                ..Scope::default()
-            },
+    /// The scopes the reader and `informer(s)` use for a type: its [`ByObject`] scope, or one
+    /// per default namespace, or all namespaces.
+    fn default_scopes<K: 'static>(&self, ty: &TypeKey) -> Vec<Scope> {
+        if let Some(scope) = self.by_object::<K>(ty).and_then(|b| b.scope.clone()) {
+            return vec![scope];
         }
+        if self.default_namespaces.is_empty() {
+            return vec![Scope::all()];
+        }
+        self.default_namespaces
+            .iter()
+            .map(Scope::namespace)
+            .collect()
     }
 
     fn get_or_start<K>(

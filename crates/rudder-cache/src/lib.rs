@@ -106,10 +106,11 @@
 //! field selectors. Typed objects ([`Cache::informer`]), dynamic objects
 //! ([`Cache::dynamic_informer`]) and metadata-only objects ([`Cache::metadata_informer`],
 //! which stores `PartialObjectMeta<K>` and asks the server for metadata only) each have
-//! their own. [`CacheBuilder`] sets a default namespace, per-type scope and transform
-//! ([`ByObject`]), the resync period and whether the reader may start informers
-//! ([`CacheBuilder::fail_on_missing_informer`]). [`Cache::remove_informer`] stops a watch
-//! nothing needs any more.
+//! their own. [`CacheBuilder`] sets default namespaces (one informer per namespace and type,
+//! read together by the reader; a read for a namespace outside them is
+//! [`Error::NotCached`]), per-type scope and transform ([`ByObject`]), the resync period and
+//! whether the reader may start informers ([`CacheBuilder::fail_on_missing_informer`]).
+//! [`Cache::remove_informer`] stops a watch nothing needs any more.
 //!
 //! # Transforms and memory
 //!

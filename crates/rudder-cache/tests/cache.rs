@@ -148,8 +148,8 @@ async fn indexes_follow_objects_that_move_between_values() {
     let elsewhere = cache
         .list::<ConfigMap>(&ListOptions::default().namespace("elsewhere"))
         .await
-        .unwrap();
-    assert!(elsewhere.is_empty());
+        .unwrap_err();
+    assert!(matches!(elsewhere, Error::NotCached { .. }), "{elsewhere}");
     let err = cache
         .list::<ConfigMap>(&ListOptions::default().index("nope", "x"))
         .await
@@ -336,5 +336,62 @@ async fn cluster_scoped_types_ignore_the_default_namespace() {
         .informer_in::<k8s_openapi::api::core::v1::Namespace>(&Scope::all())
         .unwrap();
     assert_eq!(cache.informer_count(), 1);
+    cache.stop().await;
+}
+
+#[tokio::test]
+async fn several_default_namespaces_get_an_informer_each_and_one_reader() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let one = env.namespace("cache_multi_one").await.unwrap();
+    let two = env.namespace("cache_multi_two").await.unwrap();
+    let other = env.namespace("cache_multi_other").await.unwrap();
+    for (ns, name) in [(&one, "a"), (&two, "b"), (&other, "c")] {
+        ns.api::<ConfigMap>()
+            .create(
+                &PostParams::default(),
+                &config_map(name, &[("team", "red")]),
+            )
+            .await
+            .unwrap();
+    }
+    let token = CancellationToken::new();
+    let cache = Cache::builder(env.client().unwrap())
+        .default_namespaces([one.name(), two.name()])
+        .build(&token);
+    cache.add_index::<ConfigMap, _>("team", team).unwrap();
+    assert_eq!(cache.informer_count(), 2);
+    assert!(matches!(
+        cache.informer::<ConfigMap>().unwrap_err(),
+        Error::SeveralInformers { .. }
+    ));
+
+    let all = cache
+        .list::<ConfigMap>(&ListOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(names(&all), ["a", "b"]);
+    let red = cache
+        .list::<ConfigMap>(&ListOptions::default().index("team", "red"))
+        .await
+        .unwrap();
+    assert_eq!(names(&red), ["a", "b"]);
+    let in_two = cache
+        .list::<ConfigMap>(&ListOptions::default().namespace(two.name()))
+        .await
+        .unwrap();
+    assert_eq!(names(&in_two), ["b"]);
+    assert!(
+        cache
+            .get::<ConfigMap>(Some(two.name()), "b")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let err = cache
+        .get::<ConfigMap>(Some(other.name()), "c")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotCached { .. }), "{err}");
+    assert_eq!(cache.informer_count(), 2);
     cache.stop().await;
 }
