@@ -416,11 +416,16 @@ async fn run<K, S>(
     let mut first_list = true;
     let mut next_resync: Option<Instant> = None;
     loop {
-        let far = Instant::now() + Duration::from_secs(365 * 24 * 60 * 60);
+        let resync_due = async {
+            match next_resync {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let item = tokio::select! {
             biased;
             () = shared.token.cancelled() => break,
-            () = tokio::time::sleep_until(next_resync.unwrap_or(far)), if next_resync.is_some() => {
+            () = resync_due => {
                 resync_all(&shared);
                 next_resync = resync.map(|p| Instant::now() + jittered(p));
                 continue;

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{Expression, PartialObjectMeta, Selector};
-use rudder_cache::{Cache, Error, Event, ListOptions, Scope};
+use rudder_cache::{ByObject, Cache, Error, Event, ListOptions, Scope};
 use rudder_envtest::TestEnv;
 use tokio_util::sync::CancellationToken;
 
@@ -87,6 +87,7 @@ async fn two_handlers_and_a_reader_share_one_watch() {
         .informer_in::<ConfigMap>(&Scope::namespace(ns.name()).labels("x=y"))
         .unwrap();
     other.wait_for_sync(Duration::from_secs(20)).await.unwrap();
+    assert!(other.store().is_empty(), "the selector matches nothing");
     assert_eq!(cache.informer_count(), 2);
     cache.stop().await;
 }
@@ -393,5 +394,38 @@ async fn several_default_namespaces_get_an_informer_each_and_one_reader() {
         .unwrap_err();
     assert!(matches!(err, Error::NotCached { .. }), "{err}");
     assert_eq!(cache.informer_count(), 2);
+    cache.stop().await;
+}
+
+#[tokio::test]
+async fn per_type_transforms_replace_the_default() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("cache_transforms").await.unwrap();
+    ns.api::<ConfigMap>()
+        .create(&PostParams::default(), &config_map("a", &[]))
+        .await
+        .unwrap();
+    let token = CancellationToken::new();
+    let cache = Cache::builder(ns.client())
+        .default_namespace(ns.name())
+        .by_object(ByObject::<ConfigMap>::new().transform(|cm: &mut ConfigMap| cm.data = None))
+        .by_object(ByObject::<PartialObjectMeta<ConfigMap>>::new().keep_managed_fields())
+        .build(&token);
+    let cm = cache
+        .get::<ConfigMap>(Some(ns.name()), "a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(cm.data.is_none(), "the per-type transform ran");
+    assert!(
+        cm.metadata.managed_fields.is_some(),
+        "a per-type transform replaces the default, which would strip managedFields"
+    );
+    let meta = cache
+        .get::<PartialObjectMeta<ConfigMap>>(Some(ns.name()), "a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(meta.metadata.managed_fields.is_some());
     cache.stop().await;
 }
