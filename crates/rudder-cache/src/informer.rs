@@ -17,7 +17,7 @@ use kube_runtime::watcher::{self, watcher};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use crate::error::SyncError;
@@ -186,21 +186,33 @@ where
         let stream = watcher(self.api, self.config).default_backoff();
         let task = run(Arc::clone(&shared), stream, self.transform, self.resync);
         shared.tracker.spawn(task);
-        Informer { shared }
+        let handles = Arc::new(shared.token.clone().drop_guard());
+        Informer {
+            shared,
+            _handles: handles,
+        }
     }
 }
 
 /// One watch feeding one [`Store`], shared by every handler registered on it.
 ///
-/// Cloning gives another handle to the same informer.
+/// Cloning gives another handle to the same informer. When the last handle and the last
+/// [`subscribe`](Informer::subscribe) stream are dropped, the informer is told to stop (as by
+/// [`Informer::stop`], without waiting), so a forgotten informer does not watch forever;
+/// handlers from [`add_handler`](Informer::add_handler) do not keep it running. A
+/// [`Cache`](crate::Cache) keeps a handle to each of its informers until it is stopped or
+/// dropped.
 pub struct Informer<K> {
     shared: Arc<Shared<K>>,
+    /// Cancels the informer's token when the last handle goes.
+    _handles: Arc<DropGuard>,
 }
 
 impl<K> Clone for Informer<K> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
+            _handles: Arc::clone(&self._handles),
         }
     }
 }
@@ -274,6 +286,11 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
     /// grows instead, and it sees every event in order when it catches up. Dropping the
     /// stream unregisters it. The stream ends when the informer stops.
     pub fn subscribe(&self) -> EventStream<K> {
+        self.subscribe_holding(Some(Arc::clone(&self._handles)))
+    }
+
+    /// A subscription; with `handle`, it keeps the informer running like a handle does.
+    fn subscribe_holding(&self, handle: Option<Arc<DropGuard>>) -> EventStream<K> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut subscribers = self.shared.subscribers();
         self.shared.store.for_each(|obj| {
@@ -285,7 +302,10 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
         if !self.shared.token.is_cancelled() {
             subscribers.push(tx);
         }
-        EventStream { rx }
+        EventStream {
+            rx,
+            _handle: handle,
+        }
     }
 
     /// Registers an async handler, run on a task of its own over its own [`subscribe`]
@@ -300,7 +320,8 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
         F: FnMut(Event<K>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send,
     {
-        let mut events = self.subscribe();
+        // The handler's task does not keep the informer running: it ends with it.
+        let mut events = self.subscribe_holding(None);
         let token = self.shared.token.clone();
         self.shared.tracker.spawn(async move {
             loop {
@@ -350,6 +371,8 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
 #[derive(Debug)]
 pub struct EventStream<K> {
     rx: mpsc::UnboundedReceiver<Event<K>>,
+    /// Keeps the informer running while the stream is held, as a handle does.
+    _handle: Option<Arc<DropGuard>>,
 }
 
 impl<K> EventStream<K> {

@@ -141,7 +141,9 @@
 //! Each informer runs a watch task and one task per `add_handler`, tracked together.
 //! [`Informer::stop`] and [`Cache::stop`] cancel them and wait until every one has ended;
 //! cancelling the token given to [`CacheBuilder::build`] stops them too. A handler finishes
-//! the event it is on and gets no more; [`Informer::subscribe`] streams end.
+//! the event it is on and gets no more; [`Informer::subscribe`] streams end. An informer
+//! whose last handle and last `subscribe` stream are dropped stops by itself (its tasks end
+//! shortly after, unwaited); a cache holds a handle to each of its informers.
 
 mod cache;
 mod error;

@@ -447,3 +447,38 @@ async fn a_malformed_object_is_counted_and_skipped_and_the_watch_goes_on() {
     }
     informer.stop().await;
 }
+
+#[tokio::test]
+async fn an_informer_runs_while_a_handle_or_stream_is_held_and_stops_after() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("informer_dropped").await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    let informer = Informer::builder(api.clone()).start();
+    let mut events = informer.subscribe();
+    // A handler whose task holds a guard: the guard is dropped when the task ends.
+    let guard = Arc::new(());
+    let held = Arc::clone(&guard);
+    informer.add_handler(move |_: Event<ConfigMap>| {
+        let _held = &held;
+        async {}
+    });
+    informer
+        .wait_for_sync(Duration::from_secs(20))
+        .await
+        .unwrap();
+
+    // With only the stream left, the informer keeps delivering.
+    drop(informer);
+    api.create(&PostParams::default(), &config_map("a", &[]))
+        .await
+        .unwrap();
+    assert_eq!(take(&mut events, 1).await, ["add a initial=false"]);
+    assert_eq!(Arc::strong_count(&guard), 2, "the handler is still running");
+
+    // With nothing left, it stops, and the handler's task ends.
+    drop(events);
+    eventually(10, "the handler's task to end", || {
+        Arc::strong_count(&guard) == 1
+    })
+    .await;
+}
