@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SyncError};
 use crate::informer::{DEFAULT_RESYNC, Informer};
 use crate::store::{NAMESPACE_INDEX, ObjectKey};
 use crate::transform::{Transform, strip_managed_fields};
@@ -543,6 +543,43 @@ impl Cache {
         self.inner.informers().len()
     }
 
+    /// Whether every informer started so far has stored its first list (true with none).
+    pub fn has_synced(&self) -> bool {
+        self.inner.informers().values().all(|slot| (slot.synced)())
+    }
+
+    /// How many informers started so far have not stored their first list yet.
+    pub fn unsynced_count(&self) -> usize {
+        self.inner
+            .informers()
+            .values()
+            .filter(|slot| !(slot.synced)())
+            .count()
+    }
+
+    /// Waits until every informer started so far has synced, at most `timeout` (controller-
+    /// runtime's `WaitForCacheSync`); informers started meanwhile count too.
+    ///
+    /// # Errors
+    ///
+    /// [`SyncError::CacheTimeout`] with how many had not synced when the time ran out.
+    pub async fn wait_for_sync(&self, timeout: Duration) -> std::result::Result<(), SyncError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        // Informers expose no shared signal, so poll: this runs once at start-up.
+        loop {
+            if self.has_synced() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(SyncError::CacheTimeout {
+                    unsynced: self.unsynced_count(),
+                    timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Stops every informer and waits until all their tasks have ended.
     pub async fn stop(&self) {
         self.inner.token.cancel();
@@ -731,6 +768,8 @@ impl InformerKey {
 struct Slot {
     /// An `Informer<K>` for the slot's type.
     informer: Box<dyn Any + Send + Sync>,
+    /// Whether that informer has synced, without knowing its type.
+    synced: Box<dyn Fn() -> bool + Send + Sync>,
     token: CancellationToken,
     tracker: TaskTracker,
 }
@@ -827,6 +866,10 @@ impl Inner {
             key,
             Slot {
                 informer: Box::new(informer.clone()),
+                synced: {
+                    let informer = informer.clone();
+                    Box::new(move || informer.has_synced())
+                },
                 token,
                 tracker,
             },

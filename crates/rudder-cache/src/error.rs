@@ -41,6 +41,15 @@ pub enum SyncError {
         /// What the informer watched.
         resource: String,
     },
+    /// Not every informer of the cache synced in time (see [`Timeout`](Self::Timeout) for
+    /// the usual causes; each informer's log says which). They keep trying.
+    #[error("{unsynced} informer(s) of the cache did not sync within {timeout:?}")]
+    CacheTimeout {
+        /// How many had not synced.
+        unsynced: usize,
+        /// How long was waited.
+        timeout: Duration,
+    },
 }
 
 /// An error from the [`Cache`](crate::Cache) and its reader.

@@ -89,6 +89,42 @@ async fn two_handlers_and_a_reader_share_one_watch() {
     other.wait_for_sync(Duration::from_secs(20)).await.unwrap();
     assert!(other.store().is_empty(), "the selector matches nothing");
     assert_eq!(cache.informer_count(), 2);
+    // The cache as a whole: synced once every informer it started is.
+    cache.wait_for_sync(Duration::from_secs(20)).await.unwrap();
+    assert!(cache.has_synced());
+    assert_eq!(cache.unsynced_count(), 0);
+    cache.stop().await;
+}
+
+#[tokio::test]
+async fn the_cache_is_not_synced_while_a_type_is_not_served() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("cache_unserved").await.unwrap();
+    let token = CancellationToken::new();
+    let cache = Cache::builder(ns.client())
+        .default_namespace(ns.name())
+        .build(&token);
+    assert!(cache.has_synced(), "no informers: nothing to wait for");
+    let resource = ApiResource {
+        group: "nowhere.rudder.dev".into(),
+        version: "v1".into(),
+        api_version: "nowhere.rudder.dev/v1".into(),
+        kind: "Ghost".into(),
+        plural: "ghosts".into(),
+    };
+    let _ghosts = cache.dynamic_informer(&resource).unwrap();
+    let err = cache
+        .wait_for_sync(Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            rudder_cache::SyncError::CacheTimeout { unsynced: 1, .. }
+        ),
+        "{err}"
+    );
+    assert!(!cache.has_synced());
     cache.stop().await;
 }
 

@@ -23,7 +23,8 @@
 //!
 //! # Start and stop
 //!
-//! `start` brings up the probe server and the metrics server, then the runnables that need
+//! `start` brings up the probe server and the metrics server, waits for the cache's
+//! informers to sync (within [`ManagerBuilder::cache_sync_timeout`]), then the runnables that need
 //! no leadership, then (with [`ManagerBuilder::leader_election`]) waits to be elected, then
 //! starts the leader-only ones (controllers). It stops them in the reverse order, giving
 //! them the graceful-shutdown timeout ([`GracefulShutdown`], 30 s by default), gives up the
@@ -34,8 +35,8 @@
 //! # Probes and metrics
 //!
 //! `/healthz` and `/readyz` ([`health`]) have named checks, a per-check path, `?verbose`
-//! and `?exclude=`; readiness includes `cache-sync`, which passes once every added
-//! controller's sources have synced. `/metrics` ([`metrics`]) serves every metric reported
+//! and `?exclude=`; readiness includes `cache-sync`, which passes once the cache's informers
+//! and every added controller's sources have synced. `/metrics` ([`metrics`]) serves every metric reported
 //! through the `metrics` crate (work queues, controllers, leader election) in Prometheus
 //! text format, plus `process_*` metrics.
 //!
@@ -56,7 +57,7 @@ mod server;
 
 pub use health::{HealthChecks, Probe};
 pub use manager::{
-    DEFAULT_GRACEFUL_SHUTDOWN, DEFAULT_HEALTH_ADDRESS, DEFAULT_METRICS_ADDRESS, Error,
-    GracefulShutdown, Manager, ManagerBuilder,
+    DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_GRACEFUL_SHUTDOWN, DEFAULT_HEALTH_ADDRESS,
+    DEFAULT_METRICS_ADDRESS, Error, GracefulShutdown, Manager, ManagerBuilder,
 };
 pub use runnable::{BoxError, Runnable, runnable};

@@ -27,6 +27,8 @@ pub const DEFAULT_HEALTH_ADDRESS: SocketAddr =
 /// The default address of `/metrics`.
 pub const DEFAULT_METRICS_ADDRESS: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
+/// How long `start` waits for the cache to sync, unless told otherwise.
+pub const DEFAULT_CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long runnables get to stop, unless told otherwise (controller-runtime's default).
 pub const DEFAULT_GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(30);
 
@@ -83,6 +85,10 @@ pub enum Error {
     /// `start` was called twice.
     #[error("the manager was already started")]
     AlreadyStarted,
+    /// The cache's informers did not sync within the cache-sync timeout (a type not served,
+    /// missing RBAC, an unreachable API server); no runnable was started.
+    #[error("the cache did not sync")]
+    CacheSync(#[source] rudder_cache::SyncError),
     /// The leader-election settings are inconsistent; fix the configuration.
     #[error("invalid leader election configuration")]
     LeaderElectionConfig(#[source] ConfigError),
@@ -101,6 +107,7 @@ pub struct ManagerBuilder {
     graceful_shutdown: GracefulShutdown,
     cache: Box<dyn FnOnce(CacheBuilder) -> CacheBuilder + Send>,
     leader_election: Option<LeaderElectionConfig>,
+    cache_sync_timeout: Duration,
 }
 
 impl std::fmt::Debug for ManagerBuilder {
@@ -153,6 +160,13 @@ impl ManagerBuilder {
         self
     }
 
+    /// How long `start` waits for the cache's informers to sync before starting runnables
+    /// (default [`DEFAULT_CACHE_SYNC_TIMEOUT`]).
+    pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.cache_sync_timeout = timeout;
+        self
+    }
+
     /// Runs leader-only runnables (controllers) only while this replica holds the Lease
     /// `config` names; without this, every replica runs them.
     pub fn leader_election(mut self, config: LeaderElectionConfig) -> Self {
@@ -182,17 +196,22 @@ impl ManagerBuilder {
         health.add(Probe::Liveness, "ping", check(|| async { Ok(()) }));
         let synced: SyncProbes = Arc::default();
         let probes = Arc::clone(&synced);
+        let cache_probe = cache.clone();
         health.add(
             Probe::Readiness,
             "cache-sync",
             check(move || {
-                let pending = probes
+                let mut pending = probes
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .iter()
                     .filter(|(_, synced)| !synced())
                     .map(|(name, _)| name.clone())
                     .collect::<Vec<_>>();
+                let unsynced = cache_probe.unsynced_count();
+                if unsynced > 0 {
+                    pending.push(format!("{unsynced} cache informer(s)"));
+                }
                 async move {
                     if pending.is_empty() {
                         Ok(())
@@ -203,6 +222,7 @@ impl ManagerBuilder {
             }),
         );
         Ok(Manager {
+            cache_sync_timeout: self.cache_sync_timeout,
             election,
             recorder: Recorder::new(self.client.clone(), reporter),
             client: self.client,
@@ -236,6 +256,7 @@ struct Bound {
 /// Stop order is the reverse, within the graceful-shutdown timeout. If any runnable fails,
 /// the manager stops the rest and returns that error.
 pub struct Manager {
+    cache_sync_timeout: Duration,
     client: Client,
     election: Option<LeaderElection>,
     cache: Cache,
@@ -273,6 +294,7 @@ impl Manager {
             graceful_shutdown: GracefulShutdown::After(DEFAULT_GRACEFUL_SHUTDOWN),
             cache: Box::new(|b| b),
             leader_election: None,
+            cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
         }
     }
 
@@ -410,6 +432,14 @@ impl Manager {
                 .unwrap_or_else(PoisonError::into_inner)
                 .metrics = Some(server.addr);
             servers.push(server);
+        }
+
+        // Caches next: informers created so far (by controllers' sources) list first.
+        tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            synced = self.cache.wait_for_sync(self.cache_sync_timeout) => {
+                synced.map_err(Error::CacheSync)?;
+            }
         }
 
         let runnables = std::mem::take(

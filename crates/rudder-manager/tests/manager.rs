@@ -292,12 +292,21 @@ async fn a_runnable_that_ignores_stop_is_aborted_after_the_timeout() {
         .cache(move |c| c.default_namespace(namespace))
         .build()
         .unwrap();
-    m.add(runnable("stubborn", false, |_| async {
+    let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+    m.add(runnable("stubborn", false, move |_| async move {
+        let _ = started_tx.send(());
         std::future::pending::<()>().await;
         Ok(())
     }));
     let stop = CancellationToken::new();
-    stop.cancel();
+    let stopper = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let _ = started.await;
+            stop.cancel();
+        })
+    };
     let err = m.start(stop).await.unwrap_err();
+    stopper.await.unwrap();
     assert!(matches!(err, Error::ShutdownTimeout(..)), "{err}");
 }
