@@ -38,7 +38,8 @@
 //! and `?exclude=`; readiness includes `cache-sync`, which passes once the cache's informers
 //! and every added controller's sources have synced. `/metrics` ([`metrics`]) serves every metric reported
 //! through the `metrics` crate (work queues, controllers, leader election) in Prometheus
-//! text format, plus `process_*` metrics.
+//! text format, plus `process_*` metrics; [`ManagerBuilder::metrics_extra_handler`] adds
+//! more paths to that server.
 //!
 //! # Leader election
 //!
@@ -58,6 +59,6 @@ mod server;
 pub use health::{HealthChecks, Probe};
 pub use manager::{
     DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_GRACEFUL_SHUTDOWN, DEFAULT_HEALTH_ADDRESS,
-    DEFAULT_METRICS_ADDRESS, Error, GracefulShutdown, Manager, ManagerBuilder,
+    DEFAULT_METRICS_ADDRESS, Error, ExtraHandler, GracefulShutdown, Manager, ManagerBuilder,
 };
 pub use runnable::{BoxError, Runnable, runnable};

@@ -108,7 +108,16 @@ pub struct ManagerBuilder {
     cache: Box<dyn FnOnce(CacheBuilder) -> CacheBuilder + Send>,
     leader_election: Option<LeaderElectionConfig>,
     cache_sync_timeout: Duration,
+    extra: Vec<(String, ExtraHandler)>,
 }
+
+/// An extra handler on the metrics server: given the query string, returns the status,
+/// content type and body.
+pub type ExtraHandler = Arc<
+    dyn Fn(String) -> futures::future::BoxFuture<'static, (u16, &'static str, String)>
+        + Send
+        + Sync,
+>;
 
 impl std::fmt::Debug for ManagerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -157,6 +166,19 @@ impl ManagerBuilder {
     /// Configures the shared cache (default namespace, per-type options, resync).
     pub fn cache(mut self, f: impl FnOnce(CacheBuilder) -> CacheBuilder + Send + 'static) -> Self {
         self.cache = Box::new(f);
+        self
+    }
+
+    /// Serves `handler` at `path` on the metrics server too (controller-runtime's extra
+    /// metrics handlers, e.g. a pprof-like debug page). `path` must start with `/` and must
+    /// not be `/metrics`.
+    pub fn metrics_extra_handler<F, Fut>(mut self, path: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = (u16, &'static str, String)> + Send + 'static,
+    {
+        let handler: ExtraHandler = Arc::new(move |query| Box::pin(handler(query)));
+        self.extra.push((path.into(), handler));
         self
     }
 
@@ -222,6 +244,7 @@ impl ManagerBuilder {
             }),
         );
         Ok(Manager {
+            extra: Arc::new(self.extra),
             cache_sync_timeout: self.cache_sync_timeout,
             election,
             recorder: Recorder::new(self.client.clone(), reporter),
@@ -256,6 +279,7 @@ struct Bound {
 /// Stop order is the reverse, within the graceful-shutdown timeout. If any runnable fails,
 /// the manager stops the rest and returns that error.
 pub struct Manager {
+    extra: Arc<Vec<(String, ExtraHandler)>>,
     cache_sync_timeout: Duration,
     client: Client,
     election: Option<LeaderElection>,
@@ -295,6 +319,7 @@ impl Manager {
             cache: Box::new(|b| b),
             leader_election: None,
             cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
+            extra: Vec::new(),
         }
     }
 
@@ -408,16 +433,22 @@ impl Manager {
             servers.push(server);
         }
         if let (Some(addr), Some(handle)) = (self.metrics_address, self.metrics.clone()) {
-            let handler: Handler = Arc::new(move |path, _query| {
+            let extra = Arc::clone(&self.extra);
+            let handler: Handler = Arc::new(move |path, query| {
                 let handle = handle.clone();
+                let extra = extra
+                    .iter()
+                    .find(|(p, _)| *p == path)
+                    .map(|(_, h)| Arc::clone(h));
                 Box::pin(async move {
-                    (path == "/metrics").then(|| {
-                        (
+                    if path == "/metrics" {
+                        return Some((
                             200,
                             "text/plain; version=0.0.4; charset=utf-8",
                             crate::metrics::render(&handle),
-                        )
-                    })
+                        ));
+                    }
+                    Some(extra?(query).await)
                 })
             });
             let server = serve("metrics", addr, handler, servers_token.clone())

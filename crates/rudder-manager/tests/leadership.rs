@@ -245,3 +245,54 @@ async fn a_killed_leader_is_replaced_after_the_lease_expires() {
         "{took:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_lease_stops_the_controller_and_ends_the_manager() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("lost").await.unwrap();
+    let log: Log = Arc::default();
+    let a = replica(&ns, "lost", "a", false, &log);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !leads(&a) {
+        assert!(Instant::now() < deadline, "a never led");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Someone else takes the Lease over, as a Go replica with a newer record would.
+    let leases: Api<Lease> = Api::namespaced(ns.client(), ns.name());
+    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let patch = serde_json::json!({
+        "spec": {
+            "holderIdentity": "intruder",
+            "leaseDurationSeconds": 60,
+            "acquireTime": now,
+            "renewTime": now,
+        }
+    });
+    leases
+        .patch("lost", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let overwritten = Instant::now();
+    let Replica { manager, task, .. } = a;
+    let ended = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(ended, Err(Error::LeadershipLost)), "{ended:?}");
+    let took = overwritten.elapsed();
+    assert!(
+        took < RENEW + RETRY * 3 + Duration::from_secs(1),
+        "{took:?}"
+    );
+    assert!(!manager.leader_election().unwrap().is_leader());
+    let lease = leases.get("lost").await.unwrap();
+    let holder = lease.spec.and_then(|s| s.holder_identity);
+    assert_eq!(
+        holder.as_deref(),
+        Some("intruder"),
+        "the loser did not write it back"
+    );
+}

@@ -67,6 +67,9 @@ async fn manager(ns: &TestNamespace, metrics: bool) -> Manager {
     Manager::builder(ns.client())
         .health_probe_address(LOOPBACK_ANY_PORT)
         .metrics_address(if metrics { LOOPBACK_ANY_PORT } else { None })
+        .metrics_extra_handler("/debug/echo", |query| async move {
+            (200, "text/plain", format!("echo {query}"))
+        })
         .cache(move |c| c.default_namespace(namespace))
         .build()
         .unwrap()
@@ -138,6 +141,11 @@ async fn probes_metrics_and_a_reconcile() {
             "{series} missing from /metrics:\n{body}"
         );
     }
+    assert_eq!(
+        get(metrics, "/debug/echo?x=1").await,
+        (200, "echo x=1".to_owned())
+    );
+    assert_eq!(get(metrics, "/debug/other").await.0, 404);
     stop.cancel();
     running.await.unwrap().unwrap();
 }
