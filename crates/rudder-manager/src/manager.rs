@@ -419,13 +419,7 @@ impl Manager {
                     Some((status, "text/plain; charset=utf-8", body))
                 })
             });
-            let server = serve("health", addr, handler, servers_token.clone())
-                .await
-                .map_err(|source| Error::Bind {
-                    what: "health probes",
-                    addr,
-                    source,
-                })?;
+            let server = listen("health probes", addr, handler, servers_token).await?;
             self.bound
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -451,13 +445,7 @@ impl Manager {
                     Some(extra?(query).await)
                 })
             });
-            let server = serve("metrics", addr, handler, servers_token.clone())
-                .await
-                .map_err(|source| Error::Bind {
-                    what: "metrics",
-                    addr,
-                    source,
-                })?;
+            let server = listen("metrics", addr, handler, servers_token).await?;
             self.bound
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -605,6 +593,18 @@ impl Manager {
         }
         result
     }
+}
+
+/// Starts a server, naming it in the error if its address is unavailable.
+async fn listen(
+    what: &'static str,
+    addr: SocketAddr,
+    handler: Handler,
+    token: &CancellationToken,
+) -> Result<Server, Error> {
+    serve(what, addr, handler, token.clone())
+        .await
+        .map_err(|source| Error::Bind { what, addr, source })
 }
 
 type Ended = Result<(String, Result<(), BoxError>), tokio::task::JoinError>;

@@ -318,3 +318,25 @@ async fn a_runnable_that_ignores_stop_is_aborted_after_the_timeout() {
     stopper.await.unwrap();
     assert!(matches!(err, Error::ShutdownTimeout(..)), "{err}");
 }
+
+#[tokio::test]
+async fn an_address_in_use_is_a_clear_error() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("in-use").await.unwrap();
+    let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = taken.local_addr().unwrap();
+    let m = Manager::builder(ns.client())
+        .health_probe_address(Some(addr))
+        .metrics_address(None)
+        .build()
+        .unwrap();
+    let err = m.start(CancellationToken::new()).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Bind { what: "health probes", addr: a, .. } if a == addr),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("cannot listen for health probes on {addr}")
+    );
+}
