@@ -27,13 +27,16 @@ async fn main() {
     let runs: Arc<Mutex<HashMap<u32, u32>>> = Arc::default();
 
     // Twenty jobs, each submitted three times in a burst: the queue keeps one of each.
+    let mut submissions = 0;
     for _ in 0..3 {
         for job in 1..=20 {
             queue.add(job);
+            submissions += 1;
         }
     }
     // An urgent job goes ahead of the backlog.
     queue.add_with(99, AddOptions::new().priority(10));
+    submissions += 1;
 
     let workers: Vec<_> = (0..4)
         .map(|worker| {
@@ -81,8 +84,9 @@ async fn main() {
     }
     let runs = runs.lock().unwrap_or_else(|e| e.into_inner());
     let total: u32 = runs.values().sum();
+    let retries: u32 = runs.keys().map(|job| failures_before_success(*job)).sum();
     println!(
-        "{} jobs, 61 submissions, {total} runs (each failing job ran 3 extra times)",
+        "{} jobs, {submissions} submissions, {total} runs: one per job plus {retries} retries",
         runs.len()
     );
 }
