@@ -253,11 +253,13 @@ impl<R: Reconciler> Controller<R> {
         K: Send + Sync + 'static,
         H: EventHandler<K> + 'static,
     {
-        let watch: Box<dyn ErasedWatch> = Box::new(Watch {
-            source: Box::new(source),
-            handler,
-            predicates,
-        });
+        self.add_watch(WatchSpec::new(source, handler, predicates));
+    }
+
+    /// Adds a watch prepared with [`WatchSpec::new`] (for builders that collect watches of
+    /// several types before the controller exists); the same as [`watch`](Self::watch).
+    pub fn add_watch(&self, spec: WatchSpec) {
+        let watch = spec.0;
         let mut watches = self.inner.lock_watches();
         if watches.running {
             watches.synced.push(watch.synced());
@@ -553,6 +555,35 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
         s.clone()
     } else {
         "a panic with a non-string payload".to_owned()
+    }
+}
+
+/// A source, its predicates and its handler, with the source's type erased: what
+/// [`Controller::add_watch`] takes.
+pub struct WatchSpec(Box<dyn ErasedWatch>);
+
+impl WatchSpec {
+    /// Prepares a watch of `source` through `predicates` into `handler`.
+    pub fn new<K, H>(
+        source: impl Source<K>,
+        handler: H,
+        predicates: Vec<Box<dyn Predicate<K>>>,
+    ) -> Self
+    where
+        K: Send + Sync + 'static,
+        H: EventHandler<K> + 'static,
+    {
+        Self(Box::new(Watch {
+            source: Box::new(source),
+            handler,
+            predicates,
+        }))
+    }
+}
+
+impl fmt::Debug for WatchSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WatchSpec").finish_non_exhaustive()
     }
 }
 

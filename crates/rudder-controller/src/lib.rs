@@ -85,6 +85,8 @@ mod error;
 pub mod metrics;
 mod reconciler;
 
-pub use controller::{Builder, Controller, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_SHUTDOWN_GRACE};
+pub use controller::{
+    Builder, Controller, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_SHUTDOWN_GRACE, WatchSpec,
+};
 pub use error::{Error, Result, TerminalError, is_terminal};
 pub use reconciler::{Action, Context, ReconcileId, Reconciler};
