@@ -44,6 +44,15 @@
 //! | [`controller`](mod@controller) | rudder-controller | reconcilers and controllers |
 //! | [`manager`] | rudder-manager | the manager, probes, metrics, leader election |
 //!
+//! # Client helpers
+//!
+//! [`client`] has what reconcilers write with: [`client::set_controller_reference`] (which
+//! refuses a second controller owner), [`client::create_or_update`] and
+//! [`client::create_or_patch`] (write only when the mutation changed something, and say
+//! which happened), [`client::add_finalizer`] / [`client::remove_finalizer`] /
+//! [`client::has_finalizer`] (and kube-runtime's [`client::finalizer`] flow), and
+//! [`client::apply`] (server-side apply with a field owner).
+//!
 //! # Features
 //!
 //! | feature | default | enables |
@@ -56,6 +65,7 @@
 
 #[cfg(feature = "manager")]
 mod builder;
+pub mod client;
 
 /// The work queue: rudder-workqueue.
 #[cfg(feature = "workqueue")]

@@ -1,0 +1,299 @@
+//! Client helpers for reconcilers: owner references, create-or-update, create-or-patch,
+//! finalizers and server-side apply.
+
+use std::fmt::Debug;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Re-exported: kube-runtime's finalizer flow (`finalizer(api, name, obj, |event| ..)`), on
+/// which [`add_finalizer`] and [`remove_finalizer`] are the manual steps.
+pub use kube_runtime::finalizer::{Event as FinalizerEvent, finalizer};
+
+/// Errors of the client helpers.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The object already has a different controller owner; an object has at most one.
+    #[error("{object} is already controlled by {kind} {name}")]
+    AlreadyOwned {
+        /// The object.
+        object: String,
+        /// The existing controller's kind.
+        kind: String,
+        /// The existing controller's name.
+        name: String,
+    },
+    /// The owner has no name or uid yet (it was not read back from the server).
+    #[error("the owner has no {0} yet: read it from the server first")]
+    OwnerIncomplete(&'static str),
+    /// The API server refused or failed a request.
+    #[error("API request failed")]
+    Api(#[from] kube::Error),
+    /// The object could not be turned into JSON (to compare or patch it).
+    #[error("cannot serialize the object")]
+    Json(#[from] serde_json::Error),
+}
+
+/// What [`create_or_update`] or [`create_or_patch`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// The object did not exist and was created.
+    Created,
+    /// The object existed and was changed.
+    Updated,
+    /// The object existed and the mutation changed nothing: nothing was written.
+    Unchanged,
+}
+
+fn reference<O: Resource<DynamicType = ()>>(
+    owner: &O,
+    controller: bool,
+) -> Result<OwnerReference, ClientError> {
+    let meta = owner.meta();
+    Ok(OwnerReference {
+        api_version: O::api_version(&()).into_owned(),
+        kind: O::kind(&()).into_owned(),
+        name: meta
+            .name
+            .clone()
+            .ok_or(ClientError::OwnerIncomplete("name"))?,
+        uid: meta
+            .uid
+            .clone()
+            .ok_or(ClientError::OwnerIncomplete("uid"))?,
+        controller: controller.then_some(true),
+        block_owner_deletion: controller.then_some(true),
+    })
+}
+
+/// Makes `owner` the controller of `object` (`controller: true`, `blockOwnerDeletion:
+/// true`), replacing an existing reference to the same owner. Fails if another object is
+/// already its controller.
+pub fn set_controller_reference<O, K>(owner: &O, object: &mut K) -> Result<(), ClientError>
+where
+    O: Resource<DynamicType = ()>,
+    K: Resource,
+{
+    let new = reference(owner, true)?;
+    let other = object
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true) && r.uid != new.uid)
+        .map(|r| (r.kind.clone(), r.name.clone()));
+    if let Some((kind, name)) = other {
+        return Err(ClientError::AlreadyOwned {
+            object: object.name_any(),
+            kind,
+            name,
+        });
+    }
+    let refs = object
+        .meta_mut()
+        .owner_references
+        .get_or_insert_with(Vec::new);
+    refs.retain(|r| r.uid != new.uid);
+    refs.push(new);
+    Ok(())
+}
+
+/// Adds `owner` as a (non-controller) owner of `object`, replacing an existing reference to
+/// it: garbage collection deletes `object` once every owner is gone.
+pub fn set_owner_reference<O, K>(owner: &O, object: &mut K) -> Result<(), ClientError>
+where
+    O: Resource<DynamicType = ()>,
+    K: Resource,
+{
+    let new = reference(owner, false)?;
+    let refs = object
+        .meta_mut()
+        .owner_references
+        .get_or_insert_with(Vec::new);
+    refs.retain(|r| r.uid != new.uid);
+    refs.push(new);
+    Ok(())
+}
+
+/// Gets `name` (or starts from a default object with that name), applies `mutate`, and
+/// creates or replaces it if that changed anything. The replace carries the read
+/// resourceVersion, so a concurrent change makes it fail with a conflict (retry the
+/// reconcile).
+pub async fn create_or_update<K>(
+    api: &Api<K>,
+    name: &str,
+    mutate: impl FnOnce(&mut K),
+) -> Result<(K, Operation), ClientError>
+where
+    K: Resource + Clone + Default + Serialize + DeserializeOwned + Debug,
+{
+    match api.get_opt(name).await? {
+        None => {
+            let mut object = K::default();
+            object.meta_mut().name = Some(name.to_owned());
+            mutate(&mut object);
+            let created = api.create(&PostParams::default(), &object).await?;
+            Ok((created, Operation::Created))
+        }
+        Some(current) => {
+            let mut object = current.clone();
+            mutate(&mut object);
+            if serde_json::to_value(&object)? == serde_json::to_value(&current)? {
+                return Ok((current, Operation::Unchanged));
+            }
+            let updated = api.replace(name, &PostParams::default(), &object).await?;
+            Ok((updated, Operation::Updated))
+        }
+    }
+}
+
+/// Like [`create_or_update`], but writes an existing object with a JSON merge patch of only
+/// what `mutate` changed, so fields other writers own are left alone.
+pub async fn create_or_patch<K>(
+    api: &Api<K>,
+    name: &str,
+    mutate: impl FnOnce(&mut K),
+) -> Result<(K, Operation), ClientError>
+where
+    K: Resource + Clone + Default + Serialize + DeserializeOwned + Debug,
+{
+    match api.get_opt(name).await? {
+        None => create_or_update(api, name, mutate).await,
+        Some(current) => {
+            let mut object = current.clone();
+            mutate(&mut object);
+            let before = serde_json::to_value(&current)?;
+            let after = serde_json::to_value(&object)?;
+            let Some(diff) = merge_patch(&before, &after) else {
+                return Ok((current, Operation::Unchanged));
+            };
+            let patched = api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&diff))
+                .await?;
+            Ok((patched, Operation::Updated))
+        }
+    }
+}
+
+/// The JSON merge patch (RFC 7386) turning `before` into `after`, or `None` if they are
+/// equal.
+fn merge_patch(before: &Value, after: &Value) -> Option<Value> {
+    if before == after {
+        return None;
+    }
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            let mut patch = serde_json::Map::new();
+            for (key, value) in a {
+                match b.get(key) {
+                    Some(old) => {
+                        if let Some(p) = merge_patch(old, value) {
+                            patch.insert(key.clone(), p);
+                        }
+                    }
+                    None => {
+                        patch.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+            for key in b.keys().filter(|k| !a.contains_key(*k)) {
+                patch.insert(key.clone(), Value::Null);
+            }
+            Some(Value::Object(patch))
+        }
+        _ => Some(after.clone()),
+    }
+}
+
+/// Whether `object` carries the finalizer `name`.
+pub fn has_finalizer<K: Resource>(object: &K, name: &str) -> bool {
+    object.finalizers().iter().any(|f| f == name)
+}
+
+/// Adds the finalizer `name` to the object (no write if it is there). The patch is
+/// conditional on the object's resourceVersion, so it fails on a concurrent change.
+pub async fn add_finalizer<K>(api: &Api<K>, object: &K, name: &str) -> Result<K, ClientError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let mut finalizers = object.finalizers().to_vec();
+    if finalizers.iter().any(|f| f == name) {
+        return Ok(object.clone());
+    }
+    finalizers.push(name.to_owned());
+    write_finalizers(api, object, finalizers).await
+}
+
+/// Removes the finalizer `name` from the object (no write if it is absent), conditional on
+/// its resourceVersion.
+pub async fn remove_finalizer<K>(api: &Api<K>, object: &K, name: &str) -> Result<K, ClientError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let finalizers: Vec<String> = object
+        .finalizers()
+        .iter()
+        .filter(|f| *f != name)
+        .cloned()
+        .collect();
+    if finalizers.len() == object.finalizers().len() {
+        return Ok(object.clone());
+    }
+    write_finalizers(api, object, finalizers).await
+}
+
+async fn write_finalizers<K>(
+    api: &Api<K>,
+    object: &K,
+    finalizers: Vec<String>,
+) -> Result<K, ClientError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let patch = serde_json::json!({
+        "metadata": {
+            "resourceVersion": object.meta().resource_version,
+            "finalizers": finalizers,
+        }
+    });
+    Ok(api
+        .patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?)
+}
+
+/// Server-side applies `object` as `field_owner` (forcing conflicts, as a controller that
+/// owns these fields should).
+pub async fn apply<K>(api: &Api<K>, object: &K, field_owner: &str) -> Result<K, ClientError>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + Debug,
+{
+    let params = PatchParams::apply(field_owner).force();
+    Ok(api
+        .patch(&object.name_any(), &params, &Patch::Apply(object))
+        .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_patch_keeps_only_changes_and_nulls_removals() {
+        let before = serde_json::json!({"a": 1, "b": {"c": 2, "d": 3}, "e": [1]});
+        let after = serde_json::json!({"a": 1, "b": {"c": 5}, "e": [1, 2], "f": true});
+        assert_eq!(
+            merge_patch(&before, &after),
+            Some(serde_json::json!({"b": {"c": 5, "d": null}, "e": [1, 2], "f": true}))
+        );
+        assert_eq!(merge_patch(&before, &before), None);
+    }
+}

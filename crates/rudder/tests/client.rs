@@ -1,0 +1,150 @@
+//! The client helpers against a real API server.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt as _;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::core::ObjectMeta;
+use rudder::client::{
+    ClientError, Operation, add_finalizer, apply, create_or_patch, create_or_update, has_finalizer,
+    remove_finalizer, set_controller_reference, set_owner_reference,
+};
+
+fn named(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        ..ObjectMeta::default()
+    }
+}
+
+#[tokio::test]
+async fn owner_references_refuse_a_second_controller() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("owners").await.unwrap();
+    let cms: Api<ConfigMap> = ns.api();
+    let pp = PostParams::default();
+    let a = cms
+        .create(
+            &pp,
+            &ConfigMap {
+                metadata: named("a"),
+                ..ConfigMap::default()
+            },
+        )
+        .await
+        .unwrap();
+    let b = cms
+        .create(
+            &pp,
+            &ConfigMap {
+                metadata: named("b"),
+                ..ConfigMap::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut secret = Secret {
+        metadata: named("s"),
+        ..Secret::default()
+    };
+    set_controller_reference(&a, &mut secret).unwrap();
+    set_controller_reference(&a, &mut secret).unwrap(); // idempotent
+    let err = set_controller_reference(&b, &mut secret).unwrap_err();
+    assert!(
+        matches!(err, ClientError::AlreadyOwned { ref name, .. } if name == "a"),
+        "{err}"
+    );
+    set_owner_reference(&b, &mut secret).unwrap();
+    let created = ns.api::<Secret>().create(&pp, &secret).await.unwrap();
+    let refs = created.metadata.owner_references.unwrap();
+    assert_eq!(refs.len(), 2);
+    assert!(
+        refs.iter()
+            .any(|r| r.name == "a" && r.controller == Some(true))
+    );
+    assert!(refs.iter().any(|r| r.name == "b" && r.controller.is_none()));
+    let unsaved = ConfigMap {
+        metadata: named("never-created"),
+        ..ConfigMap::default()
+    };
+    assert!(matches!(
+        set_controller_reference(&unsaved, &mut Secret::default()),
+        Err(ClientError::OwnerIncomplete("uid"))
+    ));
+}
+
+#[tokio::test]
+async fn create_or_update_and_patch_report_what_they_did() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("create-or").await.unwrap();
+    let cms: Api<ConfigMap> = ns.api();
+    let set = |k: &str, v: &str| {
+        let (k, v) = (k.to_owned(), v.to_owned());
+        move |cm: &mut ConfigMap| {
+            cm.data.get_or_insert_with(BTreeMap::new).insert(k, v);
+        }
+    };
+    let (cm, op) = create_or_update(&cms, "cfg", set("a", "1")).await.unwrap();
+    assert_eq!(op, Operation::Created);
+    let rv = cm.metadata.resource_version.clone();
+    let (cm, op) = create_or_update(&cms, "cfg", set("a", "1")).await.unwrap();
+    assert_eq!(op, Operation::Unchanged);
+    assert_eq!(cm.metadata.resource_version, rv, "nothing was written");
+    let (cm, op) = create_or_update(&cms, "cfg", set("a", "2")).await.unwrap();
+    assert_eq!(op, Operation::Updated);
+    assert_eq!(cm.data.unwrap()["a"], "2");
+
+    let (_, op) = create_or_patch(&cms, "cfg", set("b", "x")).await.unwrap();
+    assert_eq!(op, Operation::Updated);
+    let (cm, op) = create_or_patch(&cms, "cfg", set("b", "x")).await.unwrap();
+    assert_eq!(op, Operation::Unchanged);
+    let data = cm.data.unwrap();
+    assert_eq!((data["a"].as_str(), data["b"].as_str()), ("2", "x"));
+    let (_, op) = create_or_patch(&cms, "other", set("c", "y")).await.unwrap();
+    assert_eq!(op, Operation::Created);
+}
+
+#[tokio::test]
+async fn finalizers_and_server_side_apply() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("finalizers").await.unwrap();
+    let cms: Api<ConfigMap> = ns.api();
+    let desired = ConfigMap {
+        metadata: named("applied"),
+        data: Some(BTreeMap::from([("k".to_owned(), "v".to_owned())])),
+        ..ConfigMap::default()
+    };
+    let cm = apply(&cms, &desired, "rudder-test").await.unwrap();
+    let managers: Vec<_> = cm
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(managers.iter().any(|m| m == "rudder-test"), "{managers:?}");
+
+    let cm = add_finalizer(&cms, &cm, "rudder.dev/cleanup")
+        .await
+        .unwrap();
+    assert!(has_finalizer(&cm, "rudder.dev/cleanup"));
+    let again = add_finalizer(&cms, &cm, "rudder.dev/cleanup")
+        .await
+        .unwrap();
+    assert_eq!(again.finalizers().len(), 1);
+    // Deletion waits for the finalizer.
+    cms.delete("applied", &DeleteParams::default())
+        .await
+        .unwrap();
+    let pending = cms.get("applied").await.unwrap();
+    assert!(pending.metadata.deletion_timestamp.is_some());
+    remove_finalizer(&cms, &pending, "rudder.dev/cleanup")
+        .await
+        .unwrap();
+    assert!(
+        cms.get_opt("applied").await.unwrap().is_none(),
+        "gone once the finalizer is"
+    );
+}
