@@ -94,13 +94,18 @@ where
             name,
         });
     }
+    upsert(object, new);
+    Ok(())
+}
+
+/// Puts `new` among `object`'s owner references, replacing one with the same uid.
+fn upsert<K: Resource>(object: &mut K, new: OwnerReference) {
     let refs = object
         .meta_mut()
         .owner_references
         .get_or_insert_with(Vec::new);
     refs.retain(|r| r.uid != new.uid);
     refs.push(new);
-    Ok(())
 }
 
 /// Adds `owner` as a (non-controller) owner of `object`, replacing an existing reference to
@@ -110,13 +115,7 @@ where
     O: Resource<DynamicType = ()>,
     K: Resource,
 {
-    let new = reference(owner, false)?;
-    let refs = object
-        .meta_mut()
-        .owner_references
-        .get_or_insert_with(Vec::new);
-    refs.retain(|r| r.uid != new.uid);
-    refs.push(new);
+    upsert(object, reference(owner, false)?);
     Ok(())
 }
 
