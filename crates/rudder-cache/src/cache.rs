@@ -6,6 +6,7 @@ use std::fmt::{self, Debug};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use hashbrown::HashMap;
 use kube::api::{ApiResource, DynamicObject};
 use kube::core::{
@@ -562,21 +563,33 @@ impl Cache {
     ///
     /// # Errors
     ///
-    /// [`SyncError::CacheTimeout`] with how many had not synced when the time ran out.
+    /// [`SyncError::CacheTimeout`] with how many had not synced when the time ran out;
+    /// [`SyncError::Stopped`] if an informer was stopped first.
     pub async fn wait_for_sync(&self, timeout: Duration) -> std::result::Result<(), SyncError> {
         let deadline = tokio::time::Instant::now() + timeout;
-        // Informers expose no shared signal, so poll: this runs once at start-up.
         loop {
-            if self.has_synced() {
+            let (count, waits) = {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let slots = self.inner.informers();
+                let waits: Vec<_> = slots.values().map(|slot| (slot.wait)(left)).collect();
+                (slots.len(), waits)
+            };
+            for result in futures::future::join_all(waits).await {
+                match result {
+                    Ok(()) => {}
+                    Err(SyncError::Timeout { .. }) => {
+                        return Err(SyncError::CacheTimeout {
+                            unsynced: self.unsynced_count(),
+                            timeout,
+                        });
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+            // Informers started while we waited must sync too.
+            if self.informer_count() == count {
                 return Ok(());
             }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(SyncError::CacheTimeout {
-                    unsynced: self.unsynced_count(),
-                    timeout,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -770,6 +783,10 @@ struct Slot {
     informer: Box<dyn Any + Send + Sync>,
     /// Whether that informer has synced, without knowing its type.
     synced: Box<dyn Fn() -> bool + Send + Sync>,
+    /// Waits (at most the given time) for that informer to sync.
+    wait: Box<
+        dyn Fn(Duration) -> BoxFuture<'static, std::result::Result<(), SyncError>> + Send + Sync,
+    >,
     token: CancellationToken,
     tracker: TaskTracker,
 }
@@ -869,6 +886,13 @@ impl Inner {
                 synced: {
                     let informer = informer.clone();
                     Box::new(move || informer.has_synced())
+                },
+                wait: {
+                    let informer = informer.clone();
+                    Box::new(move |timeout| {
+                        let informer = informer.clone();
+                        Box::pin(async move { informer.wait_for_sync(timeout).await })
+                    })
                 },
                 token,
                 tracker,

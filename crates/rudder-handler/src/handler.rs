@@ -128,8 +128,6 @@ where
                 (true, None) => None,
                 (false, _) => Some(Request::cluster(&o.name)),
             })
-            .collect::<Vec<_>>()
-            .into_iter()
     }
 }
 

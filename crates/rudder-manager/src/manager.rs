@@ -274,10 +274,10 @@ struct Bound {
 
 /// Runs controllers and other runnables as one process: controller-runtime's manager.
 ///
-/// Start order: the health and metrics servers, then runnables that need no leadership, then
-/// (with leader election) the election, then the leader-only runnables such as controllers.
-/// Stop order is the reverse, within the graceful-shutdown timeout. If any runnable fails,
-/// the manager stops the rest and returns that error.
+/// Start order: the health and metrics servers, the cache's sync, runnables that need no
+/// leadership, then (with leader election) the election, then the leader-only runnables such
+/// as controllers. Stop order is the reverse, within the graceful-shutdown timeout. If any
+/// runnable fails, the manager stops the rest and returns that error.
 pub struct Manager {
     extra: Arc<Vec<(String, ExtraHandler)>>,
     cache_sync_timeout: Duration,

@@ -276,9 +276,8 @@ impl<K: Hash + Eq + Clone> State<K> {
     }
 
     /// Moves delayed keys whose time has come into the ready queue, in the order they became
-    /// due. Returns how many moved.
-    pub(crate) fn promote(&mut self, now: Nanos) -> usize {
-        let mut moved = 0;
+    /// due.
+    pub(crate) fn promote(&mut self, now: Nanos) {
         while let Some(Reverse(top)) = self.delayed.peek().copied() {
             if top.ready_at > now {
                 break;
@@ -294,9 +293,7 @@ impl<K: Hash + Eq + Clone> State<K> {
             let priority = s.priority;
             self.delayed_len -= 1;
             self.push_ready(top.slot, priority, &mut || now);
-            moved += 1;
         }
-        moved
     }
 
     /// Hands out the best ready key, marking it processing. `now` matters only for metrics.
