@@ -70,8 +70,8 @@ pub use handler::{
 };
 pub use kind::Kind;
 pub use predicate::{
-    And, AnnotationChanged, Funcs, GenerationChanged, LabelChanged, LabelSelectorPredicate, Not,
-    Or, Predicate, ResourceVersionChanged,
+    And, AnnotationChanged, Funcs, GenerationChanged, LabelChanged, LabelSelectorPredicate,
+    MetaEvent, MetaPredicate, MetaPredicates, Not, Or, Predicate, ResourceVersionChanged,
 };
 pub use request::Request;
 pub use source::{

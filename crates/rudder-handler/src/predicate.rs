@@ -5,10 +5,12 @@
 //! (creates, deletes and generic events pass), except [`LabelSelectorPredicate`], which
 //! filters every event by the object's labels.
 
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use kube::Resource;
-use kube::core::{Selector, SelectorExt};
+use kube::core::{ObjectMeta, Selector, SelectorExt};
 
 use crate::Event;
 
@@ -34,10 +36,136 @@ impl<K> Predicate<K> for Box<dyn Predicate<K>> {
     }
 }
 
+/// An event seen through the object's metadata only, whatever its type: what a
+/// [`MetaPredicate`] looks at.
+#[derive(Clone, Copy, Debug)]
+pub enum MetaEvent<'a> {
+    /// See [`Event::Create`].
+    Create {
+        /// The object's metadata.
+        meta: &'a ObjectMeta,
+        /// It came from a (re)list.
+        initial_list: bool,
+    },
+    /// See [`Event::Update`].
+    Update {
+        /// The metadata before.
+        old: &'a ObjectMeta,
+        /// The metadata after.
+        new: &'a ObjectMeta,
+    },
+    /// See [`Event::Delete`].
+    Delete {
+        /// The last metadata known.
+        meta: &'a ObjectMeta,
+        /// The deletion was inferred during a relist.
+        final_state_unknown: bool,
+    },
+    /// See [`Event::Generic`].
+    Generic {
+        /// The object's metadata.
+        meta: &'a ObjectMeta,
+    },
+}
+
+impl<'a> MetaEvent<'a> {
+    /// The metadata view of `event`.
+    pub fn of<K: Resource>(event: &'a Event<K>) -> Self {
+        match event {
+            Event::Create {
+                object,
+                initial_list,
+            } => Self::Create {
+                meta: object.meta(),
+                initial_list: *initial_list,
+            },
+            Event::Update { old, new } => Self::Update {
+                old: old.meta(),
+                new: new.meta(),
+            },
+            Event::Delete {
+                object,
+                final_state_unknown,
+            } => Self::Delete {
+                meta: object.meta(),
+                final_state_unknown: *final_state_unknown,
+            },
+            Event::Generic { object } => Self::Generic {
+                meta: object.meta(),
+            },
+        }
+    }
+
+    /// The metadata the event is about (the new state for an update).
+    pub fn meta(&self) -> &'a ObjectMeta {
+        match *self {
+            Self::Create { meta, .. } | Self::Delete { meta, .. } | Self::Generic { meta } => meta,
+            Self::Update { new, .. } => new,
+        }
+    }
+}
+
+/// A predicate that reads only metadata, so it applies to events of any type: the kind a
+/// controller applies to all its watches (controller-runtime's `WithEventFilter`).
+///
+/// Every `MetaPredicate` is also a [`Predicate<K>`] for each `K: Resource`, through
+/// [`MetaPredicates`]. The built-in update predicates, [`LabelSelectorPredicate`] and
+/// [`And`] / [`Or`] / [`Not`] of them are both; so is any `Fn(MetaEvent<'_>) -> bool`.
+pub trait MetaPredicate: Send + Sync {
+    /// `true` to let the event through.
+    fn filter_meta(&self, event: MetaEvent<'_>) -> bool;
+}
+
+impl<F> MetaPredicate for F
+where
+    F: Fn(MetaEvent<'_>) -> bool + Send + Sync,
+{
+    fn filter_meta(&self, event: MetaEvent<'_>) -> bool {
+        self(event)
+    }
+}
+
+/// A list of [`MetaPredicate`]s, all of which must pass, usable as a [`Predicate<K>`] for
+/// any resource type; cloning shares the list.
+#[derive(Clone, Default)]
+pub struct MetaPredicates(Arc<[Arc<dyn MetaPredicate>]>);
+
+impl MetaPredicates {
+    /// All of `predicates`.
+    pub fn new(predicates: Vec<Arc<dyn MetaPredicate>>) -> Self {
+        Self(predicates.into())
+    }
+
+    /// Whether there are none (every event passes).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for MetaPredicates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetaPredicates")
+            .field("len", &self.0.len())
+            .finish()
+    }
+}
+
+impl MetaPredicate for MetaPredicates {
+    fn filter_meta(&self, event: MetaEvent<'_>) -> bool {
+        self.0.iter().all(|p| p.filter_meta(event))
+    }
+}
+
+impl<K: Resource> Predicate<K> for MetaPredicates {
+    fn filter(&self, event: &Event<K>) -> bool {
+        self.filter_meta(MetaEvent::of(event))
+    }
+}
+
 /// Lets an update through only if `changed(old, new)`; every other event passes.
-fn update_only<K>(event: &Event<K>, changed: impl Fn(&K, &K) -> bool) -> bool {
+fn update_only(event: MetaEvent<'_>, changed: impl Fn(&ObjectMeta, &ObjectMeta) -> bool) -> bool {
     match event {
-        Event::Update { old, new } => changed(old, new),
+        MetaEvent::Update { old, new } => changed(old, new),
         _ => true,
     }
 }
@@ -48,12 +176,15 @@ macro_rules! update_predicate {
         #[derive(Clone, Copy, Debug, Default)]
         pub struct $name;
 
+        impl MetaPredicate for $name {
+            fn filter_meta(&self, event: MetaEvent<'_>) -> bool {
+                update_only(event, |$old, $new| $changed)
+            }
+        }
+
         impl<K: Resource> Predicate<K> for $name {
             fn filter(&self, event: &Event<K>) -> bool {
-                update_only(event, |$old, $new| {
-                    let ($old, $new) = ($old.meta(), $new.meta());
-                    $changed
-                })
+                self.filter_meta(MetaEvent::of(event))
             }
         }
     };
@@ -100,10 +231,17 @@ impl LabelSelectorPredicate {
     }
 }
 
+impl MetaPredicate for LabelSelectorPredicate {
+    fn filter_meta(&self, event: MetaEvent<'_>) -> bool {
+        static NONE: BTreeMap<String, String> = BTreeMap::new();
+        self.selector
+            .matches(event.meta().labels.as_ref().unwrap_or(&NONE))
+    }
+}
+
 impl<K: Resource> Predicate<K> for LabelSelectorPredicate {
     fn filter(&self, event: &Event<K>) -> bool {
-        let labels = event.object().meta().labels.clone().unwrap_or_default();
-        self.selector.matches(&labels)
+        self.filter_meta(MetaEvent::of(event))
     }
 }
 
@@ -117,6 +255,12 @@ impl<K, A: Predicate<K>, B: Predicate<K>> Predicate<K> for And<A, B> {
     }
 }
 
+impl<A: MetaPredicate, B: MetaPredicate> MetaPredicate for And<A, B> {
+    fn filter_meta(&self, event: MetaEvent<'_>) -> bool {
+        self.0.filter_meta(event) && self.1.filter_meta(event)
+    }
+}
+
 /// Either predicate lets the event through.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Or<A, B>(pub A, pub B);
@@ -127,6 +271,12 @@ impl<K, A: Predicate<K>, B: Predicate<K>> Predicate<K> for Or<A, B> {
     }
 }
 
+impl<A: MetaPredicate, B: MetaPredicate> MetaPredicate for Or<A, B> {
+    fn filter_meta(&self, event: MetaEvent<'_>) -> bool {
+        self.0.filter_meta(event) || self.1.filter_meta(event)
+    }
+}
+
 /// Lets through what the inner predicate drops.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Not<P>(pub P);
@@ -134,6 +284,12 @@ pub struct Not<P>(pub P);
 impl<K, P: Predicate<K>> Predicate<K> for Not<P> {
     fn filter(&self, event: &Event<K>) -> bool {
         !self.0.filter(event)
+    }
+}
+
+impl<P: MetaPredicate> MetaPredicate for Not<P> {
+    fn filter_meta(&self, event: MetaEvent<'_>) -> bool {
+        !self.0.filter_meta(event)
     }
 }
 
@@ -299,5 +455,45 @@ mod tests {
             object: cm(None, "1", &[]),
             initial_list: true
         }));
+    }
+
+    #[test]
+    fn meta_predicates_apply_to_any_type_and_all_must_pass() {
+        let selector: Selector = [("app", "web")].into_iter().collect();
+        let all = MetaPredicates::new(vec![
+            Arc::new(LabelSelectorPredicate::new(selector)),
+            Arc::new(ResourceVersionChanged),
+        ]);
+        let web = cm(Some(1), "1", &[("app", "web")]);
+        let web_spec = cm(Some(2), "2", &[("app", "web")]);
+        let db = cm(Some(1), "1", &[("app", "db")]);
+        let secret = k8s_openapi::api::core::v1::Secret {
+            metadata: web.metadata.clone(),
+            ..Default::default()
+        };
+        assert!(!Predicate::<ConfigMap>::filter(
+            &all,
+            &update(web.clone(), web.clone())
+        ));
+        assert!(all.filter(&update(web.clone(), web_spec)));
+        assert!(!all.filter(&Event::Generic { object: db }));
+        assert!(all.filter(&Event::Delete {
+            object: Arc::new(secret),
+            final_state_unknown: true
+        }));
+        let no_initial = |e: MetaEvent<'_>| {
+            !matches!(
+                e,
+                MetaEvent::Create {
+                    initial_list: true,
+                    ..
+                }
+            )
+        };
+        assert!(!no_initial.filter_meta(MetaEvent::of(&Event::Create {
+            object: web,
+            initial_list: true
+        })));
+        assert!(MetaPredicates::default().is_empty());
     }
 }

@@ -2,20 +2,28 @@
 //! `NewControllerManagedBy(mgr).For(..).Owns(..).Complete(r)`.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube::Client;
+use kube::Resource;
 use kube::core::GroupVersionKind;
 use rudder_cache::Typed;
 use rudder_controller::{Controller, Reconciler, WatchSpec};
-use rudder_handler::{EnqueueObject, EnqueueOwner, EventHandler, Kind, Predicate, Request, Source};
+use rudder_handler::{
+    EnqueueObject, EnqueueOwner, EventHandler, Kind, MetaPredicate, MetaPredicates, Predicate,
+    Request, Source,
+};
 use rudder_manager::Manager;
 use rudder_workqueue::RateLimiter;
 
-use crate::{Error, Result};
+use crate::{Error, Result, Tools};
 
 type ServedCheck = Box<dyn FnOnce(Client) -> BoxFuture<'static, Result<()>> + Send>;
+
+/// A watch waiting for the builder's global predicates, known only at `complete`.
+type PendingWatch = Box<dyn FnOnce(&MetaPredicates) -> WatchSpec + Send>;
 
 /// Declares a controller on `manager`: call [`for_`](ControllerBuilder::for_) with the
 /// primary type first.
@@ -24,6 +32,7 @@ pub fn controller(manager: &Manager) -> ControllerBuilder<'_, ()> {
         manager,
         name: None,
         watches: Vec::new(),
+        global: Vec::new(),
         served: Vec::new(),
         error: None,
         workers: None,
@@ -39,7 +48,8 @@ pub fn controller(manager: &Manager) -> ControllerBuilder<'_, ()> {
 pub struct ControllerBuilder<'m, K> {
     manager: &'m Manager,
     name: Option<String>,
-    watches: Vec<WatchSpec>,
+    watches: Vec<PendingWatch>,
+    global: Vec<Arc<dyn MetaPredicate>>,
     served: Vec<ServedCheck>,
     error: Option<Error>,
     workers: Option<usize>,
@@ -73,6 +83,7 @@ impl<'m> ControllerBuilder<'m, ()> {
             manager: self.manager,
             name: self.name,
             watches: self.watches,
+            global: self.global,
             served: self.served,
             error: self.error,
             workers: self.workers,
@@ -97,8 +108,25 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         self.watch_kind::<O, _>(EnqueueOwner::<K>::new(), predicates)
     }
 
-    /// Any other source, with its own handler and predicates.
+    /// Any other source of objects, with its own handler and predicates (after the global
+    /// ones).
     pub fn watches<T, H>(
+        mut self,
+        source: impl Source<T>,
+        handler: H,
+        predicates: Vec<Box<dyn Predicate<T>>>,
+    ) -> Self
+    where
+        T: Resource + Send + Sync + 'static,
+        H: EventHandler<T> + 'static,
+    {
+        self.watches.push(pending(source, handler, predicates));
+        self
+    }
+
+    /// A source of anything, not only Kubernetes objects: the global predicates, which read
+    /// metadata, do not apply (controller-runtime's `WatchesRawSource`).
+    pub fn watches_raw<T, H>(
         mut self,
         source: impl Source<T>,
         handler: H,
@@ -108,8 +136,18 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         T: Send + Sync + 'static,
         H: EventHandler<T> + 'static,
     {
-        self.watches
-            .push(WatchSpec::new(source, handler, predicates));
+        let spec = WatchSpec::new(source, handler, predicates);
+        self.watches.push(Box::new(move |_: &MetaPredicates| spec));
+        self
+    }
+
+    /// A predicate for every watch declared with [`for_`](ControllerBuilder::for_),
+    /// [`owns`](Self::owns) or [`watches`](Self::watches), before or after this call
+    /// (controller-runtime's `WithEventFilter`). It runs before each watch's own predicates;
+    /// an event must pass all of them. Any of the built-in predicates will do, or a closure
+    /// over a [`MetaEvent`](rudder_handler::MetaEvent).
+    pub fn event_filter(mut self, predicate: impl MetaPredicate + 'static) -> Self {
+        self.global.push(Arc::new(predicate));
         self
     }
 
@@ -151,6 +189,19 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// installed), [`Error::Cache`] if its informer could not be made, [`Error::Controller`]
     /// for a duplicate or empty name.
     pub async fn complete<R: Reconciler>(self, reconciler: R) -> Result<Controller<R>> {
+        self.complete_with(|_| reconciler).await
+    }
+
+    /// [`complete`](Self::complete) with a reconciler made from the controller's [`Tools`]:
+    /// the manager's client and cache, and an event recorder reporting as the controller.
+    ///
+    /// # Errors
+    ///
+    /// As [`complete`](Self::complete); `make` is only called once the checks pass.
+    pub async fn complete_with<R: Reconciler>(
+        self,
+        make: impl FnOnce(Tools) -> R,
+    ) -> Result<Controller<R>> {
         if let Some(error) = self.error {
             return Err(error);
         }
@@ -159,6 +210,7 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
             check(client.clone()).await?;
         }
         let name = self.name.unwrap_or_else(|| K::kind(&()).to_lowercase());
+        let reconciler = make(Tools::new(self.manager, &name));
         let mut builder = Controller::builder(name, reconciler);
         if let Some(workers) = self.workers {
             builder = builder.workers(workers);
@@ -173,8 +225,9 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
             builder = builder.cache_sync_timeout(timeout);
         }
         let controller = builder.build().map_err(Error::Controller)?;
+        let global = MetaPredicates::new(self.global);
         for watch in self.watches {
-            controller.add_watch(watch);
+            controller.add_watch(watch(&global));
         }
         self.manager.add_controller(controller.clone());
         Ok(controller)
@@ -192,15 +245,36 @@ impl<'m, K> ControllerBuilder<'m, K> {
         self.served
             .push(Box::new(|client| Box::pin(served::<T>(client))));
         match Kind::<T>::from_cache(self.manager.cache()) {
-            Ok(source) => self
-                .watches
-                .push(WatchSpec::new(source, handler, predicates)),
+            Ok(source) => self.watches.push(pending(source, handler, predicates)),
             Err(error) => {
                 self.error.get_or_insert(Error::Cache(error));
             }
         }
         self
     }
+}
+
+/// A watch of `source` whose predicates are the global ones, then `predicates`.
+fn pending<T, H>(
+    source: impl Source<T>,
+    handler: H,
+    predicates: Vec<Box<dyn Predicate<T>>>,
+) -> PendingWatch
+where
+    T: Resource + Send + Sync + 'static,
+    H: EventHandler<T> + 'static,
+{
+    Box::new(move |global: &MetaPredicates| {
+        let all = if global.is_empty() {
+            predicates
+        } else {
+            let mut all: Vec<Box<dyn Predicate<T>>> = Vec::with_capacity(predicates.len() + 1);
+            all.push(Box::new(global.clone()));
+            all.extend(predicates);
+            all
+        };
+        WatchSpec::new(source, handler, all)
+    })
 }
 
 /// Whether the API server serves `T`, by discovery.

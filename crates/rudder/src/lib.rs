@@ -34,6 +34,12 @@
 //! # }
 //! ```
 //!
+//! The builder also takes predicates for every watch ([`ControllerBuilder::event_filter`],
+//! controller-runtime's `WithEventFilter`) and per watch (`for_with`, `owns_with`, the last
+//! argument of `watches`), options (workers, rate limiter, timeouts), and with
+//! [`ControllerBuilder::complete_with`] makes the reconciler from its [`Tools`]: the
+//! manager's client, the shared cache and an event recorder reporting as the controller.
+//!
 //! # Layers
 //!
 //! | module | crate | what it holds |
@@ -66,6 +72,8 @@
 #[cfg(feature = "manager")]
 mod builder;
 pub mod client;
+#[cfg(feature = "manager")]
+mod tools;
 
 /// The work queue: rudder-workqueue.
 #[cfg(feature = "workqueue")]
@@ -105,9 +113,14 @@ pub use rudder_manager::Manager;
 #[cfg(feature = "workqueue")]
 #[doc(inline)]
 pub use rudder_workqueue::WorkQueue;
+#[cfg(feature = "manager")]
+#[doc(inline)]
+pub use tools::Tools;
 
 /// The names an operator uses most, to `use rudder::prelude::*`.
 pub mod prelude {
+    #[cfg(feature = "manager")]
+    pub use crate::Tools;
     #[cfg(feature = "cache")]
     pub use rudder_cache::Cache;
     #[cfg(feature = "controller")]

@@ -170,3 +170,151 @@ async fn mistakes_are_errors_when_building() {
         .unwrap_err();
     assert!(matches!(err, rudder::Error::Controller(_)), "{err}");
 }
+
+/// Sends each request with the `value` key of the ConfigMap it read from the cache, and
+/// records an Event about the ConfigMap.
+struct CacheReader {
+    tools: Tools,
+    seen: mpsc::UnboundedSender<(Request, Option<String>)>,
+}
+
+impl Reconciler for CacheReader {
+    type Error = rudder::cache::Error;
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
+        let cm = self.tools.get::<ConfigMap>(&request).await?;
+        let value = cm
+            .as_ref()
+            .and_then(|cm| cm.data.as_ref()?.get("value").cloned());
+        if let Some(cm) = cm {
+            let event = kube_runtime::events::Event {
+                type_: kube_runtime::events::EventType::Normal,
+                reason: "Read".into(),
+                note: value.clone(),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            self.tools.publish(&*cm, &event).await.unwrap();
+        }
+        let _ = self.seen.send((request, value));
+        Ok(Action::done())
+    }
+}
+
+fn labelled(name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        labels: Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ),
+        ..ObjectMeta::default()
+    }
+}
+
+#[tokio::test]
+async fn global_predicates_filter_every_watch_and_tools_reach_the_reconciler() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("builder-global").await.unwrap();
+    let m = Arc::new(manager(&ns));
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let selector: kube::core::Selector = [("app", "keep")].into_iter().collect();
+    rudder::controller(&m)
+        .for_::<ConfigMap>()
+        .event_filter(rudder::handler::LabelSelectorPredicate::new(selector))
+        .owns::<Secret>()
+        .named("builder-global")
+        .complete_with(|tools| {
+            assert_eq!(tools.controller(), "builder-global");
+            CacheReader { tools, seen: tx }
+        })
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (m, stop) = (Arc::clone(&m), stop.clone());
+        async move { m.start(stop).await }
+    });
+    let next = async |seen: &mut mpsc::UnboundedReceiver<_>| {
+        tokio::time::timeout(Duration::from_secs(30), seen.recv())
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let pp = PostParams::default();
+    let cms = Api::<ConfigMap>::namespaced(ns.client(), ns.name());
+    let mut created = Vec::new();
+    for (name, labels) in [
+        ("skip", &[][..]),
+        ("keep", &[("app", "keep")]),
+        ("keep2", &[("app", "keep")]),
+    ] {
+        let cm = ConfigMap {
+            metadata: labelled(name, labels),
+            data: Some([("value".to_owned(), format!("{name}-value"))].into()),
+            ..ConfigMap::default()
+        };
+        created.push(cms.create(&pp, &cm).await.unwrap());
+    }
+    // One informer delivers the creates in order, one worker reconciles in queue order: had
+    // the unlabelled ConfigMap passed, it would come first.
+    let keep = Request::namespaced(ns.name(), "keep");
+    let keep2 = Request::namespaced(ns.name(), "keep2");
+    assert_eq!(
+        next(&mut seen).await,
+        (keep.clone(), Some("keep-value".into()))
+    );
+    assert_eq!(
+        next(&mut seen).await,
+        (keep2.clone(), Some("keep2-value".into()))
+    );
+
+    // The global predicate applies to owned objects too: an unlabelled Secret owned by
+    // `keep`, then a labelled one owned by `keep2`; only `keep2` may be reconciled.
+    let secrets = Api::<Secret>::namespaced(ns.client(), ns.name());
+    for (name, owner, labels) in [
+        ("s1", &created[1], &[][..]),
+        ("s2", &created[2], &[("app", "keep")]),
+    ] {
+        let mut meta = labelled(name, labels);
+        meta.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: owner.metadata.name.clone().unwrap(),
+            uid: owner.metadata.uid.clone().unwrap(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+        let secret = Secret {
+            metadata: meta,
+            ..Secret::default()
+        };
+        secrets.create(&pp, &secret).await.unwrap();
+    }
+    assert_eq!(
+        next(&mut seen).await.0,
+        keep2,
+        "the unlabelled secret was filtered"
+    );
+
+    // The recorder reports as the controller.
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(ns.client(), ns.name());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let list = events.list(&Default::default()).await.unwrap();
+        let ours = list.items.iter().find(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("keep")
+                && e.reporting_controller.as_deref() == Some("builder-global")
+        });
+        if let Some(event) = ours {
+            assert_eq!(event.reason.as_deref(), Some("Read"));
+            assert_eq!(event.note.as_deref(), Some("keep-value"));
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no event recorded");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
