@@ -98,6 +98,20 @@ where
     Ok(())
 }
 
+/// Whether `owner` is `object`'s controller: a controller owner reference with `owner`'s
+/// uid (controller-runtime's `IsControlledBy`). An owner without a uid controls nothing.
+pub fn is_controlled_by<O: Resource, K: Resource>(owner: &O, object: &K) -> bool {
+    let Some(uid) = owner.meta().uid.as_deref() else {
+        return false;
+    };
+    object
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.controller == Some(true) && r.uid == uid)
+}
+
 /// Puts `new` among `object`'s owner references, replacing one with the same uid.
 fn upsert<K: Resource>(object: &mut K, new: OwnerReference) {
     let refs = object

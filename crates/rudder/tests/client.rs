@@ -9,7 +9,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::core::ObjectMeta;
 use rudder::client::{
     ClientError, Operation, add_finalizer, apply, create_or_patch, create_or_update, has_finalizer,
-    remove_finalizer, set_controller_reference, set_owner_reference,
+    is_controlled_by, remove_finalizer, set_controller_reference, set_owner_reference,
 };
 
 fn named(name: &str) -> ObjectMeta {
@@ -49,8 +49,11 @@ async fn owner_references_refuse_a_second_controller() {
         metadata: named("s"),
         ..Secret::default()
     };
+    assert!(!is_controlled_by(&a, &secret));
     set_controller_reference(&a, &mut secret).unwrap();
     set_controller_reference(&a, &mut secret).unwrap(); // idempotent
+    assert!(is_controlled_by(&a, &secret));
+    assert!(!is_controlled_by(&b, &secret));
     let err = set_controller_reference(&b, &mut secret).unwrap_err();
     assert!(
         matches!(err, ClientError::AlreadyOwned { ref name, .. } if name == "a"),

@@ -1,0 +1,501 @@
+//! Run: `cargo xtask demo` (a guided run on a local control plane), or on a cluster
+//! `cargo run -p chaospod -- --crd | kubectl apply -f -` then `cargo run -p chaospod`.
+//!
+//! The ChaosPod example, after controller-runtime's: a `ChaosPod` custom resource holds a Pod
+//! template. Its controller runs a Pod from the template, owned by the ChaosPod, deletes it
+//! at the time in `spec.nextStop`, lets the next reconcile create a new one, and keeps count
+//! in the status. It runs under a [`rudder::Manager`] with leader election, health probes and
+//! metrics (see the `chaospod` binary).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = kube::Client::try_default().await?;
+//! chaospod::install_crd(&client).await?;
+//! let manager = rudder::Manager::builder(client).name("chaospod").build()?;
+//! chaospod::add_controller(&manager).await?;
+//! manager.start_until_signal().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The reconciler is written for stale caches: every decision it makes from the cache is
+//! either checked by the API server (a create that already happened is a conflict; a status
+//! write carries the resourceVersion it was computed from) or harmless to repeat (deleting a
+//! Pod that is already gone).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::ObjectMeta;
+use kube::{CustomResource, CustomResourceExt, Resource, ResourceExt};
+use kube_runtime::events::{Event, EventType};
+use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder::prelude::*;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// The controller's name: in logs, metrics (`controller="chaospod"`) and Events.
+pub const CONTROLLER: &str = "chaospod";
+
+/// How long a Pod runs when the spec gives no `periodSeconds`.
+pub const DEFAULT_PERIOD: Duration = Duration::from_secs(10);
+
+/// Field manager for the CRD install.
+const FIELD_MANAGER: &str = "chaospod";
+
+/// The desired state of a [`ChaosPod`].
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[kube(
+    group = "examples.rudder.dev",
+    version = "v1",
+    kind = "ChaosPod",
+    namespaced,
+    status = "ChaosPodStatus",
+    shortname = "chaos",
+    printcolumn = r#"{"name":"Runs","type":"integer","jsonPath":".status.runs"}"#,
+    printcolumn = r#"{"name":"Stops","type":"integer","jsonPath":".status.stops"}"#,
+    printcolumn = r#"{"name":"Next stop","type":"date","jsonPath":".spec.nextStop"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ChaosPodSpec {
+    /// The Pod to run; it gets the ChaosPod's name and namespace.
+    #[schemars(schema_with = "any_object")]
+    pub template: PodTemplateSpec,
+    /// When the running Pod is deleted. The controller sets it when it creates a Pod; set it
+    /// yourself to stop the Pod earlier or later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "timestamp")]
+    pub next_stop: Option<Time>,
+    /// How long each Pod runs, in seconds (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub period_seconds: Option<u32>,
+}
+
+/// What the controller has done for a [`ChaosPod`].
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChaosPodStatus {
+    /// When the current (or last) Pod was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "timestamp")]
+    pub last_run: Option<Time>,
+    /// When the last Pod was stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "timestamp")]
+    pub last_stop: Option<Time>,
+    /// The UID of the last Pod stopped, so a stale cache showing it is not stopped twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_stopped_uid: Option<String>,
+    /// Pods created.
+    #[serde(default)]
+    pub runs: u32,
+    /// Pods stopped.
+    #[serde(default)]
+    pub stops: u32,
+}
+
+/// A Pod template is validated by the API server when the Pod is created; the CRD keeps it as
+/// it is.
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+fn timestamp(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "string", "format": "date-time" })
+}
+
+impl ChaosPod {
+    /// A ChaosPod `name` running `image`, stopping its Pod every `period`.
+    pub fn new_with_image(name: &str, image: &str, period: Duration) -> Self {
+        let template = PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some([("app".to_owned(), name.to_owned())].into()),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                containers: vec![k8s_openapi::api::core::v1::Container {
+                    name: "main".into(),
+                    image: Some(image.into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        };
+        let period_seconds = u32::try_from(period.as_secs().max(1)).unwrap_or(u32::MAX);
+        Self::new(
+            name,
+            ChaosPodSpec {
+                template,
+                next_stop: None,
+                period_seconds: Some(period_seconds),
+            },
+        )
+    }
+
+    fn period(&self) -> Duration {
+        self.spec
+            .period_seconds
+            .map_or(DEFAULT_PERIOD, |s| Duration::from_secs(s.into()))
+    }
+}
+
+/// What can go wrong in a reconcile; each is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading from the shared cache failed.
+    #[error("cannot read from the cache")]
+    Cache(#[from] rudder::cache::Error),
+    /// A request to the API server failed.
+    #[error("{action}")]
+    Kube {
+        /// What was being done.
+        action: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The Pod could not be made owned by the ChaosPod.
+    #[error("cannot set the Pod's owner")]
+    Owner(#[from] rudder::client::ClientError),
+}
+
+fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let action = action.into();
+    move |source| Error::Kube { action, source }
+}
+
+/// The ChaosPod reconciler.
+#[derive(Debug)]
+pub struct ChaosPodReconciler {
+    tools: Tools,
+}
+
+impl ChaosPodReconciler {
+    /// A reconciler working with `tools` (see [`rudder::ControllerBuilder::complete_with`]).
+    pub fn new(tools: Tools) -> Self {
+        Self { tools }
+    }
+
+    async fn record(&self, chaos: &ChaosPod, reason: &str, note: String) {
+        let event = Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        // An Event is a courtesy: failing to write one is not worth a retry.
+        if let Err(error) = self.tools.publish(chaos, &event).await {
+            tracing::warn!(%error, "cannot record an event");
+        }
+    }
+
+    /// Writes `status`, failing with a conflict if `chaos` was stale.
+    async fn write_status(
+        &self,
+        api: &Api<ChaosPod>,
+        chaos: &ChaosPod,
+        status: &ChaosPodStatus,
+    ) -> Result<(), Error> {
+        let patch = json!({
+            "metadata": { "resourceVersion": chaos.resource_version() },
+            "status": status,
+        });
+        api.patch_status(
+            &chaos.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(kube_err("cannot write the ChaosPod's status"))?;
+        Ok(())
+    }
+
+    /// Creates the Pod; `None` if it already exists (the cache had not seen it yet).
+    async fn start(&self, api: &Api<ChaosPod>, chaos: &ChaosPod) -> Result<Action, Error> {
+        let mut template = chaos.spec.template.clone();
+        let mut pod = Pod {
+            metadata: template.metadata.take().unwrap_or_default(),
+            spec: template.spec,
+            status: None,
+        };
+        pod.metadata.name = Some(chaos.name_any());
+        pod.metadata.namespace = chaos.namespace();
+        rudder::client::set_controller_reference(chaos, &mut pod)?;
+        let pods: Api<Pod> = Api::namespaced(self.tools.client().clone(), &namespace(chaos));
+        let pod = match pods.create(&PostParams::default(), &pod).await {
+            Ok(pod) => pod,
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                // The cache is behind our own create; its event will bring us back.
+                return Ok(Action::done());
+            }
+            Err(source) => return Err(kube_err("cannot create the Pod")(source)),
+        };
+        let created = pod
+            .metadata
+            .creation_timestamp
+            .clone()
+            .unwrap_or_else(|| Time(Timestamp::now()));
+        let next_stop = Time(add(created.0, chaos.period()));
+        let patch = json!({ "spec": { "nextStop": next_stop } });
+        let chaos = api
+            .patch(
+                &chaos.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(kube_err("cannot set the ChaosPod's next stop"))?;
+        let mut status = chaos.status.clone().unwrap_or_default();
+        status.runs += 1;
+        status.last_run = Some(created);
+        self.write_status(api, &chaos, &status).await?;
+        self.record(
+            &chaos,
+            "Started",
+            format!("started Pod {} (run {})", chaos.name_any(), status.runs),
+        )
+        .await;
+        Ok(Action::requeue_after(until(next_stop.0)))
+    }
+
+    /// Deletes the Pod that is due, and counts the stop.
+    async fn stop(&self, api: &Api<ChaosPod>, chaos: &ChaosPod, pod: &Pod) -> Result<(), Error> {
+        let pods: Api<Pod> = Api::namespaced(self.tools.client().clone(), &namespace(chaos));
+        let uid = pod.uid();
+        let params = DeleteParams {
+            preconditions: uid.clone().map(|uid| kube::api::Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match pods.delete(&pod.name_any(), &params).await {
+            // Gone already (404), or a newer Pod of that name (409): nothing of ours to stop.
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => return Ok(()),
+            Err(source) => return Err(kube_err("cannot delete the Pod")(source)),
+        }
+        let mut status = chaos.status.clone().unwrap_or_default();
+        status.stops += 1;
+        status.last_stop = Some(Time(Timestamp::now()));
+        status.last_stopped_uid = uid;
+        self.write_status(api, chaos, &status).await?;
+        self.record(
+            chaos,
+            "Stopped",
+            format!("stopped Pod {} (stop {})", chaos.name_any(), status.stops),
+        )
+        .await;
+        Ok(())
+    }
+}
+
+impl Reconciler for ChaosPodReconciler {
+    type Error = Error;
+
+    async fn reconcile(&self, request: Request, _ctx: Context) -> Result<Action, Error> {
+        let Some(chaos) = self.tools.get::<ChaosPod>(&request).await? else {
+            return Ok(Action::done());
+        };
+        if chaos.meta().deletion_timestamp.is_some() {
+            // The garbage collector deletes the Pod through its owner reference.
+            return Ok(Action::done());
+        }
+        let api: Api<ChaosPod> = Api::namespaced(self.tools.client().clone(), &namespace(&chaos));
+        let Some(pod) = self.tools.get::<Pod>(&request).await? else {
+            return self.start(&api, &chaos).await;
+        };
+        let stopped_uid = chaos
+            .status
+            .as_ref()
+            .and_then(|s| s.last_stopped_uid.as_deref());
+        if pod.meta().deletion_timestamp.is_some() || pod.uid().as_deref() == stopped_uid {
+            // Already stopped; its delete event brings us back to start the next one.
+            return Ok(Action::done());
+        }
+        if !rudder::client::is_controlled_by(&*chaos, &*pod) {
+            tracing::warn!(pod = %pod.name_any(), "a Pod of that name is not ours; leaving it");
+            return Ok(Action::done());
+        }
+        let due = stop_time(&chaos, &pod);
+        if due > Timestamp::now() {
+            return Ok(Action::requeue_after(until(due)));
+        }
+        self.stop(&api, &chaos, &pod).await?;
+        Ok(Action::done())
+    }
+}
+
+/// When `pod` is due to stop: `spec.nextStop`, unless that is from before the Pod was
+/// created (the cache has not seen the ChaosPod's new next stop yet); then its creation
+/// time plus the period, which is what the controller writes.
+fn stop_time(chaos: &ChaosPod, pod: &Pod) -> Timestamp {
+    let created = pod.meta().creation_timestamp.as_ref().map(|t| t.0);
+    match (chaos.spec.next_stop.as_ref(), created) {
+        (Some(stop), Some(created)) if stop.0 > created => stop.0,
+        (Some(stop), None) => stop.0,
+        (_, Some(created)) => add(created, chaos.period()),
+        (None, None) => add(Timestamp::now(), chaos.period()),
+    }
+}
+
+fn add(t: Timestamp, d: Duration) -> Timestamp {
+    SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| t.checked_add(d).ok())
+        .unwrap_or(Timestamp::MAX)
+}
+
+/// How long from now until `t` (zero if past), for a requeue.
+fn until(t: Timestamp) -> Duration {
+    Duration::try_from(t.duration_since(Timestamp::now())).unwrap_or(Duration::ZERO)
+}
+
+fn namespace(chaos: &ChaosPod) -> String {
+    chaos.namespace().unwrap_or_default()
+}
+
+/// Declares the ChaosPod controller on `manager`: it reconciles ChaosPods and the Pods they
+/// own.
+///
+/// # Errors
+///
+/// As [`rudder::ControllerBuilder::complete`]: the CRD must be installed first.
+pub async fn add_controller(
+    manager: &Manager,
+) -> Result<Controller<ChaosPodReconciler>, rudder::Error> {
+    rudder::controller(manager)
+        .for_::<ChaosPod>()
+        .owns::<Pod>()
+        .named(CONTROLLER)
+        .complete_with(ChaosPodReconciler::new)
+        .await
+}
+
+/// How to run the ChaosPod manager.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Watch only this namespace (default: all).
+    pub namespace: Option<String>,
+    /// Where `/healthz` and `/readyz` listen; `None` for no probe server.
+    pub health_address: Option<SocketAddr>,
+    /// Where `/metrics` listens; `None` for no metrics server.
+    pub metrics_address: Option<SocketAddr>,
+    /// Leader election, so that of several replicas one reconciles.
+    pub leader_election: Option<LeaderElectionConfig>,
+}
+
+impl Default for Options {
+    /// The manager's default addresses, all namespaces, no leader election.
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            health_address: Some(rudder::manager::DEFAULT_HEALTH_ADDRESS),
+            metrics_address: Some(rudder::manager::DEFAULT_METRICS_ADDRESS),
+            leader_election: None,
+        }
+    }
+}
+
+/// A manager named `chaospod` with `options`, and the ChaosPod controller on it; start it
+/// with [`Manager::start`] or [`Manager::start_until_signal`].
+///
+/// # Errors
+///
+/// [`SetupError`]: the manager's settings were refused, or the controller could not be
+/// declared (the CRD is not installed).
+pub async fn manager(client: kube::Client, options: Options) -> Result<Manager, SetupError> {
+    let mut builder = Manager::builder(client)
+        .name(CONTROLLER)
+        .health_probe_address(options.health_address)
+        .metrics_address(options.metrics_address);
+    if let Some(namespace) = options.namespace {
+        builder = builder.cache(move |cache| cache.default_namespace(namespace));
+    }
+    if let Some(election) = options.leader_election {
+        builder = builder.leader_election(election);
+    }
+    let manager = builder.build()?;
+    add_controller(&manager).await?;
+    Ok(manager)
+}
+
+/// Why the manager could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The manager refused its settings.
+    #[error("cannot build the manager")]
+    Manager(#[from] rudder::manager::Error),
+    /// The controller could not be declared.
+    #[error("cannot declare the ChaosPod controller")]
+    Controller(#[from] rudder::Error),
+}
+
+/// The ChaosPod CRD as YAML, for `kubectl apply -f -`.
+///
+/// # Errors
+///
+/// If it cannot be serialised (it always can).
+pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
+    serde_yaml::to_string(&ChaosPod::crd())
+}
+
+/// Why the CRD could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// The API server refused it.
+    #[error("cannot apply the ChaosPod CRD")]
+    Apply(#[source] kube::Error),
+    /// It was not served in time.
+    #[error("the ChaosPod CRD was not established within {0:?}")]
+    NotEstablished(Duration),
+}
+
+/// Installs (server-side applies) the ChaosPod CRD and waits until the API server serves it.
+///
+/// # Errors
+///
+/// [`InstallError`].
+pub async fn install_crd(client: &kube::Client) -> Result<(), InstallError> {
+    let crd = ChaosPod::crd();
+    let name = crd.name_any();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .map_err(InstallError::Apply)?;
+    let timeout = Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let chaospods: Api<ChaosPod> = Api::all(client.clone());
+    loop {
+        let established = api.get(&name).await.ok().is_some_and(|crd| {
+            crd.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        });
+        if established && chaospods.list(&Default::default()).await.is_ok() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(InstallError::NotEstablished(timeout));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

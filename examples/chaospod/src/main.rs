@@ -1,0 +1,134 @@
+//! Run: `cargo run -p chaospod -- --crd | kubectl apply -f -`, then `cargo run -p chaospod`
+//! (with a kubeconfig pointing at a cluster). `--help` lists the flags.
+//!
+//! The ChaosPod operator: the controller under a manager with leader election, `/healthz`
+//! `/readyz` and `/metrics`, stopping on SIGINT or SIGTERM.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use chaospod::Options;
+use rudder::manager::leader_election::LeaderElectionConfig;
+
+const HELP: &str = "\
+chaospod: runs Pods from ChaosPod resources and stops them on schedule
+
+USAGE: chaospod [FLAGS]
+
+  --crd                        print the ChaosPod CRD as YAML and exit
+  --namespace NS               watch only NS (default: all namespaces)
+  --health-address ADDR        probe server address (default 0.0.0.0:8081; 'off' for none)
+  --metrics-address ADDR       metrics server address (default 0.0.0.0:8080; 'off' for none)
+  --leader-election-namespace NS
+                               elect a leader through the Lease chaospod-leader in NS
+                               (default: the client's namespace)
+  --no-leader-election         run without leader election (one replica only)
+  --help                       this text
+
+The cluster comes from KUBECONFIG, ~/.kube/config or the in-cluster service account.";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let parsed = match parse(&args) {
+        Ok(Some(parsed)) => parsed,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("chaospod: {message}\n\n{HELP}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("chaospod: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(parsed)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("chaospod: {}", chain(error.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+struct Parsed {
+    options: Options,
+    election_namespace: Option<String>,
+    election: bool,
+}
+
+fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
+    let mut parsed = Parsed {
+        options: Options::default(),
+        election_namespace: None,
+        election: true,
+    };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let mut value = |flag: &str| {
+            args.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match arg.as_str() {
+            "--help" | "-h" => {
+                println!("{HELP}");
+                return Ok(None);
+            }
+            "--crd" => {
+                let yaml = chaospod::crd_yaml().map_err(|e| e.to_string())?;
+                print!("{yaml}");
+                return Ok(None);
+            }
+            "--namespace" => parsed.options.namespace = Some(value(arg)?),
+            "--health-address" => parsed.options.health_address = address(&value(arg)?)?,
+            "--metrics-address" => parsed.options.metrics_address = address(&value(arg)?)?,
+            "--leader-election-namespace" => parsed.election_namespace = Some(value(arg)?),
+            "--no-leader-election" => parsed.election = false,
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(Some(parsed))
+}
+
+fn address(value: &str) -> Result<Option<SocketAddr>, String> {
+    if value == "off" {
+        return Ok(None);
+    }
+    value
+        .parse()
+        .map(Some)
+        .map_err(|e| format!("bad address {value:?}: {e}"))
+}
+
+async fn run(parsed: Parsed) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let client = kube::Client::try_default().await?;
+    let mut options = parsed.options;
+    if parsed.election {
+        let namespace = parsed
+            .election_namespace
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        options.leader_election = Some(
+            LeaderElectionConfig::new(namespace, "chaospod-leader").with_release_on_cancel(true),
+        );
+    }
+    let manager = chaospod::manager(client, options).await?;
+    eprintln!("chaospod: running; SIGINT or SIGTERM stops it");
+    manager.start_until_signal().await?;
+    Ok(())
+}
+
+/// An error and its sources on one line.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        source = e.source();
+    }
+    out
+}
