@@ -30,6 +30,7 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
             .args(test_args)
             .env("RUDDER_ENVTEST_ASSETS", &assets))
     })?;
+    step("demo (12 s)", || crate::demo::run_built(12))?;
     println!("ci: all checks passed");
     Ok(())
 }

@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod ci;
+mod demo;
 mod envtest;
 mod util;
 
@@ -15,8 +16,11 @@ const HELP: &str = "\
 cargo xtask <task>
 
 Tasks:
+  demo [--duration S] [--kubeconfig PATH]
+                          the ChaosPod controller for S seconds (default 30) on a local
+                          control plane (installed first if needed) or on a cluster
   ci                      run everything CI runs: envtest install, fmt check, clippy,
-                          docs, tests (the README's test command)
+                          docs, tests, a short demo (the README's test command)
   envtest install         install kube-apiserver and etcd for rudder-envtest (idempotent)
       --print-path        only print the directory holding the binaries
   help                    this text
@@ -27,6 +31,7 @@ fn main() -> ExitCode {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match args.as_slice() {
         ["ci", rest @ ..] => ci::run(rest),
+        ["demo", rest @ ..] => demo::run(rest),
         ["envtest", rest @ ..] => envtest::run(rest),
         [] | ["help" | "--help" | "-h"] => {
             print!("{HELP}");
