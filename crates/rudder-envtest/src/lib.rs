@@ -2,7 +2,8 @@
 //! `kube::Client`, throw it away.
 //!
 //! Start with [`TestEnv::builder`], or with [`TestEnvBuilder::shared`] for one control plane
-//! per test binary and [`TestEnv::namespace`] for one namespace per test.
+//! per test binary and [`TestEnv::namespace`] for one namespace per test; wait for what the
+//! server does with [`eventually`] (a poll with a deadline), never a fixed sleep.
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;
@@ -108,6 +109,7 @@ mod crd;
 mod env;
 mod error;
 mod namespace;
+mod poll;
 mod process;
 
 pub use binaries::{ASSETS_ENV, Version, cache_dir};
@@ -115,3 +117,4 @@ pub use crd::{crds_from_file, crds_from_yaml};
 pub use env::{TestEnv, TestEnvBuilder};
 pub use error::{Error, Result};
 pub use namespace::TestNamespace;
+pub use poll::{POLL_INTERVAL, eventually};

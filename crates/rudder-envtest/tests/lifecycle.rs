@@ -7,7 +7,7 @@
     clippy::print_stderr
 )]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -53,11 +53,7 @@ fn config_map(name: &str, value: &str) -> ConfigMap {
 
 /// Polls `gone` until it is true or `within` passes.
 async fn eventually(within: Duration, what: &str, mut gone: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !gone() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    rudder_envtest::eventually(what, within, async || gone().then_some(())).await;
 }
 
 /// Whether `pid` is a live process. A zombie (killed, not yet reaped by whatever adopted it)

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kube::core::ObjectMeta;
 use rudder_controller::{Action, Context, Controller, Reconciler};
-use rudder_envtest::{TestEnv, TestNamespace};
+use rudder_envtest::{TestEnv, TestNamespace, eventually};
 use rudder_handler::{EnqueueObject, Kind, Request};
 use rudder_manager::{Error, GracefulShutdown, Manager, runnable};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -37,20 +37,8 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, body)
 }
 
-/// Polls `f` until it returns `Some`, for at most 30 s.
-async fn eventually<T, F: Future<Output = Option<T>>>(mut f: impl FnMut() -> F) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "condition not met in 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+/// How long a test waits for the manager to do something.
+const WAIT: Duration = Duration::from_secs(30);
 
 struct Recorder(mpsc::UnboundedSender<Request>);
 
@@ -95,11 +83,14 @@ async fn probes_metrics_and_a_reconcile() {
         let (m, stop) = (Arc::clone(&m), stop.clone());
         async move { m.start(stop).await }
     });
-    let health = eventually(|| async { m.health_address() }).await;
+    let health = eventually("the probe server", WAIT, async || m.health_address()).await;
     assert_eq!(get(health, "/healthz").await, (200, "ok".to_owned()));
     assert_eq!(get(health, "/healthz/ping").await, (200, "ok".to_owned()));
     // Ready once the controller's sources have synced.
-    eventually(|| async { (get(health, "/readyz").await.0 == 200).then_some(()) }).await;
+    eventually("/readyz to answer 200", WAIT, async || {
+        (get(health, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
     let (status, body) = get(health, "/readyz?verbose").await;
     assert_eq!(status, 200);
     assert!(body.contains("[+]cache-sync ok"), "{body}");
@@ -122,7 +113,7 @@ async fn probes_metrics_and_a_reconcile() {
     assert_eq!(request, Some(Request::namespaced(ns.name(), "cm")));
 
     let metrics = m.metrics_address().unwrap();
-    let body = eventually(|| async {
+    let body = eventually("the reconcile in /metrics", WAIT, async || {
         let (_, body) = get(metrics, "/metrics").await;
         body.contains(
             r#"controller_runtime_reconcile_total{controller="manager-probes",result="success"} 1"#,
@@ -178,7 +169,7 @@ async fn not_ready_until_caches_sync() {
         let (m, stop) = (Arc::clone(&m), stop.clone());
         async move { m.start(stop).await }
     });
-    let health = eventually(|| async { m.health_address() }).await;
+    let health = eventually("the probe server", WAIT, async || m.health_address()).await;
     let (status, body) = get(health, "/readyz").await;
     assert_eq!(status, 500);
     assert!(
@@ -192,7 +183,10 @@ async fn not_ready_until_caches_sync() {
     );
     assert_eq!(get(health, "/readyz?exclude=cache-sync").await.0, 200);
     unsynced.mark();
-    eventually(|| async { (get(health, "/readyz").await.0 == 200).then_some(()) }).await;
+    eventually("/readyz to answer 200", WAIT, async || {
+        (get(health, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
     stop.cancel();
     running.await.unwrap().unwrap();
 }

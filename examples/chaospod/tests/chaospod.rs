@@ -2,7 +2,6 @@
 //! deletes it on schedule, creates the next one, and keeps the status.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::future::Future;
 use std::time::Duration;
 
 use chaospod::{ChaosPod, Options};
@@ -14,20 +13,9 @@ use kube::api::{Api, PostParams};
 use rudder::manager::leader_election::LeaderElectionConfig;
 use tokio_util::sync::CancellationToken;
 
-/// Polls `check` every 100 ms until it returns `Some`, failing after 30 s.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Waits up to 30 s for `check` to give a value.
+async fn eventually<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+    rudder_envtest::eventually(what, Duration::from_secs(30), check).await
 }
 
 #[tokio::test]
@@ -65,7 +53,7 @@ async fn pods_are_created_owned_stopped_on_schedule_and_recreated() {
         .unwrap();
 
     // The first Pod: named after the ChaosPod, from its template, controlled by it.
-    let first = eventually("the first pod", || async {
+    let first = eventually("the first pod", async || {
         pods.get_opt("chaos").await.unwrap()
     })
     .await;
@@ -82,7 +70,7 @@ async fn pods_are_created_owned_stopped_on_schedule_and_recreated() {
     assert_eq!(first.labels().get("app").map(String::as_str), Some("chaos"));
 
     // Its stop time is in the spec, the run in the status.
-    let started = eventually("the first run in the status", || async {
+    let started = eventually("the first run in the status", async || {
         let c = chaospods.get("chaos").await.unwrap();
         let status = c.status.clone()?;
         (status.runs >= 1 && c.spec.next_stop.is_some()).then_some(c)
@@ -95,12 +83,12 @@ async fn pods_are_created_owned_stopped_on_schedule_and_recreated() {
 
     // Deleted at that time, then a new Pod; the status counts both.
     let first_uid = first.uid().unwrap();
-    let second = eventually("a new pod after the stop", || async {
+    let second = eventually("a new pod after the stop", async || {
         let pod = pods.get_opt("chaos").await.unwrap()?;
         (pod.uid().unwrap() != first_uid).then_some(pod)
     })
     .await;
-    let after = eventually("the stop and the second run in the status", || async {
+    let after = eventually("the stop and the second run in the status", async || {
         let status = chaospods.get("chaos").await.unwrap().status?;
         (status.stops >= 1 && status.runs >= 2).then_some(status)
     })
@@ -119,7 +107,7 @@ async fn pods_are_created_owned_stopped_on_schedule_and_recreated() {
 
     // And it said so, as the controller.
     let events: Api<Event> = ns.api();
-    eventually("Started and Stopped events", || async {
+    eventually("Started and Stopped events", async || {
         let list = events.list(&Default::default()).await.unwrap();
         let reasons: Vec<&str> = list
             .items

@@ -174,14 +174,10 @@ pub async fn take<K: kube::Resource>(events: &mut EventStream<K>, n: usize) -> V
     out
 }
 
-/// Polls `cond` every 50 ms until it holds, or panics after `secs`.
+/// Polls `cond` until it holds, or panics after `secs` (see [`rudder_envtest::eventually`]).
 pub async fn eventually(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    rudder_envtest::eventually(what, Duration::from_secs(secs), async || {
+        cond().then_some(())
+    })
+    .await;
 }
