@@ -37,6 +37,39 @@ pub enum ClientError {
     /// The object could not be turned into JSON (to compare or patch it).
     #[error("cannot serialize the object")]
     Json(#[from] serde_json::Error),
+    /// The mutation given to [`create_or_update`] or [`create_or_patch`] failed; nothing was
+    /// written.
+    #[error("the mutation failed")]
+    Mutate(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The mutation changed the object's name or namespace, which picks another object.
+    #[error("the mutation changed the object's name or namespace")]
+    Renamed,
+}
+
+impl ClientError {
+    /// Wraps an error of a mutation (see [`create_or_update`]).
+    pub fn mutate(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::Mutate(error.into())
+    }
+
+    /// The API server's status code, if it answered with an error.
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            Self::Api(kube::Error::Api(status)) => Some(status.code),
+            _ => None,
+        }
+    }
+
+    /// Whether the API server answered 404 Not Found.
+    pub fn is_not_found(&self) -> bool {
+        self.status_code() == Some(404)
+    }
+
+    /// Whether the API server answered 409 Conflict: a stale resourceVersion, or an object
+    /// that already exists.
+    pub fn is_conflict(&self) -> bool {
+        self.status_code() == Some(409)
+    }
 }
 
 /// What [`create_or_update`] or [`create_or_patch`] did.
@@ -133,14 +166,32 @@ where
     Ok(())
 }
 
+/// Applies `mutate` and checks it kept the object's identity.
+fn mutated<K: Resource>(
+    object: &mut K,
+    mutate: impl FnOnce(&mut K) -> Result<(), ClientError>,
+) -> Result<(), ClientError> {
+    let (name, namespace) = (object.meta().name.clone(), object.meta().namespace.clone());
+    mutate(object)?;
+    if object.meta().name != name || object.meta().namespace != namespace {
+        return Err(ClientError::Renamed);
+    }
+    Ok(())
+}
+
 /// Gets `name` (or starts from a default object with that name), applies `mutate`, and
 /// creates or replaces it if that changed anything. The replace carries the read
 /// resourceVersion, so a concurrent change makes it fail with a conflict (retry the
 /// reconcile).
+///
+/// `mutate` sets the fields this writer owns, the same way whether the object is new or
+/// not; it may fail (return [`ClientError::mutate`] of your error, or a helper's error such
+/// as [`set_controller_reference`]'s), and then nothing is written. Changing the name or
+/// namespace is [`ClientError::Renamed`].
 pub async fn create_or_update<K>(
     api: &Api<K>,
     name: &str,
-    mutate: impl FnOnce(&mut K),
+    mutate: impl FnOnce(&mut K) -> Result<(), ClientError>,
 ) -> Result<(K, Operation), ClientError>
 where
     K: Resource + Clone + Default + Serialize + DeserializeOwned + Debug,
@@ -149,13 +200,13 @@ where
         None => {
             let mut object = K::default();
             object.meta_mut().name = Some(name.to_owned());
-            mutate(&mut object);
+            mutated(&mut object, mutate)?;
             let created = api.create(&PostParams::default(), &object).await?;
             Ok((created, Operation::Created))
         }
         Some(current) => {
             let mut object = current.clone();
-            mutate(&mut object);
+            mutated(&mut object, mutate)?;
             if serde_json::to_value(&object)? == serde_json::to_value(&current)? {
                 return Ok((current, Operation::Unchanged));
             }
@@ -170,7 +221,7 @@ where
 pub async fn create_or_patch<K>(
     api: &Api<K>,
     name: &str,
-    mutate: impl FnOnce(&mut K),
+    mutate: impl FnOnce(&mut K) -> Result<(), ClientError>,
 ) -> Result<(K, Operation), ClientError>
 where
     K: Resource + Clone + Default + Serialize + DeserializeOwned + Debug,
@@ -179,7 +230,7 @@ where
         None => create_or_update(api, name, mutate).await,
         Some(current) => {
             let mut object = current.clone();
-            mutate(&mut object);
+            mutated(&mut object, mutate)?;
             let before = serde_json::to_value(&current)?;
             let after = serde_json::to_value(&object)?;
             let Some(diff) = merge_patch(&before, &after) else {
@@ -243,8 +294,14 @@ where
 }
 
 /// Removes the finalizer `name` from the object (no write if it is absent), conditional on
-/// its resourceVersion.
-pub async fn remove_finalizer<K>(api: &Api<K>, object: &K, name: &str) -> Result<K, ClientError>
+/// its resourceVersion. Returns the object as written, or `None` if it is gone: removing
+/// the last finalizer of an object being deleted lets it go, and a reconcile working from
+/// a cache that has not seen that yet finds nothing to patch, which is success.
+pub async fn remove_finalizer<K>(
+    api: &Api<K>,
+    object: &K,
+    name: &str,
+) -> Result<Option<K>, ClientError>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -255,9 +312,13 @@ where
         .cloned()
         .collect();
     if finalizers.len() == object.finalizers().len() {
-        return Ok(object.clone());
+        return Ok(Some(object.clone()));
     }
-    write_finalizers(api, object, finalizers).await
+    match write_finalizers(api, object, finalizers).await {
+        Ok(object) => Ok(Some(object)),
+        Err(error) if error.is_not_found() => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 async fn write_finalizers<K>(

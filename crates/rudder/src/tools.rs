@@ -120,6 +120,11 @@ impl Tools {
 
     /// Records `event` about `object` (a Kubernetes Event, seen in `kubectl describe`).
     ///
+    /// Repeats are folded as kube-runtime's recorder folds them: an event with the same
+    /// object, type, reason, action and reporter as one recorded within the last 6 minutes
+    /// becomes a count on that one (an events.k8s.io series), which keeps the *first*
+    /// `note`. Give each kind of change its own `reason` when the notes matter.
+    ///
     /// # Errors
     ///
     /// The API server's, if it refused the Event.

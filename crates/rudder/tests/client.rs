@@ -87,6 +87,7 @@ async fn create_or_update_and_patch_report_what_they_did() {
         let (k, v) = (k.to_owned(), v.to_owned());
         move |cm: &mut ConfigMap| {
             cm.data.get_or_insert_with(BTreeMap::new).insert(k, v);
+            Ok(())
         }
     };
     let (cm, op) = create_or_update(&cms, "cfg", set("a", "1")).await.unwrap();
@@ -107,6 +108,56 @@ async fn create_or_update_and_patch_report_what_they_did() {
     assert_eq!((data["a"].as_str(), data["b"].as_str()), ("2", "x"));
     let (_, op) = create_or_patch(&cms, "other", set("c", "y")).await.unwrap();
     assert_eq!(op, Operation::Created);
+
+    // A failing mutation writes nothing, whether the object exists or not.
+    let refuse = |cm: &mut ConfigMap| {
+        cm.data = None;
+        Err(ClientError::mutate("no data for you"))
+    };
+    let err = create_or_update(&cms, "cfg", refuse).await.unwrap_err();
+    assert!(matches!(err, ClientError::Mutate(_)), "{err}");
+    let err = create_or_patch(&cms, "never", refuse).await.unwrap_err();
+    assert!(matches!(err, ClientError::Mutate(_)), "{err}");
+    assert!(cms.get_opt("never").await.unwrap().is_none());
+    assert_eq!(cms.get("cfg").await.unwrap().data.unwrap().len(), 2);
+    // Renaming in the mutation would write another object: refused.
+    let rename = |cm: &mut ConfigMap| {
+        cm.metadata.name = Some("elsewhere".into());
+        Ok(())
+    };
+    let err = create_or_patch(&cms, "cfg", rename).await.unwrap_err();
+    assert!(matches!(err, ClientError::Renamed), "{err}");
+    // The helpers' own errors pass through a mutation.
+    let owner = cms.get("other").await.unwrap();
+    let (owned, _) = create_or_update(&cms, "owned", |cm| set_controller_reference(&owner, cm))
+        .await
+        .unwrap();
+    assert!(is_controlled_by(&owner, &owned));
+    let err = create_or_update(&cms, "owned", |cm| {
+        set_controller_reference(&cms_owner_stub(), cm)
+    })
+    .await
+    .unwrap_err();
+    assert!(matches!(err, ClientError::AlreadyOwned { .. }), "{err}");
+    assert!(
+        cms.get("missing")
+            .await
+            .map_err(ClientError::from)
+            .unwrap_err()
+            .is_not_found()
+    );
+}
+
+/// A ConfigMap that looks read back from the server (name and uid), to own things.
+fn cms_owner_stub() -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("stub".into()),
+            uid: Some("00000000-0000-0000-0000-000000000001".into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    }
 }
 
 #[tokio::test]
@@ -143,11 +194,18 @@ async fn finalizers_and_server_side_apply() {
         .unwrap();
     let pending = cms.get("applied").await.unwrap();
     assert!(pending.metadata.deletion_timestamp.is_some());
-    remove_finalizer(&cms, &pending, "rudder.dev/cleanup")
+    let removed = remove_finalizer(&cms, &pending, "rudder.dev/cleanup")
         .await
         .unwrap();
+    // The server answers with the object's last state, without the finalizer.
+    assert!(!has_finalizer(&removed.unwrap(), "rudder.dev/cleanup"));
     assert!(
         cms.get_opt("applied").await.unwrap().is_none(),
         "gone once the finalizer is"
     );
+    // A reconcile from a stale cache removing it again: success, nothing to write.
+    let again = remove_finalizer(&cms, &pending, "rudder.dev/cleanup")
+        .await
+        .unwrap();
+    assert!(again.is_none());
 }
