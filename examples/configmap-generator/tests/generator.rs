@@ -14,8 +14,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{CustomResourceExt, ResourceExt};
 use rudder::Manager;
 use tokio_util::sync::CancellationToken;
-use tracing::Level;
-use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::prelude::*;
 
 /// Waits up to 30 s for `check` to give a value.
@@ -79,15 +78,10 @@ fn status_generated(g: &ConfigMapGenerator) -> Option<(u32, Option<i64>)> {
 
 #[tokio::test]
 async fn generates_scales_updates_and_cleans_up() {
-    // Reconcile errors show in the output of a failing run (without the client's errors
-    // while envtest polls the starting API server).
+    // Reconcile errors show in the output of a failing run.
     let _ = tracing_subscriber::registry()
         .with(tracing_subscriber::fmt::layer().with_test_writer())
-        .with(
-            Targets::new()
-                .with_default(Level::INFO)
-                .with_target("kube_client", LevelFilter::OFF),
-        )
+        .with(LevelFilter::INFO)
         .try_init();
     let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
     assert!(
