@@ -20,6 +20,17 @@
 //!
 //! [`register`] adds the controller to a [`Manager`]; the binary and the integration test
 //! share it.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! // With the CRD installed: `cargo run -p configmap-generator -- --crd | kubectl apply -f -`.
+//! let client = kube::Client::try_default().await?;
+//! let manager = rudder::Manager::builder(client).name("configmap-generator").build()?;
+//! configmap_generator::register(&manager).await?;
+//! manager.start_until_signal().await?;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
