@@ -1,0 +1,94 @@
+//! The `chaospod` operator binary as a user runs it: `--crd` prints an installable CRD, and
+//! the operator, pointed at a cluster by `KUBECONFIG`, runs Pods for ChaosPods and stops
+//! cleanly on SIGTERM.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use chaospod::ChaosPod;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+
+#[test]
+fn crd_flag_prints_the_crd() {
+    let out = Command::new(env!("CARGO_BIN_EXE_chaospod"))
+        .arg("--crd")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let crd: CustomResourceDefinition = serde_yaml::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        crd.metadata.name.as_deref(),
+        Some("chaospods.examples.rudder.dev")
+    );
+    let bad = Command::new(env!("CARGO_BIN_EXE_chaospod"))
+        .arg("--bogus")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+/// Kills the operator if the test fails before it exits, so no process outlives the test.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn operator_runs_chaospods_and_stops_on_sigterm() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("chaospod-bin").await.unwrap();
+    chaospod::install_crd(&ns.client()).await.unwrap();
+    let mut operator = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_chaospod"))
+            .args([
+                "--namespace",
+                ns.name(),
+                "--leader-election-namespace",
+                ns.name(),
+            ])
+            .args([
+                "--health-address",
+                "127.0.0.1:0",
+                "--metrics-address",
+                "127.0.0.1:0",
+            ])
+            .env("KUBECONFIG", env.kubeconfig_path())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+
+    let chaospods: Api<ChaosPod> = ns.api();
+    chaospods
+        .create(
+            &PostParams::default(),
+            &ChaosPod::new_with_image("bin", "registry.k8s.io/pause:3.9", Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = ns.api();
+    rudder_envtest::eventually("the operator's pod", Duration::from_secs(30), async || {
+        pods.get_opt("bin").await.unwrap()
+    })
+    .await;
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &operator.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = rudder_envtest::eventually(
+        "the operator to exit",
+        Duration::from_secs(30),
+        async || operator.0.try_wait().unwrap(),
+    )
+    .await;
+    assert!(status.success(), "exited with {status}");
+}
