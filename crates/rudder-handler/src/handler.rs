@@ -27,6 +27,17 @@ pub trait EventHandler<K>: Send + Sync {
     fn handle(&self, event: &Event<K>, queue: &Queue);
 }
 
+/// Any `Fn(&Event<K>, &Queue)` is a handler: the way to map items of a raw source (a
+/// channel of anything) to requests.
+impl<K, F> EventHandler<K> for F
+where
+    F: Fn(&Event<K>, &Queue) + Send + Sync,
+{
+    fn handle(&self, event: &Event<K>, queue: &Queue) {
+        self(event, queue);
+    }
+}
+
 impl<K> EventHandler<K> for Box<dyn EventHandler<K>> {
     fn handle(&self, event: &Event<K>, queue: &Queue) {
         (**self).handle(event, queue);

@@ -318,3 +318,73 @@ async fn global_predicates_filter_every_watch_and_tools_reach_the_reconciler() {
     stop.cancel();
     running.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn raw_sources_bypass_global_predicates() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("builder-raw").await.unwrap();
+    let m = Arc::new(manager(&ns));
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let (events, source) = rudder::handler::channel::<String>(8);
+    let namespace = ns.name().to_owned();
+    rudder::controller(&m)
+        .for_::<ConfigMap>()
+        // Drops every event of every object watch...
+        .event_filter(|_: rudder::handler::MetaEvent<'_>| false)
+        // ...but not those of a raw source, whose items are no objects.
+        .watches_raw(
+            source,
+            move |event: &rudder::handler::Event<String>, queue: &rudder::handler::Queue| {
+                queue.add(Request::namespaced(&namespace, event.object()));
+            },
+            Vec::new(),
+        )
+        .named("builder-raw")
+        .complete(Recorder(tx))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (m, stop) = (Arc::clone(&m), stop.clone());
+        async move { m.start(stop).await }
+    });
+    Api::<ConfigMap>::namespaced(ns.client(), ns.name())
+        .create(
+            &PostParams::default(),
+            &ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some("filtered".into()),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            },
+        )
+        .await
+        .unwrap();
+    // The informer has the ConfigMap (and has handed its event to the watch) before the
+    // channel's item is sent.
+    rudder_envtest::eventually(
+        "the cache to see the ConfigMap",
+        Duration::from_secs(30),
+        async || {
+            m.cache()
+                .get::<ConfigMap>(Some(ns.name()), "filtered")
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+    events
+        .send(rudder::handler::Event::Generic {
+            object: Arc::new("from-the-channel".to_owned()),
+        })
+        .await
+        .unwrap();
+    // Had the filter let the ConfigMap's event through, it would have come first.
+    assert_eq!(
+        next(&mut seen).await,
+        Request::namespaced(ns.name(), "from-the-channel")
+    );
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
