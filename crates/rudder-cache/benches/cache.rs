@@ -302,11 +302,17 @@ async fn kube_runtime(
     }
 }
 
-/// Time to a synced store, Rudder's informer (default transform).
-async fn sync_rudder(env: &TestEnv, ns: &TestNamespace) -> Duration {
+/// Time to a synced store, Rudder's informer (default transform); `lenient` decodes each
+/// object on its own (`skip_malformed`, as the `Cache`'s typed informers do).
+async fn sync_rudder(env: &TestEnv, ns: &TestNamespace, lenient: bool) -> Duration {
     let api: Api<ConfigMap> = Api::namespaced(env.client().unwrap(), ns.name());
     let start = Instant::now();
-    let informer = Informer::builder(api).start();
+    let builder = Informer::builder(api);
+    let informer = if lenient {
+        builder.skip_malformed().start()
+    } else {
+        builder.start()
+    };
     informer
         .wait_for_sync(Duration::from_secs(300))
         .await
@@ -406,22 +412,34 @@ async fn run() {
         );
     }
     // Single syncs are noisy; alternate the two, 15 rounds, and compare minimums and medians.
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    // The lenient informer (the Cache's default for typed objects) takes turns too.
+    let (mut ours, mut lenient, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..15 {
         if round % 2 == 0 {
-            ours.push(sync_rudder(&env, &ns).await);
+            ours.push(sync_rudder(&env, &ns, false).await);
+            lenient.push(sync_rudder(&env, &ns, true).await);
             theirs.push(sync_kube_runtime(&env, &ns).await);
         } else {
             theirs.push(sync_kube_runtime(&env, &ns).await);
-            ours.push(sync_rudder(&env, &ns).await);
+            lenient.push(sync_rudder(&env, &ns, true).await);
+            ours.push(sync_rudder(&env, &ns, false).await);
         }
     }
     let (our_min, their_min) = (*ours.iter().min().unwrap(), *theirs.iter().min().unwrap());
-    let (ours, theirs) = (median(ours), median(theirs));
+    let lenient_min = *lenient.iter().min().unwrap();
+    let (ours, lenient, theirs) = (median(ours), median(lenient), median(theirs));
     println!();
     println!(
         "initial sync, 15 alternating runs each, same transform: rudder min {our_min:.2?} median {ours:.2?}, \
+         rudder skip_malformed min {lenient_min:.2?} median {lenient:.2?}, \
          kube-runtime min {their_min:.2?} median {theirs:.2?}"
+    );
+    println!(
+        "skip_malformed / kube-runtime: sync time {:.2}x (min), {:.2}x (median); skip_malformed / strict: {:.2}x (min), {:.2}x (median)",
+        lenient_min.as_secs_f64() / their_min.as_secs_f64(),
+        lenient.as_secs_f64() / theirs.as_secs_f64(),
+        lenient_min.as_secs_f64() / our_min.as_secs_f64(),
+        lenient.as_secs_f64() / ours.as_secs_f64(),
     );
     let sync_ratio = ours.as_secs_f64() / theirs.as_secs_f64();
     let sync_min_ratio = our_min.as_secs_f64() / their_min.as_secs_f64();

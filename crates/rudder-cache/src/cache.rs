@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::{Error, Result, SyncError};
-use crate::informer::{DEFAULT_RESYNC, Informer};
+use crate::informer::{DEFAULT_RESYNC, Informer, InformerBuilder};
 use crate::store::{NAMESPACE_INDEX, ObjectKey};
 use crate::transform::{Transform, strip_managed_fields};
 
@@ -377,7 +377,13 @@ impl Cache {
         let scope = &typed_scope::<K>(scope);
         self.inner
             .get_or_start(TypeKey::Typed(TypeId::of::<K>()), scope, |ns| {
-                <K::Scope as ApiScope>::api::<K>(client, ns)
+                let informer = Informer::builder(<K::Scope as ApiScope>::api::<K>(client, ns));
+                // Metadata decodes whatever the object's type; a full object may not.
+                if K::metadata_api() {
+                    informer
+                } else {
+                    informer.skip_malformed()
+                }
             })
     }
 
@@ -425,9 +431,11 @@ impl Cache {
     ) -> Result<Informer<DynamicObject>> {
         let client = self.inner.client.clone();
         self.inner
-            .get_or_start(TypeKey::dynamic(resource), scope, |ns| match ns {
-                Some(ns) => Api::namespaced_with(client, ns, resource),
-                None => Api::all_with(client, resource),
+            .get_or_start(TypeKey::dynamic(resource), scope, |ns| {
+                Informer::builder(match ns {
+                    Some(ns) => Api::namespaced_with(client, ns, resource),
+                    None => Api::all_with(client, resource),
+                })
             })
     }
 
@@ -835,7 +843,7 @@ impl Inner {
         &self,
         ty: TypeKey,
         scope: &Scope,
-        api: impl FnOnce(Option<&str>) -> Api<K>,
+        builder: impl FnOnce(Option<&str>) -> InformerBuilder<K>,
     ) -> Result<Informer<K>>
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -868,7 +876,7 @@ impl Inner {
         };
         let token = self.token.child_token();
         let tracker = TaskTracker::new();
-        let informer = Informer::builder(api(scope.namespace.as_deref()))
+        let informer = builder(scope.namespace.as_deref())
             .config(scope.watcher_config())
             .transform_opt(transform)
             .resync(self.resync)

@@ -126,9 +126,15 @@
 //! [`Informer::stats`] and retried after kube-runtime's default backoff. An object that
 //! does not decode into the informer's type is logged at `warn`, counted as
 //! [`InformerStats::malformed_objects`] (and, with the `metrics` feature, in
-//! `rudder_cache_malformed_objects_total`) and skipped; the watch goes on. (In a list, one such
-//! object fails the whole list, which is retried with backoff; a dynamic or metadata-only
-//! informer is immune.)
+//! `rudder_cache_malformed_objects_total`) and skipped; the watch goes on. In a list, the
+//! [`Cache`]'s typed informers (and any informer built with
+//! [`InformerBuilder::skip_malformed`]) skip it the same way instead of failing the whole
+//! list, which would keep the informer from ever syncing: once a page fails on such an
+//! object (a custom resource written under an older schema), the informer lists again
+//! decoding each object on its own ([`Lenient`]). An object that turns malformed keeps its
+//! last good version in the store until it is deleted. A bare [`Informer::builder`] decodes list pages whole (kube-runtime's way): one
+//! bad object fails the page, retried with backoff. Dynamic and metadata-only informers
+//! decode anything.
 //!
 //! # Features
 //!
@@ -148,6 +154,7 @@
 mod cache;
 mod error;
 mod informer;
+mod lenient;
 mod store;
 mod transform;
 
@@ -156,5 +163,6 @@ pub use cache::{
 };
 pub use error::{Error, IndexError, Result, SyncError};
 pub use informer::{DEFAULT_RESYNC, Event, EventStream, Informer, InformerBuilder, InformerStats};
+pub use lenient::{Lenient, Malformed};
 pub use store::{IndexFn, NAMESPACE_INDEX, ObjectKey, Store};
 pub use transform::{Transform, strip_managed_fields};

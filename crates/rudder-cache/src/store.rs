@@ -302,6 +302,21 @@ impl<K: Resource> Store<K> {
         Some(entry.obj)
     }
 
+    /// Stamps the object with this key, if stored, as seen in list `epoch`; whether it was.
+    pub(crate) fn touch(&self, key: &ObjectKey, epoch: u64) -> bool {
+        let mut guard = self.write();
+        let inner = &mut *guard;
+        let ns = key.namespace.as_deref();
+        let hash = inner.hash(ns, &key.name);
+        match inner.objects.find_mut(hash, |e| is(&*e.obj, ns, &key.name)) {
+            Some(entry) => {
+                entry.epoch = epoch;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Removes every object not seen in list `epoch`, returning them.
     pub(crate) fn sweep(&self, epoch: u64) -> Vec<Arc<K>> {
         let mut guard = self.write();

@@ -449,6 +449,90 @@ async fn a_malformed_object_is_counted_and_skipped_and_the_watch_goes_on() {
 }
 
 #[tokio::test]
+async fn a_malformed_object_in_the_list_does_not_keep_the_informer_from_syncing() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    env.install_crd_yaml(WIDGET_CRD).await.unwrap();
+    let ns = env.namespace("informer_malformed_list").await.unwrap();
+    let resource = kube::api::ApiResource::erase::<Widget>(&());
+    let raw: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(ns.client(), ns.name(), &resource);
+    let widget = |name: &str, size: serde_json::Value| {
+        serde_json::from_value::<kube::api::DynamicObject>(serde_json::json!({
+            "apiVersion": "malformed.rudder.test/v1",
+            "kind": "Widget",
+            "metadata": { "name": name },
+            "spec": { "size": size },
+        }))
+        .unwrap()
+    };
+    for (name, size) in [("one", 1.into()), ("bad", "huge".into()), ("two", 2.into())] {
+        raw.create(&PostParams::default(), &widget(name, size))
+            .await
+            .unwrap();
+    }
+
+    // A strict informer decodes the list as one page: the bad object fails it, every time.
+    let strict = Informer::builder(ns.api::<Widget>()).start();
+    let err = strict
+        .wait_for_sync(Duration::from_secs(3))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SyncError::Timeout { .. }), "{err}");
+    strict.stop().await;
+
+    // Decoding each object on its own, it syncs with the two good ones.
+    let informer = Informer::builder(ns.api::<Widget>())
+        .skip_malformed()
+        .start();
+    informer
+        .wait_for_sync(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let mut stored: Vec<_> = informer
+        .store()
+        .list()
+        .iter()
+        .map(|w| (w.metadata.name.clone().unwrap(), w.spec.size))
+        .collect();
+    stored.sort();
+    assert_eq!(stored, [("one".to_owned(), 1), ("two".to_owned(), 2)]);
+    assert_eq!(informer.stats().malformed_objects, 1);
+
+    // On the watch too; an object that turns malformed keeps its last good version.
+    let mut events = informer.subscribe();
+    take(&mut events, 2).await;
+    let mut one = raw.get("one").await.unwrap();
+    one.data["spec"]["size"] = "lots".into();
+    raw.replace("one", &PostParams::default(), &one)
+        .await
+        .unwrap();
+    raw.create(&PostParams::default(), &widget("three", 3.into()))
+        .await
+        .unwrap();
+    assert_eq!(take(&mut events, 1).await, ["add three initial=false"]);
+    assert_eq!(informer.stats().malformed_objects, 2);
+    let key = rudder_cache::ObjectKey::namespaced(ns.name(), "one");
+    assert_eq!(informer.store().get(&key).unwrap().spec.size, 1);
+    informer.stop().await;
+
+    // The cache's typed informers decode this way.
+    let token = tokio_util::sync::CancellationToken::new();
+    let cache = rudder_cache::Cache::builder(ns.client())
+        .default_namespace(ns.name())
+        .build(&token);
+    let two = tokio::time::timeout(
+        Duration::from_secs(30),
+        cache.get::<Widget>(Some(ns.name()), "two"),
+    )
+    .await
+    .expect("the cache's Widget informer syncs")
+    .unwrap()
+    .unwrap();
+    assert_eq!(two.spec.size, 2);
+    token.cancel();
+}
+
+#[tokio::test]
 async fn an_informer_runs_while_a_handle_or_stream_is_held_and_stops_after() {
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("informer_dropped").await.unwrap();
