@@ -5,6 +5,11 @@ use crate::util::{cargo, run as sh, step};
 /// Runs the whole CI pipeline. Extra arguments are passed to `cargo test`.
 pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
     let assets = step("envtest install", || crate::envtest::install(false))?;
+    // A scaffolded controller goes through every check and test below, then is removed.
+    let _scaffold = step(
+        "cargo xtask new-controller (for CI)",
+        crate::scaffold::scaffold_for_ci,
+    )?;
     step("cargo fmt --check", || {
         sh(cargo().args(["fmt", "--all", "--check"]))
     })?;

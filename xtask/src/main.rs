@@ -8,6 +8,7 @@
 mod ci;
 mod demo;
 mod envtest;
+mod scaffold;
 mod util;
 
 use std::process::ExitCode;
@@ -20,7 +21,11 @@ Tasks:
                           the ChaosPod controller for S seconds (default 30) on a local
                           control plane (installed first if needed) or on a cluster
   ci                      run everything CI runs: envtest install, fmt check, clippy,
-                          docs, tests, a short demo (the README's test command)
+                          docs, tests (a freshly scaffolded controller's included), a
+                          short demo (the README's test command)
+  new-controller NAME [--kind KIND] [--group GROUP]
+                          scaffold a controller crate in examples/NAME: a custom resource,
+                          a reconciler, an operator binary and an envtest test
   envtest install         install kube-apiserver and etcd for rudder-envtest (idempotent)
       --print-path        only print the directory holding the binaries
   help                    this text
@@ -32,6 +37,7 @@ fn main() -> ExitCode {
     let result = match args.as_slice() {
         ["ci", rest @ ..] => ci::run(rest),
         ["demo", rest @ ..] => demo::run(rest),
+        ["new-controller", rest @ ..] => scaffold::run(rest),
         ["envtest", rest @ ..] => envtest::run(rest),
         [] | ["help" | "--help" | "-h"] => {
             print!("{HELP}");

@@ -44,6 +44,14 @@ pub enum ClientError {
     /// The mutation changed the object's name or namespace, which picks another object.
     #[error("the mutation changed the object's name or namespace")]
     Renamed,
+    /// A CustomResourceDefinition was applied but not served in time.
+    #[error("CustomResourceDefinition {name} was not established and served within {timeout:?}")]
+    CrdNotServed {
+        /// The CRD's name.
+        name: String,
+        /// How long it was given.
+        timeout: std::time::Duration,
+    },
 }
 
 impl ClientError {
@@ -342,6 +350,74 @@ where
             &Patch::Merge(&patch),
         )
         .await?)
+}
+
+/// Server-side applies a CustomResourceDefinition as `field_owner` (forcing conflicts), then
+/// waits until it is established and its custom resources can be listed, so a controller
+/// for them can be built right after (an operator installing its own CRDs at start).
+///
+/// # Errors
+///
+/// [`ClientError::Api`] if the API server refuses the CRD (or the client lacks the right to
+/// write CRDs); [`ClientError::CrdNotServed`] if it is not served within `timeout`.
+pub async fn apply_crd(
+    client: &kube::Client,
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    field_owner: &str,
+    timeout: std::time::Duration,
+) -> Result<(), ClientError> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let name = crd.name_any();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut crd = crd.clone();
+    // Fields the server owns would make the apply fail.
+    crd.metadata.managed_fields = None;
+    crd.metadata.resource_version = None;
+    crd.status = None;
+    crds.patch(
+        &name,
+        &PatchParams::apply(field_owner).force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let established = crds.get_opt(&name).await?.is_some_and(|crd| {
+            crd.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        });
+        if established && lists(client, &crd).await {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(ClientError::CrdNotServed { name, timeout });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether the custom resources of `crd`'s storage version can be listed yet.
+async fn lists(
+    client: &kube::Client,
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> bool {
+    let Some(version) = crd.spec.versions.iter().find(|v| v.served) else {
+        return false;
+    };
+    let resource = kube::core::ApiResource {
+        group: crd.spec.group.clone(),
+        version: version.name.clone(),
+        api_version: format!("{}/{}", crd.spec.group, version.name),
+        kind: crd.spec.names.kind.clone(),
+        plural: crd.spec.names.plural.clone(),
+    };
+    let api: Api<kube::core::DynamicObject> = Api::all_with(client.clone(), &resource);
+    api.list(&kube::api::ListParams::default().limit(1))
+        .await
+        .is_ok()
 }
 
 /// Server-side applies `object` as `field_owner` (forcing conflicts, as a controller that

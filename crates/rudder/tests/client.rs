@@ -209,3 +209,61 @@ async fn finalizers_and_server_side_apply() {
         .unwrap();
     assert!(again.is_none());
 }
+
+#[tokio::test]
+async fn apply_crd_waits_until_its_resources_are_served() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let client = env.client().unwrap();
+    let crd = |name: &str, plural: &str| -> CustomResourceDefinition {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": { "name": name },
+            "spec": {
+                "group": "apply.rudder.dev",
+                "names": { "kind": "Gadget", "plural": plural },
+                "scope": "Namespaced",
+                "versions": [{
+                    "name": "v1", "served": true, "storage": true,
+                    "schema": { "openAPIV3Schema": {
+                        "type": "object", "x-kubernetes-preserve-unknown-fields": true
+                    } }
+                }]
+            }
+        }))
+        .unwrap()
+    };
+    let good = crd("gadgets.apply.rudder.dev", "gadgets");
+    let timeout = std::time::Duration::from_secs(30);
+    rudder::client::apply_crd(&client, &good, "rudder-test", timeout)
+        .await
+        .unwrap();
+    // Served at once: no wait needed before using it.
+    let resource = kube::core::ApiResource {
+        group: "apply.rudder.dev".into(),
+        version: "v1".into(),
+        api_version: "apply.rudder.dev/v1".into(),
+        kind: "Gadget".into(),
+        plural: "gadgets".into(),
+    };
+    let gadgets: Api<kube::core::DynamicObject> = Api::all_with(client.clone(), &resource);
+    assert!(
+        gadgets
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    // Again: harmless.
+    rudder::client::apply_crd(&client, &good, "rudder-test", timeout)
+        .await
+        .unwrap();
+    // A CRD the server refuses (its name must be <plural>.<group>) is its error, at once.
+    let bad = crd("wrong.apply.rudder.dev", "gadgets");
+    let err = rudder::client::apply_crd(&client, &bad, "rudder-test", timeout)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status_code(), Some(422), "{err}");
+}

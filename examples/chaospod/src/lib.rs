@@ -27,7 +27,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -452,50 +451,17 @@ pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
     serde_yaml::to_string(&ChaosPod::crd())
 }
 
-/// Why the CRD could not be installed.
-#[derive(Debug, thiserror::Error)]
-pub enum InstallError {
-    /// The API server refused it.
-    #[error("cannot apply the ChaosPod CRD")]
-    Apply(#[source] kube::Error),
-    /// It was not served in time.
-    #[error("the ChaosPod CRD was not established within {0:?}")]
-    NotEstablished(Duration),
-}
-
 /// Installs (server-side applies) the ChaosPod CRD and waits until the API server serves it.
 ///
 /// # Errors
 ///
-/// [`InstallError`].
-pub async fn install_crd(client: &kube::Client) -> Result<(), InstallError> {
-    let crd = ChaosPod::crd();
-    let name = crd.name_any();
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&crd),
+/// As [`rudder::client::apply_crd`].
+pub async fn install_crd(client: &kube::Client) -> Result<(), rudder::client::ClientError> {
+    rudder::client::apply_crd(
+        client,
+        &ChaosPod::crd(),
+        FIELD_MANAGER,
+        Duration::from_secs(30),
     )
     .await
-    .map_err(InstallError::Apply)?;
-    let timeout = Duration::from_secs(30);
-    let deadline = tokio::time::Instant::now() + timeout;
-    let chaospods: Api<ChaosPod> = Api::all(client.clone());
-    loop {
-        let established = api.get(&name).await.ok().is_some_and(|crd| {
-            crd.status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        });
-        if established && chaospods.list(&Default::default()).await.is_ok() {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(InstallError::NotEstablished(timeout));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
