@@ -1,5 +1,5 @@
 //! Client helpers for reconcilers: owner references, create-or-update, create-or-patch,
-//! finalizers and server-side apply.
+//! finalizers, server-side apply, and installing a CRD.
 
 use std::fmt::Debug;
 

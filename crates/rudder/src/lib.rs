@@ -56,8 +56,9 @@
 //! refuses a second controller owner), [`client::create_or_update`] and
 //! [`client::create_or_patch`] (write only when the mutation changed something, and say
 //! which happened), [`client::add_finalizer`] / [`client::remove_finalizer`] /
-//! [`client::has_finalizer`] (and kube-runtime's [`client::finalizer`] flow), and
-//! [`client::apply`] (server-side apply with a field owner).
+//! [`client::has_finalizer`] (and kube-runtime's [`client::finalizer`] flow),
+//! [`client::is_controlled_by`], [`client::apply`] (server-side apply with a field owner),
+//! and [`client::apply_crd`] (install a CRD at start and wait until it is served).
 //!
 //! # Features
 //!
