@@ -35,7 +35,13 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
             .args(test_args)
             .env("RUDDER_ENVTEST_ASSETS", &assets))
     })?;
-    step("demo (12 s)", || crate::demo::run_built(12))?;
+    // The binary the tests built: in the profile they were built in.
+    let profile = if test_args.contains(&"--release") {
+        "release"
+    } else {
+        "debug"
+    };
+    step("demo (12 s)", || crate::demo::run_built(profile, 12))?;
     println!("ci: all checks passed");
     Ok(())
 }

@@ -15,10 +15,10 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
     sh(&mut cmd)
 }
 
-/// Runs the demo binary a previous `cargo test --workspace` built (so CI compiles nothing
-/// more), for `seconds`.
-pub(crate) fn run_built(seconds: u32) -> Result<(), String> {
-    let binary = target_dir()?.join("debug").join("demo");
+/// Runs the demo binary a previous `cargo test --workspace` built in `profile` (so CI
+/// compiles nothing more), for `seconds`.
+pub(crate) fn run_built(profile: &str, seconds: u32) -> Result<(), String> {
+    let binary = target_dir()?.join(profile).join("demo");
     let seconds = seconds.to_string();
     let args = ["--duration", seconds.as_str()];
     let mut cmd = Command::new(&binary);

@@ -24,6 +24,51 @@ Creates examples/NAME: a crate with a custom resource KIND (default: NAME in Pas
 API group GROUP (default: NAME.example.com), a reconciler, an operator binary and a test
 against a real API server. NAME: lowercase letters, digits and '-', starting with a letter.";
 
+/// Kinds the generated code cannot use: names it defines or imports.
+const TAKEN_KINDS: &[&str] = &[
+    "Action",
+    "Api",
+    "Cache",
+    "Context",
+    "Controller",
+    "CustomResource",
+    "Deserialize",
+    "Duration",
+    "EnqueueObject",
+    "EnqueueOwner",
+    "Error",
+    "Event",
+    "EventType",
+    "GenerationChanged",
+    "JsonSchema",
+    "Kind",
+    "Manager",
+    "Patch",
+    "PatchParams",
+    "Reconciler",
+    "Request",
+    "Serialize",
+    "TerminalError",
+    "Tools",
+];
+
+/// Package names the generated crate cannot take: the workspace's own and its dependencies'.
+const TAKEN_CRATES: &[&str] = &[
+    "rudder",
+    "kube",
+    "kube-runtime",
+    "k8s-openapi",
+    "schemars",
+    "serde",
+    "serde-json",
+    "serde-yaml",
+    "thiserror",
+    "tokio",
+    "tokio-util",
+    "tracing",
+    "xtask",
+];
+
 /// The names a scaffold is made of.
 #[derive(Debug, PartialEq, Eq)]
 struct Names {
@@ -68,6 +113,20 @@ impl Names {
         if !valid_kind {
             return Err(format!(
                 "bad kind {kind:?}: use letters and digits, starting with a capital"
+            ));
+        }
+        if TAKEN_KINDS.contains(&kind.as_str()) {
+            return Err(format!(
+                "kind {kind:?} would clash with a name the generated code uses: pick another with --kind"
+            ));
+        }
+        let taken = TAKEN_CRATES.contains(&name)
+            || ["crates", "examples"]
+                .iter()
+                .any(|dir| workspace_root().join(dir).join(name).exists());
+        if taken {
+            return Err(format!(
+                "name {name:?} is a crate the workspace already has or depends on: pick another"
             ));
         }
         let group = group.map_or_else(|| format!("{name}.example.com"), str::to_owned);
@@ -257,6 +316,17 @@ mod tests {
             assert!(Names::new(bad, None, None).is_err(), "{bad:?}");
         }
         assert!(Names::new("ok", Some("lower"), None).is_err());
+        assert!(Names::new("ok", Some("Manager"), None).is_err());
+        assert!(Names::new("manager", None, None).is_err(), "kind Manager");
+        assert!(Names::new("tokio", None, None).is_err());
+        assert!(
+            Names::new("chaospod", None, None).is_err(),
+            "an example already"
+        );
+        assert!(
+            Names::new("rudder-cache", None, None).is_err(),
+            "a crate already"
+        );
         assert!(Names::new("ok", None, Some("nodot")).is_err());
         assert!(Names::new("ok", None, Some("Upper.io")).is_err());
     }

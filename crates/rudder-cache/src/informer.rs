@@ -237,9 +237,9 @@ where
     /// decode into `K` is skipped (logged, counted in
     /// [`InformerStats::malformed_objects`]) instead of failing its whole list page, which
     /// would keep the informer from ever syncing. A stored object that turns malformed
-    /// keeps its last good version. Pages are decoded whole, as usual, until one fails on
-    /// such an object; from then on the informer lists and watches again decoding each
-    /// object on its own (about 20% more decoding time per object, `cargo bench -p
+    /// keeps its last good version until it is deleted. Pages and events are decoded whole,
+    /// as usual, until one fails on such an object; from then on the informer lists and
+    /// watches again decoding each object on its own (about 20% more decoding time per object, `cargo bench -p
     /// rudder-cache --bench decode`). [`Cache`](crate::Cache) turns it on for every typed
     /// informer.
     #[must_use]
@@ -257,9 +257,9 @@ where
 type WatchStream<K> =
     futures::stream::BoxStream<'static, Result<watcher::Event<Lenient<K>>, watcher::Error>>;
 
-/// `strict` until a list page fails on an object that does not decode, then a new watch
-/// of `lenient` (from a fresh list) for good: decoding objects one by one costs nothing
-/// until some object needs it.
+/// `strict` until an object does not decode (in a list page or a watch event), then a new
+/// watch of `lenient` (from a fresh list) for good: decoding objects one by one costs
+/// nothing until some object needs it.
 fn lenient_on_failure<K>(
     strict: WatchStream<K>,
     lenient: Api<Lenient<K>>,
@@ -274,12 +274,15 @@ where
         |(mut stream, mut fallback)| async move {
             loop {
                 let item = stream.next().await?;
-                let failed_page = matches!(&item, Err(e @ watcher::Error::InitialListFailed(_)) if is_malformed(e));
+                // A list page that failed on one object, or a watch event whose object did
+                // not decode (skipping it would lose that object's later deletion: the watch
+                // resumes after it, and the store would keep the old version for good).
+                let malformed = matches!(&item, Err(e) if is_malformed(e));
                 match fallback.take() {
-                    Some((api, config)) if failed_page => {
+                    Some((api, config)) if malformed => {
                         tracing::info!(
                             resource = %describe(&api, &config),
-                            "a list page holds an object that does not decode; listing again, decoding each object on its own"
+                            "an object does not decode; listing again, decoding each object on its own"
                         );
                         stream = watcher(api, config).default_backoff().boxed();
                     }

@@ -129,9 +129,9 @@
 //! `rudder_cache_malformed_objects_total`) and skipped; the watch goes on. In a list, the
 //! [`Cache`]'s typed informers (and any informer built with
 //! [`InformerBuilder::skip_malformed`]) skip it the same way instead of failing the whole
-//! list, which would keep the informer from ever syncing: once a page fails on such an
-//! object (a custom resource written under an older schema), the informer lists again
-//! decoding each object on its own ([`Lenient`]). An object that turns malformed keeps its
+//! list, which would keep the informer from ever syncing: once a page or a watch event
+//! fails on such an object (a custom resource written under an older schema), the informer
+//! lists again decoding each object on its own ([`Lenient`]). An object that turns malformed keeps its
 //! last good version in the store until it is deleted. A bare [`Informer::builder`] decodes list pages whole (kube-runtime's way): one
 //! bad object fails the page, retried with backoff. Dynamic and metadata-only informers
 //! decode anything.

@@ -533,6 +533,60 @@ async fn a_malformed_object_in_the_list_does_not_keep_the_informer_from_syncing(
 }
 
 #[tokio::test]
+async fn an_object_turning_malformed_on_the_watch_is_still_seen_deleted() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    env.install_crd_yaml(WIDGET_CRD).await.unwrap();
+    let ns = env.namespace("informer_malformed_watch").await.unwrap();
+    let resource = kube::api::ApiResource::erase::<Widget>(&());
+    let raw: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(ns.client(), ns.name(), &resource);
+    let widget = |name: &str, size: serde_json::Value| {
+        serde_json::from_value::<kube::api::DynamicObject>(serde_json::json!({
+            "apiVersion": "malformed.rudder.test/v1",
+            "kind": "Widget",
+            "metadata": { "name": name },
+            "spec": { "size": size },
+        }))
+        .unwrap()
+    };
+    for name in ["w1", "w2"] {
+        raw.create(&PostParams::default(), &widget(name, 1.into()))
+            .await
+            .unwrap();
+    }
+    // All good: the list decodes whole.
+    let informer = Informer::builder(ns.api::<Widget>())
+        .skip_malformed()
+        .start();
+    let mut events = informer.subscribe();
+    informer
+        .wait_for_sync(Duration::from_secs(20))
+        .await
+        .unwrap();
+    take(&mut events, 2).await;
+
+    // w1 turns malformed on the watch: its last good version stays...
+    let mut w1 = raw.get("w1").await.unwrap();
+    w1.data["spec"]["size"] = "lots".into();
+    raw.replace("w1", &PostParams::default(), &w1)
+        .await
+        .unwrap();
+    raw.create(&PostParams::default(), &widget("w3", 3.into()))
+        .await
+        .unwrap();
+    assert_eq!(take(&mut events, 1).await, ["add w3 initial=false"]);
+    let key = rudder_cache::ObjectKey::namespaced(ns.name(), "w1");
+    assert_eq!(informer.store().get(&key).unwrap().spec.size, 1);
+    // ...and its deletion still reaches the store and the handlers (a strict watch would
+    // have skipped the bad event and then the delete's too).
+    raw.delete("w1", &DeleteParams::default()).await.unwrap();
+    assert_eq!(take(&mut events, 1).await, ["delete w1 unknown=true"]);
+    assert!(informer.store().get(&key).is_none());
+    assert!(informer.stats().malformed_objects >= 1);
+    informer.stop().await;
+}
+
+#[tokio::test]
 async fn an_informer_runs_while_a_handle_or_stream_is_held_and_stops_after() {
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("informer_dropped").await.unwrap();

@@ -197,7 +197,8 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     ///
     /// # Errors
     ///
-    /// As [`complete`](Self::complete); `make` is only called once the checks pass.
+    /// As [`complete`](Self::complete). `make` is called once the API server is known to
+    /// serve every watched type, before the name is checked.
     pub async fn complete_with<R: Reconciler>(
         self,
         make: impl FnOnce(Tools) -> R,

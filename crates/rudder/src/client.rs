@@ -208,6 +208,8 @@ where
         None => {
             let mut object = K::default();
             object.meta_mut().name = Some(name.to_owned());
+            // As the server will have it, so a mutation that sets the namespace is no rename.
+            object.meta_mut().namespace = api.namespace().map(str::to_owned);
             mutated(&mut object, mutate)?;
             let created = api.create(&PostParams::default(), &object).await?;
             Ok((created, Operation::Created))
@@ -353,8 +355,9 @@ where
 }
 
 /// Server-side applies a CustomResourceDefinition as `field_owner` (forcing conflicts), then
-/// waits until it is established and its custom resources can be listed, so a controller
-/// for them can be built right after (an operator installing its own CRDs at start).
+/// waits until it is established and discovery serves each of its served versions, so a
+/// controller for its resources can be built right after (an operator installing its own
+/// CRDs at start).
 ///
 /// # Errors
 ///
@@ -389,7 +392,7 @@ pub async fn apply_crd(
                 .iter()
                 .any(|c| c.type_ == "Established" && c.status == "True")
         });
-        if established && lists(client, &crd).await {
+        if established && discovered(client, &crd).await {
             return Ok(());
         }
         if std::time::Instant::now() >= deadline {
@@ -399,25 +402,27 @@ pub async fn apply_crd(
     }
 }
 
-/// Whether the custom resources of `crd`'s storage version can be listed yet.
-async fn lists(
+/// Whether discovery lists `crd`'s resource in each of its served versions (which needs no
+/// right beyond discovery's, unlike a list of the resources).
+async fn discovered(
     client: &kube::Client,
     crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 ) -> bool {
-    let Some(version) = crd.spec.versions.iter().find(|v| v.served) else {
-        return false;
-    };
-    let resource = kube::core::ApiResource {
-        group: crd.spec.group.clone(),
-        version: version.name.clone(),
-        api_version: format!("{}/{}", crd.spec.group, version.name),
-        kind: crd.spec.names.kind.clone(),
-        plural: crd.spec.names.plural.clone(),
-    };
-    let api: Api<kube::core::DynamicObject> = Api::all_with(client.clone(), &resource);
-    api.list(&kube::api::ListParams::default().limit(1))
-        .await
-        .is_ok()
+    for version in crd.spec.versions.iter().filter(|v| v.served) {
+        let group_version = format!("{}/{}", crd.spec.group, version.name);
+        let served = client
+            .list_api_group_resources(&group_version)
+            .await
+            .is_ok_and(|list| {
+                list.resources
+                    .iter()
+                    .any(|r| r.name == crd.spec.names.plural)
+            });
+        if !served {
+            return false;
+        }
+    }
+    true
 }
 
 /// Server-side applies `object` as `field_owner` (forcing conflicts, as a controller that

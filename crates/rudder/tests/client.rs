@@ -108,6 +108,19 @@ async fn create_or_update_and_patch_report_what_they_did() {
     assert_eq!((data["a"].as_str(), data["b"].as_str()), ("2", "x"));
     let (_, op) = create_or_patch(&cms, "other", set("c", "y")).await.unwrap();
     assert_eq!(op, Operation::Created);
+    // Setting the namespace the object has anyway is no rename, new or not.
+    let same_namespace = |cm: &mut ConfigMap| {
+        cm.metadata.namespace = Some(ns.name().to_owned());
+        Ok(())
+    };
+    let (_, op) = create_or_update(&cms, "placed", same_namespace)
+        .await
+        .unwrap();
+    assert_eq!(op, Operation::Created);
+    let (_, op) = create_or_update(&cms, "placed", same_namespace)
+        .await
+        .unwrap();
+    assert_eq!(op, Operation::Unchanged);
 
     // A failing mutation writes nothing, whether the object exists or not.
     let refuse = |cm: &mut ConfigMap| {

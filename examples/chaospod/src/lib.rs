@@ -18,10 +18,12 @@
 //! # }
 //! ```
 //!
-//! The reconciler is written for stale caches: every decision it makes from the cache is
-//! either checked by the API server (a create that already happened is a conflict; a status
-//! write carries the resourceVersion it was computed from) or harmless to repeat (deleting a
-//! Pod that is already gone).
+//! The reconciler is written for stale caches and failed requests: every decision it makes
+//! from the cache is either checked by the API server (a create that already happened is a
+//! conflict; a status write carries the resourceVersion it was computed from) or harmless to
+//! repeat (deleting a Pod that is already gone). Runs and stops are counted by Pod uid, so
+//! each is counted once whatever fails in between; a stop is counted before the Pod is
+//! deleted, and a Pod counted as stopped is deleted again if that delete was lost.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -89,7 +91,11 @@ pub struct ChaosPodStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "timestamp")]
     pub last_stop: Option<Time>,
-    /// The UID of the last Pod stopped, so a stale cache showing it is not stopped twice.
+    /// The UID of the last Pod counted as a run, so no Pod is counted twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run_uid: Option<String>,
+    /// The UID of the last Pod counted as stopped: it is deleted (again, if a delete was
+    /// lost) and never counted twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_stopped_uid: Option<String>,
     /// Pods created.
@@ -199,13 +205,14 @@ impl ChaosPodReconciler {
         }
     }
 
-    /// Writes `status`, failing with a conflict if `chaos` was stale.
+    /// Writes `status`, failing with a conflict if `chaos` was stale; returns the ChaosPod
+    /// as written.
     async fn write_status(
         &self,
         api: &Api<ChaosPod>,
         chaos: &ChaosPod,
         status: &ChaosPodStatus,
-    ) -> Result<(), Error> {
+    ) -> Result<ChaosPod, Error> {
         let patch = json!({
             "metadata": { "resourceVersion": chaos.resource_version() },
             "status": status,
@@ -216,12 +223,12 @@ impl ChaosPodReconciler {
             &Patch::Merge(&patch),
         )
         .await
-        .map_err(kube_err("cannot write the ChaosPod's status"))?;
-        Ok(())
+        .map_err(kube_err("cannot write the ChaosPod's status"))
     }
 
-    /// Creates the Pod; `None` if it already exists (the cache had not seen it yet).
-    async fn start(&self, api: &Api<ChaosPod>, chaos: &ChaosPod) -> Result<Action, Error> {
+    /// Creates the Pod from the template, controlled by the ChaosPod. Its create event
+    /// brings the reconcile that counts the run.
+    async fn start(&self, chaos: &ChaosPod) -> Result<Action, Error> {
         let mut template = chaos.spec.template.clone();
         let mut pod = Pod {
             metadata: template.metadata.take().unwrap_or_default(),
@@ -231,21 +238,30 @@ impl ChaosPodReconciler {
         pod.metadata.name = Some(chaos.name_any());
         pod.metadata.namespace = chaos.namespace();
         rudder::client::set_controller_reference(chaos, &mut pod)?;
-        let pods: Api<Pod> = Api::namespaced(self.tools.client().clone(), &namespace(chaos));
-        let pod = match pods.create(&PostParams::default(), &pod).await {
-            Ok(pod) => pod,
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                // The cache is behind our own create; its event will bring us back.
-                return Ok(Action::done());
-            }
-            Err(source) => return Err(kube_err("cannot create the Pod")(source)),
-        };
+        match self.pods(chaos).create(&PostParams::default(), &pod).await {
+            Ok(_) => Ok(Action::done()),
+            // The cache is behind our own create; its event will bring us back.
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Action::done()),
+            Err(source) => Err(kube_err("cannot create the Pod")(source)),
+        }
+    }
+
+    /// Counts `pod` as a run, once (by its uid), and sets the ChaosPod's next stop for it;
+    /// returns the ChaosPod as written.
+    async fn count_run(
+        &self,
+        api: &Api<ChaosPod>,
+        chaos: &ChaosPod,
+        pod: &Pod,
+    ) -> Result<ChaosPod, Error> {
         let created = pod
             .metadata
             .creation_timestamp
             .clone()
             .unwrap_or_else(|| Time(Timestamp::now()));
         let next_stop = Time(add(created.0, chaos.period()));
+        // Also when it is set already: the answer is the ChaosPod as it is now, whose
+        // resourceVersion the status write below is conditional on.
         let patch = json!({ "spec": { "nextStop": next_stop } });
         let chaos = api
             .patch(
@@ -258,46 +274,52 @@ impl ChaosPodReconciler {
         let mut status = chaos.status.clone().unwrap_or_default();
         status.runs += 1;
         status.last_run = Some(created);
-        self.write_status(api, &chaos, &status).await?;
+        status.last_run_uid = pod.uid();
+        let chaos = self.write_status(api, &chaos, &status).await?;
         self.record(
             &chaos,
             "Started",
             format!("started Pod {} (run {})", chaos.name_any(), status.runs),
         )
         .await;
-        Ok(Action::requeue_after(until(next_stop.0)))
+        Ok(chaos)
     }
 
-    /// Deletes the Pod that is due, and counts the stop.
+    /// Counts the stop of `pod`, once (by its uid), then deletes it.
     async fn stop(&self, api: &Api<ChaosPod>, chaos: &ChaosPod, pod: &Pod) -> Result<(), Error> {
-        let pods: Api<Pod> = Api::namespaced(self.tools.client().clone(), &namespace(chaos));
-        let uid = pod.uid();
+        let mut status = chaos.status.clone().unwrap_or_default();
+        status.stops += 1;
+        status.last_stop = Some(Time(Timestamp::now()));
+        status.last_stopped_uid = pod.uid();
+        let chaos = self.write_status(api, chaos, &status).await?;
+        self.record(
+            &chaos,
+            "Stopped",
+            format!("stopped Pod {} (stop {})", chaos.name_any(), status.stops),
+        )
+        .await;
+        self.delete(&chaos, pod).await
+    }
+
+    /// Deletes `pod` if it is still the Pod of that name.
+    async fn delete(&self, chaos: &ChaosPod, pod: &Pod) -> Result<(), Error> {
         let params = DeleteParams {
-            preconditions: uid.clone().map(|uid| kube::api::Preconditions {
+            preconditions: pod.uid().map(|uid| kube::api::Preconditions {
                 uid: Some(uid),
                 resource_version: None,
             }),
             ..DeleteParams::default()
         };
-        match pods.delete(&pod.name_any(), &params).await {
+        match self.pods(chaos).delete(&pod.name_any(), &params).await {
+            Ok(_) => Ok(()),
             // Gone already (404), or a newer Pod of that name (409): nothing of ours to stop.
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => return Ok(()),
-            Err(source) => return Err(kube_err("cannot delete the Pod")(source)),
+            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => Ok(()),
+            Err(source) => Err(kube_err("cannot delete the Pod")(source)),
         }
-        let mut status = chaos.status.clone().unwrap_or_default();
-        status.stops += 1;
-        status.last_stop = Some(Time(Timestamp::now()));
-        status.last_stopped_uid = uid;
-        self.write_status(api, chaos, &status).await?;
-        self.record(
-            chaos,
-            "Stopped",
-            format!("stopped Pod {} (stop {})", chaos.name_any(), status.stops),
-        )
-        .await;
-        Ok(())
+    }
+
+    fn pods(&self, chaos: &ChaosPod) -> Api<Pod> {
+        Api::namespaced(self.tools.client().clone(), &namespace(chaos))
     }
 }
 
@@ -312,22 +334,29 @@ impl Reconciler for ChaosPodReconciler {
             // The garbage collector deletes the Pod through its owner reference.
             return Ok(Action::done());
         }
-        let api: Api<ChaosPod> = Api::namespaced(self.tools.client().clone(), &namespace(&chaos));
         let Some(pod) = self.tools.get::<Pod>(&request).await? else {
-            return self.start(&api, &chaos).await;
+            return self.start(&chaos).await;
         };
-        let stopped_uid = chaos
-            .status
-            .as_ref()
-            .and_then(|s| s.last_stopped_uid.as_deref());
-        if pod.meta().deletion_timestamp.is_some() || pod.uid().as_deref() == stopped_uid {
-            // Already stopped; its delete event brings us back to start the next one.
+        if pod.meta().deletion_timestamp.is_some() {
+            // Stopping; its delete event brings us back to start the next one.
             return Ok(Action::done());
         }
         if !rudder::client::is_controlled_by(&*chaos, &*pod) {
             tracing::warn!(pod = %pod.name_any(), "a Pod of that name is not ours; leaving it");
             return Ok(Action::done());
         }
+        let status = chaos.status.clone().unwrap_or_default();
+        if pod.uid() == status.last_stopped_uid {
+            // Counted as stopped (or the cache has not seen the delete yet): finish it.
+            self.delete(&chaos, &pod).await?;
+            return Ok(Action::done());
+        }
+        let api: Api<ChaosPod> = Api::namespaced(self.tools.client().clone(), &namespace(&chaos));
+        let chaos = if pod.uid() == status.last_run_uid {
+            (*chaos).clone()
+        } else {
+            self.count_run(&api, &chaos, &pod).await?
+        };
         let due = stop_time(&chaos, &pod);
         if due > Timestamp::now() {
             return Ok(Action::requeue_after(until(due)));

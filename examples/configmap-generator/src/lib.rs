@@ -108,7 +108,7 @@ pub enum Error {
     #[error(transparent)]
     Client(ClientError),
     /// A request to the API server failed.
-    #[error("API request failed: {0}")]
+    #[error("API request failed")]
     Kube(#[from] kube::Error),
     /// A request without a namespace: generators are namespaced, so it names nothing.
     #[error("request {0} has no namespace")]
