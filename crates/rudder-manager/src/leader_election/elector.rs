@@ -149,7 +149,21 @@ impl LeaderElection {
         shared.set_leading(true);
         tracing::info!(lease = %shared.key(), identity = %shared.config.identity(), "acquired the leader lease");
         let lost = CancellationToken::new();
-        let task = tokio::spawn(keep_leading(Arc::clone(shared), cancel, lost.clone()));
+        // A renewing task that panics renews no more: that is leadership lost, and `lost()`
+        // must say so, or the holder would go on leading while others take the Lease over.
+        let on_panic = OnPanic(Some({
+            let (shared, lost) = (Arc::clone(shared), lost.clone());
+            move || {
+                tracing::error!(lease = %shared.key(), "the lease renewing task panicked; leadership is lost");
+                shared.set_leading(false);
+                lost.cancel();
+            }
+        }));
+        let renewing = keep_leading(Arc::clone(shared), cancel, lost.clone());
+        let task = tokio::spawn(async move {
+            let _on_panic = on_panic;
+            renewing.await
+        });
         Ok(Leadership {
             shared: Arc::clone(shared),
             lost,
@@ -180,8 +194,9 @@ impl std::fmt::Debug for Leadership {
 }
 
 impl Leadership {
-    /// Completes when leadership is lost: no renewal succeeded within the renew deadline.
-    /// Stop everything that needs leadership then, and exit the process.
+    /// Completes when leadership is lost: no renewal succeeded within the renew deadline, or
+    /// the renewing task panicked. Stop everything that needs leadership then, and exit the
+    /// process.
     ///
     /// It never completes if leadership ends otherwise (cancellation, or this value being
     /// dropped); select it against your own shutdown signal.
@@ -529,9 +544,60 @@ fn jittered(period: Duration) -> Duration {
     period + period.mul_f64(fraction * JITTER_FACTOR)
 }
 
+/// Runs its function if dropped while the thread panics (a task's future is dropped while
+/// unwinding when the task panics), not on a normal end or an abort.
+struct OnPanic<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Drop for OnPanic<F> {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(f) = self.0.take()
+        {
+            f();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_task_runs_its_on_panic_and_an_ending_one_does_not() {
+        let token = CancellationToken::new();
+        let guard = OnPanic(Some({
+            let token = token.clone();
+            move || token.cancel()
+        }));
+        let ended = tokio::spawn(async move {
+            let _guard = guard;
+        });
+        ended.await.unwrap();
+        assert!(!token.is_cancelled(), "a normal end is no loss");
+
+        let guard = OnPanic(Some({
+            let token = token.clone();
+            move || token.cancel()
+        }));
+        let aborted = tokio::spawn(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+        });
+        aborted.abort();
+        assert!(aborted.await.unwrap_err().is_cancelled());
+        assert!(!token.is_cancelled(), "an abort is no loss");
+
+        let guard = OnPanic(Some({
+            let token = token.clone();
+            move || token.cancel()
+        }));
+        let panicked = tokio::spawn(async move {
+            let _guard = guard;
+            panic!("renewal bug");
+        });
+        assert!(panicked.await.unwrap_err().is_panic());
+        assert!(token.is_cancelled(), "a panic is leadership lost");
+    }
 
     #[test]
     fn jitter_stays_within_client_gos_bounds() {
