@@ -38,8 +38,45 @@ pub(crate) fn render(handle: &PrometheusHandle) -> String {
     text
 }
 
-/// `process_*` metrics as Prometheus' client libraries report them, from `/proc/self`.
-/// CPU time assumes 100 clock ticks per second and memory 4 KiB pages, Linux's usual values.
+/// `AT_PAGESZ` and `AT_CLKTCK`: the auxiliary vector's page size and clock ticks per second.
+const AT_PAGESZ: usize = 6;
+const AT_CLKTCK: usize = 17;
+
+/// The page size and clock ticks per second from an auxiliary vector (`/proc/self/auxv`:
+/// native-endian word pairs, ended by a zero key), where present.
+fn page_size_and_ticks(auxv: &[u8]) -> (Option<u64>, Option<u64>) {
+    const WORD: usize = size_of::<usize>();
+    let (mut page, mut ticks) = (None, None);
+    for pair in auxv.chunks_exact(2 * WORD) {
+        let word = |at: usize| {
+            pair[at..at + WORD]
+                .try_into()
+                .map_or(0, usize::from_ne_bytes)
+        };
+        let value = u64::try_from(word(WORD)).ok().filter(|v| *v > 0);
+        match word(0) {
+            0 => break,
+            AT_PAGESZ => page = value,
+            AT_CLKTCK => ticks = value,
+            _ => {}
+        }
+    }
+    (page, ticks)
+}
+
+/// This process's page size and clock ticks per second, read once; Linux's usual 4096 and
+/// 100 where the kernel does not say.
+fn page_size_and_ticks_here() -> (f64, f64) {
+    static HERE: OnceLock<(f64, f64)> = OnceLock::new();
+    *HERE.get_or_init(|| {
+        let auxv = std::fs::read("/proc/self/auxv").unwrap_or_default();
+        let (page, ticks) = page_size_and_ticks(&auxv);
+        (page.unwrap_or(4096) as f64, ticks.unwrap_or(100) as f64)
+    })
+}
+
+/// `process_*` metrics as Prometheus' client libraries report them, from `/proc/self`, in
+/// the kernel's own clock ticks and page size.
 fn process_metrics() -> String {
     let mut out = String::new();
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
@@ -53,14 +90,14 @@ fn process_metrics() -> String {
     let field = |n: usize| fields.get(n).and_then(|v| v.parse::<f64>().ok());
     // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the state.
     if let (Some(utime), Some(stime)) = (field(11), field(12)) {
-        let cpu = (utime + stime) / 100.0;
+        let cpu = (utime + stime) / page_size_and_ticks_here().1;
         out.push_str(&format!(
             "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n\
              # TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total {cpu}\n"
         ));
     }
     if let (Some(vsize), Some(rss)) = (field(20), field(21)) {
-        let rss = rss * 4096.0;
+        let rss = rss * page_size_and_ticks_here().0;
         out.push_str(&format!(
             "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n\
              # TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes {vsize}\n\
@@ -76,4 +113,30 @@ fn process_metrics() -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auxv(pairs: &[(usize, usize)]) -> Vec<u8> {
+        pairs
+            .iter()
+            .flat_map(|(k, v)| k.to_ne_bytes().into_iter().chain(v.to_ne_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn page_size_and_ticks_come_from_the_auxiliary_vector() {
+        let found = page_size_and_ticks(&auxv(&[(3, 64), (6, 16384), (17, 250), (0, 0), (6, 1)]));
+        assert_eq!(found, (Some(16384), Some(250)));
+        assert_eq!(page_size_and_ticks(&auxv(&[(0, 0)])), (None, None));
+        assert_eq!(page_size_and_ticks(&[1, 2, 3]), (None, None));
+        // This machine's, when it has one.
+        if let Ok(here) = std::fs::read("/proc/self/auxv") {
+            let (page, ticks) = page_size_and_ticks(&here);
+            assert!(page.is_some_and(|p| p.is_power_of_two()), "{page:?}");
+            assert!(ticks.is_some_and(|t| t > 0), "{ticks:?}");
+        }
+    }
 }
