@@ -385,6 +385,28 @@ spec:
           x-kubernetes-preserve-unknown-fields: true
 ";
 
+/// The shared control plane with the Widget CRD, a namespace, and an untyped `Api` that can
+/// write widgets the Rust type cannot read.
+async fn widgets(hint: &str) -> (rudder_envtest::TestNamespace, Api<kube::api::DynamicObject>) {
+    let env = TestEnv::builder().shared().await.unwrap();
+    env.install_crd_yaml(WIDGET_CRD).await.unwrap();
+    let ns = env.namespace(hint).await.unwrap();
+    let resource = kube::api::ApiResource::erase::<Widget>(&());
+    let raw = Api::namespaced_with(ns.client(), ns.name(), &resource);
+    (ns, raw)
+}
+
+/// A widget of `size`: a number fits the Rust type, anything else does not.
+fn widget(name: &str, size: &serde_json::Value) -> kube::api::DynamicObject {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "malformed.rudder.test/v1",
+        "kind": "Widget",
+        "metadata": { "name": name },
+        "spec": { "size": size },
+    }))
+    .unwrap()
+}
+
 #[tokio::test]
 async fn a_malformed_object_is_counted_and_skipped_and_the_watch_goes_on() {
     // The test runtime has one thread, so the informer's task reports to this recorder.
@@ -392,22 +414,8 @@ async fn a_malformed_object_is_counted_and_skipped_and_the_watch_goes_on() {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     #[cfg(feature = "metrics")]
     let _guard = metrics::set_default_local_recorder(&recorder);
-    let env = TestEnv::builder().shared().await.unwrap();
-    env.install_crd_yaml(WIDGET_CRD).await.unwrap();
-    let ns = env.namespace("informer_malformed").await.unwrap();
-    let resource = kube::api::ApiResource::erase::<Widget>(&());
-    let raw: Api<kube::api::DynamicObject> =
-        Api::namespaced_with(ns.client(), ns.name(), &resource);
-    let widget = |name: &str, size: serde_json::Value| {
-        serde_json::from_value::<kube::api::DynamicObject>(serde_json::json!({
-            "apiVersion": "malformed.rudder.test/v1",
-            "kind": "Widget",
-            "metadata": { "name": name },
-            "spec": { "size": size },
-        }))
-        .unwrap()
-    };
-    raw.create(&PostParams::default(), &widget("good", 1.into()))
+    let (ns, raw) = widgets("informer_malformed").await;
+    raw.create(&PostParams::default(), &widget("good", &1.into()))
         .await
         .unwrap();
 
@@ -419,10 +427,10 @@ async fn a_malformed_object_is_counted_and_skipped_and_the_watch_goes_on() {
         .unwrap();
     assert_eq!(take(&mut events, 1).await, ["add good initial=true"]);
 
-    raw.create(&PostParams::default(), &widget("bad", "huge".into()))
+    raw.create(&PostParams::default(), &widget("bad", &"huge".into()))
         .await
         .unwrap();
-    raw.create(&PostParams::default(), &widget("later", 3.into()))
+    raw.create(&PostParams::default(), &widget("later", &3.into()))
         .await
         .unwrap();
     // The bad one is skipped; the next good one still arrives.
@@ -450,23 +458,9 @@ async fn a_malformed_object_is_counted_and_skipped_and_the_watch_goes_on() {
 
 #[tokio::test]
 async fn a_malformed_object_in_the_list_does_not_keep_the_informer_from_syncing() {
-    let env = TestEnv::builder().shared().await.unwrap();
-    env.install_crd_yaml(WIDGET_CRD).await.unwrap();
-    let ns = env.namespace("informer_malformed_list").await.unwrap();
-    let resource = kube::api::ApiResource::erase::<Widget>(&());
-    let raw: Api<kube::api::DynamicObject> =
-        Api::namespaced_with(ns.client(), ns.name(), &resource);
-    let widget = |name: &str, size: serde_json::Value| {
-        serde_json::from_value::<kube::api::DynamicObject>(serde_json::json!({
-            "apiVersion": "malformed.rudder.test/v1",
-            "kind": "Widget",
-            "metadata": { "name": name },
-            "spec": { "size": size },
-        }))
-        .unwrap()
-    };
+    let (ns, raw) = widgets("informer_malformed_list").await;
     for (name, size) in [("one", 1.into()), ("bad", "huge".into()), ("two", 2.into())] {
-        raw.create(&PostParams::default(), &widget(name, size))
+        raw.create(&PostParams::default(), &widget(name, &size))
             .await
             .unwrap();
     }
@@ -506,7 +500,7 @@ async fn a_malformed_object_in_the_list_does_not_keep_the_informer_from_syncing(
     raw.replace("one", &PostParams::default(), &one)
         .await
         .unwrap();
-    raw.create(&PostParams::default(), &widget("three", 3.into()))
+    raw.create(&PostParams::default(), &widget("three", &3.into()))
         .await
         .unwrap();
     assert_eq!(take(&mut events, 1).await, ["add three initial=false"]);
@@ -534,23 +528,9 @@ async fn a_malformed_object_in_the_list_does_not_keep_the_informer_from_syncing(
 
 #[tokio::test]
 async fn an_object_turning_malformed_on_the_watch_is_still_seen_deleted() {
-    let env = TestEnv::builder().shared().await.unwrap();
-    env.install_crd_yaml(WIDGET_CRD).await.unwrap();
-    let ns = env.namespace("informer_malformed_watch").await.unwrap();
-    let resource = kube::api::ApiResource::erase::<Widget>(&());
-    let raw: Api<kube::api::DynamicObject> =
-        Api::namespaced_with(ns.client(), ns.name(), &resource);
-    let widget = |name: &str, size: serde_json::Value| {
-        serde_json::from_value::<kube::api::DynamicObject>(serde_json::json!({
-            "apiVersion": "malformed.rudder.test/v1",
-            "kind": "Widget",
-            "metadata": { "name": name },
-            "spec": { "size": size },
-        }))
-        .unwrap()
-    };
+    let (ns, raw) = widgets("informer_malformed_watch").await;
     for name in ["w1", "w2"] {
-        raw.create(&PostParams::default(), &widget(name, 1.into()))
+        raw.create(&PostParams::default(), &widget(name, &1.into()))
             .await
             .unwrap();
     }
@@ -571,7 +551,7 @@ async fn an_object_turning_malformed_on_the_watch_is_still_seen_deleted() {
     raw.replace("w1", &PostParams::default(), &w1)
         .await
         .unwrap();
-    raw.create(&PostParams::default(), &widget("w3", 3.into()))
+    raw.create(&PostParams::default(), &widget("w3", &3.into()))
         .await
         .unwrap();
     assert_eq!(take(&mut events, 1).await, ["add w3 initial=false"]);
