@@ -272,6 +272,10 @@ impl ChaosPodReconciler {
             .await
             .map_err(kube_err("cannot set the ChaosPod's next stop"))?;
         let mut status = chaos.status.clone().unwrap_or_default();
+        if status.last_run_uid == pod.uid() {
+            // Counted already: the cache had not seen that status yet.
+            return Ok(chaos);
+        }
         status.runs += 1;
         status.last_run = Some(created);
         status.last_run_uid = pod.uid();
@@ -327,14 +331,28 @@ impl Reconciler for ChaosPodReconciler {
     type Error = Error;
 
     async fn reconcile(&self, request: Request, _ctx: Context) -> Result<Action, Error> {
-        let Some(chaos) = self.tools.get::<ChaosPod>(&request).await? else {
+        match self.reconcile_chaos(&request).await {
+            // A status write computed from a cached ChaosPod older than the server's: the
+            // cache is about to catch up; try again then, which is no error.
+            Err(Error::Kube {
+                source: kube::Error::Api(status),
+                ..
+            }) if status.code == 409 => Ok(Action::requeue()),
+            other => other,
+        }
+    }
+}
+
+impl ChaosPodReconciler {
+    async fn reconcile_chaos(&self, request: &Request) -> Result<Action, Error> {
+        let Some(chaos) = self.tools.get::<ChaosPod>(request).await? else {
             return Ok(Action::done());
         };
         if chaos.meta().deletion_timestamp.is_some() {
             // The garbage collector deletes the Pod through its owner reference.
             return Ok(Action::done());
         }
-        let Some(pod) = self.tools.get::<Pod>(&request).await? else {
+        let Some(pod) = self.tools.get::<Pod>(request).await? else {
             return self.start(&chaos).await;
         };
         if pod.meta().deletion_timestamp.is_some() {

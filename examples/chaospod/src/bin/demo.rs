@@ -269,6 +269,12 @@ async fn demo(
             );
             ok = false;
         }
+        // Each Pod counted once as a run and once as a stop: all but the running one (or,
+        // caught between a stop and the next start, all of them) were stopped.
+        if status.runs != status.stops && status.runs != status.stops + 1 {
+            println!("  ^ runs and stops disagree: a Pod was counted twice or not at all");
+            ok = false;
+        }
     }
     let text = http_get(metrics, "/metrics").await?;
     println!("\nfrom http://{metrics}/metrics:");
