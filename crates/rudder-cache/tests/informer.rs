@@ -396,15 +396,29 @@ async fn widgets(hint: &str) -> (rudder_envtest::TestNamespace, Api<kube::api::D
     (ns, raw)
 }
 
-/// A widget of `size`: a number fits the Rust type, anything else does not.
-fn widget(name: &str, size: &serde_json::Value) -> kube::api::DynamicObject {
-    serde_json::from_value(serde_json::json!({
+/// Creates widget `name` of `size`: a number fits the Rust type, anything else does not.
+async fn create_widget(
+    raw: &Api<kube::api::DynamicObject>,
+    name: &str,
+    size: impl Into<serde_json::Value>,
+) {
+    let object: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
         "apiVersion": "malformed.rudder.test/v1",
         "kind": "Widget",
         "metadata": { "name": name },
-        "spec": { "size": size },
+        "spec": { "size": size.into() },
     }))
-    .unwrap()
+    .unwrap();
+    raw.create(&PostParams::default(), &object).await.unwrap();
+}
+
+/// Rewrites widget `name` with a size the Rust type cannot read.
+async fn spoil_widget(raw: &Api<kube::api::DynamicObject>, name: &str) {
+    let mut object = raw.get(name).await.unwrap();
+    object.data["spec"]["size"] = "lots".into();
+    raw.replace(name, &PostParams::default(), &object)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -415,9 +429,7 @@ async fn a_malformed_object_is_counted_and_skipped_and_the_watch_goes_on() {
     #[cfg(feature = "metrics")]
     let _guard = metrics::set_default_local_recorder(&recorder);
     let (ns, raw) = widgets("informer_malformed").await;
-    raw.create(&PostParams::default(), &widget("good", &1.into()))
-        .await
-        .unwrap();
+    create_widget(&raw, "good", 1).await;
 
     let informer = Informer::builder(ns.api::<Widget>()).start();
     let mut events = informer.subscribe();
@@ -427,12 +439,8 @@ async fn a_malformed_object_is_counted_and_skipped_and_the_watch_goes_on() {
         .unwrap();
     assert_eq!(take(&mut events, 1).await, ["add good initial=true"]);
 
-    raw.create(&PostParams::default(), &widget("bad", &"huge".into()))
-        .await
-        .unwrap();
-    raw.create(&PostParams::default(), &widget("later", &3.into()))
-        .await
-        .unwrap();
+    create_widget(&raw, "bad", "huge").await;
+    create_widget(&raw, "later", 3).await;
     // The bad one is skipped; the next good one still arrives.
     assert_eq!(take(&mut events, 1).await, ["add later initial=false"]);
     assert_eq!(informer.stats().malformed_objects, 1);
@@ -459,11 +467,9 @@ async fn a_malformed_object_is_counted_and_skipped_and_the_watch_goes_on() {
 #[tokio::test]
 async fn a_malformed_object_in_the_list_does_not_keep_the_informer_from_syncing() {
     let (ns, raw) = widgets("informer_malformed_list").await;
-    for (name, size) in [("one", 1.into()), ("bad", "huge".into()), ("two", 2.into())] {
-        raw.create(&PostParams::default(), &widget(name, &size))
-            .await
-            .unwrap();
-    }
+    create_widget(&raw, "one", 1).await;
+    create_widget(&raw, "bad", "huge").await;
+    create_widget(&raw, "two", 2).await;
 
     // A strict informer decodes the list as one page: the bad object fails it, every time.
     let strict = Informer::builder(ns.api::<Widget>()).start();
@@ -495,14 +501,8 @@ async fn a_malformed_object_in_the_list_does_not_keep_the_informer_from_syncing(
     // On the watch too; an object that turns malformed keeps its last good version.
     let mut events = informer.subscribe();
     take(&mut events, 2).await;
-    let mut one = raw.get("one").await.unwrap();
-    one.data["spec"]["size"] = "lots".into();
-    raw.replace("one", &PostParams::default(), &one)
-        .await
-        .unwrap();
-    raw.create(&PostParams::default(), &widget("three", &3.into()))
-        .await
-        .unwrap();
+    spoil_widget(&raw, "one").await;
+    create_widget(&raw, "three", 3).await;
     assert_eq!(take(&mut events, 1).await, ["add three initial=false"]);
     assert_eq!(informer.stats().malformed_objects, 2);
     let key = rudder_cache::ObjectKey::namespaced(ns.name(), "one");
@@ -530,9 +530,7 @@ async fn a_malformed_object_in_the_list_does_not_keep_the_informer_from_syncing(
 async fn an_object_turning_malformed_on_the_watch_is_still_seen_deleted() {
     let (ns, raw) = widgets("informer_malformed_watch").await;
     for name in ["w1", "w2"] {
-        raw.create(&PostParams::default(), &widget(name, &1.into()))
-            .await
-            .unwrap();
+        create_widget(&raw, name, 1).await;
     }
     // All good: the list decodes whole.
     let informer = Informer::builder(ns.api::<Widget>())
@@ -546,14 +544,8 @@ async fn an_object_turning_malformed_on_the_watch_is_still_seen_deleted() {
     take(&mut events, 2).await;
 
     // w1 turns malformed on the watch: its last good version stays...
-    let mut w1 = raw.get("w1").await.unwrap();
-    w1.data["spec"]["size"] = "lots".into();
-    raw.replace("w1", &PostParams::default(), &w1)
-        .await
-        .unwrap();
-    raw.create(&PostParams::default(), &widget("w3", &3.into()))
-        .await
-        .unwrap();
+    spoil_widget(&raw, "w1").await;
+    create_widget(&raw, "w3", 3).await;
     assert_eq!(take(&mut events, 1).await, ["add w3 initial=false"]);
     let key = rudder_cache::ObjectKey::namespaced(ns.name(), "w1");
     assert_eq!(informer.store().get(&key).unwrap().spec.size, 1);

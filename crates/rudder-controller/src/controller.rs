@@ -17,7 +17,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::error::{Error, Result, is_terminal};
+use crate::error::{Error, ErrorChain, Result, is_terminal};
 use crate::metrics::Metrics;
 use crate::reconciler::{Action, Context, Next, ReconcileId, Reconciler};
 
@@ -500,10 +500,10 @@ async fn process<R: Reconciler>(inner: &Inner<R>, item: WorkItem<Request>) {
             inner.metrics.error();
             if is_terminal(&error) {
                 inner.metrics.terminal_error();
-                tracing::error!(error = %Chain(&error), "reconcile failed with a terminal error; not retrying");
+                tracing::error!(error = %ErrorChain(&error), "reconcile failed with a terminal error; not retrying");
                 inner.queue.forget(&request);
             } else {
-                tracing::error!(error = %Chain(&error), "reconcile failed; retrying with backoff");
+                tracing::error!(error = %ErrorChain(&error), "reconcile failed; retrying with backoff");
                 inner.queue.add_rate_limited(request);
             }
             Outcome::Error
@@ -650,38 +650,4 @@ fn unregister_name(name: &str) {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .remove(name);
-}
-
-/// Displays an error with its sources, `outer: inner: root`, so a log line says what the
-/// server (or whatever failed underneath) answered, not only the outermost context.
-struct Chain<'a>(&'a (dyn std::error::Error + 'static));
-
-impl fmt::Display for Chain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(error) = source {
-            write!(f, ": {error}")?;
-            source = error.source();
-        }
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod chain_tests {
-    use super::Chain;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("cannot write the status")]
-    struct Outer(#[source] std::io::Error);
-
-    #[test]
-    fn chain_shows_every_source() {
-        let error = Outer(std::io::Error::other("409 Conflict"));
-        assert_eq!(
-            Chain(&error).to_string(),
-            "cannot write the status: 409 Conflict"
-        );
-    }
 }

@@ -88,5 +88,5 @@ mod reconciler;
 pub use controller::{
     Builder, Controller, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_SHUTDOWN_GRACE, WatchSpec,
 };
-pub use error::{Error, Result, TerminalError, is_terminal};
+pub use error::{Error, ErrorChain, Result, TerminalError, is_terminal};
 pub use reconciler::{Action, Context, ReconcileId, Reconciler};

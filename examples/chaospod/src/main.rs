@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use chaospod::Options;
+use rudder::controller::ErrorChain;
 use rudder::manager::leader_election::LeaderElectionConfig;
 
 const HELP: &str = "\
@@ -28,7 +29,8 @@ USAGE: chaospod [FLAGS]
 
 The cluster comes from KUBECONFIG, ~/.kube/config or the in-cluster service account.";
 
-fn main() -> ExitCode {
+#[tokio::main]
+async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let parsed = match parse(&args) {
         Ok(Some(parsed)) => parsed,
@@ -38,17 +40,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("chaospod: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(parsed)) {
+    match run(parsed).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("chaospod: {}", chain(error.as_ref()));
+            eprintln!("chaospod: {}", ErrorChain(error.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -119,16 +114,4 @@ async fn run(parsed: Parsed) -> Result<(), Box<dyn std::error::Error + Send + Sy
     eprintln!("chaospod: running; SIGINT or SIGTERM stops it");
     manager.start_until_signal().await?;
     Ok(())
-}
-
-/// An error and its sources on one line.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        out.push_str(": ");
-        out.push_str(&e.to_string());
-        source = e.source();
-    }
-    out
 }

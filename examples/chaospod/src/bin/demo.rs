@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube_runtime::watcher;
+use rudder::controller::ErrorChain;
 use rudder::manager::leader_election::LeaderElectionConfig;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
@@ -83,7 +84,8 @@ fn parse(args: &[String]) -> Result<Option<Args>, String> {
     Ok(Some(parsed))
 }
 
-fn main() -> ExitCode {
+#[tokio::main]
+async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args = match parse(&args) {
         Ok(Some(args)) => args,
@@ -93,18 +95,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("demo: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
+    match run(args).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(error) => {
-            eprintln!("demo: {}", chain(error.as_ref()));
+            eprintln!("demo: {}", ErrorChain(error.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -205,7 +200,7 @@ async fn demo(
     };
     let manager = std::sync::Arc::new(chaospod::manager(client.clone(), options).await?);
     let stop = CancellationToken::new();
-    let running = tokio::spawn({
+    let mut running = tokio::spawn({
         let (manager, stop) = (std::sync::Arc::clone(&manager), stop.clone());
         async move { manager.start(stop).await }
     });
@@ -245,7 +240,15 @@ async fn demo(
     ));
     tokio::select! {
         () = tokio::time::sleep(duration) => {}
-        result = &mut std::pin::pin!(running_failed(&running)) => return Err(result),
+        // The manager stopping on its own before the demo ends is a failure, with its reason.
+        ended = &mut running => {
+            let reason = match ended {
+                Ok(Ok(())) => "it returned".to_owned(),
+                Ok(Err(error)) => ErrorChain(&error).to_string(),
+                Err(error) => error.to_string(),
+            };
+            return Err(format!("the manager stopped before the demo ended: {reason}").into());
+        }
     }
     watching.abort();
 
@@ -315,18 +318,6 @@ async fn demo(
         started.elapsed().as_secs_f64()
     ));
     Ok(ok)
-}
-
-/// Completes only if the manager stops on its own before the demo ends.
-async fn running_failed(
-    running: &tokio::task::JoinHandle<Result<(), rudder::manager::Error>>,
-) -> BoxError {
-    loop {
-        if running.is_finished() {
-            return "the manager stopped before the demo ended".into();
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Prints Pod starts and stops and ChaosPod status changes as they are seen.
@@ -448,16 +439,4 @@ async fn http_get(addr: SocketAddr, path: &str) -> Result<String, BoxError> {
         (200, body) => Ok(body),
         (code, _) => Err(format!("GET {path} answered {code}").into()),
     }
-}
-
-/// An error and its sources on one line.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        out.push_str(": ");
-        out.push_str(&e.to_string());
-        source = e.source();
-    }
-    out
 }
