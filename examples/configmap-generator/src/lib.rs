@@ -103,26 +103,16 @@ pub enum Error {
     /// The generator could not be read from the shared cache.
     #[error("cannot read from the cache")]
     Cache(#[from] rudder::cache::Error),
-    /// A client helper failed other than on a request (a ConfigMap already controlled by
-    /// another object).
-    #[error(transparent)]
-    Client(ClientError),
+    /// A client helper failed: its request, or a ConfigMap already controlled by another
+    /// object. (The controller logs the whole chain of causes.)
+    #[error("a client helper failed")]
+    Client(#[from] ClientError),
     /// A request to the API server failed.
     #[error("API request failed")]
     Kube(#[from] kube::Error),
     /// A request without a namespace: generators are namespaced, so it names nothing.
     #[error("request {0} has no namespace")]
     NoNamespace(String),
-}
-
-impl From<ClientError> for Error {
-    fn from(error: ClientError) -> Self {
-        match error {
-            // The request's own error, whose message says what the server answered.
-            ClientError::Api(error) => Self::Kube(error),
-            other => Self::Client(other),
-        }
-    }
 }
 
 /// The reconciler: keeps each generator's ConfigMaps in line with its spec.
