@@ -61,7 +61,9 @@
 //!   See [`rate_limiter`] for the limiters and client-go's defaults.
 //! - **Priorities.** [`add_with`](WorkQueue::add_with) takes [`AddOptions`]: a delay, rate
 //!   limiting and a priority. Higher priority runs first, first-ready first within a
-//!   priority; merging keeps the highest priority and the earliest ready time.
+//!   priority; merging keeps the highest priority and the earliest ready time, so a waiting
+//!   key raised to a higher priority keeps its place in line (it goes in among that
+//!   priority's keys by when it became ready, not to the back).
 //! - **Shutdown.** [`shutdown`](WorkQueue::shutdown) stops adds and drops delayed keys; getters
 //!   drain the ready keys, then receive `None`.
 //!   [`shutdown_with_drain`](WorkQueue::shutdown_with_drain) also waits for in-flight work.
@@ -71,14 +73,15 @@
 //! Strict priority lets a steady stream of high-priority keys hold a low-priority key back
 //! forever (controller-runtime#3496). Here a ready key gains one priority level for every
 //! [`DEFAULT_PRIORITY_AGING`] (one second; see [`Builder::priority_aging`]) it waits: a key of
-//! priority `p` waiting since `t` is ordered by `t - p × aging`. So a priority-0 key added up
-//! to `100 × aging` after a priority -100 key still goes first, and any added later goes
-//! after it. Within one priority, keys leave in the order they became ready.
+//! priority `p` that became ready at `t` is ordered by `t - p × aging`. So a priority-0 key
+//! added up to `100 × aging` after a priority -100 key became ready still goes first, and any
+//! added later goes after it. Within one priority, keys leave in the order they became ready.
 //!
-//! Reading the clock is most of the cost of an add, so a key's waiting time starts when it
-//! first has competition: a key added while only keys of its own priority wait is not
-//! timed, and when a key of another priority arrives, every untimed key is stamped with that
-//! moment. Until then nothing could overtake it, so its turn is the same either way.
+//! `t` is when the key became ready, whatever else was waiting then: a key that waited
+//! alone has aged all the same when others arrive. For a delayed key it is the time it became
+//! due, not when the queue next looked at it; for a key raised to a higher priority, it is
+//! still when it first became ready. An ageing period longer than any wait (up to
+//! `Duration::MAX`) gives strict priority.
 //!
 //! # Cost
 //!
@@ -86,8 +89,8 @@
 //! ready queues and the delayed heap hold slot numbers, so in steady state an add, get and
 //! done allocate nothing for keys the queue has seen (the key is cloned once per
 //! [`get`](WorkQueue::get): use a key whose clone is cheap, such as an integer or an
-//! `Arc<str>`, to avoid even that). An immediate add at the only priority waiting reads no
-//! clock. A getter parks only when nothing is ready, in a waiter list under the same mutex;
+//! `Arc<str>`, to avoid even that). An immediate add reads the clock once when ageing is on
+//! (the time it became ready) and not at all with strict priority. A getter parks only when nothing is ready, in a waiter list under the same mutex;
 //! an add wakes one parked getter, and none when none is parked. At most one timer is armed,
 //! by one parked getter, for the earliest delayed key. No task runs in the background
 //! except, with metrics on, the 500 ms refresh of the unfinished-work gauges, which ends with

@@ -295,19 +295,20 @@ where
         self.shared.limiter.num_requeues(key)
     }
 
-    /// Keys ready to be handed out now.
+    /// Keys ready to be handed out now, delayed keys that are due included.
     pub fn len(&self) -> usize {
-        self.shared.lock().ready_len()
+        self.shared.lock_due().ready_len()
     }
 
-    /// Whether no key is ready to be handed out now.
+    /// Whether no key is ready to be handed out now (nor any delayed key due).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Counts of the keys the queue knows, by where they stand.
+    /// Counts of the keys the queue knows, by where they stand (a delayed key that is due
+    /// counts as ready).
     pub fn stats(&self) -> QueueStats {
-        let st = self.shared.lock();
+        let st = self.shared.lock_due();
         QueueStats {
             ready: st.ready_len(),
             delayed: st.delayed_len(),
@@ -459,6 +460,18 @@ impl<K> Shared<K> {
         // No code path panics with the lock held except on broken invariants; if a key's own
         // Hash or Eq panicked, the state is still consistent enough to keep serving others.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Locks, with delayed keys that are due moved to the ready queue, as a getter would.
+    fn lock_due(&self) -> MutexGuard<'_, State<K>>
+    where
+        K: Hash + Eq + Clone,
+    {
+        let mut st = self.lock();
+        if st.delayed_len() > 0 {
+            st.promote(self.now());
+        }
+        st
     }
 
     fn now(&self) -> Nanos {

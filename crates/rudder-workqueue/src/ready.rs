@@ -1,18 +1,14 @@
-//! The ready keys: a first-in first-out queue per priority level, with ageing across levels.
+//! The ready keys: a queue per priority level, in line by when they became ready, with ageing
+//! across levels.
 //!
-//! Within a level keys leave in the order they arrived. Across levels the head with the
-//! smallest rank leaves first, where a key of priority `p` that has been waiting since `t`
-//! ranks `t - p × aging`: every `aging` spent waiting is worth one level, so no key waits
-//! forever behind a stream of higher-priority ones. Without ageing, the highest level always
-//! goes first.
-//!
-//! A rank needs the time a key started waiting, and reading the clock on every add is most of
-//! the cost of an add. So a key's time is only read when it matters: when the key is added
-//! while keys of another level wait. A key added while its own level is the only one waiting
-//! is left unstamped, and when a key of another level arrives, every unstamped key is stamped
-//! with that moment (each key at most once). Ageing thus counts from when a key first had
-//! competition from another level, which is the only time ageing can change its turn.
-//! Invariant: whenever two levels hold live keys, every live key is stamped.
+//! Every key joining the ready queue gets a [`Place`]: a sequence number (its turn within a
+//! level) and the time it became ready (for ageing). Within a level keys leave in sequence
+//! order; a key raised to a higher level keeps its place and goes in among that level's keys
+//! by its sequence number, not to the back. Across levels the head with the smallest rank
+//! leaves first, where a key of priority `p` that became ready at `t` ranks `t - p × aging`:
+//! every `aging` spent waiting is worth one level, so no key waits forever behind a stream of
+//! higher-priority ones. Without ageing, the highest level always goes first and the times are
+//! never read.
 
 use std::collections::VecDeque;
 
@@ -23,22 +19,29 @@ const SPARE_LEVELS: usize = 8;
 /// Stale entries tolerated per level before it is compacted.
 const SLACK: usize = 64;
 
+/// A key's place in line: its turn, and when it became ready.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Place {
+    /// Order of joining the ready queue; smaller goes first within a level.
+    seq: u64,
+    /// When the key became ready, for ageing (0 when the queue does not age).
+    since: Nanos,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     slot: u32,
     generation: u32,
-    /// When the key started waiting for ageing purposes; meaningful once stamped.
-    since: Nanos,
+    place: Place,
 }
 
 #[derive(Debug)]
 struct Level {
     priority: i32,
+    /// Sorted by `place.seq`.
     entries: VecDeque<Entry>,
     /// Live entries (the rest are stale: the key moved to another level).
     live: usize,
-    /// How many entries at the back are unstamped.
-    unstamped: usize,
 }
 
 /// A ready key handed out by [`ReadyQueue::pop`].
@@ -53,6 +56,8 @@ pub(crate) struct ReadyQueue {
     live: usize,
     /// Nanoseconds of waiting worth one level; `None` for strict priority.
     aging: Option<u64>,
+    /// The last sequence number handed out.
+    seq: u64,
 }
 
 impl ReadyQueue {
@@ -61,6 +66,7 @@ impl ReadyQueue {
             levels: Vec::new(),
             live: 0,
             aging,
+            seq: 0,
         }
     }
 
@@ -69,34 +75,30 @@ impl ReadyQueue {
         self.live
     }
 
-    /// Appends a key at `priority`. `now` is called only if the ranks need the time.
+    /// Whether ranks use the time keys became ready (if not, [`Self::place`] ignores it).
+    pub(crate) fn ages(&self) -> bool {
+        self.aging.is_some()
+    }
+
+    /// A place at the back of the line for a key that became ready at `since`.
+    pub(crate) fn place(&mut self, since: Nanos) -> Place {
+        self.seq += 1;
+        Place {
+            seq: self.seq,
+            since: if self.aging.is_some() { since } else { 0 },
+        }
+    }
+
+    /// Puts a key at `priority` in its `place` (new from [`Self::place`], or kept from an
+    /// earlier push when the key moves to a higher level).
     pub(crate) fn push(
         &mut self,
         slot: u32,
         generation: u32,
         priority: i32,
-        now: &mut impl FnMut() -> Nanos,
+        place: Place,
         is_live: impl Fn(u32, u32) -> bool,
     ) {
-        let competing = self.aging.is_some()
-            && self
-                .levels
-                .iter()
-                .any(|l| l.priority != priority && l.live > 0);
-        let since = if competing {
-            let t = now();
-            // A second level starts waiting: stamp everyone still unstamped.
-            for level in &mut self.levels {
-                let n = level.unstamped;
-                for e in level.entries.iter_mut().rev().take(n) {
-                    e.since = t;
-                }
-                level.unstamped = 0;
-            }
-            Some(t)
-        } else {
-            None
-        };
         let index = match self.levels.binary_search_by(|l| priority.cmp(&l.priority)) {
             Ok(i) => i,
             Err(i) => {
@@ -106,25 +108,28 @@ impl ReadyQueue {
                         priority,
                         entries: VecDeque::new(),
                         live: 0,
-                        unstamped: 0,
                     },
                 );
                 i
             }
         };
         let level = &mut self.levels[index];
-        level.entries.push_back(Entry {
+        let entry = Entry {
             slot,
             generation,
-            since: since.unwrap_or(0),
-        });
-        if since.is_none() {
-            level.unstamped += 1;
+            place,
+        };
+        if level.entries.back().is_none_or(|b| b.place.seq < place.seq) {
+            level.entries.push_back(entry);
+        } else {
+            // A raised key: in among the keys that became ready after it.
+            let at = level.entries.partition_point(|e| e.place.seq < place.seq);
+            level.entries.insert(at, entry);
         }
         level.live += 1;
         self.live += 1;
         if level.entries.len() > 2 * level.live + SLACK {
-            compact(level, &is_live);
+            level.entries.retain(|e| is_live(e.slot, e.generation));
         }
         if self.levels.len() > SPARE_LEVELS {
             self.levels
@@ -145,7 +150,7 @@ impl ReadyQueue {
         if self.live == 0 {
             return None;
         }
-        let mut best: Option<(usize, i64)> = None;
+        let mut best: Option<(usize, i128)> = None;
         for (i, level) in self.levels.iter_mut().enumerate() {
             if level.live == 0 {
                 continue;
@@ -156,7 +161,6 @@ impl ReadyQueue {
                     break;
                 }
                 level.entries.pop_front();
-                level.unstamped = level.unstamped.min(level.entries.len());
             }
             let Some(head) = level.entries.front() else {
                 continue;
@@ -166,8 +170,10 @@ impl ReadyQueue {
                 best = Some((i, 0));
                 break;
             };
-            let since = i64::try_from(head.since).unwrap_or(i64::MAX);
-            let rank = since.saturating_sub(i64::from(level.priority).saturating_mul(aging as i64));
+            // In 128 bits a rank cannot overflow: |priority × aging| < 2^95. An ageing
+            // period longer than any wait thus gives strict priority, as it should.
+            let rank =
+                i128::from(head.place.since) - i128::from(level.priority) * i128::from(aging);
             // Levels are visited highest first, so a tie keeps the higher level.
             if best.is_none_or(|(_, r)| rank < r) {
                 best = Some((i, rank));
@@ -176,7 +182,6 @@ impl ReadyQueue {
         let (i, _) = best?;
         let level = &mut self.levels[i];
         let head = level.entries.pop_front()?;
-        level.unstamped = level.unstamped.min(level.entries.len());
         level.live -= 1;
         self.live -= 1;
         Some(Head { slot: head.slot })
@@ -193,21 +198,6 @@ impl ReadyQueue {
     }
 }
 
-fn compact(level: &mut Level, is_live: &impl Fn(u32, u32) -> bool) {
-    let unstamped_from = level.entries.len() - level.unstamped;
-    let mut index = 0;
-    let mut unstamped = 0;
-    level.entries.retain(|e| {
-        let keep = is_live(e.slot, e.generation);
-        if keep && index >= unstamped_from {
-            unstamped += 1;
-        }
-        index += 1;
-        keep
-    });
-    level.unstamped = unstamped;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,50 +206,68 @@ mod tests {
         std::iter::from_fn(|| q.pop(|_, _| true).map(|h| h.slot)).collect()
     }
 
+    fn push_at(q: &mut ReadyQueue, slot: u32, priority: i32, since: Nanos) -> Place {
+        let place = q.place(since);
+        q.push(slot, 0, priority, place, |_, _| true);
+        place
+    }
+
     #[test]
     fn strict_priority_then_fifo() {
         let mut q = ReadyQueue::new(None);
-        let mut clock = || -> Nanos { panic!("strict priority never reads the clock") };
         for (slot, p) in [(1, 0), (2, 5), (3, 0), (4, -1), (5, 5)] {
-            q.push(slot, 0, p, &mut clock, |_, _| true);
+            push_at(&mut q, slot, p, 0);
         }
         assert_eq!(pop_all(&mut q), [2, 5, 1, 3, 4]);
     }
 
     #[test]
-    fn one_level_never_reads_the_clock() {
+    fn ageing_ranks_each_key_from_when_it_became_ready() {
         let mut q = ReadyQueue::new(Some(1_000));
-        let mut clock = || -> Nanos { panic!("no competition, no clock") };
-        for slot in 0..100 {
-            q.push(slot, 0, 3, &mut clock, |_, _| true);
-        }
-        assert_eq!(pop_all(&mut q), (0..100).collect::<Vec<_>>());
+        // Two low keys at 5 and 6 rank 2005 and 2006; normal keys rank their own time.
+        push_at(&mut q, 1, -2, 5);
+        push_at(&mut q, 2, -2, 6);
+        push_at(&mut q, 3, 0, 10);
+        push_at(&mut q, 4, 0, 2_005);
+        push_at(&mut q, 5, 0, 2_006);
+        push_at(&mut q, 6, 0, 2_007);
+        // Ties go to the higher level.
+        assert_eq!(pop_all(&mut q), [3, 4, 1, 5, 2, 6]);
     }
 
     #[test]
-    fn a_second_level_stamps_the_waiting_ones_and_ageing_applies() {
-        let mut q = ReadyQueue::new(Some(1_000));
-        let at = |ns: Nanos| move || ns;
-        // Two low keys wait alone (unstamped), then a normal one arrives at t=10: they are
-        // stamped 10, ranking 10 + 2 × 1000.
-        q.push(1, 0, -2, &mut at(5), |_, _| true);
-        q.push(2, 0, -2, &mut at(6), |_, _| true);
-        q.push(3, 0, 0, &mut at(10), |_, _| true);
-        // A normal key arriving before 2010 still goes first; one arriving after goes later.
-        q.push(4, 0, 0, &mut at(2_009), |_, _| true);
-        q.push(5, 0, 0, &mut at(2_011), |_, _| true);
-        assert_eq!(pop_all(&mut q), [3, 4, 1, 2, 5]);
+    fn a_raised_key_keeps_its_place() {
+        let mut q = ReadyQueue::new(None);
+        let place = push_at(&mut q, 1, -5, 0);
+        push_at(&mut q, 2, 0, 0);
+        push_at(&mut q, 3, 0, 0);
+        // Slot 1 moves to level 0 (its old entry goes stale): it is first there.
+        q.forget(-5);
+        q.push(1, 1, 0, place, |_, _| true);
+        let got: Vec<_> =
+            std::iter::from_fn(|| q.pop(|s, g| s != 1 || g == 1).map(|h| h.slot)).collect();
+        assert_eq!(got, [1, 2, 3]);
+    }
+
+    #[test]
+    fn huge_ageing_periods_do_not_overflow_into_reversed_priorities() {
+        let mut q = ReadyQueue::new(Some(u64::MAX));
+        push_at(&mut q, 1, i32::MIN, 0);
+        push_at(&mut q, 2, i32::MAX, u64::MAX);
+        push_at(&mut q, 3, 0, 7);
+        assert_eq!(pop_all(&mut q), [2, 3, 1]);
     }
 
     #[test]
     fn stale_entries_are_skipped_and_compacted() {
         let mut q = ReadyQueue::new(None);
-        let mut clock = || 0;
         for slot in 0..200u32 {
             // Generation 0 goes stale; each key then lives at priority 1 with generation 1.
-            q.push(slot, 0, 0, &mut clock, |_, g| g == 1);
+            let place = q.place(0);
+            q.push(slot, 0, 0, place, |_, g| g == 1);
             q.forget(0);
-            q.push(slot, 1, 1, &mut clock, |_, g| g == 1);
+            let place = q.place(0);
+            q.push(slot, 1, 1, place, |_, g| g == 1);
         }
         assert_eq!(q.len(), 200);
         let level0 = q

@@ -8,8 +8,9 @@
 //! Slots of keys that are neither waiting nor processing are freed at once, so the queue
 //! holds nothing for keys that are gone.
 //!
-//! Time is read lazily, through a closure, and only when an answer depends on it: an
-//! immediate add of a new key at the only priority waiting reads no clock at all.
+//! Time is read lazily, through a closure, and only when an answer depends on it: with
+//! strict priority an immediate add reads no clock at all; with ageing it reads it once, for
+//! the time the key became ready.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -17,7 +18,7 @@ use std::hash::{BuildHasher, Hash};
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use crate::ready::ReadyQueue;
+use crate::ready::{Place, ReadyQueue};
 use crate::waiters::Waiters;
 
 /// Nanoseconds since the queue's epoch: the queue's clock, cheap to compare and store.
@@ -55,6 +56,8 @@ struct Slot<K> {
     stamp: Nanos,
     /// Position in `in_flight` while processing.
     in_flight_pos: u32,
+    /// While ready: its place in line, kept when the key moves to a higher priority.
+    place: Place,
 }
 
 /// Delayed heap order: earliest ready time first, then insertion order.
@@ -198,8 +201,8 @@ impl<K: Hash + Eq + Clone> State<K> {
     /// Adds (or merges) a request for `key` to run `delay` from now (0: at once), with
     /// `priority`.
     ///
-    /// `now` is only called when the answer depends on the time: a dedup hit, or a new key
-    /// added at once at the only priority waiting, never reads the clock.
+    /// `now` is only called when the answer depends on the time: a dedup hit never reads the
+    /// clock, nor does an immediate add with strict priority.
     pub(crate) fn add(
         &mut self,
         key: K,
@@ -239,11 +242,13 @@ impl<K: Hash + Eq + Clone> State<K> {
         match s.phase {
             Phase::Ready => {
                 // Already runnable; only a higher priority changes its place.
+                // It keeps its place in line and its wait: it became ready when it did.
                 if priority > s.priority {
                     let old = s.priority;
                     s.priority = priority;
+                    let place = s.place;
                     self.ready.forget(old);
-                    self.push_ready(slot, priority, now);
+                    self.push_ready(slot, priority, place);
                 }
             }
             Phase::Delayed => {
@@ -288,11 +293,13 @@ impl<K: Hash + Eq + Clone> State<K> {
             }
             let s = &mut self.slots[top.slot as usize];
             s.phase = Phase::Ready;
-            // Queue latency counts from when the key became due, however late it moved.
+            // Queue latency and ageing count from when the key became due, however late it
+            // moved.
             s.stamp = top.ready_at;
             let priority = s.priority;
             self.delayed_len -= 1;
-            self.push_ready(top.slot, priority, &mut || now);
+            let place = self.ready.place(top.ready_at);
+            self.push_ready(top.slot, priority, place);
         }
     }
 
@@ -380,6 +387,7 @@ impl<K: Hash + Eq + Clone> State<K> {
             ready_at: NOW,
             stamp: 0,
             in_flight_pos: 0,
+            place: Place::default(),
         };
         let slot = match self.free.pop() {
             Some(slot) => {
@@ -429,7 +437,11 @@ impl<K: Hash + Eq + Clone> State<K> {
             if self.track_time {
                 s.stamp = now();
             }
-            self.push_ready(slot, priority, now);
+            // It becomes ready now (a dirty key's earlier ready time passed while a worker
+            // held it, when it could not run).
+            let since = if self.ready.ages() { now() } else { 0 };
+            let place = self.ready.place(since);
+            self.push_ready(slot, priority, place);
             e.became_ready = true;
         } else {
             s.phase = Phase::Delayed;
@@ -449,13 +461,14 @@ impl<K: Hash + Eq + Clone> State<K> {
         }
     }
 
-    fn push_ready(&mut self, slot: u32, priority: i32, now: &mut impl FnMut() -> Nanos) {
+    fn push_ready(&mut self, slot: u32, priority: i32, place: Place) {
         let s = &mut self.slots[slot as usize];
         s.generation = s.generation.wrapping_add(1);
+        s.place = place;
         let generation = s.generation;
         let slots = &self.slots;
         self.ready
-            .push(slot, generation, priority, now, |slot, generation| {
+            .push(slot, generation, priority, place, |slot, generation| {
                 let s = &slots[slot as usize];
                 s.generation == generation && s.phase == Phase::Ready
             });

@@ -104,13 +104,10 @@ impl Model {
         let queued = |run: Run| Key::Queued(run, (run.ready_at.max(now), op));
         let next = match self.keys.remove(&key) {
             None => queued(run),
-            // Waiting and due: only a higher priority moves it (to the back of that level).
+            // Waiting and due: only a higher priority changes it, and it keeps its place in
+            // line (the merged ready time is its own, which has passed).
             Some(Key::Queued(old, order)) if old.ready_at <= now => {
-                if run.priority > old.priority {
-                    queued(old.merge(run))
-                } else {
-                    Key::Queued(old, order)
-                }
+                Key::Queued(old.merge(run), order)
             }
             // Waiting for a delay: any change re-queues it.
             Some(Key::Queued(old, order)) => {
