@@ -5,6 +5,7 @@
 // A command-line tool reports to its terminal; printing is its job.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod bench;
 mod ci;
 mod demo;
 mod envtest;
@@ -26,6 +27,9 @@ Tasks:
   new-controller NAME [--kind KIND] [--group GROUP]
                           scaffold a controller crate in examples/NAME: a custom resource,
                           a reconciler, an operator binary and an envtest test
+  bench-workqueue [--runs N]
+                          Rudder's work queue against client-go's (built from the envtest
+                          Kubernetes tree with Go in GOPATH mode) and kube-runtime, N times
   envtest install         install kube-apiserver and etcd for rudder-envtest (idempotent)
       --print-path        only print the directory holding the binaries
   help                    this text
@@ -35,6 +39,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match args.as_slice() {
+        ["bench-workqueue", rest @ ..] => bench::run(rest),
         ["ci", rest @ ..] => ci::run(rest),
         ["demo", rest @ ..] => demo::run(rest),
         ["new-controller", rest @ ..] => scaffold::run(rest),

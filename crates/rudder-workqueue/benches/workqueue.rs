@@ -14,7 +14,11 @@
 //! kube-runtime has no rate limiter; its closest equivalent of a rate-limited retry is a
 //! requeue with a fixed delay (`Action::requeue`), which is what its side of that row does,
 //! so on that row Rudder does more work (a per-key backoff lookup and a `forget`). The
-//! "requeue after 5 ms" row compares the same operation on both.
+//! "requeue after 5 ms" row compares the same operation on both. The rate-limiting queue's
+//! success path has no kube-runtime side.
+//!
+//! `cargo xtask bench-workqueue` runs this bench beside client-go's work queue in the same
+//! shapes (the row names are the link; keep them in step with `xtask/src/bench.rs`).
 #![allow(
     missing_docs,
     clippy::unwrap_used,
@@ -224,6 +228,75 @@ fn rate_limited(c: &mut Criterion) {
     g.finish();
 }
 
+/// The success path of a controller on a rate-limiting queue: add, get, forget, done, with
+/// the default controller limiter (client-go's `DefaultControllerRateLimiter`). kube-runtime
+/// has no rate limiter, so this row is Rudder's (and client-go's, in `cargo xtask
+/// bench-workqueue`).
+fn rate_limiting_cycle(c: &mut Criterion) {
+    let rt = paused_runtime();
+    let row = "rate-limiting queue: add+get+forget+done, default controller limiter";
+    let mut g = c.benchmark_group(row);
+    let q = WorkQueue::<u64>::new();
+    measure(&mut g, row, RUDDER, 1, &rt, |iters| {
+        let q = q.clone();
+        async move {
+            for i in 0..iters {
+                q.add(i & 63);
+                let item = q.get().await.unwrap();
+                q.forget(item.key());
+            }
+        }
+    });
+    g.finish();
+}
+
+/// Short delays on a real clock: by the time the last add is done most keys are due, so
+/// what is measured is the queue's handling of delays (and the timer's resolution for the
+/// keys that are not due yet), as client-go's `AddAfter` with the same delays.
+fn short_delays_real_clock(c: &mut Criterion) {
+    const N: u64 = 1000;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let row = "add_after 1000 keys (1-10 µs, real clock), then drain; per key";
+    let delay = |k: u64| Duration::from_micros(1 + (k * 7) % 10);
+    let mut g = c.benchmark_group(row);
+    g.throughput(Throughput::Elements(N));
+    let q = WorkQueue::<u64>::new();
+    measure(&mut g, row, RUDDER, N, &rt, |iters| {
+        let q = q.clone();
+        async move {
+            for _ in 0..iters {
+                for k in 0..N {
+                    q.add_after(k, delay(k));
+                }
+                for _ in 0..N {
+                    black_box(q.get().await.unwrap());
+                }
+            }
+        }
+    });
+    measure(&mut g, row, KUBE, N, &rt, |iters| async move {
+        let (tx, rx) = mpsc::unbounded();
+        let mut sched = pin!(scheduler(rx));
+        for _ in 0..iters {
+            let now = tokio::time::Instant::now();
+            for k in 0..N {
+                tx.unbounded_send(ScheduleRequest {
+                    message: k,
+                    run_at: now + delay(k),
+                })
+                .unwrap();
+            }
+            for _ in 0..N {
+                black_box(sched.next().await.unwrap());
+            }
+        }
+    });
+    g.finish();
+}
+
 fn requeue_after(c: &mut Criterion) {
     let rt = paused_runtime();
     let row = "requeue after 5 ms: add_after+get+done";
@@ -392,8 +465,10 @@ fn print_ratios() {
         seen.push(row.clone());
         let r = samples.get_mut(&(row.clone(), RUDDER)).map(|v| median(v));
         let k = samples.get_mut(&(row.clone(), KUBE)).map(|v| median(v));
-        if let (Some(r), Some(k)) = (r, k) {
-            println!("| {row} | {r:.1} | {k:.1} | {:.2}x |", k / r);
+        match (r, k) {
+            (Some(r), Some(k)) => println!("| {row} | {r:.1} | {k:.1} | {:.2}x |", k / r),
+            (Some(r), None) => println!("| {row} | {r:.1} | - | - |"),
+            _ => {}
         }
     }
 }
@@ -407,8 +482,10 @@ fn main() {
     cycle(&mut c);
     dedup_hit(&mut c);
     rate_limited(&mut c);
+    rate_limiting_cycle(&mut c);
     requeue_after(&mut c);
     delayed_drain(&mut c);
+    short_delays_real_clock(&mut c);
     producers_and_workers(&mut c);
     c.final_summary();
     print_ratios();
