@@ -1,0 +1,40 @@
+//! [`Acceptor`]: turns an accepted TCP stream into the stream HTTP is served on (plain TCP
+//! here; TLS in a crate above).
+
+use std::convert::Infallible;
+use std::future::Future;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+/// Turns an accepted TCP stream into the stream HTTP is served on.
+///
+/// The server calls [`accept`](Acceptor::accept) in the connection's own task, bounded by
+/// [`Options::handshake_timeout`](crate::Options::handshake_timeout), so a slow handshake
+/// holds one connection slot and never the accept loop. A TLS crate implements this with its
+/// handshake; [`PlainTcp`] serves the TCP stream as it is.
+pub trait Acceptor: Clone + Send + Sync + 'static {
+    /// The stream HTTP is served on.
+    type Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static;
+    /// Why a handshake failed; logged at debug level, and the connection closed.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Performs the handshake on `stream`.
+    fn accept(
+        &self,
+        stream: TcpStream,
+    ) -> impl Future<Output = Result<Self::Stream, Self::Error>> + Send;
+}
+
+/// Serves HTTP on the TCP stream itself, with no handshake.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PlainTcp;
+
+impl Acceptor for PlainTcp {
+    type Stream = TcpStream;
+    type Error = Infallible;
+
+    async fn accept(&self, stream: TcpStream) -> Result<TcpStream, Infallible> {
+        Ok(stream)
+    }
+}

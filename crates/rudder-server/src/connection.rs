@@ -1,0 +1,293 @@
+//! Serving one connection: the handshake, hyper's HTTP/1 state machine, and a watchdog that
+//! closes a connection whose request head is late or that has been idle too long.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::acceptor::Acceptor;
+use crate::service::{Adapter, HttpService};
+
+/// What a connection is doing, as far as its timeouts care. Shared by the stream wrapper
+/// (bytes read), the service adapter (requests and responses) and the watchdog; all three run
+/// in the connection's task, so the lock is never contended.
+#[derive(Debug)]
+pub(crate) struct Activity {
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Requests whose head was read and whose response has not been written to the end.
+    in_flight: usize,
+    /// When the connection last went idle (accepted, or its last response written).
+    idle_since: Instant,
+    /// When the head now being read began: set by the first byte read while idle (and at
+    /// accept, so a client that sends nothing is bound by the header timeout too).
+    head_since: Option<Instant>,
+}
+
+/// Which timer is due next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Due {
+    Header,
+    Idle,
+}
+
+impl Activity {
+    fn new(now: Instant) -> Self {
+        Self {
+            state: Mutex::new(State {
+                in_flight: 0,
+                idle_since: now,
+                head_since: Some(now),
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn read_some(&self) {
+        let mut state = self.state();
+        if state.in_flight == 0 && state.head_since.is_none() {
+            state.head_since = Some(Instant::now());
+        }
+    }
+
+    /// A request's head was read; the returned guard ends it when dropped (with the
+    /// response's body, or with the request if it is abandoned).
+    pub(crate) fn request(self: &Arc<Self>) -> InFlight {
+        let mut state = self.state();
+        state.in_flight += 1;
+        state.head_since = None;
+        InFlight(Arc::clone(self))
+    }
+
+    fn next(&self, header: Duration, idle: Duration) -> Option<(Instant, Due)> {
+        let state = self.state();
+        if state.in_flight > 0 {
+            None
+        } else if let Some(since) = state.head_since {
+            Some((since + header, Due::Header))
+        } else {
+            Some((state.idle_since + idle, Due::Idle))
+        }
+    }
+}
+
+/// One request in flight on a connection, until dropped.
+#[derive(Debug)]
+pub(crate) struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut state = self.0.state();
+        state.in_flight = state.in_flight.saturating_sub(1);
+        if state.in_flight == 0 {
+            state.idle_since = Instant::now();
+        }
+    }
+}
+
+/// A stream that tells its connection's [`Activity`] when bytes arrive.
+struct Tracked<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.read_some();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// The limits a connection is held to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    pub(crate) header_read_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) max_body_size: Option<u64>,
+}
+
+/// The signals a connection obeys: `graceful` to finish the request in flight and close,
+/// `hard` to close at once.
+#[derive(Clone, Debug)]
+pub(crate) struct Signals {
+    pub(crate) graceful: CancellationToken,
+    pub(crate) hard: CancellationToken,
+}
+
+/// What woke the connection's task.
+enum Event {
+    Ended(Result<(), hyper::Error>),
+    Timer(Due),
+    CloseBy,
+    Graceful,
+    Hard,
+}
+
+/// Serves one accepted connection until it ends, a timeout closes it, or the server stops.
+pub(crate) async fn serve<A, S, B>(
+    tcp: TcpStream,
+    acceptor: A,
+    service: S,
+    limits: Limits,
+    signals: Signals,
+) where
+    A: Acceptor,
+    S: HttpService<B>,
+{
+    let stream = tokio::select! {
+        () = signals.graceful.cancelled() => return,
+        handshake = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)) => {
+            match handshake {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, "handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!("handshake timed out");
+                    return;
+                }
+            }
+        }
+    };
+    let activity = Arc::new(Activity::new(Instant::now()));
+    let io = TokioIo::new(Tracked {
+        inner: stream,
+        activity: Arc::clone(&activity),
+    });
+    let adapter = Adapter::new(service, Arc::clone(&activity), limits.max_body_size);
+    // hyper's own header timer is left off: it runs from the moment the connection waits
+    // for a head, idle keep-alive waits included, so it cannot tell a slow head from an idle
+    // connection. The watchdog below times both.
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(None)
+        .keep_alive(true)
+        .serve_connection(io, adapter);
+    let mut conn = std::pin::pin!(conn);
+    let mut graceful = std::pin::pin!(signals.graceful.cancelled());
+    let mut hard = std::pin::pin!(signals.hard.cancelled());
+    let far = Instant::now() + Duration::from_secs(86_400 * 365);
+    let mut timer = std::pin::pin!(tokio::time::sleep_until(far));
+    let mut graceful_sent = false;
+    // Once asked to close gracefully (stop, or the idle timeout), a connection that has
+    // not ended by this time is dropped; a closing connection is never waited on unbounded.
+    let mut close_by: Option<Instant> = None;
+    loop {
+        let event = std::future::poll_fn(|cx| {
+            if let Poll::Ready(ended) = conn.as_mut().poll(cx) {
+                return Poll::Ready(Event::Ended(ended));
+            }
+            if hard.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Hard);
+            }
+            if !graceful_sent && graceful.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Graceful);
+            }
+            // Once closing, the idle timer has done its part; only the head's and the close's
+            // deadlines remain.
+            let next = activity
+                .next(limits.header_read_timeout, limits.idle_timeout)
+                .filter(|(_, due)| close_by.is_none() || *due != Due::Idle);
+            let (deadline, due) = match (next, close_by) {
+                (Some((at, due)), Some(by)) if at < by => (at, Some(due)),
+                (_, Some(by)) => (by, None),
+                (Some((at, due)), None) => (at, Some(due)),
+                (None, None) => (far, None),
+            };
+            if timer.deadline() != deadline {
+                timer.as_mut().reset(deadline);
+            }
+            if timer.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(match due {
+                    Some(due) => Event::Timer(due),
+                    None => Event::CloseBy,
+                });
+            }
+            Poll::Pending
+        })
+        .await;
+        match event {
+            Event::Ended(Ok(())) => return,
+            Event::Ended(Err(error)) => {
+                tracing::debug!(%error, "connection ended with an error");
+                return;
+            }
+            Event::Hard => {
+                tracing::debug!("server stop deadline passed: closing the connection");
+                return;
+            }
+            Event::CloseBy => {
+                tracing::debug!("connection did not close in time: closing it");
+                return;
+            }
+            Event::Timer(Due::Header) => {
+                tracing::debug!("request head not read in time: closing the connection");
+                return;
+            }
+            Event::Timer(Due::Idle) | Event::Graceful => {
+                if matches!(event, Event::Graceful) {
+                    graceful_sent = true;
+                } else {
+                    tracing::debug!("connection idle too long: closing it");
+                }
+                conn.as_mut().graceful_shutdown();
+                close_by.get_or_insert(Instant::now() + limits.header_read_timeout);
+            }
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! An HTTP/1.1 server on hyper for any tower service, with every wait bounded: the
+//! foundation of Rudder's probe, metrics and webhook servers.
+//!
+//! Start with [`Server::bind`] and [`Options`], serve a service with [`Server::serve`], and
+//! stop it with [`ServerHandle::stop`] and a deadline.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::time::Duration;
+//!
+//! use http::{Request, Response};
+//! use http_body_util::Full;
+//! use hyper::body::Bytes;
+//! use rudder_server::{Body, Options, Server};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let hello = tower::service_fn(|request: Request<Body>| async move {
+//!     let text = format!("hello from {}\n", request.uri().path());
+//!     Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(text))))
+//! });
+//! let options = Options::new("127.0.0.1:0".parse()?)
+//!     .max_connections(64)
+//!     .header_read_timeout(Duration::from_secs(5));
+//! let server = Server::bind(options).await?;
+//! println!("listening on {}", server.local_addr());
+//! let handle = server.serve(hello);
+//! // ... later: finish requests in flight, for at most two seconds.
+//! let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+//! let report = handle.stop(Some(deadline)).await;
+//! assert_eq!(report.closed_at_deadline, 0);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Bounded waits
+//!
+//! A server is only as available as its worst client lets it be. Every wait a client can
+//! cause is bounded by an [`Options`] field:
+//!
+//! - **Connections**: at most [`Options::max_connections`] are open; at the cap the server
+//!   stops accepting until one closes, so further clients wait in the kernel's backlog
+//!   instead of taking file descriptors.
+//! - **Handshake**: an [`Acceptor`]'s handshake (TLS, in a crate above) has
+//!   [`Options::handshake_timeout`].
+//! - **Request head**: [`Options::header_read_timeout`], from the first byte of a request
+//!   (from the accept, for a connection's first request). hyper 1.x's own header timer runs
+//!   from the moment a connection waits for a request, idle keep-alive waits included, so it
+//!   cannot tell a slow head from an idle connection; this crate times both itself.
+//! - **Idle**: a keep-alive connection with no request in flight for
+//!   [`Options::idle_timeout`] is closed (hyper 1.x has no such timer). A slow request in
+//!   flight is never cut by it.
+//! - **Body**: a body past [`Options::max_body_size`] is answered `413`.
+//!
+//! # Accept errors
+//!
+//! When `accept` fails (out of file descriptors, most often), the loop waits before trying
+//! again, as Go's `net/http` does: 5 ms, doubling to 1 s, reset by the next successful
+//! accept; each wait is logged once and counted ([`ServerHandle::accept_errors`]). Without
+//! the wait, a process out of descriptors spins on the error. [`raise_fd_limit`] raises the
+//! soft descriptor limit to the hard one, as Go's runtime does at start.
+//!
+//! # Stopping
+//!
+//! [`ServerHandle::stop`] takes the caller's deadline: it stops accepting, lets requests in
+//! flight finish (idle connections close at once), closes what is left at the deadline, and
+//! returns once every connection's task has ended. The server keeps no timer of its own for
+//! this, so one deadline can be handed down through a whole process's shutdown.
+//!
+//! # Other streams
+//!
+//! [`Server::serve_with`] serves on streams an [`Acceptor`] makes of each accepted TCP
+//! stream, in the connection's own task; that is where TLS plugs in. [`PlainTcp`] is the
+//! identity.
+
+mod acceptor;
+mod body;
+mod connection;
+mod fd_limit;
+mod options;
+mod server;
+mod service;
+
+pub use acceptor::{Acceptor, PlainTcp};
+pub use body::{Body, BodyError};
+pub use fd_limit::{FdLimit, FdLimitError, raise_fd_limit};
+pub use options::{
+    DEFAULT_BIND_ADDRESS, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY_SIZE, DEFAULT_MAX_CONNECTIONS, Options,
+};
+pub use server::{
+    ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, BindError, Server, ServerHandle, StopReport,
+};

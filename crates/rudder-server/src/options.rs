@@ -1,0 +1,108 @@
+//! [`Options`]: where a server listens and the limits it holds every connection to.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+/// The default bind address: loopback, any free port. Servers meant for other hosts (probes,
+/// metrics, webhooks) set their own.
+pub const DEFAULT_BIND_ADDRESS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+
+/// The default cap on open connections.
+///
+/// Containers commonly start with a soft `RLIMIT_NOFILE` of 1024. A server capped at 512
+/// leaves the other half to the rest of the process (API server connections, watches,
+/// files) even while clients hold every connection it allows, and the cap is well above what
+/// probes, Prometheus scrapes and an API server calling a webhook ever open (a few each).
+/// Clients beyond the cap wait in the kernel's listen backlog, holding no descriptor here.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+/// The default header read timeout: how long a client has to send a complete request head,
+/// counted from the first byte of the request (for a new connection, from the moment it was
+/// accepted). A real client sends its head in milliseconds; this tolerates slow networks.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default idle timeout: a keep-alive connection with no request in flight and no byte of
+/// a new one for this long is closed (controller-runtime's 90 s, which matches Go's HTTP
+/// client, so clients usually close first).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The default handshake timeout: how long an [`Acceptor`](crate::Acceptor) (a TLS
+/// handshake, say) may take to turn an accepted TCP stream into the stream HTTP is served on.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default request body limit: 1 MiB, Go's `MaxHeaderBytes`-sized bound on what a probe
+/// or metrics request could need. Webhooks raise it (Kubernetes sends up to about 3 MiB
+/// objects, so controller-runtime's webhook allows 7 MiB).
+pub const DEFAULT_MAX_BODY_SIZE: u64 = 1024 * 1024;
+
+/// Where a server listens and how it bounds its clients. Every field has a default (the
+/// `DEFAULT_*` constants); set the ones to change with the builder methods.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    pub(crate) bind_address: SocketAddr,
+    pub(crate) max_connections: usize,
+    pub(crate) header_read_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) max_body_size: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            bind_address: DEFAULT_BIND_ADDRESS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_body_size: Some(DEFAULT_MAX_BODY_SIZE),
+        }
+    }
+}
+
+impl Options {
+    /// The defaults, listening on `addr` (port 0 picks a free port).
+    pub fn new(addr: SocketAddr) -> Self {
+        Self::default().bind_address(addr)
+    }
+
+    /// Where to listen (default [`DEFAULT_BIND_ADDRESS`]).
+    pub fn bind_address(mut self, addr: SocketAddr) -> Self {
+        self.bind_address = addr;
+        self
+    }
+
+    /// How many connections may be open at once (default [`DEFAULT_MAX_CONNECTIONS`]; at
+    /// least 1). At the cap the server stops accepting until a connection closes.
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max.max(1);
+        self
+    }
+
+    /// How long a client has to send a complete request head (default
+    /// [`DEFAULT_HEADER_READ_TIMEOUT`]); the connection is closed when it has not.
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+
+    /// How long a connection may wait with no request in flight (default
+    /// [`DEFAULT_IDLE_TIMEOUT`]); it is closed after. A slow request in flight is not cut.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// How long the acceptor's handshake may take (default [`DEFAULT_HANDSHAKE_TIMEOUT`]).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// The largest request body served, in bytes (default [`DEFAULT_MAX_BODY_SIZE`]); larger
+    /// ones are answered `413 Payload Too Large`. `None` for no limit.
+    pub fn max_body_size(mut self, max: Option<u64>) -> Self {
+        self.max_body_size = max;
+        self
+    }
+}
