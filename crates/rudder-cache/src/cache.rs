@@ -557,7 +557,20 @@ impl Cache {
         self.inner.informers().values().all(|slot| (slot.synced)())
     }
 
-    /// How many informers started so far have not stored their first list yet.
+    /// How many informers have failed: their watch task panicked and they stopped (see
+    /// [`Informer::has_failed`]). Each also counts in [`unsynced_count`](Self::unsynced_count)
+    /// and makes [`has_synced`](Self::has_synced) false, until the next request for its type
+    /// and scope starts a new one in its place.
+    pub fn failed_count(&self) -> usize {
+        self.inner
+            .informers()
+            .values()
+            .filter(|slot| (slot.failed)())
+            .count()
+    }
+
+    /// How many informers started so far have not stored their first list yet, or have
+    /// failed.
     pub fn unsynced_count(&self) -> usize {
         self.inner
             .informers()
@@ -791,6 +804,8 @@ struct Slot {
     informer: Box<dyn Any + Send + Sync>,
     /// Whether that informer has synced, without knowing its type.
     synced: Box<dyn Fn() -> bool + Send + Sync>,
+    /// Whether that informer has failed.
+    failed: Box<dyn Fn() -> bool + Send + Sync>,
     /// Waits (at most the given time) for that informer to sync.
     wait: Box<
         dyn Fn(Duration) -> BoxFuture<'static, std::result::Result<(), SyncError>> + Send + Sync,
@@ -883,30 +898,44 @@ impl Inner {
             .with_token(token.clone())
             .tracker(tracker.clone())
             .start();
+        informers.insert(key, self.slot(&informer, token, tracker));
+        Ok(informer)
+    }
+
+    /// The slot for a new informer whose tasks `tracker` tracks.
+    fn slot<K>(
+        &self,
+        informer: &Informer<K>,
+        token: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Slot
+    where
+        K: Resource + Send + Sync + 'static,
+    {
         // The cache's tracker waits for each informer's tracker, so `stop` covers them all.
         let waiter = tracker.clone();
         self.tracker.spawn(async move { waiter.wait().await });
         tracker.close();
-        informers.insert(
-            key,
-            Slot {
-                informer: Box::new(informer.clone()),
-                synced: {
-                    let informer = informer.clone();
-                    Box::new(move || informer.has_synced())
-                },
-                wait: {
-                    let informer = informer.clone();
-                    Box::new(move |timeout| {
-                        let informer = informer.clone();
-                        Box::pin(async move { informer.wait_for_sync(timeout).await })
-                    })
-                },
-                token,
-                tracker,
+        Slot {
+            informer: Box::new(informer.clone()),
+            synced: {
+                let informer = informer.clone();
+                Box::new(move || informer.has_synced())
             },
-        );
-        Ok(informer)
+            failed: {
+                let informer = informer.clone();
+                Box::new(move || informer.has_failed())
+            },
+            wait: {
+                let informer = informer.clone();
+                Box::new(move |timeout| {
+                    let informer = informer.clone();
+                    Box::pin(async move { informer.wait_for_sync(timeout).await })
+                })
+            },
+            token,
+            tracker,
+        }
     }
 
     async fn remove(&self, key: &InformerKey) -> bool {
@@ -919,5 +948,67 @@ impl Inner {
             }
             None => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube_runtime::watcher::Event as W;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::informer::start_on;
+    use crate::lenient::Lenient;
+
+    #[tokio::test]
+    async fn a_failed_informer_makes_the_cache_unready_until_it_is_replaced() {
+        // Nothing listens there; the informer under test is fed by hand.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let cache =
+            Cache::builder(Client::try_from(config).unwrap()).build(&CancellationToken::new());
+        let (tx, rx) = mpsc::unbounded_channel::<Option<W<Lenient<ConfigMap>>>>();
+        // `None` stands for something in the watch panicking.
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            let event = rx.recv().await?.expect("the watch broke");
+            Some((Ok(event), rx))
+        });
+        let token = cache.inner.token.child_token();
+        let tracker = TaskTracker::new();
+        let informer = start_on(
+            "configmaps".into(),
+            stream,
+            None,
+            None,
+            token.clone(),
+            tracker.clone(),
+        );
+        let key = InformerKey::new(TypeKey::Typed(TypeId::of::<ConfigMap>()), &Scope::all());
+        let slot = cache.inner.slot(&informer, token, tracker);
+        cache.inner.informers().insert(key, slot);
+        let mut events = informer.subscribe();
+        tx.send(Some(W::Init)).unwrap();
+        tx.send(Some(W::InitDone)).unwrap();
+        cache.wait_for_sync(Duration::from_secs(5)).await.unwrap();
+        assert_eq!((cache.unsynced_count(), cache.failed_count()), (0, 0));
+
+        tx.send(None).unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
+        assert!(matches!(end, Ok(None)), "the stream ends");
+        assert!(!cache.has_synced());
+        assert_eq!((cache.unsynced_count(), cache.failed_count()), (1, 1));
+        assert!(matches!(
+            cache.wait_for_sync(Duration::from_secs(5)).await,
+            Err(SyncError::Failed { .. })
+        ));
+
+        // The next request starts a new informer in its place.
+        let new = cache.informer::<ConfigMap>().unwrap();
+        assert!(new.is_running());
+        assert_eq!((cache.informer_count(), cache.failed_count()), (1, 0));
+        cache.stop().await;
     }
 }

@@ -19,6 +19,17 @@ pub enum IndexError {
         /// The index name.
         name: String,
     },
+    /// The index function panicked on an object already in the store, so the index was not
+    /// added (the store is unchanged). Retrying does not help until the function is fixed.
+    #[error("index function {name:?} panicked on {object}: {message}")]
+    Panicked {
+        /// The index name.
+        name: String,
+        /// The object it panicked on, as `namespace/name`.
+        object: String,
+        /// The panic's message.
+        message: String,
+    },
 }
 
 /// An error from [`Informer::wait_for_sync`](crate::Informer::wait_for_sync).
@@ -38,6 +49,14 @@ pub enum SyncError {
     /// The informer was stopped before it synced; retrying does not help.
     #[error("informer for {resource} stopped before it synced")]
     Stopped {
+        /// What the informer watched.
+        resource: String,
+    },
+    /// The informer's watch task panicked (see
+    /// [`Informer::has_failed`](crate::Informer::has_failed)) and it stopped; retrying on this
+    /// informer does not help, a new one (which a `Cache` starts on the next request) may.
+    #[error("informer for {resource} failed: its watch task panicked")]
+    Failed {
         /// What the informer watched.
         resource: String,
     },

@@ -5,12 +5,12 @@ use std::fmt::{self, Debug};
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::pin::{Pin, pin};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use kube::{Api, Resource};
 use kube_runtime::WatchStreamExt;
 use kube_runtime::watcher::{self, watcher};
@@ -22,8 +22,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::SyncError;
 use crate::lenient::{Lenient, Malformed};
-use crate::store::{Applied, ObjectKey, Store};
+use crate::store::{Applied, IndexPanic, ObjectKey, Store};
 use crate::transform::{Transform, strip_managed_fields};
+use crate::unwind;
 
 /// The default resync period, as in controller-runtime: 10 hours, plus up to 10% jitter.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(10 * 60 * 60);
@@ -105,6 +106,13 @@ pub struct InformerStats {
     pub relists: u64,
     /// Resyncs done.
     pub resyncs: u64,
+    /// Panics caught in the user's index functions and transforms. Each was logged at
+    /// `error` with the object's key, and the object skipped: it is neither stored nor sent,
+    /// and a stored older version stays (as for a malformed object) until the object is
+    /// deleted. With the `metrics` feature each is also counted in
+    /// `rudder_cache_panics_total` (labels `resource`, and `function`: `index` or
+    /// `transform`).
+    pub panics: u64,
 }
 
 /// Options for one informer; start it with [`InformerBuilder::start`].
@@ -197,7 +205,7 @@ where
 }
 
 /// Starts an informer's task on `stream`.
-fn start_on<K, S>(
+pub(crate) fn start_on<K, S>(
     resource: String,
     stream: S,
     transform: Option<Transform<K>>,
@@ -215,11 +223,16 @@ where
         store: Store::new(),
         subscribers: Mutex::new(Vec::new()),
         synced,
+        running: AtomicBool::new(true),
+        failed: AtomicBool::new(false),
         stats: Stats::default(),
         token,
         tracker,
     });
-    let task = run(Arc::clone(&shared), stream, transform, resync);
+    let task = supervise(
+        Arc::clone(&shared),
+        run(Arc::clone(&shared), stream, transform, resync),
+    );
     shared.tracker.spawn(task);
     let handles = Arc::new(shared.token.clone().drop_guard());
     Informer {
@@ -366,12 +379,35 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
         &self.shared.store
     }
 
-    /// Whether the first list has been stored completely.
+    /// Whether the first list has been stored completely, and the watch has not failed
+    /// (see [`has_failed`](Self::has_failed)).
     pub fn has_synced(&self) -> bool {
-        *self.shared.synced.borrow()
+        *self.shared.synced.borrow() && !self.has_failed()
+    }
+
+    /// Whether the watch task is still running: false once it has ended, whether stopped
+    /// or failed.
+    pub fn is_running(&self) -> bool {
+        self.shared.running.load(Ordering::Acquire)
+    }
+
+    /// Whether the watch task ended by a panic (outside the index functions and transforms,
+    /// whose panics are caught and skipped). The informer is then stopped: subscribers'
+    /// streams end, [`has_synced`](Self::has_synced) is false and
+    /// [`wait_for_sync`](Self::wait_for_sync) fails with [`SyncError::Failed`]; the store
+    /// keeps what it held. A [`Cache`](crate::Cache) counts it in
+    /// [`Cache::failed_count`](crate::Cache::failed_count) and starts a new informer the next
+    /// time one is asked for.
+    pub fn has_failed(&self) -> bool {
+        self.shared.failed.load(Ordering::Acquire)
     }
 
     /// Waits until the first list has been stored, at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`SyncError::Timeout`] if the time ran out, [`SyncError::Stopped`] if the informer
+    /// was stopped before it synced, [`SyncError::Failed`] if its watch failed.
     pub async fn wait_for_sync(&self, timeout: Duration) -> Result<(), SyncError> {
         let mut synced = self.shared.synced.subscribe();
         let wait = async {
@@ -380,7 +416,14 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
                 () = self.shared.token.cancelled() => *self.shared.synced.borrow(),
             }
         };
-        match tokio::time::timeout(timeout, wait).await {
+        let outcome = tokio::time::timeout(timeout, wait).await;
+        // A failure cancels the token after setting the flag, so it is seen here.
+        if self.has_failed() {
+            return Err(SyncError::Failed {
+                resource: self.shared.resource.clone(),
+            });
+        }
+        match outcome {
             Ok(true) => Ok(()),
             Ok(false) => Err(SyncError::Stopped {
                 resource: self.shared.resource.clone(),
@@ -460,6 +503,7 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
             watch_errors: s.errors.load(Ordering::Relaxed),
             relists: s.relists.load(Ordering::Relaxed),
             resyncs: s.resyncs.load(Ordering::Relaxed),
+            panics: s.panics.load(Ordering::Relaxed),
         }
     }
 
@@ -510,6 +554,7 @@ struct Stats {
     errors: AtomicU64,
     relists: AtomicU64,
     resyncs: AtomicU64,
+    panics: AtomicU64,
 }
 
 struct Shared<K> {
@@ -519,6 +564,10 @@ struct Shared<K> {
     /// of the store and its later events neither overlap nor leave a gap.
     subscribers: Mutex<Vec<mpsc::UnboundedSender<Event<K>>>>,
     synced: watch::Sender<bool>,
+    /// Cleared when the watch task ends, for any reason.
+    running: AtomicBool,
+    /// Set when the watch task ended by a panic.
+    failed: AtomicBool,
     stats: Stats,
     token: CancellationToken,
     tracker: TaskTracker,
@@ -534,6 +583,31 @@ impl<K> Shared<K> {
 
 fn send<K>(subscribers: &mut Vec<mpsc::UnboundedSender<Event<K>>>, event: &Event<K>) {
     subscribers.retain(|tx| tx.send(event.clone()).is_ok());
+}
+
+/// Runs the watch loop `run` and, however it ends, ends every subscriber's stream and
+/// marks the informer not running. A panic that escapes it (none from user code: index
+/// functions and transforms are caught where they run) also marks the informer failed and
+/// stops it, so that it is seen as dead rather than silently idle.
+async fn supervise<K>(shared: Arc<Shared<K>>, run: impl Future<Output = ()> + Send) {
+    // `AssertUnwindSafe`: after a panic only `shared`'s atomics, its token and its
+    // subscriber list (behind a lock that ignores poisoning, and only ever pushed to,
+    // filtered or cleared) are touched. The store holds no lock outside its own methods,
+    // which catch the one kind of user code they run, so it is as the last finished
+    // operation left it, and stays readable.
+    let outcome = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+    if let Err(payload) = outcome {
+        shared.failed.store(true, Ordering::Release);
+        tracing::error!(
+            resource = %shared.resource,
+            panic = %unwind::message(&*payload),
+            "the informer's watch task panicked; the informer has stopped"
+        );
+        shared.token.cancel();
+    }
+    shared.running.store(false, Ordering::Release);
+    // Dropping the senders ends every subscriber's stream once it has drained its queue.
+    shared.subscribers().clear();
 }
 
 /// The watch loop: applies watcher events to the store, one object at a time, and fans
@@ -577,12 +651,19 @@ async fn run<K, S>(
                 continue;
             }
         };
-        let transformed = |mut obj: K| {
-            if let Some(t) = &transform {
-                t(&mut obj);
-            }
-            obj
+        // A transform that panics may leave `obj` half changed; that copy is dropped and
+        // nothing else has been touched, so the object is skipped as if never received.
+        let transformed = |mut obj: K| match &transform {
+            Some(t) => match unwind::catch(|| t(&mut obj)) {
+                Ok(()) => Ok(obj),
+                Err(message) => {
+                    record_panic(&shared, "transform", &ObjectKey::of(&obj), &message);
+                    Err(ObjectKey::of(&obj))
+                }
+            },
+            None => Ok(obj),
         };
+        let mut panics = Vec::new();
         // Decoded objects carry spare capacity (a one-element `Vec` is allocated for four);
         // a clone allocates exactly, so objects that will be stored are cloned and the
         // decoded copies dropped. Unchanged objects are not, as they are about to be dropped.
@@ -616,7 +697,7 @@ async fn run<K, S>(
                 record_malformed(&shared, &bad);
                 let key = key_of_meta(&bad.metadata);
                 let mut subscribers = shared.subscribers();
-                if let Some(obj) = shared.store.remove(&key) {
+                if let Some(obj) = shared.store.remove(&key, &mut panics) {
                     // The last good version stands for the deleted object.
                     send(
                         &mut subscribers,
@@ -630,21 +711,28 @@ async fn run<K, S>(
             watcher::Event::InitApply(Lenient::Ok(obj))
             | watcher::Event::Apply(Lenient::Ok(obj)) => {
                 let initial_list = first_list;
-                let obj = compact(transformed(obj));
+                let obj = match transformed(obj) {
+                    Ok(obj) => compact(obj),
+                    Err(key) => {
+                        // Keep the last good version, if any, through a relist's sweep.
+                        shared.store.touch(&key, epoch);
+                        continue;
+                    }
+                };
                 let mut subscribers = shared.subscribers();
-                match shared.store.apply(obj, epoch) {
+                match shared.store.apply(obj, epoch, &mut panics) {
                     Applied::Added(obj) => {
                         send(&mut subscribers, &Event::Add { obj, initial_list });
                     }
                     Applied::Updated { old, new } => {
                         send(&mut subscribers, &Event::Update { old, new });
                     }
-                    Applied::Unchanged => {}
+                    Applied::Unchanged | Applied::Skipped => {}
                 }
             }
             watcher::Event::InitDone => {
                 let mut subscribers = shared.subscribers();
-                for obj in shared.store.sweep(epoch) {
+                for obj in shared.store.sweep(epoch, &mut panics) {
                     send(
                         &mut subscribers,
                         &Event::Delete {
@@ -662,22 +750,35 @@ async fn run<K, S>(
                 }
             }
             watcher::Event::Delete(Lenient::Ok(obj)) => {
-                let obj = transformed(obj);
-                let key = ObjectKey::of(&obj);
+                let transformed = transformed(obj);
+                let key = match &transformed {
+                    Ok(obj) => ObjectKey::of(obj),
+                    Err(key) => key.clone(),
+                };
                 let mut subscribers = shared.subscribers();
-                shared.store.remove(&key);
-                send(
-                    &mut subscribers,
-                    &Event::Delete {
+                let stored = shared.store.remove(&key, &mut panics);
+                // The object is gone either way; without a transformed copy, the last
+                // stored version stands for it, as for a malformed one.
+                let event = match (transformed, stored) {
+                    (Ok(obj), _) => Some(Event::Delete {
                         obj: Arc::new(obj),
                         final_state_unknown: false,
-                    },
-                );
+                    }),
+                    (Err(_), Some(obj)) => Some(Event::Delete {
+                        obj,
+                        final_state_unknown: true,
+                    }),
+                    (Err(_), None) => None,
+                };
+                if let Some(event) = event {
+                    send(&mut subscribers, &event);
+                }
             }
         }
+        for panic in panics {
+            record_index_panic(&shared, &panic);
+        }
     }
-    // Dropping the senders ends every subscriber's stream once it has drained its queue.
-    shared.subscribers().clear();
 }
 
 fn resync_all<K: Resource>(shared: &Shared<K>) {
@@ -707,6 +808,40 @@ fn record_malformed<K>(shared: &Shared<K>, bad: &Malformed) {
     metrics::counter!("rudder_cache_malformed_objects_total", "resource" => shared.resource.clone())
         .increment(1);
     tracing::warn!(resource = %shared.resource, object = %bad, "skipping an object that does not decode");
+}
+
+fn record_index_panic<K>(shared: &Shared<K>, panic: &IndexPanic) {
+    tracing::error!(
+        resource = %shared.resource,
+        object = %panic.key,
+        index = %panic.index,
+        panic = %panic.message,
+        "an index function panicked; skipping the object"
+    );
+    count_panic(shared, "index");
+}
+
+fn record_panic<K>(shared: &Shared<K>, function: &'static str, key: &ObjectKey, message: &str) {
+    tracing::error!(
+        resource = %shared.resource,
+        object = %key,
+        panic = %message,
+        "a {function} panicked; skipping the object"
+    );
+    count_panic(shared, function);
+}
+
+fn count_panic<K>(shared: &Shared<K>, function: &'static str) {
+    shared.stats.panics.fetch_add(1, Ordering::Relaxed);
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "rudder_cache_panics_total",
+        "resource" => shared.resource.clone(),
+        "function" => function
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = function;
 }
 
 fn record_error<K>(shared: &Shared<K>, err: &watcher::Error) {
@@ -907,6 +1042,185 @@ mod tests {
         assert_eq!(next().await, "delete a@1 true");
         assert!(informer.store().get(&key("a")).is_none());
         assert_eq!(informer.stats().malformed_objects, 4);
+        informer.stop().await;
+    }
+
+    type Cm = k8s_openapi::api::core::v1::ConfigMap;
+    type Sender = mpsc::UnboundedSender<watcher::Event<Lenient<Cm>>>;
+
+    /// An informer fed by hand, through the returned sender.
+    fn fed_informer(transform: Option<Transform<Cm>>) -> (Sender, Informer<Cm>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|event| (Ok(event), rx))
+        });
+        let informer = start_on(
+            "configmaps".into(),
+            stream,
+            transform,
+            None,
+            CancellationToken::new(),
+            TaskTracker::new(),
+        );
+        (tx, informer)
+    }
+
+    async fn next_name(events: &mut EventStream<Cm>) -> String {
+        let event = tokio::time::timeout(Duration::from_secs(5), events.next())
+            .await
+            .expect("an event within 5 s")
+            .expect("the stream goes on");
+        let kind = match &event {
+            Event::Add { .. } => "add",
+            Event::Update { .. } => "update",
+            Event::Delete { .. } => "delete",
+        };
+        format!(
+            "{kind} {}",
+            event.object().metadata.name.as_deref().unwrap()
+        )
+    }
+
+    fn names(objs: &[Arc<Cm>]) -> Vec<String> {
+        let mut names: Vec<_> = objs
+            .iter()
+            .map(|o| o.metadata.name.clone().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn an_index_function_panic_skips_the_object_and_the_watch_goes_on() {
+        use watcher::Event as W;
+        let (tx, informer) = fed_informer(None);
+        informer
+            .store()
+            .add_index("name", |c: &Cm| {
+                let name = c.metadata.name.clone().unwrap();
+                assert!(name != "bad", "the index refuses bad");
+                vec![name]
+            })
+            .unwrap();
+        let mut events = informer.subscribe();
+        for event in [
+            W::Init,
+            W::InitApply(cm("a", "1")),
+            W::InitApply(cm("bad", "1")),
+            W::InitApply(cm("c", "1")),
+            W::InitDone,
+        ] {
+            tx.send(event).unwrap();
+        }
+        assert_eq!(next_name(&mut events).await, "add a");
+        assert_eq!(next_name(&mut events).await, "add c");
+        informer
+            .wait_for_sync(Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(informer.has_synced());
+        tx.send(W::Apply(cm("d", "2"))).unwrap();
+        assert_eq!(next_name(&mut events).await, "add d");
+
+        let store = informer.store();
+        assert_eq!(names(&store.list()), ["a", "c", "d"]);
+        assert_eq!(names(&store.list_namespace("ns")), ["a", "c", "d"]);
+        let mut values = store.index_values("name").unwrap();
+        values.sort();
+        assert_eq!(values, ["a", "c", "d"]);
+        assert_eq!(informer.stats().panics, 1);
+        assert!(informer.is_running());
+        assert!(!informer.has_failed());
+
+        // Its deletion reaches the subscribers, and the store stays as it was.
+        tx.send(W::Delete(cm("bad", "3"))).unwrap();
+        assert_eq!(next_name(&mut events).await, "delete bad");
+        assert_eq!(store.len(), 3);
+        informer.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_transform_panic_skips_the_object_and_the_watch_goes_on() {
+        use watcher::Event as W;
+        let transform: Transform<Cm> = Arc::new(|c: &mut Cm| {
+            c.data = Some([("seen".to_owned(), "yes".to_owned())].into());
+            let rv = c.metadata.resource_version.as_deref().unwrap();
+            assert!(rv != "666", "the transform refuses 666");
+        });
+        let (tx, informer) = fed_informer(Some(transform));
+        let mut events = informer.subscribe();
+        for event in [
+            W::Init,
+            W::InitApply(cm("a", "1")),
+            W::InitApply(cm("bad", "666")),
+            W::InitDone,
+        ] {
+            tx.send(event).unwrap();
+        }
+        assert_eq!(next_name(&mut events).await, "add a");
+        // A panicking update keeps the last good version; a later good one replaces it.
+        tx.send(W::Apply(cm("a", "666"))).unwrap();
+        tx.send(W::Apply(cm("c", "2"))).unwrap();
+        assert_eq!(next_name(&mut events).await, "add c");
+        let key = ObjectKey::namespaced("ns", "a");
+        let stored = informer.store().get(&key).unwrap();
+        assert_eq!(stored.metadata.resource_version.as_deref(), Some("1"));
+        assert_eq!(informer.stats().panics, 2);
+        assert!(informer.has_synced());
+
+        // Its deletion still removes it, and tells with the last good version.
+        tx.send(W::Delete(cm("a", "666"))).unwrap();
+        assert_eq!(next_name(&mut events).await, "delete a");
+        assert!(informer.store().get(&key).is_none());
+        assert_eq!(informer.stats().panics, 3);
+        assert_eq!(names(&informer.store().list()), ["c"]);
+        informer.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_watch_task_that_panics_ends_every_stream_and_says_it_failed() {
+        use watcher::Event as W;
+        let (tx, rx) = mpsc::unbounded_channel::<Option<W<Lenient<Cm>>>>();
+        // `None` stands for something in the watch (kube-runtime, say) panicking.
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            let event = rx.recv().await?;
+            let event = event.expect("the watch broke");
+            Some((Ok(event), rx))
+        });
+        let informer = start_on(
+            "configmaps".into(),
+            stream,
+            None,
+            None,
+            CancellationToken::new(),
+            TaskTracker::new(),
+        );
+        let mut events = informer.subscribe();
+        for event in [W::Init, W::InitApply(cm("a", "1")), W::InitDone] {
+            tx.send(Some(event)).unwrap();
+        }
+        assert_eq!(next_name(&mut events).await, "add a");
+        informer
+            .wait_for_sync(Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(informer.is_running());
+
+        tx.send(None).unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
+        assert!(matches!(end, Ok(None)), "the stream ends");
+        assert!(informer.has_failed());
+        assert!(!informer.is_running());
+        assert!(!informer.has_synced());
+        assert!(informer.is_stopped());
+        assert!(matches!(
+            informer.wait_for_sync(Duration::from_secs(5)).await,
+            Err(SyncError::Failed { .. })
+        ));
+        // A late subscriber gets what the store held, then the end.
+        let mut late = informer.subscribe();
+        assert_eq!(next_name(&mut late).await, "add a");
+        assert!(late.next().await.is_none());
         informer.stop().await;
     }
 }

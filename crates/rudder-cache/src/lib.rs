@@ -136,11 +136,30 @@
 //! bad object fails the page, retried with backoff. Dynamic and metadata-only informers
 //! decode anything.
 //!
+//! # Panics in user code
+//!
+//! Index functions and transforms run inside the watch task (index functions under the
+//! store's write lock). A panic in one is caught: it is logged at `error` with the resource,
+//! the object's `namespace/name` and the panic's message, counted in
+//! [`InformerStats::panics`] (and, with the `metrics` feature, in `rudder_cache_panics_total`),
+//! and the object is skipped like a malformed one: not stored, not sent, and a stored older
+//! version stays until the object is deleted. Every index value is computed before the store
+//! changes, so an object is always in the store and every index, or in none; the lock is
+//! never poisoned. [`Store::add_index`] with a function that panics on a stored object fails
+//! with [`IndexError::Panicked`] and adds nothing.
+//!
+//! Should the watch task still end by a panic (from elsewhere), the informer fails visibly:
+//! it stops, its subscribers' streams end, [`Informer::has_failed`] is true,
+//! [`Informer::has_synced`] and [`Informer::is_running`] are false and
+//! [`Informer::wait_for_sync`] fails with [`SyncError::Failed`]. A [`Cache`] counts it in
+//! [`Cache::failed_count`] and [`Cache::unsynced_count`] (so a manager's readiness turns
+//! false) and starts a new informer the next time one is asked for.
+//!
 //! # Features
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | `metrics` | `rudder_cache_watch_errors_total` and `rudder_cache_malformed_objects_total` counters (label `resource`) through the `metrics` crate |
+//! | `metrics` | `rudder_cache_watch_errors_total` and `rudder_cache_malformed_objects_total` counters (label `resource`), and `rudder_cache_panics_total` (labels `resource`, `function`: `index` or `transform`), through the `metrics` crate |
 //!
 //! # Shutdown
 //!
@@ -157,6 +176,7 @@ mod informer;
 mod lenient;
 mod store;
 mod transform;
+mod unwind;
 
 pub use cache::{
     ApiScope, ByObject, Cache, CacheBuilder, DEFAULT_SYNC_TIMEOUT, ListOptions, Scope, Typed,

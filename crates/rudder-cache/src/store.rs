@@ -9,6 +9,7 @@ use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use kube::Resource;
 
 use crate::error::IndexError;
+use crate::unwind;
 
 /// The name of the built-in index from namespace to objects, usable with [`Store::by_index`].
 ///
@@ -19,6 +20,12 @@ pub const NAMESPACE_INDEX: &str = "namespace";
 ///
 /// It must be deterministic: the store calls it again on the old object when that object is
 /// replaced or deleted, to find the entries to remove.
+///
+/// A panic in it is caught: an object it panics on is not stored (an informer logs it at
+/// `error`, counts it in [`InformerStats::panics`](crate::InformerStats::panics) and keeps the
+/// object's last good version, if any), and [`Store::add_index`] fails with
+/// [`IndexError::Panicked`]. Every value is computed before the store changes, so an object is
+/// always either in the store and every index, or in none.
 pub type IndexFn<K> = Arc<dyn Fn(&K) -> Vec<String> + Send + Sync>;
 
 /// Where an object lives: its namespace (none for cluster-scoped objects) and name.
@@ -101,8 +108,9 @@ impl<K: Resource> Default for Store<K> {
 
 impl<K> Store<K> {
     fn read(&self) -> RwLockReadGuard<'_, Inner<K>> {
-        // A panic in an index function while the lock was held leaves the maps consistent for
-        // reading (each step is a single insert or remove), so a poisoned lock is still usable.
+        // Index functions, the only user code run under the lock, are called inside
+        // `catch_unwind`, so the lock is never poisoned; were it to be, the maps are still
+        // consistent (they change only after every index value has been computed).
         self.inner.read().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -211,6 +219,11 @@ impl<K: Resource> Store<K> {
     ///
     /// From then on every add, update and delete keeps it exact: an update that changes an
     /// object's values removes it from the old ones.
+    ///
+    /// # Errors
+    ///
+    /// [`IndexError::Exists`] if the name is taken; [`IndexError::Panicked`] if `index`
+    /// panics on an object already stored, in which case the index is not added.
     pub fn add_index<F>(&self, name: impl Into<String>, index: F) -> Result<(), IndexError>
     where
         F: Fn(&K) -> Vec<String> + Send + Sync + 'static,
@@ -225,7 +238,15 @@ impl<K: Resource> Store<K> {
             values: HashMap::new(),
         };
         for entry in &inner.objects {
-            for value in (idx.func)(&entry.obj) {
+            // A panic leaves only the local `idx` half-filled, and it is dropped.
+            let values = unwind::catch(|| (idx.func)(&entry.obj)).map_err(|message| {
+                IndexError::Panicked {
+                    name: name.clone(),
+                    object: ObjectKey::of(&*entry.obj).to_string(),
+                    message,
+                }
+            })?;
+            for value in values {
                 put(
                     &inner.state,
                     idx.values.entry(value).or_default(),
@@ -252,11 +273,44 @@ impl<K: Resource> Store<K> {
     /// Stores `obj`, stamped as seen in list `epoch`; says whether it was new, changed
     /// (a different `resourceVersion`) or unchanged. An unchanged object is dropped and the
     /// stored `Arc` kept, so a relist does not hold a second copy of what did not change.
-    pub(crate) fn apply(&self, obj: K, epoch: u64) -> Applied<K> {
+    ///
+    /// If an index function panics on `obj`, nothing changes but the stored version's epoch
+    /// (so a relist keeps the last good version), the panic is pushed onto `panics` and the
+    /// result is [`Applied::Skipped`]. Panics on the stored version (only possible with an
+    /// index function that is not deterministic) are pushed too, and do not stop the update.
+    pub(crate) fn apply(&self, obj: K, epoch: u64, panics: &mut Vec<IndexPanic>) -> Applied<K> {
         let mut guard = self.write();
         let inner = &mut *guard;
         let (ns, name) = key_of(&obj);
         let hash = inner.hash(ns, name);
+        let rv = obj.meta().resource_version.as_deref();
+        let unchanged = rv.is_some()
+            && inner
+                .objects
+                .find(hash, |e| is(&*e.obj, ns, name))
+                .is_some_and(|e| e.obj.meta().resource_version.as_deref() == rv);
+        if unchanged {
+            inner.touch(hash, ns, name, epoch);
+            return Applied::Unchanged;
+        }
+        // Every value, old and new, is computed before anything changes: a panic leaves the
+        // store as it was.
+        let new_values = match inner.values_of(&obj) {
+            Ok(values) => values,
+            Err((index, message)) => {
+                inner.touch(hash, ns, name, epoch);
+                panics.push(IndexPanic {
+                    index,
+                    key: ObjectKey::of(&obj),
+                    message,
+                });
+                return Applied::Skipped;
+            }
+        };
+        let old_values = inner
+            .objects
+            .find(hash, |e| is(&*e.obj, ns, name))
+            .map(|e| inner.old_values_of(&e.obj, panics));
         let state = &inner.state;
         match inner.objects.entry(
             hash,
@@ -266,13 +320,12 @@ impl<K: Resource> Store<K> {
             hashbrown::hash_table::Entry::Occupied(mut slot) => {
                 let entry = slot.get_mut();
                 entry.epoch = epoch;
-                let old_rv = entry.obj.meta().resource_version.as_deref();
-                if old_rv.is_some() && old_rv == obj.meta().resource_version.as_deref() {
-                    return Applied::Unchanged;
-                }
                 let new = Arc::new(obj);
                 let old = std::mem::replace(&mut entry.obj, Arc::clone(&new));
-                inner.reindex(Some(&old), Some(&new));
+                inner.reindex(
+                    Some((&old, old_values.unwrap_or_default())),
+                    Some((&new, new_values)),
+                );
                 Applied::Updated { old, new }
             }
             hashbrown::hash_table::Entry::Vacant(slot) => {
@@ -281,24 +334,28 @@ impl<K: Resource> Store<K> {
                     obj: Arc::clone(&new),
                     epoch,
                 });
-                inner.reindex(None, Some(&new));
+                inner.reindex(None, Some((&new, new_values)));
                 Applied::Added(new)
             }
         }
     }
 
-    /// Removes the object with this key, returning the last stored version.
-    pub(crate) fn remove(&self, key: &ObjectKey) -> Option<Arc<K>> {
+    /// Removes the object with this key, returning the last stored version. A panic in an
+    /// index function on it (pushed onto `panics`) does not keep it in that index: the index
+    /// is searched for it instead.
+    pub(crate) fn remove(&self, key: &ObjectKey, panics: &mut Vec<IndexPanic>) -> Option<Arc<K>> {
         let mut guard = self.write();
         let inner = &mut *guard;
         let ns = key.namespace.as_deref();
         let hash = inner.hash(ns, &key.name);
+        let stored = inner.objects.find(hash, |e| is(&*e.obj, ns, &key.name))?;
+        let old_values = inner.old_values_of(&stored.obj, panics);
         let (entry, _) = inner
             .objects
             .find_entry(hash, |e| is(&*e.obj, ns, &key.name))
             .ok()?
             .remove();
-        inner.reindex(Some(&entry.obj), None);
+        inner.reindex(Some((&entry.obj, old_values)), None);
         Some(entry.obj)
     }
 
@@ -308,31 +365,27 @@ impl<K: Resource> Store<K> {
         let inner = &mut *guard;
         let ns = key.namespace.as_deref();
         let hash = inner.hash(ns, &key.name);
-        match inner.objects.find_mut(hash, |e| is(&*e.obj, ns, &key.name)) {
-            Some(entry) => {
-                entry.epoch = epoch;
-                true
-            }
-            None => false,
-        }
+        inner.touch(hash, ns, &key.name, epoch)
     }
 
-    /// Removes every object not seen in list `epoch`, returning them.
-    pub(crate) fn sweep(&self, epoch: u64) -> Vec<Arc<K>> {
+    /// Removes every object not seen in list `epoch`, returning them; index panics on them
+    /// are handled (and pushed onto `panics`) as in [`remove`](Self::remove).
+    pub(crate) fn sweep(&self, epoch: u64, panics: &mut Vec<IndexPanic>) -> Vec<Arc<K>> {
         let mut guard = self.write();
         let inner = &mut *guard;
-        let mut gone = Vec::new();
-        inner.objects.retain(|e| {
-            let keep = e.epoch == epoch;
-            if !keep {
-                gone.push(Arc::clone(&e.obj));
-            }
-            keep
-        });
-        for obj in &gone {
-            inner.reindex(Some(obj), None);
-        }
-        gone
+        let gone: Vec<(Arc<K>, OldValues)> = inner
+            .objects
+            .iter()
+            .filter(|e| e.epoch != epoch)
+            .map(|e| (Arc::clone(&e.obj), inner.old_values_of(&e.obj, panics)))
+            .collect();
+        inner.objects.retain(|e| e.epoch == epoch);
+        gone.into_iter()
+            .map(|(obj, values)| {
+                inner.reindex(Some((&obj, values)), None);
+                obj
+            })
+            .collect()
     }
 
     /// Runs `f` on every object under the read lock (used for resync and late handlers).
@@ -352,6 +405,19 @@ pub(crate) enum Applied<K> {
     Updated { old: Arc<K>, new: Arc<K> },
     /// The key was there with the same resourceVersion.
     Unchanged,
+    /// An index function panicked on the object, which was therefore not stored.
+    Skipped,
+}
+
+/// A panic caught in an index function, for the informer to report.
+#[derive(Debug)]
+pub(crate) struct IndexPanic {
+    /// The index whose function panicked.
+    pub(crate) index: String,
+    /// The object it panicked on.
+    pub(crate) key: ObjectKey,
+    /// The panic's message.
+    pub(crate) message: String,
 }
 
 /// A stored object. The key is not stored beside it: the tables hash and compare the
@@ -361,6 +427,10 @@ struct Entry<K> {
     /// The number of the last list (or watch session) the object was seen in.
     epoch: u64,
 }
+
+/// A stored object's values in each user index (in the order of `Inner::indexes`), `None`
+/// where the index function panicked on it.
+type OldValues = Vec<Option<Vec<String>>>;
 
 /// A set of objects by namespace/name, holding only the `Arc`s (8 bytes each).
 type ObjectSet<K> = HashTable<Arc<K>>;
@@ -419,11 +489,68 @@ impl<K: Resource> Inner<K> {
         self.state.hash_one((namespace, name))
     }
 
+    /// Stamps the stored object with this key, if any, as seen in list `epoch`.
+    fn touch(&mut self, hash: u64, namespace: Option<&str>, name: &str, epoch: u64) -> bool {
+        match self
+            .objects
+            .find_mut(hash, |e| is(&*e.obj, namespace, name))
+        {
+            Some(entry) => {
+                entry.epoch = epoch;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `obj`'s values in every user index, in the order of `self.indexes` (which does not
+    /// change while the write lock is held), or the name of the index whose function
+    /// panicked and the message. The functions get a shared reference and nothing else, and
+    /// nothing is changed here, so a panic leaves the store as it was.
+    fn values_of(&self, obj: &K) -> Result<Vec<Vec<String>>, (String, String)> {
+        self.indexes
+            .iter()
+            .map(|(name, idx)| unwind::catch(|| (idx.func)(obj)).map_err(|m| (name.clone(), m)))
+            .collect()
+    }
+
+    /// Like [`values_of`](Self::values_of) for a stored object about to be replaced or
+    /// removed, with `None` for an index whose function panicked (pushed onto `panics`).
+    fn old_values_of(&self, obj: &K, panics: &mut Vec<IndexPanic>) -> OldValues {
+        self.indexes
+            .iter()
+            .map(|(name, idx)| match unwind::catch(|| (idx.func)(obj)) {
+                Ok(values) => Some(values),
+                Err(message) => {
+                    panics.push(IndexPanic {
+                        index: name.clone(),
+                        key: ObjectKey::of(obj),
+                        message,
+                    });
+                    None
+                }
+            })
+            .collect()
+    }
+
     /// Moves an object in the namespace index and every user index from the values of
-    /// `old` to those of `new` (either may be absent), replacing the stored `Arc` where the
-    /// value stays.
-    fn reindex(&mut self, old: Option<&Arc<K>>, new: Option<&Arc<K>>) {
+    /// `old` to those of `new` (either may be absent; each comes with its values from
+    /// [`values_of`](Self::values_of) or [`old_values_of`](Self::old_values_of)), replacing
+    /// the stored `Arc` where the value stays. Calls no user code.
+    fn reindex(
+        &mut self,
+        old: Option<(&Arc<K>, OldValues)>,
+        new: Option<(&Arc<K>, Vec<Vec<String>>)>,
+    ) {
         let state = &self.state;
+        let (old, mut old_values) = match old {
+            Some((o, values)) => (Some(o), values.into_iter()),
+            None => (None, Vec::new().into_iter()),
+        };
+        let (new, mut new_values) = match new {
+            Some((n, values)) => (Some(n), values.into_iter()),
+            None => (None, Vec::new().into_iter()),
+        };
         let old_ns = old.and_then(|o| o.meta().namespace.as_deref());
         let new_ns = new.and_then(|n| n.meta().namespace.as_deref());
         if let (Some(ns), Some(o)) = (old_ns, old)
@@ -437,16 +564,23 @@ impl<K: Resource> Inner<K> {
             put(state, self.namespaces.entry_ref(ns).or_default(), n);
         }
         for idx in self.indexes.values_mut() {
-            let old_values = old.map(|o| (idx.func)(o)).unwrap_or_default();
-            let new_values = new.map(|n| (idx.func)(n)).unwrap_or_default();
-            for value in &old_values {
-                if new_values.contains(value) {
-                    continue;
-                }
-                if let (Some(set), Some(o)) = (idx.values.get_mut(value.as_str()), old)
-                    && take(state, set, o)
-                {
-                    idx.values.remove(value.as_str());
+            let new_values = new_values.next().unwrap_or_default();
+            if let Some(o) = old {
+                match old_values.next().flatten() {
+                    Some(old_values) => {
+                        for value in &old_values {
+                            if new_values.contains(value) {
+                                continue;
+                            }
+                            if let Some(set) = idx.values.get_mut(value.as_str())
+                                && take(state, set, o)
+                            {
+                                idx.values.remove(value.as_str());
+                            }
+                        }
+                    }
+                    // The function panicked on the old object: look for it under every value.
+                    None => idx.values.retain(|_, set| !take(state, set, o)),
                 }
             }
             if let Some(n) = new {
@@ -506,11 +640,11 @@ mod tests {
     fn apply_reports_added_updated_and_unchanged_by_resource_version() {
         let store = Store::new();
         assert!(matches!(
-            store.apply(cm("a", "x", "1", "red"), 0),
+            store.apply(cm("a", "x", "1", "red"), 0, &mut Vec::new()),
             Applied::Added(_)
         ));
         assert!(matches!(
-            store.apply(cm("a", "x", "1", "blue"), 0),
+            store.apply(cm("a", "x", "1", "blue"), 0, &mut Vec::new()),
             Applied::Unchanged
         ));
         assert_eq!(
@@ -523,7 +657,7 @@ mod tests {
                 .unwrap()["team"],
             "red"
         );
-        match store.apply(cm("a", "x", "2", "blue"), 0) {
+        match store.apply(cm("a", "x", "2", "blue"), 0, &mut Vec::new()) {
             Applied::Updated { old, new } => {
                 assert_eq!(old.metadata.resource_version.as_deref(), Some("1"));
                 assert_eq!(new.metadata.resource_version.as_deref(), Some("2"));
@@ -536,14 +670,14 @@ mod tests {
     #[test]
     fn namespace_index_follows_adds_and_removes() {
         let store = Store::new();
-        store.apply(cm("a", "x", "1", "red"), 0);
-        store.apply(cm("a", "y", "1", "red"), 0);
-        store.apply(cm("b", "x", "1", "red"), 0);
+        store.apply(cm("a", "x", "1", "red"), 0, &mut Vec::new());
+        store.apply(cm("a", "y", "1", "red"), 0, &mut Vec::new());
+        store.apply(cm("b", "x", "1", "red"), 0, &mut Vec::new());
         assert_eq!(names(&store.list_namespace("a")), ["x", "y"]);
         assert_eq!(names(&store.by_index(NAMESPACE_INDEX, "b").unwrap()), ["x"]);
-        store.remove(&ObjectKey::namespaced("a", "x"));
+        store.remove(&ObjectKey::namespaced("a", "x"), &mut Vec::new());
         assert_eq!(names(&store.list_namespace("a")), ["y"]);
-        store.remove(&ObjectKey::namespaced("b", "x"));
+        store.remove(&ObjectKey::namespaced("b", "x"), &mut Vec::new());
         assert!(store.list_namespace("b").is_empty());
         let mut values = store.index_values(NAMESPACE_INDEX).unwrap();
         values.sort();
@@ -554,15 +688,15 @@ mod tests {
     fn user_index_moves_objects_on_update_and_forgets_them_on_delete() {
         let store = Store::new();
         team_index(&store);
-        store.apply(cm("a", "x", "1", "red"), 0);
-        store.apply(cm("a", "y", "1", "red"), 0);
+        store.apply(cm("a", "x", "1", "red"), 0, &mut Vec::new());
+        store.apply(cm("a", "y", "1", "red"), 0, &mut Vec::new());
         assert_eq!(names(&store.by_index("team", "red").unwrap()), ["x", "y"]);
 
-        store.apply(cm("a", "x", "2", "blue"), 0);
+        store.apply(cm("a", "x", "2", "blue"), 0, &mut Vec::new());
         assert_eq!(names(&store.by_index("team", "red").unwrap()), ["y"]);
         assert_eq!(names(&store.by_index("team", "blue").unwrap()), ["x"]);
 
-        store.remove(&ObjectKey::namespaced("a", "y"));
+        store.remove(&ObjectKey::namespaced("a", "y"), &mut Vec::new());
         assert!(store.by_index("team", "red").unwrap().is_empty());
         assert_eq!(store.index_values("team").unwrap(), ["blue"]);
     }
@@ -571,8 +705,8 @@ mod tests {
     fn lookups_return_the_newest_version_when_index_values_do_not_change() {
         let store = Store::new();
         team_index(&store);
-        store.apply(cm("a", "x", "1", "red"), 0);
-        store.apply(cm("a", "x", "2", "red"), 0);
+        store.apply(cm("a", "x", "1", "red"), 0, &mut Vec::new());
+        store.apply(cm("a", "x", "2", "red"), 0, &mut Vec::new());
         let rv = |objs: Vec<Arc<ConfigMap>>| objs[0].metadata.resource_version.clone().unwrap();
         assert_eq!(rv(store.by_index("team", "red").unwrap()), "2");
         assert_eq!(rv(store.list_namespace("a")), "2");
@@ -583,7 +717,7 @@ mod tests {
     #[test]
     fn index_added_late_covers_existing_objects() {
         let store = Store::new();
-        store.apply(cm("a", "x", "1", "red"), 0);
+        store.apply(cm("a", "x", "1", "red"), 0, &mut Vec::new());
         team_index(&store);
         assert_eq!(names(&store.by_index("team", "red").unwrap()), ["x"]);
     }
@@ -606,19 +740,19 @@ mod tests {
     fn sweep_removes_what_a_relist_did_not_see() {
         let store = Store::new();
         team_index(&store);
-        store.apply(cm("a", "x", "1", "red"), 1);
-        store.apply(cm("a", "y", "1", "red"), 1);
-        store.apply(cm("a", "z", "1", "red"), 1);
+        store.apply(cm("a", "x", "1", "red"), 1, &mut Vec::new());
+        store.apply(cm("a", "y", "1", "red"), 1, &mut Vec::new());
+        store.apply(cm("a", "z", "1", "red"), 1, &mut Vec::new());
         // Relist 2 sees x unchanged and z changed; y is gone.
         assert!(matches!(
-            store.apply(cm("a", "x", "1", "red"), 2),
+            store.apply(cm("a", "x", "1", "red"), 2, &mut Vec::new()),
             Applied::Unchanged
         ));
         assert!(matches!(
-            store.apply(cm("a", "z", "2", "blue"), 2),
+            store.apply(cm("a", "z", "2", "blue"), 2, &mut Vec::new()),
             Applied::Updated { .. }
         ));
-        let gone = store.sweep(2);
+        let gone = store.sweep(2, &mut Vec::new());
         assert_eq!(names(&gone), ["y"]);
         assert_eq!(names(&store.list()), ["x", "z"]);
         assert_eq!(names(&store.by_index("team", "red").unwrap()), ["x"]);
@@ -629,8 +763,108 @@ mod tests {
         let store = Store::new();
         let mut obj = cm("a", "x", "1", "red");
         obj.metadata.namespace = None;
-        store.apply(obj, 0);
+        store.apply(obj, 0, &mut Vec::new());
         assert!(store.get(&ObjectKey::cluster("x")).is_some());
         assert!(store.index_values(NAMESPACE_INDEX).unwrap().is_empty());
+    }
+
+    /// The `team` index, panicking on objects whose team is `boom`.
+    fn boom_index(store: &Store<ConfigMap>) -> Result<(), IndexError> {
+        store.add_index("team", |c: &ConfigMap| {
+            let team = c.metadata.labels.as_ref().unwrap()["team"].clone();
+            assert!(team != "boom", "no team may be called boom");
+            vec![team]
+        })
+    }
+
+    #[test]
+    fn an_index_function_panic_leaves_the_object_out_of_the_store_and_every_index() {
+        let store = Store::new();
+        boom_index(&store).unwrap();
+        let mut panics = Vec::new();
+        store.apply(cm("a", "x", "1", "red"), 1, &mut panics);
+        assert!(matches!(
+            store.apply(cm("a", "bad", "1", "boom"), 1, &mut panics),
+            Applied::Skipped
+        ));
+        assert_eq!(panics.len(), 1);
+        assert_eq!(panics[0].index, "team");
+        assert_eq!(panics[0].key, ObjectKey::namespaced("a", "bad"));
+        assert!(panics[0].message.contains("no team may be called boom"));
+        assert!(!store.inner.is_poisoned());
+        assert!(store.get(&ObjectKey::namespaced("a", "bad")).is_none());
+        assert_eq!(names(&store.list()), ["x"]);
+        assert_eq!(names(&store.list_namespace("a")), ["x"]);
+        assert_eq!(store.index_values("team").unwrap(), ["red"]);
+
+        // An update it panics on keeps the last good version, filed as before, and a
+        // relist that sees the bad version again does not sweep it.
+        store.apply(cm("a", "x", "2", "boom"), 2, &mut panics);
+        assert_eq!(panics.len(), 2);
+        assert!(store.sweep(2, &mut panics).is_empty());
+        let x = store.by_index("team", "red").unwrap();
+        assert_eq!(x[0].metadata.resource_version.as_deref(), Some("1"));
+        assert_eq!(store.index_values("team").unwrap(), ["red"]);
+
+        // The store goes on working.
+        store.apply(cm("a", "y", "1", "blue"), 2, &mut panics);
+        assert_eq!(names(&store.by_index("team", "blue").unwrap()), ["y"]);
+        assert_eq!(panics.len(), 2);
+    }
+
+    #[test]
+    fn an_index_that_panics_on_a_stored_object_is_not_added() {
+        let store = Store::new();
+        store.apply(cm("a", "x", "1", "red"), 0, &mut Vec::new());
+        store.apply(cm("a", "bad", "1", "boom"), 0, &mut Vec::new());
+        let err = boom_index(&store).unwrap_err();
+        assert!(
+            matches!(&err, IndexError::Panicked { name, object, .. } if name == "team" && object == "a/bad"),
+            "{err}"
+        );
+        assert!(!store.inner.is_poisoned());
+        assert!(matches!(
+            store.by_index("team", "red"),
+            Err(IndexError::Unknown { .. })
+        ));
+        assert_eq!(names(&store.list()), ["bad", "x"]);
+        // The name is still free.
+        team_index(&store);
+        assert_eq!(names(&store.by_index("team", "red").unwrap()), ["x"]);
+    }
+
+    #[test]
+    fn an_object_the_index_function_turns_to_panic_on_is_still_removed_from_it() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let store = Store::new();
+        let broken = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&broken);
+        store
+            .add_index("team", move |c: &ConfigMap| {
+                assert!(!flag.load(Ordering::SeqCst), "broken");
+                vec![c.metadata.labels.as_ref().unwrap()["team"].clone()]
+            })
+            .unwrap();
+        let mut panics = Vec::new();
+        for name in ["x", "y", "z"] {
+            store.apply(cm("a", name, "1", "red"), 1, &mut panics);
+        }
+        store.apply(cm("a", "w", "1", "blue"), 1, &mut panics);
+        broken.store(true, Ordering::SeqCst);
+
+        assert!(
+            store
+                .remove(&ObjectKey::namespaced("a", "x"), &mut panics)
+                .is_some()
+        );
+        assert_eq!(panics.len(), 1);
+        assert_eq!(names(&store.by_index("team", "red").unwrap()), ["y", "z"]);
+        store.apply(cm("a", "y", "1", "red"), 2, &mut panics);
+        let swept = store.sweep(2, &mut panics);
+        assert_eq!(names(&swept), ["w", "z"]);
+        assert_eq!(panics.len(), 3);
+        assert_eq!(names(&store.by_index("team", "red").unwrap()), ["y"]);
+        assert_eq!(store.index_values("team").unwrap(), ["red"]);
+        assert!(!store.inner.is_poisoned());
     }
 }

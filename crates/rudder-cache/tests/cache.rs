@@ -465,3 +465,87 @@ async fn per_type_transforms_replace_the_default() {
     assert!(meta.metadata.managed_fields.is_some());
     cache.stop().await;
 }
+
+#[tokio::test]
+async fn index_functions_and_transforms_that_panic_skip_one_object_and_the_watch_goes_on() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("cache_panics").await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    let token = CancellationToken::new();
+    let scope = Scope::namespace(ns.name()).labels("test=panics");
+    let cache = Cache::builder(ns.client())
+        .by_object(
+            ByObject::<ConfigMap>::new()
+                .scope(scope)
+                .transform(|cm: &mut ConfigMap| {
+                    cm.metadata.managed_fields = None;
+                    assert!(
+                        cm.metadata.name.as_deref() != Some("bad-transform"),
+                        "the transform refuses bad-transform"
+                    );
+                }),
+        )
+        .build(&token);
+    cache
+        .add_index::<ConfigMap, _>("team", |cm: &ConfigMap| {
+            assert!(
+                cm.metadata.name.as_deref() != Some("bad"),
+                "the index refuses bad"
+            );
+            team(cm)
+        })
+        .unwrap();
+    let informer = cache.informer::<ConfigMap>().unwrap();
+    let mut events = informer.subscribe();
+    informer
+        .wait_for_sync(Duration::from_secs(20))
+        .await
+        .unwrap();
+
+    let labels = [("test", "panics"), ("team", "red")];
+    for name in ["a", "bad", "bad-transform", "c"] {
+        api.create(&PostParams::default(), &config_map(name, &labels))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        take(&mut events, 2).await,
+        ["add a initial=false", "add c initial=false"]
+    );
+    assert_eq!(informer.stats().panics, 2);
+    let red = cache
+        .list::<ConfigMap>(&ListOptions::default().index("team", "red"))
+        .await
+        .unwrap();
+    assert_eq!(names(&red), ["a", "c"]);
+    assert_eq!(names(&informer.store().list()), ["a", "c"]);
+    assert!(
+        cache
+            .get::<ConfigMap>(Some(ns.name()), "bad")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(informer.has_synced() && informer.is_running() && !informer.has_failed());
+    assert!(cache.has_synced());
+    assert_eq!((cache.unsynced_count(), cache.failed_count()), (0, 0));
+
+    // The watch goes on: a change to a skipped object is skipped again, the next object
+    // arrives, and the indexes keep up.
+    let patch = serde_json::json!({ "data": { "k": "changed" } });
+    api.patch("bad", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &config_map("d", &labels))
+        .await
+        .unwrap();
+    assert_eq!(take(&mut events, 1).await, ["add d initial=false"]);
+    assert_eq!(informer.stats().panics, 3);
+    let store = informer.store();
+    assert_eq!(
+        names(&store.by_index("team", "red").unwrap()),
+        ["a", "c", "d"]
+    );
+    assert_eq!(store.index_values("team").unwrap(), ["red"]);
+    cache.stop().await;
+}
