@@ -89,8 +89,10 @@
 //! ready queues and the delayed heap hold slot numbers, so in steady state an add, get and
 //! done allocate nothing for keys the queue has seen (the key is cloned once per
 //! [`get`](WorkQueue::get): use a key whose clone is cheap, such as an integer or an
-//! `Arc<str>`, to avoid even that). An immediate add reads the clock once when ageing is on
-//! (the time it became ready) and not at all with strict priority. A getter parks only when nothing is ready, in a waiter list under the same mutex;
+//! `Arc<str>`, to avoid even that). Keys are hashed before the lock is taken. An immediate
+//! add reads the clock once when ageing is on (the time it became ready) and not at all with
+//! strict priority; when the previous add needed the time, the read happens before the lock
+//! too, so other threads do not wait for it (a dedup hit reads no clock). A getter parks only when nothing is ready, in a waiter list under the same mutex;
 //! an add wakes one parked getter, and none when none is parked. At most one timer is armed,
 //! by one parked getter, for the earliest delayed key. No task runs in the background
 //! except, with metrics on, the 500 ms refresh of the unfinished-work gauges, which ends with

@@ -2,12 +2,14 @@
 
 use std::fmt;
 use std::future::{Future, poll_fn};
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
+use hashbrown::DefaultHashBuilder;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -40,6 +42,13 @@ impl<K> Clone for WorkQueue<K> {
 
 pub(crate) struct Shared<K> {
     state: Mutex<State<K>>,
+    /// Hashes keys before the lock is taken, so hashing a long key holds no one up.
+    hasher: DefaultHashBuilder,
+    /// Whether the last add read the clock (it queued a key, with ageing on or a delay).
+    /// The next add then reads it before taking the lock, so the read (tens of nanoseconds,
+    /// more on some virtual machines) does not lengthen the critical section; a run of
+    /// dedup hits, which need no time, stops the early reads.
+    adds_need_time: AtomicBool,
     /// `shutdown_with_drain` callers, when the last in-flight key is done.
     drained: Notify,
     epoch: Instant,
@@ -123,6 +132,8 @@ where
         let has_metrics = metrics.is_some();
         let shared = Arc::new(Shared {
             state: Mutex::new(State::new(aging, has_metrics)),
+            hasher: DefaultHashBuilder::default(),
+            adds_need_time: AtomicBool::new(false),
             drained: Notify::new(),
             epoch: Instant::now(),
             name: self.name,
@@ -200,13 +211,25 @@ where
             }
         }
         let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        let hash = shared.hasher.hash_one(&key);
         let mut clock = Clock::new(shared);
+        let predicted = shared.adds_need_time.load(Ordering::Relaxed);
+        if predicted {
+            clock.now();
+        }
+        let mut asked = false;
         let mut st = shared.lock();
-        let effect = st.add(key, delay, options.priority, &mut || clock.now());
+        let effect = st.add(key, hash, delay, options.priority, &mut || {
+            asked = true;
+            clock.now()
+        });
         let waker = wake_for(&mut st, effect);
         let depth = st.depth();
         drop(st);
         wake(waker);
+        if asked != predicted {
+            shared.adds_need_time.store(asked, Ordering::Relaxed);
+        }
         if let Some(m) = &shared.metrics {
             if effect.counted_add {
                 m.add();

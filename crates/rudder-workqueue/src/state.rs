@@ -14,9 +14,9 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::hash::{BuildHasher, Hash};
+use std::hash::Hash;
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::HashTable;
 
 use crate::ready::{Place, ReadyQueue};
 use crate::waiters::Waiters;
@@ -107,7 +107,6 @@ pub(crate) struct State<K> {
     slots: Vec<Slot<K>>,
     free: Vec<u32>,
     index: HashTable<u32>,
-    hasher: DefaultHashBuilder,
     ready: ReadyQueue,
     delayed: BinaryHeap<Reverse<DelayedEntry>>,
     delayed_len: usize,
@@ -173,7 +172,6 @@ impl<K: Hash + Eq + Clone> State<K> {
             slots: Vec::new(),
             free: Vec::new(),
             index: HashTable::new(),
-            hasher: DefaultHashBuilder::default(),
             ready: ReadyQueue::new(aging),
             delayed: BinaryHeap::new(),
             delayed_len: 0,
@@ -198,14 +196,15 @@ impl<K: Hash + Eq + Clone> State<K> {
         None
     }
 
-    /// Adds (or merges) a request for `key` to run `delay` from now (0: at once), with
-    /// `priority`.
+    /// Adds (or merges) a request for `key` (whose hash, from the queue's hasher, is `hash`)
+    /// to run `delay` from now (0: at once), with `priority`.
     ///
     /// `now` is only called when the answer depends on the time: a dedup hit never reads the
     /// clock, nor does an immediate add with strict priority.
     pub(crate) fn add(
         &mut self,
         key: K,
+        hash: u64,
         delay: Nanos,
         priority: i32,
         now: &mut impl FnMut() -> Nanos,
@@ -225,7 +224,6 @@ impl<K: Hash + Eq + Clone> State<K> {
                 now().saturating_add(delay)
             }
         };
-        let hash = self.hasher.hash_one(&key);
         let slots = &self.slots;
         let found = self
             .index
