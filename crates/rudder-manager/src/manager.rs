@@ -18,7 +18,8 @@ use crate::leader_election::{
     ConfigError, Error as ElectionError, LeaderElection, LeaderElectionConfig, Leadership,
 };
 use crate::runnable::{BoxError, Runnable};
-use crate::server::{Handler, Server, serve};
+use crate::server::{Routes, STOP_GRACE, serve};
+use rudder_server::ServerHandle;
 
 /// The default address of `/healthz` and `/readyz` (all interfaces: the kubelet probes the
 /// pod's IP).
@@ -109,13 +110,18 @@ pub struct ManagerBuilder {
     leader_election: Option<LeaderElectionConfig>,
     cache_sync_timeout: Duration,
     extra: Vec<(String, ExtraHandler)>,
+    raise_fd_limit: bool,
 }
 
-/// An extra handler on the metrics server: given the query string, returns the status,
-/// content type and body.
+/// An extra handler on the metrics server ([`ManagerBuilder::metrics_extra_handler`]): the
+/// request in, the response out, with its own status, headers and body.
 pub type ExtraHandler = Arc<
-    dyn Fn(String) -> futures::future::BoxFuture<'static, (u16, &'static str, String)>
-        + Send
+    dyn Fn(
+            http::Request<rudder_server::Body>,
+        ) -> futures::future::BoxFuture<
+            'static,
+            http::Response<http_body_util::Full<hyper::body::Bytes>>,
+        > + Send
         + Sync,
 >;
 
@@ -172,13 +178,49 @@ impl ManagerBuilder {
     /// Serves `handler` at `path` on the metrics server too (controller-runtime's extra
     /// metrics handlers, e.g. a pprof-like debug page). `path` must start with `/` and must
     /// not be `/metrics`.
-    pub fn metrics_extra_handler<F, Fut>(mut self, path: impl Into<String>, handler: F) -> Self
+    ///
+    /// The handler gets the whole request (its body a [`rudder_server::Body`], cut off at
+    /// the server's 1 MiB limit) and answers with its own status, headers and body (a
+    /// `String`, `Vec<u8>`, `&'static str` or `Bytes`):
+    ///
+    /// ```no_run
+    /// # fn demo(client: kube::Client) -> Result<(), rudder_manager::Error> {
+    /// let manager = rudder_manager::Manager::builder(client)
+    ///     .metrics_extra_handler("/debug/version", |_request| async {
+    ///         http::Response::builder()
+    ///             .header("content-type", "text/plain")
+    ///             .header("cache-control", "no-store")
+    ///             .body(env!("CARGO_PKG_VERSION"))
+    ///             .unwrap_or_default()
+    ///     })
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn metrics_extra_handler<F, Fut, B>(mut self, path: impl Into<String>, handler: F) -> Self
     where
-        F: Fn(String) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = (u16, &'static str, String)> + Send + 'static,
+        F: Fn(http::Request<rudder_server::Body>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = http::Response<B>> + Send + 'static,
+        B: Into<hyper::body::Bytes>,
     {
-        let handler: ExtraHandler = Arc::new(move |query| Box::pin(handler(query)));
+        let handler: ExtraHandler = Arc::new(move |request| {
+            let answer = handler(request);
+            Box::pin(async move {
+                answer
+                    .await
+                    .map(|body| http_body_util::Full::new(body.into()))
+            })
+        });
         self.extra.push((path.into(), handler));
+        self
+    }
+
+    /// Whether `start` raises the process's soft file-descriptor limit to its hard limit,
+    /// as Go's runtime does (default `true`; [`rudder_server::raise_fd_limit`]). Containers
+    /// often start with a soft limit of 1024, which a busy operator can run out of; the
+    /// limit is process-wide, so turn this off if the process manages it itself.
+    pub fn raise_fd_limit(mut self, raise: bool) -> Self {
+        self.raise_fd_limit = raise;
         self
     }
 
@@ -245,6 +287,7 @@ impl ManagerBuilder {
         );
         Ok(Manager {
             extra: Arc::new(self.extra),
+            raise_fd_limit: self.raise_fd_limit,
             cache_sync_timeout: self.cache_sync_timeout,
             election,
             recorder: Recorder::new(self.client.clone(), reporter),
@@ -280,6 +323,7 @@ struct Bound {
 /// runnable fails, the manager stops the rest and returns that error.
 pub struct Manager {
     extra: Arc<Vec<(String, ExtraHandler)>>,
+    raise_fd_limit: bool,
     cache_sync_timeout: Duration,
     client: Client,
     election: Option<LeaderElection>,
@@ -320,6 +364,7 @@ impl Manager {
             leader_election: None,
             cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
             extra: Vec::new(),
+            raise_fd_limit: true,
         }
     }
 
@@ -391,14 +436,12 @@ impl Manager {
         if self.started.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::AlreadyStarted);
         }
-        let servers_token = CancellationToken::new();
         let mut servers = Vec::new();
-        let result = self.run(&cancel, &servers_token, &mut servers).await;
-        // Servers last: probes keep answering while the rest stops.
-        servers_token.cancel();
-        for server in servers {
-            let _ = server.task.await;
-        }
+        let result = self.run(&cancel, &mut servers).await;
+        // Servers last: probes keep answering while the rest stops. Requests in flight get
+        // a few seconds to finish; probe and metrics answers take milliseconds.
+        let deadline = tokio::time::Instant::now() + STOP_GRACE;
+        futures::future::join_all(servers.into_iter().map(|s| s.stop(Some(deadline)))).await;
         self.cache_token.cancel();
         self.cache.stop().await;
         result
@@ -407,49 +450,40 @@ impl Manager {
     async fn run(
         &self,
         cancel: &CancellationToken,
-        servers_token: &CancellationToken,
-        servers: &mut Vec<Server>,
+        servers: &mut Vec<ServerHandle>,
     ) -> Result<(), Error> {
+        if self.raise_fd_limit {
+            match rudder_server::raise_fd_limit() {
+                Ok(limit) if limit.raised() => tracing::info!(
+                    from = ?limit.before,
+                    to = ?limit.after,
+                    "raised the soft file descriptor limit to the hard limit"
+                ),
+                Ok(limit) => {
+                    tracing::debug!(limit = ?limit.after, "file descriptor limit unchanged");
+                }
+                Err(error) => tracing::warn!(%error, "cannot raise the file descriptor limit"),
+            }
+        }
         if let Some(addr) = self.health_address {
-            let health = self.health.clone();
-            let handler: Handler = Arc::new(move |path, query| {
-                let health = health.clone();
-                Box::pin(async move {
-                    let (status, body) = health.answer(&path, &query).await?;
-                    Some((status, "text/plain; charset=utf-8", body))
-                })
-            });
-            let server = listen("health probes", addr, handler, servers_token).await?;
+            let routes = Routes::Health(self.health.clone());
+            let server = listen("health probes", addr, routes).await?;
             self.bound
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .health = Some(server.addr);
+                .health = Some(server.local_addr());
             servers.push(server);
         }
         if let (Some(addr), Some(handle)) = (self.metrics_address, self.metrics.clone()) {
-            let extra = Arc::clone(&self.extra);
-            let handler: Handler = Arc::new(move |path, query| {
-                let handle = handle.clone();
-                let extra = extra
-                    .iter()
-                    .find(|(p, _)| *p == path)
-                    .map(|(_, h)| Arc::clone(h));
-                Box::pin(async move {
-                    if path == "/metrics" {
-                        return Some((
-                            200,
-                            "text/plain; version=0.0.4; charset=utf-8",
-                            crate::metrics::render(&handle),
-                        ));
-                    }
-                    Some(extra?(query).await)
-                })
-            });
-            let server = listen("metrics", addr, handler, servers_token).await?;
+            let routes = Routes::Metrics {
+                handle,
+                extra: Arc::clone(&self.extra),
+            };
+            let server = listen("metrics", addr, routes).await?;
             self.bound
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .metrics = Some(server.addr);
+                .metrics = Some(server.local_addr());
             servers.push(server);
         }
 
@@ -599,10 +633,9 @@ impl Manager {
 async fn listen(
     what: &'static str,
     addr: SocketAddr,
-    handler: Handler,
-    token: &CancellationToken,
-) -> Result<Server, Error> {
-    serve(what, addr, handler, token.clone())
+    routes: Routes,
+) -> Result<ServerHandle, Error> {
+    serve(addr, routes)
         .await
         .map_err(|source| Error::Bind { what, addr, source })
 }

@@ -1,93 +1,105 @@
-//! A small HTTP/1 server on hyper for the probe and metrics endpoints.
+//! The probe and metrics servers: their routes as one tower service, served by rudder-server
+//! with its default limits.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
-use http::{Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use hyper::body::Bytes;
+use metrics_exporter_prometheus::PrometheusHandle;
+use rudder_server::{BindError, Body, Options, Server, ServerHandle};
 
-/// Answers a request: `(status, content type, body)`.
-pub(crate) type Handler = Arc<
-    dyn Fn(String, String) -> BoxFuture<'static, Option<(u16, &'static str, String)>> + Send + Sync,
->;
+use crate::health::HealthChecks;
+use crate::manager::ExtraHandler;
 
-/// A listening server: its address, and the task serving it.
-pub(crate) struct Server {
-    pub(crate) addr: SocketAddr,
-    pub(crate) task: tokio::task::JoinHandle<()>,
+/// How long requests in flight on the probe and metrics servers get to finish when the
+/// manager stops them, last of all (their answers take milliseconds).
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// The routes of one of the manager's servers.
+#[derive(Clone)]
+pub(crate) enum Routes {
+    /// `/healthz` and `/readyz`, with their per-check paths.
+    Health(HealthChecks),
+    /// `/metrics` and the extra handlers.
+    Metrics {
+        handle: PrometheusHandle,
+        extra: Arc<Vec<(String, ExtraHandler)>>,
+    },
 }
 
-/// Binds `addr` and serves `handler` until `cancel` fires; connections in progress are
-/// closed when it does. Unknown paths get 404.
-pub(crate) async fn serve(
-    name: &'static str,
-    addr: SocketAddr,
-    handler: Handler,
-    cancel: CancellationToken,
-) -> std::io::Result<Server> {
-    let listener = TcpListener::bind(addr).await?;
-    let addr = listener.local_addr()?;
-    tracing::info!(server = name, %addr, "serving");
-    let task = tokio::spawn(async move {
-        let connections = TaskTracker::new();
-        loop {
-            let accepted = tokio::select! {
-                () = cancel.cancelled() => break,
-                accepted = listener.accept() => accepted,
-            };
-            let (stream, _) = match accepted {
-                Ok(conn) => conn,
-                Err(error) => {
-                    tracing::warn!(server = name, %error, "accept failed");
-                    continue;
+/// Binds `addr` and serves `routes` with rudder-server's default limits.
+pub(crate) async fn serve(addr: SocketAddr, routes: Routes) -> std::io::Result<ServerHandle> {
+    let server = Server::bind(Options::new(addr))
+        .await
+        .map_err(|error| match error {
+            BindError::Bind { source, .. } => source,
+            other => std::io::Error::other(other),
+        })?;
+    Ok(server.serve(routes))
+}
+
+impl tower_service::Service<Request<Body>> for Routes {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response<Full<Bytes>>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let routes = self.clone();
+        Box::pin(async move { Ok(routes.answer(request).await) })
+    }
+}
+
+impl Routes {
+    async fn answer(self, request: Request<Body>) -> Response<Full<Bytes>> {
+        let path = request.uri().path();
+        match self {
+            Routes::Health(health) => {
+                let query = request.uri().query().unwrap_or_default();
+                match health.answer(path, query).await {
+                    Some((status, body)) => text(status, "text/plain; charset=utf-8", body),
+                    None => not_found(),
                 }
-            };
-            let handler = Arc::clone(&handler);
-            let cancel = cancel.clone();
-            connections.spawn(async move {
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let handler = Arc::clone(&handler);
-                    async move { Ok::<_, Infallible>(respond(&handler, &req).await) }
-                });
-                let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-                tokio::select! {
-                    () = cancel.cancelled() => {}
-                    result = conn => {
-                        if let Err(error) = result {
-                            tracing::debug!(server = name, %error, "connection ended with an error");
-                        }
-                    }
+            }
+            Routes::Metrics { handle, extra } => {
+                if path == "/metrics" {
+                    return text(
+                        200,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                        crate::metrics::render(&handle),
+                    );
                 }
-            });
+                let handler = extra
+                    .iter()
+                    .find(|(p, _)| p == path)
+                    .map(|(_, h)| Arc::clone(h));
+                match handler {
+                    Some(handler) => handler(request).await,
+                    None => not_found(),
+                }
+            }
         }
-        connections.close();
-        connections.wait().await;
-    });
-    Ok(Server { addr, task })
+    }
 }
 
-async fn respond(handler: &Handler, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    let path = req.uri().path().to_owned();
-    let query = req.uri().query().unwrap_or_default().to_owned();
-    let (status, content_type, body) = match handler(path, query).await {
-        Some(answer) => answer,
-        None => (404, "text/plain; charset=utf-8", "not found\n".to_owned()),
-    };
+fn not_found() -> Response<Full<Bytes>> {
+    text(404, "text/plain; charset=utf-8", "not found\n".to_owned())
+}
+
+fn text(status: u16, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-    if let Ok(value) = http::HeaderValue::from_str(content_type) {
-        response
-            .headers_mut()
-            .insert(http::header::CONTENT_TYPE, value);
-    }
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }

@@ -37,6 +37,16 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// A plain HTTP/1.0 GET: the whole response, head and body.
+async fn get_raw(addr: SocketAddr, path: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response
+}
+
 /// How long a test waits for the manager to do something.
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -55,8 +65,13 @@ async fn manager(ns: &TestNamespace, metrics: bool) -> Manager {
     Manager::builder(ns.client())
         .health_probe_address(LOOPBACK_ANY_PORT)
         .metrics_address(if metrics { LOOPBACK_ANY_PORT } else { None })
-        .metrics_extra_handler("/debug/echo", |query| async move {
-            (200, "text/plain", format!("echo {query}"))
+        .metrics_extra_handler("/debug/echo", |request: http::Request<_>| async move {
+            let query = request.uri().query().unwrap_or_default().to_owned();
+            http::Response::builder()
+                .header("content-type", "text/plain")
+                .header("x-echo", "yes")
+                .body(format!("echo {query}"))
+                .unwrap()
         })
         .cache(move |c| c.default_namespace(namespace))
         .build()
@@ -136,6 +151,8 @@ async fn probes_metrics_and_a_reconcile() {
         get(metrics, "/debug/echo?x=1").await,
         (200, "echo x=1".to_owned())
     );
+    let response = get_raw(metrics, "/debug/echo").await;
+    assert!(response.contains("\r\nx-echo: yes\r\n"), "{response}");
     assert_eq!(get(metrics, "/debug/other").await.0, 404);
     stop.cancel();
     running.await.unwrap().unwrap();
