@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{WatchGate, config_map, eventually, take};
+use common::{WatchGate, config_map, eventually, namespace_with, take};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
@@ -285,12 +285,7 @@ async fn remove_informer_stops_the_watch_and_the_next_use_starts_another() {
 
 #[tokio::test]
 async fn fail_on_missing_informer_refuses_reads_until_one_is_started() {
-    let env = TestEnv::builder().shared().await.unwrap();
-    let ns = env.namespace("cache_missing").await.unwrap();
-    ns.api::<ConfigMap>()
-        .create(&PostParams::default(), &config_map("a", &[]))
-        .await
-        .unwrap();
+    let (ns, _) = namespace_with("cache_missing", &["a"]).await;
     let token = CancellationToken::new();
     let cache = Cache::builder(ns.client())
         .default_namespace(ns.name())
@@ -317,12 +312,7 @@ async fn fail_on_missing_informer_refuses_reads_until_one_is_started() {
 
 #[tokio::test]
 async fn cancelling_the_token_ends_every_task_and_refuses_new_informers() {
-    let env = TestEnv::builder().shared().await.unwrap();
-    let ns = env.namespace("cache_stop").await.unwrap();
-    ns.api::<ConfigMap>()
-        .create(&PostParams::default(), &config_map("a", &[]))
-        .await
-        .unwrap();
+    let (ns, _) = namespace_with("cache_stop", &["a"]).await;
     let token = CancellationToken::new();
     let cache = Cache::builder(ns.client())
         .default_namespace(ns.name())
@@ -435,12 +425,7 @@ async fn several_default_namespaces_get_an_informer_each_and_one_reader() {
 
 #[tokio::test]
 async fn per_type_transforms_replace_the_default() {
-    let env = TestEnv::builder().shared().await.unwrap();
-    let ns = env.namespace("cache_transforms").await.unwrap();
-    ns.api::<ConfigMap>()
-        .create(&PostParams::default(), &config_map("a", &[]))
-        .await
-        .unwrap();
+    let (ns, _) = namespace_with("cache_transforms", &["a"]).await;
     let token = CancellationToken::new();
     let cache = Cache::builder(ns.client())
         .default_namespace(ns.name())

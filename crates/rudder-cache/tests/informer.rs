@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{WatchGate, config_map, describe, eventually, next, take};
+use common::{WatchGate, config_map, describe, eventually, namespace_with, next, take};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchParams};
@@ -173,12 +173,7 @@ async fn a_blocked_handler_does_not_delay_another() {
 
 #[tokio::test]
 async fn resync_redelivers_every_object_as_an_unchanged_update() {
-    let env = TestEnv::builder().shared().await.unwrap();
-    let ns = env.namespace("informer_resync").await.unwrap();
-    let api = ns.api::<ConfigMap>();
-    api.create(&PostParams::default(), &config_map("a", &[]))
-        .await
-        .unwrap();
+    let (_ns, api) = namespace_with("informer_resync", &["a"]).await;
     let informer = Informer::builder(api.clone())
         .resync(Some(Duration::from_millis(300)))
         .start();

@@ -204,11 +204,8 @@ async fn start_rudder(client: &kube::Client, ns: &str, name: &str, report: Repor
         report,
     };
     let c = Controller::builder(name, reconciler).build().unwrap();
-    c.watch(
-        Kind::<ConfigMap>::from_cache(&cache).unwrap(),
-        EnqueueObject,
-        vec![],
-    );
+    c.watch(Kind::<ConfigMap>::from_cache(&cache), EnqueueObject, vec![])
+        .unwrap();
     let run_token = token.clone();
     let done = tokio::spawn(async move {
         c.run(run_token).await.unwrap();

@@ -10,113 +10,60 @@ use std::time::{Duration, Instant};
 
 use futures::future::{Either, FutureExt, join_all, select};
 use futures::stream::StreamExt;
-use rudder_handler::{EventHandler, Predicate, Queue, Request, Source, Synced};
+use rudder_handler::{EventHandler, Predicate, Queue, Request, Source, SourceError, Synced};
 use rudder_workqueue::rate_limiter::default_controller_rate_limiter;
-use rudder_workqueue::{AddOptions, MetricsCrateProvider, RateLimiter, WorkItem};
+use rudder_workqueue::{AddOptions, MetricsCrateProvider, WorkItem};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::error::{Error, ErrorChain, Result, is_terminal};
+use crate::error::{BuildError, ErrorChain, Result, RunError, is_terminal};
 use crate::metrics::Metrics;
-use crate::reconciler::{Action, Context, Next, ReconcileId, Reconciler};
-
-/// How long `run` waits for every source to sync before giving up, unless told otherwise
-/// (controller-runtime's default).
-pub const DEFAULT_CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
+use crate::options::Options;
+use crate::reconciler::{Action, BoxError, Context, Next, ReconcileId, Reconciler};
+use crate::shutdown::Shutdown;
 
 /// How often `run` logs which sources are still not synced while it waits.
 const SYNC_REPORT_PERIOD: Duration = Duration::from_secs(10);
 
-/// How long in-flight reconciles get to finish after a stop before their contexts are
-/// cancelled, unless told otherwise.
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// The most time a stop with a deadline keeps between cancelling in-flight reconciles'
+/// contexts and the deadline itself, for them to return.
+const RETURN_MARGIN: Duration = Duration::from_secs(5);
 
 /// Builds a [`Controller`].
 pub struct Builder<R> {
     name: String,
     reconciler: R,
-    workers: usize,
-    cache_sync_timeout: Duration,
-    reconcile_timeout: Option<Duration>,
-    shutdown_grace: Duration,
-    recover_panic: bool,
-    skip_name_validation: bool,
-    rate_limiter: Option<Box<dyn RateLimiter<Request>>>,
+    options: Options,
 }
 
 impl<R> fmt::Debug for Builder<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("name", &self.name)
-            .field("workers", &self.workers)
-            .field("cache_sync_timeout", &self.cache_sync_timeout)
-            .field("reconcile_timeout", &self.reconcile_timeout)
-            .field("shutdown_grace", &self.shutdown_grace)
-            .field("recover_panic", &self.recover_panic)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
 
 impl<R: Reconciler> Builder<R> {
-    /// How many reconciles may run at once (default 1; 0 counts as 1). One request is never
-    /// reconciled twice at once, whatever this is.
-    pub fn workers(mut self, workers: usize) -> Self {
-        self.workers = workers.max(1);
-        self
-    }
-
-    /// How long to wait for every source to sync (default [`DEFAULT_CACHE_SYNC_TIMEOUT`]).
-    pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
-        self.cache_sync_timeout = timeout;
-        self
-    }
-
-    /// Cancels a reconcile's [`Context`] once it has run this long (default: never). The
-    /// reconcile is not aborted: it should watch [`Context::cancelled`] and return.
-    pub fn reconcile_timeout(mut self, timeout: Duration) -> Self {
-        self.reconcile_timeout = Some(timeout);
-        self
-    }
-
-    /// How long in-flight reconciles get after a stop before their contexts are cancelled
-    /// (default [`DEFAULT_SHUTDOWN_GRACE`]).
-    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
-        self.shutdown_grace = grace;
-        self
-    }
-
-    /// Whether a panicking reconcile is caught, logged, counted and retried with backoff
-    /// (the default), or left to unwind (ending the worker and the controller's `run`).
-    pub fn recover_panic(mut self, recover: bool) -> Self {
-        self.recover_panic = recover;
-        self
-    }
-
-    /// The rate limiter for retries (default: client-go's controller default, the longer of
-    /// 5 ms doubling to 1000 s per request and 10 per second overall with bursts of 100).
-    pub fn rate_limiter(mut self, limiter: impl RateLimiter<Request> + 'static) -> Self {
-        self.rate_limiter = Some(Box::new(limiter));
-        self
-    }
-
-    /// Allows a name another controller in the process has (tests that build the same
-    /// controller twice). Metrics of the two are then mixed.
-    pub fn skip_name_validation(mut self) -> Self {
-        self.skip_name_validation = true;
+    /// How the controller runs (default [`Options::default`]).
+    pub fn options(mut self, options: Options) -> Self {
+        self.options = options;
         self
     }
 
     /// Builds the controller; fails if the name is empty or taken.
-    pub fn build(self) -> Result<Controller<R>> {
+    pub fn build(self) -> Result<Controller<R>, BuildError> {
         if self.name.is_empty() {
-            return Err(Error::EmptyName);
+            return Err(BuildError::EmptyName);
         }
-        let registered = !self.skip_name_validation;
+        let options = self.options;
+        let registered = !options.skip_name_validation;
         if registered && !register_name(&self.name) {
-            return Err(Error::DuplicateName(self.name));
+            return Err(BuildError::DuplicateName(self.name));
         }
-        let limiter = self
+        let limiter = options
             .rate_limiter
             .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
         let queue = Queue::builder()
@@ -132,11 +79,11 @@ impl<R: Reconciler> Builder<R> {
                 registered,
                 reconciler: self.reconciler,
                 queue,
-                workers: self.workers,
-                cache_sync_timeout: self.cache_sync_timeout,
-                reconcile_timeout: self.reconcile_timeout,
-                shutdown_grace: self.shutdown_grace,
-                recover_panic: self.recover_panic,
+                workers: options.workers,
+                cache_sync_timeout: options.cache_sync_timeout,
+                reconcile_timeout: options.reconcile_timeout,
+                shutdown_grace: options.shutdown_grace,
+                recover_panic: options.recover_panic,
                 metrics,
                 started: AtomicBool::new(false),
                 stop_sources: CancellationToken::new(),
@@ -216,13 +163,7 @@ impl<R: Reconciler> Controller<R> {
         Builder {
             name: name.into(),
             reconciler,
-            workers: 1,
-            cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
-            reconcile_timeout: None,
-            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
-            recover_panic: true,
-            skip_name_validation: false,
-            rate_limiter: None,
+            options: Options::default(),
         }
     }
 
@@ -242,32 +183,46 @@ impl<R: Reconciler> Controller<R> {
     }
 
     /// Watches `source`: each event that every predicate lets through goes to `handler`,
-    /// which queues requests. Added after `run` started, the watch starts at once (a tokio
-    /// runtime must be current) and `run` does not wait for it to sync.
+    /// which queues requests. The source starts when `run` does; added after `run` started,
+    /// it starts at once (a tokio runtime must be current) and `run` does not wait for it to
+    /// sync.
+    ///
+    /// # Errors
+    ///
+    /// Only when added to a running controller: [`RunError::Source`] if the source could not
+    /// start (before `run`, a source that cannot start fails `run` instead).
     pub fn watch<K, H>(
         &self,
         source: impl Source<K>,
         handler: H,
         predicates: Vec<Box<dyn Predicate<K>>>,
-    ) where
+    ) -> Result<()>
+    where
         K: Send + Sync + 'static,
         H: EventHandler<K> + 'static,
     {
-        self.add_watch(WatchSpec::new(source, handler, predicates));
+        self.add_watch(WatchSpec::new(source, handler, predicates))
     }
 
     /// Adds a watch prepared with [`WatchSpec::new`] (for builders that collect watches of
     /// several types before the controller exists); the same as [`watch`](Self::watch).
-    pub fn add_watch(&self, spec: WatchSpec) {
+    ///
+    /// # Errors
+    ///
+    /// As [`watch`](Self::watch).
+    pub fn add_watch(&self, spec: WatchSpec) -> Result<()> {
         let watch = spec.0;
         let mut watches = self.inner.lock_watches();
         if watches.running {
-            watches.synced.push(watch.synced());
-            let task = watch.spawn(self.inner.queue.clone(), self.inner.stop_sources.clone());
+            let (synced, task) = watch
+                .spawn(self.inner.queue.clone(), self.inner.stop_sources.clone())
+                .map_err(|source| self.inner.source_error(source))?;
+            watches.synced.push(synced);
             watches.tasks.push(task);
         } else {
             watches.pending.push(watch);
         }
+        Ok(())
     }
 
     /// Whether every source has synced.
@@ -276,28 +231,68 @@ impl<R: Reconciler> Controller<R> {
         watches.running && watches.synced.iter().all(Synced::is_synced)
     }
 
-    /// Runs the controller until `cancel` fires: starts the watches, waits (up to the
-    /// cache-sync timeout) for them to sync, then runs the workers.
+    /// Runs the controller until `cancel` is cancelled; the same as
+    /// [`run_until`](Self::run_until) with a stop that carries no deadline, so in-flight
+    /// reconciles get the controller's own shutdown grace
+    /// ([`Options::shutdown_grace`]) before their contexts are cancelled.
     ///
-    /// On cancel it stops gracefully: the watches stop, workers take no new requests,
-    /// in-flight reconciles get the shutdown grace to finish, after which their contexts are
-    /// cancelled and they are awaited; then `run` returns. Nothing of the controller runs
-    /// after that.
+    /// # Errors
+    ///
+    /// As [`run_until`](Self::run_until).
     pub async fn run(&self, cancel: CancellationToken) -> Result<()> {
+        self.run_until(Shutdown::from_token(cancel)).await
+    }
+
+    /// Runs the controller until `shutdown` fires: starts the watches (a `Kind` asks the
+    /// cache for its informers now), waits (up to the cache-sync timeout) for them to sync,
+    /// then runs the workers.
+    ///
+    /// On stop, the watches stop and workers take no new requests. In-flight reconciles may
+    /// finish; their contexts are cancelled when the stop's deadline is near (a quarter of
+    /// the time left at the stop, at most 5 s, before it), so that they can return in time;
+    /// with no deadline ([`Shutdown::stop`]`(None)`) they are never cancelled, and with a
+    /// stop through the token alone they are cancelled after the shutdown grace. `run`
+    /// returns when every reconcile has returned: nothing of the controller runs after that.
+    /// It keeps no timer past the deadline: whoever handed the deadline down (the manager)
+    /// decides what happens to a reconcile that ignores its context.
+    ///
+    /// # Errors
+    ///
+    /// [`RunError::AlreadyStarted`] on a second run, [`RunError::Source`] when a source
+    /// cannot start, [`RunError::CacheSyncTimeout`] when the sources did not sync in time.
+    pub async fn run_until(&self, shutdown: Shutdown) -> Result<()> {
         let inner = &self.inner;
         if inner.started.swap(true, Ordering::SeqCst) {
-            return Err(Error::AlreadyStarted(inner.name.to_string()));
+            return Err(RunError::AlreadyStarted(inner.name.to_string()));
         }
-        let synced = {
+        let started = {
             let mut watches = inner.lock_watches();
             watches.running = true;
             let pending = std::mem::take(&mut watches.pending);
+            let mut failed = None;
             for watch in pending {
-                watches.synced.push(watch.synced());
-                let task = watch.spawn(inner.queue.clone(), inner.stop_sources.clone());
-                watches.tasks.push(task);
+                match watch.spawn(inner.queue.clone(), inner.stop_sources.clone()) {
+                    Ok((synced, task)) => {
+                        watches.synced.push(synced);
+                        watches.tasks.push(task);
+                    }
+                    Err(source) => {
+                        failed = Some(inner.source_error(source));
+                        break;
+                    }
+                }
             }
-            watches.synced.clone()
+            match failed {
+                Some(error) => Err(error),
+                None => Ok(watches.synced.clone()),
+            }
+        };
+        let synced = match started {
+            Ok(synced) => synced,
+            Err(error) => {
+                self.stop_watches().await;
+                return Err(error);
+            }
         };
         tracing::info!(controller = %inner.name, sources = synced.len(), "waiting for sources to sync");
         let all_synced = async {
@@ -324,7 +319,7 @@ impl<R: Reconciler> Controller<R> {
         };
         let sync = tokio::time::timeout(inner.cache_sync_timeout, all_synced);
         tokio::select! {
-            () = cancel.cancelled() => {
+            _ = shutdown.stopped() => {
                 self.stop_watches().await;
                 return Ok(());
             }
@@ -332,7 +327,7 @@ impl<R: Reconciler> Controller<R> {
                 if waited.is_err() {
                     let pending = synced.iter().filter(|s| !s.is_synced()).count();
                     self.stop_watches().await;
-                    return Err(Error::CacheSyncTimeout {
+                    return Err(RunError::CacheSyncTimeout {
                         controller: inner.name.to_string(),
                         pending,
                         total: synced.len(),
@@ -353,18 +348,26 @@ impl<R: Reconciler> Controller<R> {
         }
         let mut ended = Vec::new();
         tokio::select! {
-            () = cancel.cancelled() => {}
+            _ = shutdown.stopped() => {}
             Some(early) = workers.join_next() => ended.push(early),
         }
         tracing::info!(controller = %inner.name, "stopping");
         self.stop_watches().await;
         stopping.cancel();
-        let graceful = tokio::time::timeout(inner.shutdown_grace, join_all_of(&mut workers)).await;
-        match graceful {
-            Ok(done) => ended.extend(done),
-            Err(_) => {
-                tracing::warn!(controller = %inner.name, grace = ?inner.shutdown_grace,
-                    "reconciles still running after the grace period: cancelling them");
+        let cancel_at = self.cancel_contexts_at(&shutdown);
+        let finished = async {
+            match cancel_at {
+                Some(at) => tokio::time::timeout_at(at, join_all_of(&mut workers))
+                    .await
+                    .ok(),
+                None => Some(join_all_of(&mut workers).await),
+            }
+        };
+        match finished.await {
+            Some(done) => ended.extend(done),
+            None => {
+                tracing::warn!(controller = %inner.name,
+                    "reconciles still running as the stop's deadline nears: cancelling their contexts");
                 inner.hard_stop.cancel();
                 ended.extend(join_all_of(&mut workers).await);
             }
@@ -378,6 +381,17 @@ impl<R: Reconciler> Controller<R> {
             }
         }
         Ok(())
+    }
+
+    /// When in-flight reconciles' contexts are cancelled during a stop (`None`: never).
+    fn cancel_contexts_at(&self, shutdown: &Shutdown) -> Option<tokio::time::Instant> {
+        let now = tokio::time::Instant::now();
+        if !shutdown.was_given_deadline() {
+            return Some(now + self.inner.shutdown_grace);
+        }
+        let deadline = shutdown.deadline()?;
+        let left = deadline.saturating_duration_since(now);
+        Some(deadline - (left / 4).min(RETURN_MARGIN))
     }
 
     async fn stop_watches(&self) {
@@ -410,6 +424,13 @@ async fn join_all_of(set: &mut JoinSet<()>) -> Vec<Result<(), tokio::task::JoinE
 impl<R> Inner<R> {
     fn lock_watches(&self) -> std::sync::MutexGuard<'_, Watches> {
         self.watches.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn source_error(&self, source: SourceError) -> RunError {
+        RunError::Source {
+            controller: self.name.to_string(),
+            source,
+        }
     }
 }
 
@@ -497,13 +518,15 @@ async fn process<R: Reconciler>(inner: &Inner<R>, item: WorkItem<Request>) {
     let outcome = match result {
         Ok(Ok(action)) => requeue(inner, request, action),
         Ok(Err(error)) => {
+            let error: BoxError = error.into();
+            let error: &(dyn std::error::Error + 'static) = &*error;
             inner.metrics.error();
-            if is_terminal(&error) {
+            if is_terminal(error) {
                 inner.metrics.terminal_error();
-                tracing::error!(error = %ErrorChain(&error), "reconcile failed with a terminal error; not retrying");
+                tracing::error!(error = %ErrorChain(error), "reconcile failed with a terminal error; not retrying");
                 inner.queue.forget(&request);
             } else {
-                tracing::error!(error = %ErrorChain(&error), "reconcile failed; retrying with backoff");
+                tracing::error!(error = %ErrorChain(error), "reconcile failed; retrying with backoff");
                 inner.queue.add_rate_limited(request);
             }
             Outcome::Error
@@ -589,8 +612,12 @@ impl fmt::Debug for WatchSpec {
 
 /// A watch with its key type erased, so a controller can hold watches of many types.
 trait ErasedWatch: Send {
-    fn synced(&self) -> Synced;
-    fn spawn(self: Box<Self>, queue: Queue, stop: CancellationToken) -> JoinHandle<()>;
+    /// Starts the source and the task pumping its events into `queue` until `stop`.
+    fn spawn(
+        self: Box<Self>,
+        queue: Queue,
+        stop: CancellationToken,
+    ) -> std::result::Result<(Synced, JoinHandle<()>), SourceError>;
 }
 
 struct Watch<K, H> {
@@ -604,18 +631,19 @@ where
     K: Send + Sync + 'static,
     H: EventHandler<K> + 'static,
 {
-    fn synced(&self) -> Synced {
-        self.source.synced()
-    }
-
-    fn spawn(self: Box<Self>, queue: Queue, stop: CancellationToken) -> JoinHandle<()> {
+    fn spawn(
+        self: Box<Self>,
+        queue: Queue,
+        stop: CancellationToken,
+    ) -> std::result::Result<(Synced, JoinHandle<()>), SourceError> {
         let Watch {
             source,
             handler,
             predicates,
         } = *self;
-        tokio::spawn(async move {
-            let mut events = source.start();
+        let started = source.start()?;
+        let mut events = started.events;
+        let task = tokio::spawn(async move {
             loop {
                 let event = tokio::select! {
                     biased;
@@ -629,7 +657,8 @@ where
                     handler.handle(&event, &queue);
                 }
             }
-        })
+        });
+        Ok((started.synced, task))
     }
 }
 

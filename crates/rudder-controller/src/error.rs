@@ -8,8 +8,11 @@ use std::time::Duration;
 ///
 /// Return it as the reconciler's error, or anywhere in its chain of sources (a variant of
 /// your error type holding it as `#[source]`).
+///
+/// Its message is `terminal error`; what went wrong is its source, so a log line that prints
+/// the chain ([`ErrorChain`]) says `terminal error: <cause>` with the cause once.
 #[derive(Debug, thiserror::Error)]
-#[error("terminal: {source}")]
+#[error("terminal error")]
 pub struct TerminalError {
     #[source]
     source: Box<dyn StdError + Send + Sync>,
@@ -36,10 +39,10 @@ pub fn is_terminal(error: &(dyn StdError + 'static)) -> bool {
     false
 }
 
-/// Errors of building and running a controller.
+/// Why a controller could not be built ([`Builder::build`](crate::Builder::build)).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum BuildError {
     /// Another controller in this process already has the name; names label metrics and logs,
     /// so they must be unique. Pick another name.
     #[error("a controller named {0:?} already exists in this process")]
@@ -48,7 +51,12 @@ pub enum Error {
     /// The controller's name is empty.
     #[error("a controller needs a name")]
     EmptyName,
+}
 
+/// Why a controller's run failed ([`Controller::run`](crate::Controller::run)).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
     /// Not every source synced within the cache-sync timeout; the controller did not start
     /// its workers. Often a type the API server does not serve (a CRD not installed) or
     /// missing RBAC permissions; retrying helps once that is fixed.
@@ -66,13 +74,24 @@ pub enum Error {
         timeout: Duration,
     },
 
+    /// A source could not start (for a `Kind`: the cache refused its informers, e.g.
+    /// because it was stopped). Nothing of the controller runs.
+    #[error("controller {controller:?}: a source could not start")]
+    Source {
+        /// The controller.
+        controller: String,
+        /// The source's error.
+        #[source]
+        source: rudder_handler::SourceError,
+    },
+
     /// `run` was called on a controller that already ran.
     #[error("controller {0:?} was already started")]
     AlreadyStarted(String),
 }
 
-/// The result of the controller's operations.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+/// A `Result` with an error of this crate (a [`RunError`] unless said otherwise).
+pub type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// Displays an error with its sources, `outer: inner: root`, so a log line (or a `main` that
 /// reports its failure) says what failed underneath, not only the outermost context. The

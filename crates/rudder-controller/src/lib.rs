@@ -9,7 +9,7 @@
 //! use std::sync::Arc;
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //! use kube::core::ObjectMeta;
-//! use rudder_controller::{Action, Context, Controller, Reconciler};
+//! use rudder_controller::{Action, Context, Controller, Options, Reconciler};
 //! use rudder_handler::{EnqueueObject, Event, Request, channel};
 //! use tokio::sync::mpsc;
 //! use tokio_util::sync::CancellationToken;
@@ -29,10 +29,12 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let (seen_tx, mut seen) = mpsc::unbounded_channel();
-//! let controller = Controller::builder("recorder", Recorder(seen_tx)).workers(2).build()?;
+//! let controller = Controller::builder("recorder", Recorder(seen_tx))
+//!     .options(Options::new().workers(2))
+//!     .build()?;
 //! // Events from outside the cluster; with rudder-cache, watch a Kind source instead.
 //! let (events, source) = channel::<ConfigMap>(16);
-//! controller.watch(source, EnqueueObject, vec![]);
+//! controller.watch(source, EnqueueObject, vec![])?;
 //!
 //! let stop = CancellationToken::new();
 //! let running = tokio::spawn({
@@ -65,13 +67,22 @@
 //! # Controllers
 //!
 //! A [`Controller`] has a name unique in the process, watches added before or after it
-//! starts, and `N` workers (default 1). `run` waits for every source to sync (default 2
-//! minutes, else [`Error::CacheSyncTimeout`]), then reconciles; a request is never
-//! reconciled by two workers at once, and a change during a reconcile causes exactly one more.
-//! A panic in a reconcile is caught, logged, counted and retried (configurable). An optional
-//! reconcile timeout cancels the reconcile's context. On stop: no new requests are taken,
-//! in-flight reconciles get a grace period, then their contexts are cancelled, and `run`
-//! returns once they have.
+//! starts, and [`Options`] (workers, default 1; timeouts; the retry rate limiter). Sources
+//! start when `run` does (a `Kind` asks the cache for its informers then, not when it was
+//! declared). `run` waits for every source to sync (default 2 minutes, else
+//! [`RunError::CacheSyncTimeout`]), then reconciles; a request is never reconciled by two
+//! workers at once, and a change during a reconcile causes exactly one more. A panic in a
+//! reconcile is caught, logged, counted and retried (configurable). An optional reconcile
+//! timeout cancels the reconcile's context.
+//!
+//! # Stopping
+//!
+//! [`Controller::run_until`] takes a [`Shutdown`]: a stop signal carrying the deadline the
+//! stop must meet, handed down by the manager. On stop no new requests are taken; in-flight
+//! reconciles may finish, and their contexts are cancelled when the deadline is near (a
+//! quarter of the time left, at most 5 s, before it) so they can return in time; `run`
+//! returns once they have. [`Controller::run`] with a plain token uses the controller's own
+//! grace period ([`Options::shutdown_grace`]) instead.
 //!
 //! Each reconcile runs in a tracing span `reconcile` with the controller, the request and
 //! the reconcile id.
@@ -83,10 +94,12 @@
 mod controller;
 mod error;
 pub mod metrics;
+mod options;
 mod reconciler;
+mod shutdown;
 
-pub use controller::{
-    Builder, Controller, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_SHUTDOWN_GRACE, WatchSpec,
-};
-pub use error::{Error, ErrorChain, Result, TerminalError, is_terminal};
-pub use reconciler::{Action, Context, ReconcileId, Reconciler};
+pub use controller::{Builder, Controller, WatchSpec};
+pub use error::{BuildError, ErrorChain, Result, RunError, TerminalError, is_terminal};
+pub use options::{DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_SHUTDOWN_GRACE, Options};
+pub use reconciler::{Action, BoxError, Context, ReconcileId, Reconciler};
+pub use shutdown::Shutdown;

@@ -8,15 +8,20 @@ use std::time::Duration;
 use rudder_handler::Request;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+/// Any error, boxed: what a reconciler's error is turned into for logging and retries.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Brings one object's actual state towards its desired state.
 ///
 /// A reconciler is called with a [`Request`] (which object), never with the event that
 /// caused it: it reads the current state and acts on it. It must be idempotent, since it can
 /// run again for the same state. For one request it is never called twice at once.
 pub trait Reconciler: Send + Sync + 'static {
-    /// The reconciler's error. Returning one means "retry with backoff", unless the chain of
-    /// sources contains a [`TerminalError`](crate::TerminalError).
-    type Error: std::error::Error + Send + Sync + 'static;
+    /// The reconciler's error: any error type, or a [`BoxError`] (`Box<dyn Error + Send +
+    /// Sync>`), or anything else that converts into one (such as `anyhow::Error`). Returning
+    /// one means "retry with backoff", unless the error or its chain of sources contains a
+    /// [`TerminalError`](crate::TerminalError). The controller logs the whole chain.
+    type Error: Into<BoxError> + Send + 'static;
 
     /// Reconciles the object `request` names.
     fn reconcile(

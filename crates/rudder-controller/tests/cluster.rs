@@ -102,16 +102,14 @@ async fn config_maps_owning_secrets_enqueue_the_right_keys() {
     let (ns, cache, token) = setup("owns").await;
     let (tx, mut seen) = mpsc::unbounded_channel();
     let c = Controller::builder("owns", Recorder(tx)).build().unwrap();
+    c.watch(Kind::<ConfigMap>::from_cache(&cache), EnqueueObject, vec![])
+        .unwrap();
     c.watch(
-        Kind::<ConfigMap>::from_cache(&cache).unwrap(),
-        EnqueueObject,
-        vec![],
-    );
-    c.watch(
-        Kind::<Secret>::from_cache(&cache).unwrap(),
+        Kind::<Secret>::from_cache(&cache),
         EnqueueOwner::<ConfigMap>::new(),
         vec![],
-    );
+    )
+    .unwrap();
     let running = run(&c, &token);
     let cms: Api<ConfigMap> = ns.api();
     let secrets: Api<Secret> = ns.api();
@@ -181,10 +179,11 @@ async fn all_owners_reaches_a_non_controller_owner() {
         .build()
         .unwrap();
     c.watch(
-        Kind::<Secret>::from_cache(&cache).unwrap(),
+        Kind::<Secret>::from_cache(&cache),
         EnqueueOwner::<ConfigMap>::new().all_owners(),
         vec![],
-    );
+    )
+    .unwrap();
     let running = run(&c, &token);
     let owner = ns
         .api::<ConfigMap>()
@@ -309,10 +308,11 @@ async fn generation_changed_drops_status_only_updates() {
         .build()
         .unwrap();
     c.watch(
-        Kind::<Widget>::from_cache(&cache).unwrap(),
+        Kind::<Widget>::from_cache(&cache),
         EnqueueObject,
         vec![Box::new(GenerationChanged)],
-    );
+    )
+    .unwrap();
     let running = run(&c, &token);
     let widgets: Api<Widget> = ns.api();
     let req = |name: &str| Request::namespaced(ns.name(), name);
@@ -355,14 +355,11 @@ async fn a_source_for_a_crd_installed_later_starts_working() {
     let (ns, cache, token) = setup("late-crd").await;
     let (tx, mut seen) = mpsc::unbounded_channel();
     let c = Controller::builder("late-crd", Recorder(tx))
-        .cache_sync_timeout(Duration::from_secs(120))
+        .options(rudder_controller::Options::new().cache_sync_timeout(Duration::from_secs(120)))
         .build()
         .unwrap();
-    c.watch(
-        Kind::<Gadget>::from_cache(&cache).unwrap(),
-        EnqueueObject,
-        vec![],
-    );
+    c.watch(Kind::<Gadget>::from_cache(&cache), EnqueueObject, vec![])
+        .unwrap();
     let running = run(&c, &token);
     // The type is not served yet: the source keeps retrying and is not synced.
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -425,14 +422,11 @@ async fn four_workers_on_a_burst_keep_keys_exclusive_and_end_on_the_last_state()
             seen: Mutex::default(),
         },
     )
-    .workers(4)
+    .options(rudder_controller::Options::new().workers(4))
     .build()
     .unwrap();
-    c.watch(
-        Kind::<ConfigMap>::from_cache(&cache).unwrap(),
-        EnqueueObject,
-        vec![],
-    );
+    c.watch(Kind::<ConfigMap>::from_cache(&cache), EnqueueObject, vec![])
+        .unwrap();
     let running = run(&c, &token);
     let cms: Api<ConfigMap> = ns.api();
     let names = ["a", "b", "c"];
@@ -507,14 +501,11 @@ async fn stop_lets_in_flight_reconciles_finish_and_nothing_runs_after() {
             finished: Mutex::default(),
         },
     )
-    .workers(2)
+    .options(rudder_controller::Options::new().workers(2))
     .build()
     .unwrap();
-    c.watch(
-        Kind::<ConfigMap>::from_cache(&cache).unwrap(),
-        EnqueueObject,
-        vec![],
-    );
+    c.watch(Kind::<ConfigMap>::from_cache(&cache), EnqueueObject, vec![])
+        .unwrap();
     let running = run(&c, &token);
     let cms: Api<ConfigMap> = ns.api();
     for name in ["a", "b", "c"] {

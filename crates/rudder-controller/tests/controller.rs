@@ -12,8 +12,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::ObjectMeta;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use rudder_controller::{Action, Context, Controller, Error, Reconciler, TerminalError};
-use rudder_handler::{EnqueueObject, Event, EventSender, Request, Source, Synced, channel};
+use rudder_controller::{
+    Action, BuildError, Context, Controller, Reconciler, RunError, TerminalError,
+};
+use rudder_handler::{
+    EnqueueObject, Event, EventSender, Request, Source, SourceError, Started, Synced, channel,
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -103,7 +107,7 @@ fn start<R: Reconciler>(
     tokio::task::JoinHandle<rudder_controller::Result<()>>,
 ) {
     let (events, source) = channel::<ConfigMap>(64);
-    controller.watch(source, EnqueueObject, vec![]);
+    controller.watch(source, EnqueueObject, vec![]).unwrap();
     let stop = CancellationToken::new();
     let task = tokio::spawn({
         let (controller, stop) = (controller.clone(), stop.clone());
@@ -250,7 +254,7 @@ async fn a_reconcile_timeout_cancels_the_context() {
             Ok(Action::done())
         }),
     )
-    .reconcile_timeout(Duration::from_secs(2))
+    .options(rudder_controller::Options::new().reconcile_timeout(Duration::from_secs(2)))
     .build()
     .unwrap();
     let (events, stop, task) = start(&c);
@@ -306,7 +310,7 @@ async fn stuck_reconciles_are_cancelled_after_the_grace_period() {
             Ok(Action::done())
         }),
     )
-    .shutdown_grace(Duration::from_secs(5))
+    .options(rudder_controller::Options::new().shutdown_grace(Duration::from_secs(5)))
     .build()
     .unwrap();
     let (events, stop, task) = start(&c);
@@ -325,44 +329,42 @@ async fn names_are_unique_and_required() {
         .unwrap();
     let second =
         Controller::builder("unique", scripted(|_, _| async { Ok(Action::done()) })).build();
-    assert!(matches!(second, Err(Error::DuplicateName(name)) if name == "unique"));
+    assert!(matches!(second, Err(BuildError::DuplicateName(name)) if name == "unique"));
     drop(first);
     // The name is free again once the first controller is gone.
     Controller::builder("unique", scripted(|_, _| async { Ok(Action::done()) }))
         .build()
         .unwrap();
     let empty = Controller::builder("", scripted(|_, _| async { Ok(Action::done()) })).build();
-    assert!(matches!(empty, Err(Error::EmptyName)));
+    assert!(matches!(empty, Err(BuildError::EmptyName)));
 }
 
 /// A source that never syncs, as a watch on a type the server does not serve.
 struct NeverSynced(Synced);
 
 impl Source<ConfigMap> for NeverSynced {
-    fn start(self: Box<Self>) -> futures::stream::BoxStream<'static, Event<ConfigMap>> {
-        Box::pin(futures::stream::pending())
-    }
-    fn synced(&self) -> Synced {
-        self.0.clone()
+    fn start(self: Box<Self>) -> Result<Started<ConfigMap>, SourceError> {
+        Ok(Started::new(Box::pin(futures::stream::pending()), self.0))
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn sources_that_never_sync_time_out_clearly() {
     let c = Controller::builder("unsynced", scripted(|_, _| async { Ok(Action::done()) }))
-        .cache_sync_timeout(Duration::from_secs(10))
+        .options(rudder_controller::Options::new().cache_sync_timeout(Duration::from_secs(10)))
         .build()
         .unwrap();
-    c.watch(NeverSynced(Synced::new()), EnqueueObject, vec![]);
+    c.watch(NeverSynced(Synced::new()), EnqueueObject, vec![])
+        .unwrap();
     let (_, source) = channel::<ConfigMap>(1);
-    c.watch(source, EnqueueObject, vec![]);
+    c.watch(source, EnqueueObject, vec![]).unwrap();
     let begun = Instant::now();
     let err = c.run(CancellationToken::new()).await.unwrap_err();
     assert_eq!(begun.elapsed(), Duration::from_secs(10));
     assert!(
         matches!(
             err,
-            Error::CacheSyncTimeout {
+            RunError::CacheSyncTimeout {
                 pending: 1,
                 total: 2,
                 ..
@@ -381,7 +383,7 @@ async fn a_watch_added_after_start_delivers() {
     let (_early, stop, task) = start(&c);
     eventually(Duration::from_secs(1), || c.has_synced()).await;
     let (late, source) = channel::<ConfigMap>(4);
-    c.watch(source, EnqueueObject, vec![]);
+    c.watch(source, EnqueueObject, vec![]).unwrap();
     send(&late, "late").await;
     eventually(Duration::from_secs(1), || calls(&c).len() == 1).await;
     stop.cancel();
@@ -395,7 +397,8 @@ async fn predicates_filter_before_the_handler() {
         .unwrap();
     let (events, source) = channel::<ConfigMap>(4);
     let only_b = |e: &Event<ConfigMap>| e.object().metadata.name.as_deref() == Some("b");
-    c.watch(source, EnqueueObject, vec![Box::new(only_b)]);
+    c.watch(source, EnqueueObject, vec![Box::new(only_b)])
+        .unwrap();
     let stop = CancellationToken::new();
     let task = tokio::spawn({
         let (c, stop) = (c.clone(), stop.clone());
@@ -458,7 +461,7 @@ async fn four_workers_never_overlap_on_a_key_and_see_the_last_change() {
             seen: Mutex::default(),
         },
     )
-    .workers(4)
+    .options(rudder_controller::Options::new().workers(4))
     .build()
     .unwrap();
     let (events, stop, task) = start(&c);
@@ -506,7 +509,7 @@ async fn without_panic_recovery_a_panic_ends_run() {
             panic!("boom");
         }),
     )
-    .recover_panic(false)
+    .options(rudder_controller::Options::new().recover_panic(false))
     .build()
     .unwrap();
     let (events, _stop, task) = start(&c);

@@ -58,7 +58,7 @@ async fn reconciles_run_in_a_span_with_controller_request_and_id() {
     let (tx, mut ids) = mpsc::unbounded_channel();
     let c = Controller::builder("traced", Ids(tx)).build().unwrap();
     let (events, source) = channel::<ConfigMap>(4);
-    c.watch(source, EnqueueObject, vec![]);
+    c.watch(source, EnqueueObject, vec![]).unwrap();
     let stop = CancellationToken::new();
     let task = tokio::spawn({
         let (c, stop) = (c.clone(), stop.clone());

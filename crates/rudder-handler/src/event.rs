@@ -11,8 +11,12 @@ pub enum Event<K> {
     Create {
         /// The object.
         object: Arc<K>,
-        /// It was part of a (re)list rather than a change seen on the watch: the handlers
-        /// queue it at [`LOW_PRIORITY`](crate::LOW_PRIORITY) so new changes overtake it.
+        /// It was part of the state the source started from (an informer's first list, or
+        /// the replay of its store to a new subscriber) rather than a change seen since:
+        /// the handlers queue it at [`LOW_PRIORITY`](crate::LOW_PRIORITY) so new changes
+        /// overtake it. An object that first appears in a later relist (it was created
+        /// while the watch was down) is a change, so this is `false` for it, as in
+        /// controller-runtime (client-go sets `isInInitialList` only for the first list).
         initial_list: bool,
     },
     /// The object changed (or was re-delivered by a resync, with the same resourceVersion).
@@ -88,8 +92,9 @@ impl<K> Event<K> {
 }
 
 impl<K: Resource> Event<K> {
-    /// Whether the change is old news: part of a (re)list, or a resync re-delivering an
-    /// object whose resourceVersion did not change. Handlers queue such events at
+    /// Whether the change is old news: part of the state the source started from (see
+    /// `initial_list`), or a resync re-delivering an object whose resourceVersion did not
+    /// change. Handlers queue such events at
     /// [`LOW_PRIORITY`](crate::LOW_PRIORITY).
     pub fn is_low_priority(&self) -> bool {
         match self {

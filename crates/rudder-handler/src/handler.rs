@@ -1,6 +1,6 @@
 //! [`EventHandler`]s: which requests an event puts on the work queue.
 //!
-//! Requests for old news (objects from a (re)list, resyncs that changed nothing; see
+//! Requests for old news (objects from the first list, resyncs that changed nothing; see
 //! [`Event::is_low_priority`]) are queued at [`LOW_PRIORITY`], everything else at priority 0,
 //! so that fresh changes overtake a backlog. The work queue's ageing keeps old news from
 //! waiting forever.
@@ -15,7 +15,7 @@ use rudder_workqueue::{AddOptions, WorkQueue};
 
 use crate::{Event, Request};
 
-/// The priority of requests for old news: objects from a (re)list and no-op resyncs.
+/// The priority of requests for old news: objects from the first list and no-op resyncs.
 pub const LOW_PRIORITY: i32 = -100;
 
 /// The work queue controllers reconcile from.

@@ -40,8 +40,8 @@
 //!
 //! [`EnqueueObject`] queues the object itself; [`EnqueueOwner`] its owner of a given type (the
 //! controller owner by default); [`EnqueueMapped`] whatever a function maps it to;
-//! [`HandlerFuncs`] runs closures per event kind. Events that are old news (objects from a
-//! list, resyncs that changed nothing) are queued at [`LOW_PRIORITY`] so that new changes
+//! [`HandlerFuncs`] runs closures per event kind. Events that are old news (objects from the
+//! first list, resyncs that changed nothing) are queued at [`LOW_PRIORITY`] so that new changes
 //! overtake them.
 //!
 //! # Predicates
@@ -70,11 +70,12 @@ pub use handler::{
 };
 pub use kind::Kind;
 pub use predicate::{
-    And, AnnotationChanged, Funcs, GenerationChanged, LabelChanged, LabelSelectorPredicate,
-    MetaEvent, MetaPredicate, MetaPredicates, Not, Or, Predicate, ResourceVersionChanged,
+    And, AnnotationChanged, Compose, Funcs, GenerationChanged, LabelChanged,
+    LabelSelectorPredicate, MetaEvent, MetaPredicate, MetaPredicates, Not, Or, Predicate,
+    ResourceVersionChanged,
 };
 pub use request::Request;
 pub use source::{
-    ChannelSource, EventSender, Source, SourceClosed, StreamSource, Synced, channel, from_stream,
-    from_stream_with_sync,
+    ChannelSource, EventSender, Source, SourceClosed, SourceError, Started, StreamSource, Synced,
+    channel, from_stream, from_stream_with_sync,
 };

@@ -245,6 +245,36 @@ impl<K: Resource> Predicate<K> for LabelSelectorPredicate {
     }
 }
 
+/// Composes predicates (and [`MetaPredicate`]s) by method: `a.and(b)`, `a.or(b)`, `a.not()`
+/// give [`And`], [`Or`] and [`Not`], which are predicates of whatever kind both sides are.
+///
+/// ```
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use rudder_handler::{Compose, GenerationChanged, LabelChanged, Predicate, ResourceVersionChanged};
+///
+/// fn takes(_: impl Predicate<ConfigMap>) {}
+/// takes(GenerationChanged.or(LabelChanged).and(ResourceVersionChanged));
+/// takes(LabelChanged.not());
+/// ```
+pub trait Compose: Sized {
+    /// Both must let the event through.
+    fn and<B>(self, other: B) -> And<Self, B> {
+        And(self, other)
+    }
+
+    /// Either lets the event through.
+    fn or<B>(self, other: B) -> Or<Self, B> {
+        Or(self, other)
+    }
+
+    /// Lets through what this drops.
+    fn not(self) -> Not<Self> {
+        Not(self)
+    }
+}
+
+impl<P: Sized> Compose for P {}
+
 /// Both predicates must let the event through.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct And<A, B>(pub A, pub B);

@@ -14,13 +14,47 @@ use tokio::sync::{mpsc, watch};
 use crate::Event;
 
 /// Produces events for one watch of a controller.
+///
+/// Declaring a source has no side effects: what it reads from is resolved in
+/// [`start`](Self::start), when the controller that holds it runs (a [`Kind`](crate::Kind)
+/// asks the cache for its informers then, as controller-runtime's `source.Kind` does).
 pub trait Source<K>: Send + 'static {
-    /// Starts the source. The stream ends when the source has nothing more to give (a channel
-    /// whose senders are all gone); a source on the cluster runs until it is dropped.
-    fn start(self: Box<Self>) -> BoxStream<'static, Event<K>>;
+    /// Starts the source: its stream of events and the signal that turns on once it has
+    /// delivered the state it started from. The stream ends when the source has nothing
+    /// more to give (a channel whose senders are all gone); a source on the cluster runs
+    /// until the stream is dropped.
+    ///
+    /// # Errors
+    ///
+    /// When the source cannot start (for a `Kind`: the cache refused the informer, e.g.
+    /// because it was stopped). The controller's `run` fails with it.
+    fn start(self: Box<Self>) -> Result<Started<K>, SourceError>;
+}
 
-    /// The signal that turns on when the source has caught up with the state it started from.
-    fn synced(&self) -> Synced;
+/// Why a source could not start.
+pub type SourceError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A started source: its events and whether it has caught up.
+pub struct Started<K> {
+    /// The events, in the order the source saw them.
+    pub events: BoxStream<'static, Event<K>>,
+    /// Turns on once the source has delivered the state it started from.
+    pub synced: Synced,
+}
+
+impl<K> Started<K> {
+    /// A started source from its parts.
+    pub fn new(events: BoxStream<'static, Event<K>>, synced: Synced) -> Self {
+        Self { events, synced }
+    }
+}
+
+impl<K> std::fmt::Debug for Started<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Started")
+            .field("synced", &self.synced)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Whether a source has synced: cheap to clone, observable from anywhere.
@@ -143,16 +177,13 @@ pub fn channel<K: Send + Sync + 'static>(capacity: usize) -> (EventSender<K>, Ch
 }
 
 impl<K: Send + Sync + 'static> Source<K> for ChannelSource<K> {
-    fn start(self: Box<Self>) -> BoxStream<'static, Event<K>> {
-        futures::stream::unfold(self.0, |mut rx| async move {
+    fn start(self: Box<Self>) -> Result<Started<K>, SourceError> {
+        let events = futures::stream::unfold(self.0, |mut rx| async move {
             let event = rx.recv().await?;
             Some((event, rx))
         })
-        .boxed()
-    }
-
-    fn synced(&self) -> Synced {
-        Synced::already()
+        .boxed();
+        Ok(Started::new(events, Synced::already()))
     }
 }
 
@@ -194,11 +225,8 @@ impl<K, S> Source<K> for StreamSource<S>
 where
     S: Stream<Item = Event<K>> + Send + 'static,
 {
-    fn start(self: Box<Self>) -> BoxStream<'static, Event<K>> {
-        self.stream.boxed()
-    }
-
-    fn synced(&self) -> Synced {
-        self.synced.clone()
+    fn start(self: Box<Self>) -> Result<Started<K>, SourceError> {
+        let Self { stream, synced } = *self;
+        Ok(Started::new(stream.boxed(), synced))
     }
 }

@@ -198,8 +198,9 @@ fn enqueue_mapped_and_closures() {
 async fn channel_and_stream_sources_deliver_in_order_and_are_synced() {
     let (tx, source) = channel::<Pod>(4);
     let source: Box<dyn Source<Pod>> = Box::new(source);
-    assert!(source.synced().is_synced());
-    let mut events = source.start();
+    let started = source.start().unwrap();
+    assert!(started.synced.is_synced());
+    let mut events = started.events;
     for rv in ["1", "2"] {
         tx.send(Event::Generic {
             object: pod(rv, vec![]),
@@ -219,8 +220,9 @@ async fn channel_and_stream_sources_deliver_in_order_and_are_synced() {
         object: pod("9", vec![]),
     }]);
     let source: Box<dyn Source<Pod>> = Box::new(from_stream(stream));
-    assert!(source.synced().is_synced());
-    assert_eq!(source.start().count().await, 1);
+    let started = source.start().unwrap();
+    assert!(started.synced.is_synced());
+    assert_eq!(started.events.count().await, 1);
 }
 
 #[tokio::test]

@@ -12,8 +12,9 @@
 //! let manager = Manager::builder(client).name("my-operator").build()?;
 //! // Controllers: manager.add_controller(Controller::builder(..).build()?), watching
 //! // Kind sources made from manager.cache().
-//! manager.add(runnable("heartbeat", false, |cancel| async move {
-//!     cancel.cancelled().await;
+//! manager.add(runnable("heartbeat", false, |shutdown| async move {
+//!     // Runs until the manager stops; then it has until the deadline to finish.
+//!     let _deadline = shutdown.stopped().await;
 //!     Ok(())
 //! }));
 //! manager.start_until_signal().await?;
@@ -26,11 +27,18 @@
 //! `start` brings up the probe server and the metrics server, waits for the cache's
 //! informers to sync (within [`ManagerBuilder::cache_sync_timeout`]), then the runnables that need
 //! no leadership, then (with [`ManagerBuilder::leader_election`]) waits to be elected, then
-//! starts the leader-only ones (controllers). It stops them in the reverse order, giving
-//! them the graceful-shutdown timeout ([`GracefulShutdown`], 30 s by default), gives up the
-//! Lease only once the leader-only runnables have stopped, and returns. If a runnable fails,
-//! the manager stops the others and returns its error. [`Manager::start_until_signal`]
+//! starts the leader-only ones (controllers). It stops them in the reverse order, gives up
+//! the Lease only once the leader-only runnables have stopped, and returns. If a runnable
+//! fails, the manager stops the others and returns its error. [`Manager::start_until_signal`]
 //! stops on SIGTERM or SIGINT; a second signal exits at once.
+//!
+//! One deadline governs a stop: when it begins, the manager computes it from
+//! [`GracefulShutdown`] (30 s by default) and hands it to every runnable through its
+//! [`Shutdown`]; no layer below runs a timer of its own. A controller cancels its in-flight
+//! reconciles' contexts when that deadline is near (a quarter of the time left, at most 5 s,
+//! before it), so a reconciler that watches its context returns in time and `start` returns
+//! `Ok`. Runnables still running at the deadline are aborted and named in
+//! [`Error::ShutdownTimeout`]; a runnable that panics is named in [`Error::Panicked`].
 //!
 //! # Probes and metrics
 //!
@@ -61,4 +69,5 @@ pub use manager::{
     DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_GRACEFUL_SHUTDOWN, DEFAULT_HEALTH_ADDRESS,
     DEFAULT_METRICS_ADDRESS, Error, ExtraHandler, GracefulShutdown, Manager, ManagerBuilder,
 };
+pub use rudder_controller::Shutdown;
 pub use runnable::{BoxError, Runnable, runnable};

@@ -1,15 +1,16 @@
 //! [`Manager`]: holds the client and the cache, starts runnables in order, stops them in
 //! reverse.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use kube::Client;
 use kube_runtime::events::{Recorder, Reporter};
 use metrics_exporter_prometheus::PrometheusHandle;
 use rudder_cache::{Cache, CacheBuilder};
-use rudder_controller::{Controller, Reconciler};
+use rudder_controller::{Controller, ErrorChain, Reconciler, Shutdown};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -18,7 +19,7 @@ use crate::leader_election::{
     ConfigError, Error as ElectionError, LeaderElection, LeaderElectionConfig, Leadership,
 };
 use crate::runnable::{BoxError, Runnable};
-use crate::server::{Routes, STOP_GRACE, serve};
+use crate::server::{Routes, serve};
 use rudder_server::ServerHandle;
 
 /// The default address of `/healthz` and `/readyz` (all interfaces: the kubelet probes the
@@ -36,12 +37,16 @@ pub const DEFAULT_GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(30);
 /// How long the manager waits for runnables to stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GracefulShutdown {
-    /// Up to this long, then the rest are aborted and `start` reports
-    /// [`Error::ShutdownTimeout`].
+    /// Up to this long: the deadline handed to every runnable is the stop's start plus
+    /// this; what still runs then is aborted and `start` reports [`Error::ShutdownTimeout`]
+    /// naming it.
     After(Duration),
-    /// Not at all: runnables are aborted at once.
+    /// Not at all: runnables are told to stop with a deadline of now (controllers cancel
+    /// their reconciles' contexts at once) and whatever has not returned is aborted. That is
+    /// what was asked for, so it is logged, not reported as an error.
     Immediately,
-    /// As long as they take.
+    /// As long as they take: runnables get no deadline (controllers never cancel their
+    /// reconciles' contexts).
     Forever,
 }
 
@@ -79,10 +84,24 @@ pub enum Error {
     /// was installed first: pass its handle with [`ManagerBuilder::metrics_handle`]).
     #[error("cannot install the Prometheus recorder")]
     Metrics(#[source] metrics_exporter_prometheus::BuildError),
-    /// Runnables were still running when the graceful-shutdown timeout passed; they were
-    /// aborted.
-    #[error("runnables did not stop within {0:?}: {1:?}")]
-    ShutdownTimeout(Duration, Vec<String>),
+    /// Runnables were still running when the graceful-shutdown deadline passed; they were
+    /// aborted. A controller here has a reconcile that did not return after its context was
+    /// cancelled.
+    #[error("runnables did not stop within {timeout:?}: {}", left.join(", "))]
+    ShutdownTimeout {
+        /// The graceful-shutdown timeout.
+        timeout: Duration,
+        /// The names of the runnables that were aborted.
+        left: Vec<String>,
+    },
+    /// A runnable panicked; the manager stopped the others.
+    #[error("{name} panicked: {message}")]
+    Panicked {
+        /// The runnable's name.
+        name: String,
+        /// The panic's message.
+        message: String,
+    },
     /// `start` was called twice.
     #[error("the manager was already started")]
     AlreadyStarted,
@@ -303,6 +322,7 @@ impl ManagerBuilder {
             runnables: Mutex::new(Vec::new()),
             bound: Mutex::new(Bound::default()),
             started: std::sync::atomic::AtomicBool::new(false),
+            stop_deadline: OnceLock::new(),
         })
     }
 }
@@ -339,6 +359,9 @@ pub struct Manager {
     runnables: Mutex<Vec<Box<dyn Runnable>>>,
     bound: Mutex<Bound>,
     started: std::sync::atomic::AtomicBool,
+    /// The deadline of the stop once it began (`None` inside: no deadline), for what stops
+    /// last (the servers).
+    stop_deadline: OnceLock<Option<tokio::time::Instant>>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -438,10 +461,11 @@ impl Manager {
         }
         let mut servers = Vec::new();
         let result = self.run(&cancel, &mut servers).await;
-        // Servers last: probes keep answering while the rest stops. Requests in flight get
-        // a few seconds to finish; probe and metrics answers take milliseconds.
-        let deadline = tokio::time::Instant::now() + STOP_GRACE;
-        futures::future::join_all(servers.into_iter().map(|s| s.stop(Some(deadline)))).await;
+        // Servers last: probes keep answering while the rest stops, within the same
+        // deadline as everything else (set when the stop began, or now if the run ended
+        // before any runnable started).
+        let deadline = self.stop_deadline();
+        futures::future::join_all(servers.into_iter().map(|s| s.stop(deadline))).await;
         self.cache_token.cancel();
         self.cache.stop().await;
         result
@@ -504,13 +528,13 @@ impl Manager {
         let (leader, plain): (Vec<_>, Vec<_>) = runnables
             .into_iter()
             .partition(|r| r.needs_leader_election());
-        let plain_token = CancellationToken::new();
-        let leader_token = CancellationToken::new();
+        let plain_stop = Shutdown::new();
+        let leader_stop = Shutdown::new();
         let election_token = CancellationToken::new();
-        let mut plain_set = JoinSet::new();
-        let mut leader_set = JoinSet::new();
+        let mut plain_set = Group::default();
+        let mut leader_set = Group::default();
         for r in plain {
-            spawn(&mut plain_set, r, plain_token.clone());
+            plain_set.spawn(r, plain_stop.clone());
         }
         let mut leader = Some(leader);
         let mut leadership: Option<Leadership> = None;
@@ -541,7 +565,7 @@ impl Manager {
                                 leadership = Some(held);
                             }
                             for r in leader.take().into_iter().flatten() {
-                                spawn(&mut leader_set, r, leader_token.clone());
+                                leader_set.spawn(r, leader_stop.clone());
                             }
                         }
                         Err(error) => {
@@ -556,28 +580,26 @@ impl Manager {
                     break;
                 }
                 Some(ended) = leader_set.join_next(), if !leader_set.is_empty() => {
-                    if let Some(error) = ended_with(ended) {
+                    if let Some(error) = ended {
                         failure = Some(error);
                         break;
                     }
                 }
                 Some(ended) = plain_set.join_next(), if !plain_set.is_empty() => {
-                    if let Some(error) = ended_with(ended) {
+                    if let Some(error) = ended {
                         failure = Some(error);
                         break;
                     }
                 }
             }
         }
-        tracing::info!("stopping runnables");
-        let deadline = match self.graceful_shutdown {
-            GracefulShutdown::After(d) => Some(tokio::time::Instant::now() + d),
-            GracefulShutdown::Immediately => Some(tokio::time::Instant::now()),
-            GracefulShutdown::Forever => None,
-        };
+        // One deadline for the whole stop, handed down to every runnable.
+        let now = tokio::time::Instant::now();
+        let deadline = self.stop_deadline();
+        tracing::info!(deadline_in = ?deadline.map(|d| d.saturating_duration_since(now)), "stopping runnables");
         let mut stuck = Vec::new();
-        leader_token.cancel();
-        stuck.extend(drain(&mut leader_set, deadline, &mut failure).await);
+        leader_stop.stop(deadline);
+        stuck.extend(leader_set.drain(deadline, &mut failure).await);
         // Leadership is given up (released, if configured) only once nothing that needs it
         // runs. An election still in progress is let finish its request, so it can release
         // a Lease it just took.
@@ -591,19 +613,35 @@ impl Manager {
         {
             failure = Some(Error::LeadershipLost);
         }
-        plain_token.cancel();
-        stuck.extend(drain(&mut plain_set, deadline, &mut failure).await);
+        plain_stop.stop(deadline);
+        stuck.extend(plain_set.drain(deadline, &mut failure).await);
         if let Some(error) = failure {
             return Err(error);
         }
-        if !stuck.is_empty() {
-            let d = match self.graceful_shutdown {
-                GracefulShutdown::After(d) => d,
-                _ => Duration::ZERO,
-            };
-            return Err(Error::ShutdownTimeout(d, stuck));
+        match self.graceful_shutdown {
+            GracefulShutdown::After(timeout) if !stuck.is_empty() => Err(Error::ShutdownTimeout {
+                timeout,
+                left: stuck,
+            }),
+            GracefulShutdown::Immediately if !stuck.is_empty() => {
+                tracing::info!(aborted = %stuck.join(", "), "stopped immediately, as configured");
+                Ok(())
+            }
+            _ => Ok(()),
         }
-        Ok(())
+    }
+
+    /// The deadline of this manager's stop, fixed the first time it is asked for (when the
+    /// stop begins) from [`GracefulShutdown`]; `None`: no deadline.
+    fn stop_deadline(&self) -> Option<tokio::time::Instant> {
+        *self.stop_deadline.get_or_init(|| {
+            let now = tokio::time::Instant::now();
+            match self.graceful_shutdown {
+                GracefulShutdown::After(d) => Some(now + d),
+                GracefulShutdown::Immediately => Some(now),
+                GracefulShutdown::Forever => None,
+            }
+        })
     }
 
     /// Runs until SIGTERM or SIGINT, then stops gracefully; a second signal exits the
@@ -640,67 +678,108 @@ async fn listen(
         .map_err(|source| Error::Bind { what, addr, source })
 }
 
-type Ended = Result<(String, Result<(), BoxError>), tokio::task::JoinError>;
-
-fn spawn(
-    set: &mut JoinSet<(String, Result<(), BoxError>)>,
-    r: Box<dyn Runnable>,
-    token: CancellationToken,
-) {
-    let name = r.name();
-    tracing::info!(runnable = %name, "starting");
-    set.spawn(async move {
-        let result = r.start(token).await;
-        (name, result)
-    });
+/// Runnables started together, each task known by its name so that what is left at a
+/// deadline, or what panicked, can be named.
+#[derive(Default)]
+struct Group {
+    set: JoinSet<Result<(), BoxError>>,
+    names: HashMap<tokio::task::Id, String>,
 }
 
-/// The error a finished runnable should stop the manager with, if any.
-fn ended_with(ended: Ended) -> Option<Error> {
-    match ended {
-        Ok((_, Ok(()))) => None,
-        Ok((name, Err(source))) => {
-            tracing::error!(runnable = %name, error = %source, "runnable failed; stopping the manager");
-            Some(Error::Runnable { name, source })
+impl Group {
+    fn spawn(&mut self, r: Box<dyn Runnable>, shutdown: Shutdown) {
+        let name = r.name();
+        tracing::info!(runnable = %name, "starting");
+        let handle = self.set.spawn(r.start(shutdown));
+        self.names.insert(handle.id(), name);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+
+    /// Waits for the next runnable to end: `None` if none is running, `Some(None)` if it
+    /// ended well, `Some(Some(error))` if the manager should stop with `error`.
+    async fn join_next(&mut self) -> Option<Option<Error>> {
+        let ended = self.set.join_next_with_id().await?;
+        Some(self.ended_with(ended))
+    }
+
+    /// The error a finished runnable should stop the manager with, if any.
+    fn ended_with(
+        &mut self,
+        ended: Result<(tokio::task::Id, Result<(), BoxError>), tokio::task::JoinError>,
+    ) -> Option<Error> {
+        let (id, result) = match ended {
+            Ok((id, result)) => (id, Ok(result)),
+            Err(join) => (join.id(), Err(join)),
+        };
+        let name = self
+            .names
+            .remove(&id)
+            .unwrap_or_else(|| "a runnable".to_owned());
+        match result {
+            Ok(Ok(())) => None,
+            Ok(Err(source)) => {
+                tracing::error!(runnable = %name, error = %ErrorChain(&*source), "runnable failed; stopping the manager");
+                Some(Error::Runnable { name, source })
+            }
+            Err(join) if join.is_panic() => {
+                let message = panic_message(&*join.into_panic());
+                tracing::error!(runnable = %name, panic = %message, "runnable panicked; stopping the manager");
+                Some(Error::Panicked { name, message })
+            }
+            // Aborted: only the manager aborts, and it names what it aborted itself.
+            Err(_) => None,
         }
-        Err(join) => Some(Error::Runnable {
-            name: "a runnable".to_owned(),
-            source: Box::new(join),
-        }),
+    }
+
+    /// Waits for every runnable to end until `deadline`; aborts and names what is left
+    /// after it.
+    async fn drain(
+        &mut self,
+        deadline: Option<tokio::time::Instant>,
+        failure: &mut Option<Error>,
+    ) -> Vec<String> {
+        loop {
+            let next = match deadline {
+                Some(deadline) => {
+                    match tokio::time::timeout_at(deadline, self.set.join_next_with_id()).await {
+                        Ok(next) => next,
+                        Err(_) => break,
+                    }
+                }
+                None => self.set.join_next_with_id().await,
+            };
+            let Some(ended) = next else {
+                return Vec::new();
+            };
+            if let Some(error) = self.ended_with(ended)
+                && failure.is_none()
+            {
+                *failure = Some(error);
+            }
+        }
+        let mut left: Vec<String> = self.names.drain().map(|(_, name)| name).collect();
+        left.sort();
+        tracing::warn!(
+            left = %left.join(", "),
+            "runnables still running at the graceful-shutdown deadline; aborting them"
+        );
+        self.set.abort_all();
+        while self.set.join_next().await.is_some() {}
+        left
     }
 }
 
-/// Waits for a group to end until `deadline`; aborts and names what is left after it.
-async fn drain(
-    set: &mut JoinSet<(String, Result<(), BoxError>)>,
-    deadline: Option<tokio::time::Instant>,
-    failure: &mut Option<Error>,
-) -> Vec<String> {
-    loop {
-        let next = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, set.join_next()).await {
-                Ok(next) => next,
-                Err(_) => break,
-            },
-            None => set.join_next().await,
-        };
-        let Some(ended) = next else {
-            return Vec::new();
-        };
-        if let Some(error) = ended_with(ended)
-            && failure.is_none()
-        {
-            *failure = Some(error);
-        }
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_owned()
     }
-    let left = set.len();
-    tracing::warn!(
-        left,
-        "runnables still running after the graceful-shutdown timeout; aborting them"
-    );
-    set.abort_all();
-    while set.join_next().await.is_some() {}
-    vec![format!("{left} runnable(s)")]
 }
 
 /// Cancels on the first SIGTERM or SIGINT; exits on the second.

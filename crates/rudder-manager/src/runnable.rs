@@ -3,17 +3,22 @@
 use std::future::Future;
 
 use futures::future::BoxFuture;
-use rudder_controller::{Controller, Reconciler};
-use tokio_util::sync::CancellationToken;
+use rudder_controller::{Controller, Reconciler, Shutdown};
 
 /// An error a runnable ends with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Something the manager starts and stops: a controller, a server, a periodic job.
 ///
-/// `start` runs until `cancel` fires, then returns promptly. Returning an error (or returning
-/// before `cancel` fires, with an error) stops the whole manager with that error; returning
-/// `Ok` early just ends that runnable.
+/// `start` runs until its [`Shutdown`] fires, then stops by the deadline the shutdown carries
+/// (the manager's graceful-shutdown deadline, handed down: a runnable runs no stop timer of
+/// its own). Returning an error (or returning before the stop, with an error) stops the whole
+/// manager with that error; returning `Ok` early just ends that runnable. A runnable still
+/// running at the deadline is aborted and named in [`Error::ShutdownTimeout`]; one that panics
+/// stops the manager with [`Error::Panicked`].
+///
+/// [`Error::ShutdownTimeout`]: crate::Error::ShutdownTimeout
+/// [`Error::Panicked`]: crate::Error::Panicked
 pub trait Runnable: Send + 'static {
     /// A name for logs and errors.
     fn name(&self) -> String;
@@ -23,11 +28,8 @@ pub trait Runnable: Send + 'static {
         true
     }
 
-    /// Runs until `cancel` fires.
-    fn start(
-        self: Box<Self>,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<(), BoxError>>;
+    /// Runs until `shutdown` fires, then stops by its deadline.
+    fn start(self: Box<Self>, shutdown: Shutdown) -> BoxFuture<'static, Result<(), BoxError>>;
 }
 
 impl<R: Reconciler> Runnable for Controller<R> {
@@ -35,18 +37,16 @@ impl<R: Reconciler> Runnable for Controller<R> {
         format!("controller {}", Controller::name(self))
     }
 
-    fn start(
-        self: Box<Self>,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<(), BoxError>> {
-        Box::pin(async move { self.run(cancel).await.map_err(BoxError::from) })
+    fn start(self: Box<Self>, shutdown: Shutdown) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move { self.run_until(shutdown).await.map_err(BoxError::from) })
     }
 }
 
-/// A runnable from a closure: `f(cancel)` runs until `cancel` fires.
+/// A runnable from a closure: `f(shutdown)` runs until `shutdown` fires
+/// (`shutdown.stopped().await` returns the deadline to stop by).
 pub fn runnable<F, Fut>(name: impl Into<String>, needs_leader_election: bool, f: F) -> impl Runnable
 where
-    F: FnOnce(CancellationToken) -> Fut + Send + 'static,
+    F: FnOnce(Shutdown) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), BoxError>> + Send + 'static,
 {
     FnRunnable {
@@ -64,7 +64,7 @@ struct FnRunnable<F> {
 
 impl<F, Fut> Runnable for FnRunnable<F>
 where
-    F: FnOnce(CancellationToken) -> Fut + Send + 'static,
+    F: FnOnce(Shutdown) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), BoxError>> + Send + 'static,
 {
     fn name(&self) -> String {
@@ -75,10 +75,7 @@ where
         self.leader
     }
 
-    fn start(
-        self: Box<Self>,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<(), BoxError>> {
-        Box::pin((self.f)(cancel))
+    fn start(self: Box<Self>, shutdown: Shutdown) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin((self.f)(shutdown))
     }
 }

@@ -5,7 +5,6 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use http::{HeaderValue, Request, Response, StatusCode, header};
@@ -16,10 +15,6 @@ use rudder_server::{BindError, Body, Options, Server, ServerHandle};
 
 use crate::health::HealthChecks;
 use crate::manager::ExtraHandler;
-
-/// How long requests in flight on the probe and metrics servers get to finish when the
-/// manager stops them, last of all (their answers take milliseconds).
-pub(crate) const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// The routes of one of the manager's servers.
 #[derive(Clone)]

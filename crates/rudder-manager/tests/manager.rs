@@ -88,10 +88,10 @@ async fn probes_metrics_and_a_reconcile() {
         .build()
         .unwrap();
     c.watch(
-        Kind::<ConfigMap>::from_cache(m.cache()).unwrap(),
+        Kind::<ConfigMap>::from_cache(m.cache()),
         EnqueueObject,
         vec![],
-    );
+    ).unwrap();
     m.add_controller(c);
     let stop = CancellationToken::new();
     let running = tokio::spawn({
@@ -172,14 +172,14 @@ async fn not_ready_until_caches_sync() {
         }
     }
     let c = Controller::builder("manager-unsynced", Never)
-        .cache_sync_timeout(Duration::from_secs(600))
+        .options(rudder_controller::Options::new().cache_sync_timeout(Duration::from_secs(600)))
         .build()
         .unwrap();
     let (_events, source) = rudder_handler::channel::<ConfigMap>(1);
-    c.watch(source, EnqueueObject, vec![]);
+    c.watch(source, EnqueueObject, vec![]).unwrap();
     let unsynced = rudder_handler::Synced::new();
     let never = rudder_handler::from_stream_with_sync(futures::stream::pending(), unsynced.clone());
-    c.watch::<ConfigMap, _>(never, EnqueueObject, vec![]);
+    c.watch::<ConfigMap, _>(never, EnqueueObject, vec![]).unwrap();
     m.add_controller(c);
     let stop = CancellationToken::new();
     let running = tokio::spawn({
@@ -216,8 +216,8 @@ async fn a_failing_runnable_stops_the_manager_with_its_error() {
     let other_stopped = Arc::new(AtomicBool::new(false));
     m.add(runnable("patient", false, {
         let other_stopped = other_stopped.clone();
-        |cancel| async move {
-            cancel.cancelled().await;
+        |shutdown| async move {
+            shutdown.stopped().await;
             other_stopped.store(true, Ordering::SeqCst);
             Ok(())
         }
@@ -265,10 +265,10 @@ async fn graceful_shutdown_waits_for_a_reconcile_in_flight() {
         .build()
         .unwrap();
     c.watch(
-        Kind::<ConfigMap>::from_cache(m.cache()).unwrap(),
+        Kind::<ConfigMap>::from_cache(m.cache()),
         EnqueueObject,
         vec![],
-    );
+    ).unwrap();
     m.add_controller(c);
     let stop = CancellationToken::new();
     let running = tokio::spawn({
@@ -327,7 +327,7 @@ async fn a_runnable_that_ignores_stop_is_aborted_after_the_timeout() {
     };
     let err = m.start(stop).await.unwrap_err();
     stopper.await.unwrap();
-    assert!(matches!(err, Error::ShutdownTimeout(..)), "{err}");
+    assert!(matches!(err, Error::ShutdownTimeout { .. }), "{err}");
 }
 
 #[tokio::test]

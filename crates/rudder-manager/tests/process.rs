@@ -32,9 +32,9 @@ async fn signal_child() {
         .metrics_address(None)
         .build()
         .unwrap();
-    m.add(runnable("slow-to-stop", false, move |cancel| async move {
+    m.add(runnable("slow-to-stop", false, move |shutdown| async move {
         println!("ready");
-        cancel.cancelled().await;
+        shutdown.stopped().await;
         println!("stopping");
         tokio::time::sleep(Duration::from_secs(stop_secs)).await;
         Ok(())

@@ -1,22 +1,24 @@
 //! [`ControllerBuilder`]: declare a controller on a manager, like controller-runtime's
 //! `NewControllerManagedBy(mgr).For(..).Owns(..).Complete(r)`.
+//!
+//! Declaring has no side effects: the builder records what to watch, and nothing touches
+//! the cache until the controller runs (a [`Kind`] asks for its informers when it starts).
+//! So a `complete` that fails, or a builder that is dropped, leaves nothing behind.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube::Client;
 use kube::Resource;
 use kube::core::GroupVersionKind;
 use rudder_cache::Typed;
-use rudder_controller::{Controller, Reconciler, WatchSpec};
+use rudder_controller::{Controller, Options, Reconciler, WatchSpec};
 use rudder_handler::{
     EnqueueObject, EnqueueOwner, EventHandler, Kind, MetaPredicate, MetaPredicates, Predicate,
-    Request, Source,
+    Source,
 };
 use rudder_manager::Manager;
-use rudder_workqueue::RateLimiter;
 
 use crate::{Error, Result, Tools};
 
@@ -25,20 +27,17 @@ type ServedCheck = Box<dyn FnOnce(Client) -> BoxFuture<'static, Result<()>> + Se
 /// A watch waiting for the builder's global predicates, known only at `complete`.
 type PendingWatch = Box<dyn FnOnce(&MetaPredicates) -> WatchSpec + Send>;
 
-/// Declares a controller on `manager`: call [`for_`](ControllerBuilder::for_) with the
-/// primary type first.
-pub fn controller(manager: &Manager) -> ControllerBuilder<'_, ()> {
+/// Declares a controller on `manager` (controller-runtime's `NewControllerManagedBy`): call
+/// [`for_`](ControllerBuilder::for_) with the primary type first, then
+/// [`complete`](ControllerBuilder::complete).
+pub fn new_controller(manager: &Manager) -> ControllerBuilder<'_, ()> {
     ControllerBuilder {
         manager,
         name: None,
         watches: Vec::new(),
         global: Vec::new(),
         served: Vec::new(),
-        error: None,
-        workers: None,
-        rate_limiter: None,
-        reconcile_timeout: None,
-        cache_sync_timeout: None,
+        options: Options::default(),
         _primary: PhantomData,
     }
 }
@@ -51,11 +50,7 @@ pub struct ControllerBuilder<'m, K> {
     watches: Vec<PendingWatch>,
     global: Vec<Arc<dyn MetaPredicate>>,
     served: Vec<ServedCheck>,
-    error: Option<Error>,
-    workers: Option<usize>,
-    rate_limiter: Option<Box<dyn RateLimiter<Request>>>,
-    reconcile_timeout: Option<Duration>,
-    cache_sync_timeout: Option<Duration>,
+    options: Options,
     _primary: PhantomData<fn() -> K>,
 }
 
@@ -64,6 +59,7 @@ impl<K> std::fmt::Debug for ControllerBuilder<'_, K> {
         f.debug_struct("ControllerBuilder")
             .field("name", &self.name)
             .field("watches", &self.watches.len())
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
@@ -71,28 +67,29 @@ impl<K> std::fmt::Debug for ControllerBuilder<'_, K> {
 impl<'m> ControllerBuilder<'m, ()> {
     /// The primary type: its objects are reconciled, each event queueing the object itself.
     pub fn for_<K: Typed>(self) -> ControllerBuilder<'m, K> {
-        self.for_with::<K>(Vec::new())
+        self.primary::<K>().watch_kind::<K, _>(EnqueueObject, None)
     }
 
-    /// [`for_`](Self::for_) with predicates on the primary type's events.
+    /// [`for_`](Self::for_) with a predicate on the primary type's events (compose several
+    /// with [`Compose`](rudder_handler::Compose): `a.and(b)`, `a.or(b)`, `a.not()`).
     pub fn for_with<K: Typed>(
         self,
-        predicates: Vec<Box<dyn Predicate<K>>>,
+        predicate: impl Predicate<K> + 'static,
     ) -> ControllerBuilder<'m, K> {
-        let next = ControllerBuilder {
+        self.primary::<K>()
+            .watch_kind::<K, _>(EnqueueObject, Some(Box::new(predicate)))
+    }
+
+    fn primary<K>(self) -> ControllerBuilder<'m, K> {
+        ControllerBuilder {
             manager: self.manager,
             name: self.name,
             watches: self.watches,
             global: self.global,
             served: self.served,
-            error: self.error,
-            workers: self.workers,
-            rate_limiter: self.rate_limiter,
-            reconcile_timeout: self.reconcile_timeout,
-            cache_sync_timeout: self.cache_sync_timeout,
+            options: self.options,
             _primary: PhantomData,
-        };
-        next.watch_kind::<K, _>(EnqueueObject, predicates)
+        }
     }
 }
 
@@ -100,52 +97,83 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// Objects of type `O` that the primary type owns (controller owner reference): their
     /// events queue their owner.
     pub fn owns<O: Typed>(self) -> Self {
-        self.owns_with::<O>(Vec::new())
+        self.watch_kind::<O, _>(EnqueueOwner::<K>::new(), None)
     }
 
-    /// [`owns`](Self::owns) with predicates on the owned type's events.
-    pub fn owns_with<O: Typed>(self, predicates: Vec<Box<dyn Predicate<O>>>) -> Self {
-        self.watch_kind::<O, _>(EnqueueOwner::<K>::new(), predicates)
+    /// [`owns`](Self::owns) with a predicate on the owned type's events.
+    pub fn owns_with<O: Typed>(self, predicate: impl Predicate<O> + 'static) -> Self {
+        self.watch_kind::<O, _>(EnqueueOwner::<K>::new(), Some(Box::new(predicate)))
     }
 
-    /// Any other source of objects, with its own handler and predicates (after the global
+    /// Objects of type `T` from the manager's shared cache, through `handler` (for example
+    /// [`EnqueueMapped`](rudder_handler::EnqueueMapped) to queue related objects). Like
+    /// [`for_`](ControllerBuilder::for_) and [`owns`](Self::owns), `complete` checks that
+    /// the API server serves `T`.
+    pub fn watches_kind<T, H>(self, handler: H) -> Self
+    where
+        T: Typed,
+        H: EventHandler<T> + 'static,
+    {
+        self.watch_kind::<T, H>(handler, None)
+    }
+
+    /// [`watches_kind`](Self::watches_kind) with a predicate on `T`'s events.
+    pub fn watches_kind_with<T, H>(self, handler: H, predicate: impl Predicate<T> + 'static) -> Self
+    where
+        T: Typed,
+        H: EventHandler<T> + 'static,
+    {
+        self.watch_kind::<T, H>(handler, Some(Box::new(predicate)))
+    }
+
+    /// Any other source of objects (a [`Kind`] in a scope of your choosing, a channel),
+    /// with its own handler; the global predicates apply to it. `complete` cannot check
+    /// what a source you made reads from: a `Kind` on a type the server does not serve keeps
+    /// the controller unsynced until its cache-sync timeout.
+    pub fn watches<T, H>(mut self, source: impl Source<T>, handler: H) -> Self
+    where
+        T: Resource + Send + Sync + 'static,
+        H: EventHandler<T> + 'static,
+    {
+        self.watches.push(pending(source, handler, None));
+        self
+    }
+
+    /// [`watches`](Self::watches) with a predicate on the source's events (after the global
     /// ones).
-    pub fn watches<T, H>(
+    pub fn watches_with<T, H>(
         mut self,
         source: impl Source<T>,
         handler: H,
-        predicates: Vec<Box<dyn Predicate<T>>>,
+        predicate: impl Predicate<T> + 'static,
     ) -> Self
     where
         T: Resource + Send + Sync + 'static,
         H: EventHandler<T> + 'static,
     {
-        self.watches.push(pending(source, handler, predicates));
+        self.watches
+            .push(pending(source, handler, Some(Box::new(predicate))));
         self
     }
 
     /// A source of anything, not only Kubernetes objects: the global predicates, which read
     /// metadata, do not apply (controller-runtime's `WatchesRawSource`).
-    pub fn watches_raw<T, H>(
-        mut self,
-        source: impl Source<T>,
-        handler: H,
-        predicates: Vec<Box<dyn Predicate<T>>>,
-    ) -> Self
+    pub fn watches_raw<T, H>(mut self, source: impl Source<T>, handler: H) -> Self
     where
         T: Send + Sync + 'static,
         H: EventHandler<T> + 'static,
     {
-        let spec = WatchSpec::new(source, handler, predicates);
+        let spec = WatchSpec::new(source, handler, Vec::new());
         self.watches.push(Box::new(move |_: &MetaPredicates| spec));
         self
     }
 
     /// A predicate for every watch declared with [`for_`](ControllerBuilder::for_),
-    /// [`owns`](Self::owns) or [`watches`](Self::watches), before or after this call
-    /// (controller-runtime's `WithEventFilter`). It runs before each watch's own predicates;
-    /// an event must pass all of them. Any of the built-in predicates will do, or a closure
-    /// over a [`MetaEvent`](rudder_handler::MetaEvent).
+    /// [`owns`](Self::owns), [`watches_kind`](Self::watches_kind) or
+    /// [`watches`](Self::watches), before or after this call (controller-runtime's
+    /// `WithEventFilter`). It runs before each watch's own predicate; an event must pass all
+    /// of them. Any of the built-in predicates will do, or a closure over a
+    /// [`MetaEvent`](rudder_handler::MetaEvent).
     pub fn event_filter(mut self, predicate: impl MetaPredicate + 'static) -> Self {
         self.global.push(Arc::new(predicate));
         self
@@ -157,27 +185,10 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         self
     }
 
-    /// How many reconciles may run at once (default 1).
-    pub fn workers(mut self, workers: usize) -> Self {
-        self.workers = Some(workers);
-        self
-    }
-
-    /// The retry rate limiter (default: client-go's controller default).
-    pub fn rate_limiter(mut self, limiter: impl RateLimiter<Request> + 'static) -> Self {
-        self.rate_limiter = Some(Box::new(limiter));
-        self
-    }
-
-    /// Cancels a reconcile's context after this long.
-    pub fn reconcile_timeout(mut self, timeout: Duration) -> Self {
-        self.reconcile_timeout = Some(timeout);
-        self
-    }
-
-    /// How long the controller waits for its sources to sync.
-    pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
-        self.cache_sync_timeout = Some(timeout);
+    /// How the controller runs: workers, timeouts, the retry rate limiter
+    /// (controller-runtime's `WithOptions`).
+    pub fn with_options(mut self, options: Options) -> Self {
+        self.options = options;
         self
     }
 
@@ -185,9 +196,10 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     ///
     /// # Errors
     ///
-    /// [`Error::NotServed`] if the API server does not serve a watched type (a CRD not
-    /// installed), [`Error::Cache`] if its informer could not be made, [`Error::Controller`]
-    /// for a duplicate or empty name.
+    /// [`Error::NotServed`] if the API server does not serve a type watched with
+    /// [`for_`](ControllerBuilder::for_), [`owns`](Self::owns) or
+    /// [`watches_kind`](Self::watches_kind) (a CRD not installed), [`Error::Controller`]
+    /// for a duplicate or empty name. Nothing is left behind by a failure.
     pub async fn complete<R: Reconciler>(self, reconciler: R) -> Result<Controller<R>> {
         self.complete_with(|_| reconciler).await
     }
@@ -203,77 +215,58 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         self,
         make: impl FnOnce(Tools) -> R,
     ) -> Result<Controller<R>> {
-        if let Some(error) = self.error {
-            return Err(error);
-        }
         let client = self.manager.client().clone();
         for check in self.served {
             check(client.clone()).await?;
         }
         let name = self.name.unwrap_or_else(|| K::kind(&()).to_lowercase());
         let reconciler = make(Tools::new(self.manager, &name));
-        let mut builder = Controller::builder(name, reconciler);
-        if let Some(workers) = self.workers {
-            builder = builder.workers(workers);
-        }
-        if let Some(limiter) = self.rate_limiter {
-            builder = builder.rate_limiter(limiter);
-        }
-        if let Some(timeout) = self.reconcile_timeout {
-            builder = builder.reconcile_timeout(timeout);
-        }
-        if let Some(timeout) = self.cache_sync_timeout {
-            builder = builder.cache_sync_timeout(timeout);
-        }
-        let controller = builder.build().map_err(Error::Controller)?;
+        let controller = Controller::builder(name, reconciler)
+            .options(self.options)
+            .build()
+            .map_err(Error::Controller)?;
         let global = MetaPredicates::new(self.global);
         for watch in self.watches {
-            controller.add_watch(watch(&global));
+            // Before `run`, adding a watch only records it.
+            controller.add_watch(watch(&global)).map_err(Error::Watch)?;
         }
         self.manager.add_controller(controller.clone());
         Ok(controller)
     }
 }
 
-impl<'m, K> ControllerBuilder<'m, K> {
-    /// Watches the shared informer for `T` through `handler`, and checks at `complete` that
-    /// the server serves `T`.
+impl<K> ControllerBuilder<'_, K> {
+    /// Watches the shared informers for `T` through `handler` (asked for when the controller
+    /// starts), and checks at `complete` that the server serves `T`.
     fn watch_kind<T: Typed, H: EventHandler<T> + 'static>(
         mut self,
         handler: H,
-        predicates: Vec<Box<dyn Predicate<T>>>,
+        predicate: Option<Box<dyn Predicate<T>>>,
     ) -> Self {
         self.served
             .push(Box::new(|client| Box::pin(served::<T>(client))));
-        match Kind::<T>::from_cache(self.manager.cache()) {
-            Ok(source) => self.watches.push(pending(source, handler, predicates)),
-            Err(error) => {
-                self.error.get_or_insert(Error::Cache(error));
-            }
-        }
+        let source = Kind::<T>::from_cache(self.manager.cache());
+        self.watches.push(pending(source, handler, predicate));
         self
     }
 }
 
-/// A watch of `source` whose predicates are the global ones, then `predicates`.
+/// A watch of `source` whose predicates are the global ones, then `predicate`.
 fn pending<T, H>(
     source: impl Source<T>,
     handler: H,
-    predicates: Vec<Box<dyn Predicate<T>>>,
+    predicate: Option<Box<dyn Predicate<T>>>,
 ) -> PendingWatch
 where
     T: Resource + Send + Sync + 'static,
     H: EventHandler<T> + 'static,
 {
     Box::new(move |global: &MetaPredicates| {
-        let all = if global.is_empty() {
-            predicates
-        } else {
-            let mut all: Vec<Box<dyn Predicate<T>>> = Vec::with_capacity(predicates.len() + 1);
+        let mut all: Vec<Box<dyn Predicate<T>>> = Vec::with_capacity(2);
+        if !global.is_empty() {
             all.push(Box::new(global.clone()));
-            all.extend(predicates);
-            all
-        };
+        }
+        all.extend(predicate);
         WatchSpec::new(source, handler, all)
     })
 }

@@ -2,17 +2,18 @@
 //! operators. This crate is the one to depend on: it re-exports the layers and wires them
 //! with a builder.
 //!
-//! Start with [`Manager`] and [`controller()`]: declare a controller for a primary type,
+//! Start with [`Manager`] and [`new_controller`]: declare a controller for a primary type,
 //! the types it owns, and complete it with your [`Reconciler`].
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 //! use rudder::prelude::*;
 //!
-//! struct Sync;
+//! struct Mirror;
 //!
-//! impl Reconciler for Sync {
-//!     type Error = std::convert::Infallible;
+//! impl Reconciler for Mirror {
+//!     // Any error type will do, or a boxed one.
+//!     type Error = Box<dyn std::error::Error + Send + Sync>;
 //!
 //!     async fn reconcile(&self, request: Request, _ctx: Context) -> Result<Action, Self::Error> {
 //!         println!("reconciling {request}");
@@ -23,22 +24,28 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let client = kube::Client::try_default().await?;
 //! let manager = Manager::builder(client).name("my-operator").build()?;
-//! rudder::controller(&manager)
+//! rudder::new_controller(&manager)
 //!     .for_::<ConfigMap>()
 //!     .owns::<Secret>()
-//!     .workers(2)
-//!     .complete(Sync)
+//!     .with_options(ControllerOptions::new().workers(2))
+//!     .complete(Mirror)
 //!     .await?;
 //! manager.start_until_signal().await?;
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! The builder also takes predicates for every watch ([`ControllerBuilder::event_filter`],
-//! controller-runtime's `WithEventFilter`) and per watch (`for_with`, `owns_with`, the last
-//! argument of `watches`), options (workers, rate limiter, timeouts), and with
-//! [`ControllerBuilder::complete_with`] makes the reconciler from its [`Tools`]: the
-//! manager's client, the shared cache and an event recorder reporting as the controller.
+//! Declaring has no side effects: the builder records what to watch, and the shared
+//! informers are asked for when the controller starts (so a `complete` that fails leaves
+//! nothing behind, and a manager whose cache has several default namespaces serves its
+//! controllers from one informer per namespace). The builder also takes predicates for
+//! every watch ([`ControllerBuilder::event_filter`], controller-runtime's
+//! `WithEventFilter`) and per watch (`for_with`, `owns_with`, `watches_kind_with`,
+//! `watches_with`; compose them with [`Compose`](handler::Compose): `a.and(b)`, `a.or(b)`,
+//! `a.not()`), [`ControllerOptions`] (workers, rate limiter, timeouts), and with
+//! [`ControllerBuilder::complete_with`] makes the reconciler from its [`Tools`]: the typed
+//! [`client::Client`] (reads from the shared cache, writes inferred from the object) and an
+//! event recorder reporting as the controller.
 //!
 //! # Layers
 //!
@@ -50,9 +57,15 @@
 //! | [`controller`](mod@controller) | rudder-controller | reconcilers and controllers |
 //! | [`manager`] | rudder-manager | the manager, probes, metrics, leader election |
 //!
-//! # Client helpers
+//! # Client
 //!
-//! [`client`] has what reconcilers write with: [`client::set_controller_reference`] (which
+//! [`client::Client`] reads from the cache and writes with the object's own `Api`:
+//! `create`, `update`, `update_status`, `patch`, `patch_status`, `apply`, `apply_status`,
+//! `delete`; writes of what was read carry its resourceVersion, so a stale read is a
+//! conflict ([`client::ClientError::is_conflict`]), never a lost update. [`events`]
+//! re-exports the Event types, so an operator needs no direct kube-runtime dependency.
+//!
+//! [`client`] also has helpers: [`client::set_controller_reference`] (which
 //! refuses a second controller owner), [`client::create_or_update`] and
 //! [`client::create_or_patch`] (write only when the mutation changed something, and say
 //! which happened), [`client::add_finalizer`] / [`client::remove_finalizer`] /
@@ -98,13 +111,21 @@ pub use rudder_manager as manager;
 
 #[cfg(feature = "manager")]
 #[doc(inline)]
-pub use builder::{ControllerBuilder, controller};
+pub use builder::{ControllerBuilder, new_controller};
+
+/// Kubernetes Events: what [`Tools::record`] and [`Tools::publish`] take (kube-runtime's
+/// types, re-exported so an operator does not depend on kube-runtime in lockstep).
+pub mod events {
+    pub use kube_runtime::events::{Event, EventType, Recorder, Reporter};
+}
 #[cfg(feature = "cache")]
 #[doc(inline)]
 pub use rudder_cache::Cache;
 #[cfg(feature = "controller")]
 #[doc(inline)]
-pub use rudder_controller::{Action, Context, Controller, Reconciler, TerminalError};
+pub use rudder_controller::{
+    Action, BoxError, Context, Controller, Options as ControllerOptions, Reconciler, TerminalError,
+};
 #[cfg(feature = "handler")]
 #[doc(inline)]
 pub use rudder_handler::Request;
@@ -122,12 +143,17 @@ pub use tools::Tools;
 pub mod prelude {
     #[cfg(feature = "manager")]
     pub use crate::Tools;
+    pub use crate::events::EventType;
     #[cfg(feature = "cache")]
     pub use rudder_cache::Cache;
     #[cfg(feature = "controller")]
-    pub use rudder_controller::{Action, Context, Controller, Reconciler, TerminalError};
+    pub use rudder_controller::{
+        Action, Context, Controller, Options as ControllerOptions, Reconciler, TerminalError,
+    };
     #[cfg(feature = "handler")]
-    pub use rudder_handler::{EnqueueObject, EnqueueOwner, GenerationChanged, Kind, Request};
+    pub use rudder_handler::{
+        Compose, EnqueueObject, EnqueueOwner, GenerationChanged, Kind, Request,
+    };
     #[cfg(feature = "manager")]
     pub use rudder_manager::Manager;
 }
@@ -146,14 +172,15 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    /// The cache could not provide an informer for a watched type.
-    #[cfg(feature = "cache")]
-    #[error("cannot watch a type through the cache")]
-    Cache(#[source] rudder_cache::Error),
     /// The controller could not be built (a duplicate or empty name).
     #[cfg(feature = "controller")]
     #[error("cannot build the controller")]
-    Controller(#[source] rudder_controller::Error),
+    Controller(#[source] rudder_controller::BuildError),
+    /// A watch could not be added. Before the controller runs, adding a watch only records
+    /// it, so the builder meets this only for a controller that is already running.
+    #[cfg(feature = "controller")]
+    #[error("cannot add a watch to the controller")]
+    Watch(#[source] rudder_controller::RunError),
 }
 
 /// The result of the builder API.

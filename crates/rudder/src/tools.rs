@@ -3,47 +3,44 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::{Client, Resource};
-use kube_runtime::events::{Event, Recorder, Reporter};
+use kube::Resource;
+use kube_runtime::events::{Event, EventType, Recorder, Reporter};
 use rudder_cache::{Cache, Typed};
 use rudder_handler::Request;
 use rudder_manager::Manager;
 
-/// A reconciler's tools: the manager's client and shared cache, and an event recorder that
-/// reports as the controller. [`ControllerBuilder::complete_with`](crate::ControllerBuilder::complete_with)
-/// hands them to the function that makes the reconciler, so nothing has to be threaded
-/// through by hand. Cloning is cheap: every part is shared.
+use crate::client::{Client, ClientError};
+
+/// A reconciler's tools: the typed [`Client`] (reads from the manager's shared cache,
+/// writes to the API server), and an event recorder that reports as the controller.
+/// [`ControllerBuilder::complete_with`](crate::ControllerBuilder::complete_with) hands them
+/// to the function that makes the reconciler, so nothing has to be threaded through by
+/// hand. Cloning is cheap: every part is shared.
 ///
 /// ```no_run
 /// use k8s_openapi::api::core::v1::ConfigMap;
-/// use kube_runtime::events::{Event, EventType};
+/// use rudder::events::EventType;
 /// use rudder::prelude::*;
 ///
 /// struct Audit(rudder::Tools);
 ///
 /// impl Reconciler for Audit {
-///     type Error = rudder::cache::Error;
+///     type Error = rudder::client::ClientError;
 ///
 ///     async fn reconcile(&self, request: Request, _ctx: Context) -> Result<Action, Self::Error> {
 ///         // A read from the shared cache: no request to the API server.
-///         let Some(cm) = self.0.get::<ConfigMap>(&request).await? else {
+///         let Some(cm) = self.0.client().get::<ConfigMap>(&request).await? else {
 ///             return Ok(Action::done());
 ///         };
-///         let event = Event {
-///             type_: EventType::Normal,
-///             reason: "Seen".into(),
-///             note: Some(format!("{} keys", cm.data.as_ref().map_or(0, |d| d.len()))),
-///             action: "Audit".into(),
-///             secondary: None,
-///         };
-///         // Failing to record an event is not worth a retry.
-///         let _ = self.0.publish(&*cm, &event).await;
+///         let keys = cm.data.as_ref().map_or(0, |d| d.len());
+///         // An Event is a courtesy: a failure to record it is logged, not returned.
+///         self.0.record(&*cm, EventType::Normal, "Seen", format!("{keys} keys")).await;
 ///         Ok(Action::done())
 ///     }
 /// }
 ///
 /// # async fn demo(manager: &Manager) -> Result<(), rudder::Error> {
-/// rudder::controller(manager)
+/// rudder::new_controller(manager)
 ///     .for_::<ConfigMap>()
 ///     .complete_with(Audit)
 ///     .await?;
@@ -53,7 +50,6 @@ use rudder_manager::Manager;
 #[derive(Clone)]
 pub struct Tools {
     client: Client,
-    cache: Cache,
     recorder: Recorder,
     controller: Arc<str>,
 }
@@ -69,28 +65,36 @@ impl std::fmt::Debug for Tools {
 impl Tools {
     /// Tools from `manager` for the controller named `controller`, which is the event
     /// reporter's name (controller-runtime's `GetEventRecorderFor`), with `$HOSTNAME` as its
-    /// instance.
+    /// instance, and the client's field manager for server-side applies.
     pub fn new(manager: &Manager, controller: &str) -> Self {
         let reporter = Reporter {
             controller: controller.to_owned(),
             instance: std::env::var("HOSTNAME").ok(),
         };
         Self {
-            client: manager.client().clone(),
-            cache: manager.cache().clone(),
+            client: Client::new(
+                manager.client().clone(),
+                manager.cache().clone(),
+                controller,
+            ),
             recorder: Recorder::new(manager.client().clone(), reporter),
             controller: controller.into(),
         }
     }
 
-    /// The client, for writes and for reads that must not come from the cache.
+    /// The typed client: reads from the shared cache, writes to the API server.
     pub fn client(&self) -> &Client {
         &self.client
     }
 
+    /// The underlying kube client, for requests the typed client does not cover.
+    pub fn kube(&self) -> &kube::Client {
+        self.client.kube()
+    }
+
     /// The manager's shared cache: reads from it cost no request to the API server.
     pub fn cache(&self) -> &Cache {
-        &self.cache
+        self.client.cache()
     }
 
     /// The event recorder, reporting as the controller.
@@ -103,19 +107,38 @@ impl Tools {
         &self.controller
     }
 
-    /// The object `request` names, from the cache (`None` if it does not exist, as far as
-    /// the cache has seen).
+    /// The object `request` names, from the cache; the same as
+    /// [`Client::get`](crate::client::Client::get).
     ///
     /// # Errors
     ///
     /// The cache's: the type's informer could not be made, or the namespace is not cached.
-    pub async fn get<K: Typed>(
+    pub async fn get<K: Typed>(&self, request: &Request) -> Result<Option<Arc<K>>, ClientError> {
+        self.client.get::<K>(request).await
+    }
+
+    /// Records an Event of `type_` about `object` with `reason` (also its action) and
+    /// `note`. A failure is logged at `warn`, not returned: an Event is a courtesy, not
+    /// worth a retry. Use [`publish`](Self::publish) to handle the failure yourself.
+    pub async fn record<K>(
         &self,
-        request: &Request,
-    ) -> Result<Option<Arc<K>>, rudder_cache::Error> {
-        self.cache
-            .get::<K>(request.namespace(), request.name())
-            .await
+        object: &K,
+        type_: EventType,
+        reason: &str,
+        note: impl Into<String>,
+    ) where
+        K: Resource<DynamicType = ()>,
+    {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note.into()),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = self.publish(object, &event).await {
+            tracing::warn!(%error, reason, "cannot record an event");
+        }
     }
 
     /// Records `event` about `object` (a Kubernetes Event, seen in `kubectl describe`).

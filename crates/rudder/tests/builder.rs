@@ -50,7 +50,7 @@ async fn for_and_owns_reconcile_the_primary() {
     let ns = env.namespace("builder").await.unwrap();
     let m = Arc::new(manager(&ns));
     let (tx, mut seen) = mpsc::unbounded_channel();
-    let c = rudder::controller(&m)
+    let c = rudder::new_controller(&m)
         .for_::<ConfigMap>()
         .owns::<Secret>()
         .named("builder-owns")
@@ -145,7 +145,7 @@ async fn mistakes_are_errors_when_building() {
     let m = manager(&ns);
     let (tx, _seen) = mpsc::unbounded_channel();
 
-    let err = rudder::controller(&m)
+    let err = rudder::new_controller(&m)
         .for_::<Phantom>()
         .complete(Recorder(tx.clone()))
         .await
@@ -156,13 +156,13 @@ async fn mistakes_are_errors_when_building() {
         "the API server does not serve nowhere.rudder.dev/v1 Phantom"
     );
 
-    let _first = rudder::controller(&m)
+    let _first = rudder::new_controller(&m)
         .for_::<ConfigMap>()
         .named("builder-dup")
         .complete(Recorder(tx.clone()))
         .await
         .unwrap();
-    let err = rudder::controller(&m)
+    let err = rudder::new_controller(&m)
         .for_::<ConfigMap>()
         .named("builder-dup")
         .complete(Recorder(tx))
@@ -179,21 +179,16 @@ struct CacheReader {
 }
 
 impl Reconciler for CacheReader {
-    type Error = rudder::cache::Error;
+    type Error = rudder::client::ClientError;
     async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
-        let cm = self.tools.get::<ConfigMap>(&request).await?;
+        let cm = self.tools.client().get::<ConfigMap>(&request).await?;
         let value = cm
             .as_ref()
             .and_then(|cm| cm.data.as_ref()?.get("value").cloned());
-        if let Some(cm) = cm {
-            let event = kube_runtime::events::Event {
-                type_: kube_runtime::events::EventType::Normal,
-                reason: "Read".into(),
-                note: value.clone(),
-                action: "Reconcile".into(),
-                secondary: None,
-            };
-            self.tools.publish(&*cm, &event).await.unwrap();
+        if let (Some(cm), Some(value)) = (&cm, &value) {
+            self.tools
+                .record(&**cm, EventType::Normal, "Read", value.clone())
+                .await;
         }
         let _ = self.seen.send((request, value));
         Ok(Action::done())
@@ -220,7 +215,7 @@ async fn global_predicates_filter_every_watch_and_tools_reach_the_reconciler() {
     let m = Arc::new(manager(&ns));
     let (tx, mut seen) = mpsc::unbounded_channel();
     let selector: kube::core::Selector = [("app", "keep")].into_iter().collect();
-    rudder::controller(&m)
+    rudder::new_controller(&m)
         .for_::<ConfigMap>()
         .event_filter(rudder::handler::LabelSelectorPredicate::new(selector))
         .owns::<Secret>()
@@ -330,7 +325,7 @@ async fn raw_sources_bypass_global_predicates() {
     let (events, source) = rudder::handler::channel::<String>(8);
     let namespace = ns.name().to_owned();
     let (judged_tx, mut judged) = mpsc::unbounded_channel();
-    rudder::controller(&m)
+    rudder::new_controller(&m)
         .for_::<ConfigMap>()
         // Drops every event of every object watch, saying which it judged...
         .event_filter(move |event: rudder::handler::MetaEvent<'_>| {
@@ -343,7 +338,6 @@ async fn raw_sources_bypass_global_predicates() {
             move |event: &rudder::handler::Event<String>, queue: &rudder::handler::Queue| {
                 queue.add(Request::namespaced(&namespace, event.object()));
             },
-            Vec::new(),
         )
         .named("builder-raw")
         .complete(Recorder(tx))
@@ -386,6 +380,252 @@ async fn raw_sources_bypass_global_predicates() {
         next(&mut seen).await,
         Request::namespaced(ns.name(), "from-the-channel")
     );
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
+
+fn named(name: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: labelled(name, &[]),
+        ..ConfigMap::default()
+    }
+}
+
+/// Defect 1 of issue 11: a manager whose cache has several default namespaces could declare
+/// no controller (`for_` asked the cache for one informer and got `SeveralInformers`). Its
+/// `Kind` now asks for one informer per namespace when it starts, and merges them.
+#[tokio::test]
+async fn a_cache_with_several_default_namespaces_serves_a_controller() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let a = env.namespace("builder-multi-a").await.unwrap();
+    let b = env.namespace("builder-multi-b").await.unwrap();
+    let namespaces = [a.name().to_owned(), b.name().to_owned()];
+    let m = Arc::new(
+        Manager::builder(a.client())
+            .health_probe_address(None)
+            .metrics_address(None)
+            .cache(move |c| c.default_namespaces(namespaces))
+            .build()
+            .unwrap(),
+    );
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    rudder::new_controller(&m)
+        .for_::<ConfigMap>()
+        .named("builder-multi")
+        .complete(Recorder(tx))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (m, stop) = (Arc::clone(&m), stop.clone());
+        async move { m.start(stop).await }
+    });
+    let pp = PostParams::default();
+    for ns in [&a, &b] {
+        Api::<ConfigMap>::namespaced(ns.client(), ns.name())
+            .create(&pp, &named("in-each"))
+            .await
+            .unwrap();
+    }
+    let mut got = vec![next(&mut seen).await, next(&mut seen).await];
+    got.sort_by(|x, y| x.namespace().cmp(&y.namespace()));
+    let mut want = vec![
+        Request::namespaced(a.name(), "in-each"),
+        Request::namespaced(b.name(), "in-each"),
+    ];
+    want.sort_by(|x, y| x.namespace().cmp(&y.namespace()));
+    assert_eq!(got, want);
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
+
+/// Defect 2 of issue 11: `for_`/`owns` started informers while declaring, so a `complete`
+/// that failed on an unserved type left an informer behind that later failed the manager's
+/// start (`CacheSync`), taking every other controller down. Declaring now has no side
+/// effects.
+#[tokio::test]
+async fn a_failed_complete_leaves_nothing_behind() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("builder-clean").await.unwrap();
+    let namespace = ns.name().to_owned();
+    let m = Arc::new(
+        Manager::builder(ns.client())
+            .health_probe_address(None)
+            .metrics_address(None)
+            .cache_sync_timeout(Duration::from_secs(10))
+            .cache(move |c| c.default_namespace(namespace))
+            .build()
+            .unwrap(),
+    );
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let err = rudder::new_controller(&m)
+        .for_::<ConfigMap>()
+        .owns::<Phantom>()
+        .named("builder-clean-bad")
+        .complete(Recorder(tx.clone()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, rudder::Error::NotServed { .. }), "{err}");
+    assert_eq!(
+        m.cache().informer_count(),
+        0,
+        "declaring started no informer"
+    );
+
+    // A good controller on the same manager starts and works.
+    rudder::new_controller(&m)
+        .for_::<ConfigMap>()
+        .named("builder-clean-good")
+        .complete(Recorder(tx))
+        .await
+        .unwrap();
+    assert_eq!(
+        m.cache().informer_count(),
+        0,
+        "not before the manager starts"
+    );
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (m, stop) = (Arc::clone(&m), stop.clone());
+        async move { m.start(stop).await }
+    });
+    Api::<ConfigMap>::namespaced(ns.client(), ns.name())
+        .create(&PostParams::default(), &named("works"))
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut seen).await,
+        Request::namespaced(ns.name(), "works")
+    );
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
+
+/// Defect 5 of issue 11: `complete` checks every type it watches through the cache, those
+/// of `watches_kind` too.
+#[tokio::test]
+async fn watches_kind_of_an_unserved_type_is_an_error() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("builder-watches-kind").await.unwrap();
+    let m = manager(&ns);
+    let (tx, _seen) = mpsc::unbounded_channel();
+    let err = rudder::new_controller(&m)
+        .for_::<ConfigMap>()
+        .watches_kind::<Phantom, _>(EnqueueObject)
+        .named("builder-watches-phantom")
+        .complete(Recorder(tx))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, rudder::Error::NotServed { .. }), "{err}");
+}
+
+/// `for_with`, `owns_with` and `watches_kind_with` apply their composed predicates to their
+/// own watch only.
+#[tokio::test]
+async fn per_watch_predicates_compose_and_apply_to_their_watch() {
+    use rudder::handler::{EnqueueMapped, LabelSelectorPredicate};
+
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("builder-with").await.unwrap();
+    let m = Arc::new(manager(&ns));
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let label = |k: &'static str, v: &'static str| -> LabelSelectorPredicate {
+        LabelSelectorPredicate::new([(k, v)].into_iter().collect())
+    };
+    let namespace = ns.name().to_owned();
+    rudder::new_controller(&m)
+        // Primary ConfigMaps labelled tier=a or tier=b, but not skip=yes.
+        .for_with::<ConfigMap>(
+            label("tier", "a")
+                .or(label("tier", "b"))
+                .and(label("skip", "yes").not()),
+        )
+        // Owned Secrets only when labelled owned=yes.
+        .owns_with::<Secret>(label("owned", "yes"))
+        // Any Secret labelled ping=<name> queues the ConfigMap of that name.
+        .watches_kind_with::<Secret, _>(
+            EnqueueMapped(move |secret: &Secret| {
+                let target = secret.metadata.labels.as_ref().and_then(|l| l.get("ping"));
+                target
+                    .map(|t| vec![Request::namespaced(&namespace, t)])
+                    .unwrap_or_default()
+            }),
+            label("kind", "ping"),
+        )
+        .named("builder-with")
+        .complete(Recorder(tx))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (m, stop) = (Arc::clone(&m), stop.clone());
+        async move { m.start(stop).await }
+    });
+    let pp = PostParams::default();
+    let cms = Api::<ConfigMap>::namespaced(ns.client(), ns.name());
+    let secrets = Api::<Secret>::namespaced(ns.client(), ns.name());
+    // Created in this order; one informer and one worker keep it. Each dropped event would
+    // have come before the next one that passes.
+    for (name, labels) in [
+        ("c-none", &[][..]),
+        ("c-skip", &[("tier", "a"), ("skip", "yes")]),
+        ("c-a", &[("tier", "a")]),
+        ("c-b", &[("tier", "b")]),
+    ] {
+        cms.create(
+            &pp,
+            &ConfigMap {
+                metadata: labelled(name, labels),
+                ..ConfigMap::default()
+            },
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(next(&mut seen).await, Request::namespaced(ns.name(), "c-a"));
+    assert_eq!(next(&mut seen).await, Request::namespaced(ns.name(), "c-b"));
+    let c_a = cms.get("c-a").await.unwrap();
+    let owned_by_c_a = |name: &str, labels: &[(&str, &str)]| {
+        let mut meta = labelled(name, labels);
+        meta.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "c-a".into(),
+            uid: c_a.metadata.uid.clone().unwrap(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+        Secret {
+            metadata: meta,
+            ..Secret::default()
+        }
+    };
+    secrets
+        .create(&pp, &owned_by_c_a("s-unlabelled", &[]))
+        .await
+        .unwrap();
+    // Not labelled kind=ping: the mapped watch drops it.
+    secrets
+        .create(&pp, &owned_by_c_a("s-ping-wrong", &[("ping", "c-none")]))
+        .await
+        .unwrap();
+    secrets
+        .create(
+            &pp,
+            &owned_by_c_a("s-ping", &[("kind", "ping"), ("ping", "c-none")]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut seen).await,
+        Request::namespaced(ns.name(), "c-none"),
+        "the unlabelled owned secret and the unlabelled ping were filtered"
+    );
+    secrets
+        .create(&pp, &owned_by_c_a("s-owned", &[("owned", "yes")]))
+        .await
+        .unwrap();
+    assert_eq!(next(&mut seen).await, Request::namespaced(ns.name(), "c-a"));
     stop.cancel();
     running.await.unwrap().unwrap();
 }

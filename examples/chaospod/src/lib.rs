@@ -31,10 +31,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::Patch;
 use kube::core::ObjectMeta;
 use kube::{CustomResource, CustomResourceExt, Resource, ResourceExt};
-use kube_runtime::events::{Event, EventType};
+use rudder::client::{ClientError, is_controlled_by, set_controller_reference};
 use rudder::manager::leader_election::LeaderElectionConfig;
 use rudder::prelude::*;
 use schemars::JsonSchema;
@@ -154,31 +154,6 @@ impl ChaosPod {
     }
 }
 
-/// What can go wrong in a reconcile; each is retried with backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Reading from the shared cache failed.
-    #[error("cannot read from the cache")]
-    Cache(#[from] rudder::cache::Error),
-    /// A request to the API server failed.
-    #[error("{action}")]
-    Kube {
-        /// What was being done.
-        action: String,
-        /// The client's error.
-        #[source]
-        source: kube::Error,
-    },
-    /// The Pod could not be made owned by the ChaosPod.
-    #[error("cannot set the Pod's owner")]
-    Owner(#[from] rudder::client::ClientError),
-}
-
-fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let action = action.into();
-    move |source| Error::Kube { action, source }
-}
-
 /// The ChaosPod reconciler.
 #[derive(Debug)]
 pub struct ChaosPodReconciler {
@@ -191,44 +166,9 @@ impl ChaosPodReconciler {
         Self { tools }
     }
 
-    async fn record(&self, chaos: &ChaosPod, reason: &str, note: String) {
-        let event = Event {
-            type_: EventType::Normal,
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        // An Event is a courtesy: failing to write one is not worth a retry.
-        if let Err(error) = self.tools.publish(chaos, &event).await {
-            tracing::warn!(%error, "cannot record an event");
-        }
-    }
-
-    /// Writes `status`, failing with a conflict if `chaos` was stale; returns the ChaosPod
-    /// as written.
-    async fn write_status(
-        &self,
-        api: &Api<ChaosPod>,
-        chaos: &ChaosPod,
-        status: &ChaosPodStatus,
-    ) -> Result<ChaosPod, Error> {
-        let patch = json!({
-            "metadata": { "resourceVersion": chaos.resource_version() },
-            "status": status,
-        });
-        api.patch_status(
-            &chaos.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map_err(kube_err("cannot write the ChaosPod's status"))
-    }
-
     /// Creates the Pod from the template, controlled by the ChaosPod. Its create event
     /// brings the reconcile that counts the run.
-    async fn start(&self, chaos: &ChaosPod) -> Result<Action, Error> {
+    async fn start(&self, chaos: &ChaosPod) -> Result<Action, ClientError> {
         let mut template = chaos.spec.template.clone();
         let mut pod = Pod {
             metadata: template.metadata.take().unwrap_or_default(),
@@ -237,40 +177,25 @@ impl ChaosPodReconciler {
         };
         pod.metadata.name = Some(chaos.name_any());
         pod.metadata.namespace = chaos.namespace();
-        rudder::client::set_controller_reference(chaos, &mut pod)?;
-        match self.pods(chaos).create(&PostParams::default(), &pod).await {
-            Ok(_) => Ok(Action::done()),
-            // The cache is behind our own create; its event will bring us back.
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Action::done()),
-            Err(source) => Err(kube_err("cannot create the Pod")(source)),
+        set_controller_reference(chaos, &mut pod)?;
+        match self.tools.client().create(&pod).await {
+            // A conflict: the cache is behind our own create; its event will bring us back.
+            Err(error) if !error.is_conflict() => Err(error),
+            _ => Ok(Action::done()),
         }
     }
 
     /// Counts `pod` as a run, once (by its uid), and sets the ChaosPod's next stop for it;
     /// returns the ChaosPod as written.
-    async fn count_run(
-        &self,
-        api: &Api<ChaosPod>,
-        chaos: &ChaosPod,
-        pod: &Pod,
-    ) -> Result<ChaosPod, Error> {
-        let created = pod
-            .metadata
-            .creation_timestamp
-            .clone()
-            .unwrap_or_else(|| Time(Timestamp::now()));
-        let next_stop = Time(add(created.0, chaos.period()));
+    async fn count_run(&self, chaos: &ChaosPod, pod: &Pod) -> Result<ChaosPod, ClientError> {
+        let client = self.tools.client();
+        let created =
+            (pod.metadata.creation_timestamp.clone()).unwrap_or_else(|| Time(Timestamp::now()));
         // Also when it is set already: the answer is the ChaosPod as it is now, whose
         // resourceVersion the status write below is conditional on.
-        let patch = json!({ "spec": { "nextStop": next_stop } });
-        let chaos = api
-            .patch(
-                &chaos.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(kube_err("cannot set the ChaosPod's next stop"))?;
+        let next_stop = Time(add(created.0, chaos.period()));
+        let patch = Patch::Merge(json!({ "spec": { "nextStop": next_stop } }));
+        let chaos = client.patch(chaos, &patch).await?;
         let mut status = chaos.status.clone().unwrap_or_default();
         if status.last_run_uid == pod.uid() {
             // Counted already: the cache had not seen that status yet.
@@ -279,108 +204,80 @@ impl ChaosPodReconciler {
         status.runs += 1;
         status.last_run = Some(created);
         status.last_run_uid = pod.uid();
-        let chaos = self.write_status(api, &chaos, &status).await?;
-        self.record(
-            &chaos,
-            "Started",
-            format!("started Pod {} (run {})", chaos.name_any(), status.runs),
-        )
-        .await;
+        let chaos = client.patch_status(&chaos, &status).await?;
+        let note = format!("started Pod {} (run {})", chaos.name_any(), status.runs);
+        self.tools
+            .record(&chaos, EventType::Normal, "Started", note)
+            .await;
         Ok(chaos)
     }
 
     /// Counts the stop of `pod`, once (by its uid), then deletes it.
-    async fn stop(&self, api: &Api<ChaosPod>, chaos: &ChaosPod, pod: &Pod) -> Result<(), Error> {
+    async fn stop(&self, chaos: &ChaosPod, pod: &Pod) -> Result<(), ClientError> {
         let mut status = chaos.status.clone().unwrap_or_default();
         status.stops += 1;
         status.last_stop = Some(Time(Timestamp::now()));
         status.last_stopped_uid = pod.uid();
-        let chaos = self.write_status(api, chaos, &status).await?;
-        self.record(
-            &chaos,
-            "Stopped",
-            format!("stopped Pod {} (stop {})", chaos.name_any(), status.stops),
-        )
-        .await;
-        self.delete(&chaos, pod).await
+        let chaos = self.tools.client().patch_status(chaos, &status).await?;
+        let note = format!("stopped Pod {} (stop {})", chaos.name_any(), status.stops);
+        self.tools
+            .record(&chaos, EventType::Normal, "Stopped", note)
+            .await;
+        // Gone already, or a newer Pod of that name: nothing of ours to stop.
+        self.tools.client().delete(pod).await?;
+        Ok(())
     }
 
-    /// Deletes `pod` if it is still the Pod of that name.
-    async fn delete(&self, chaos: &ChaosPod, pod: &Pod) -> Result<(), Error> {
-        let params = DeleteParams {
-            preconditions: pod.uid().map(|uid| kube::api::Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match self.pods(chaos).delete(&pod.name_any(), &params).await {
-            Ok(_) => Ok(()),
-            // Gone already (404), or a newer Pod of that name (409): nothing of ours to stop.
-            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => Ok(()),
-            Err(source) => Err(kube_err("cannot delete the Pod")(source)),
-        }
-    }
-
-    fn pods(&self, chaos: &ChaosPod) -> Api<Pod> {
-        Api::namespaced(self.tools.client().clone(), &namespace(chaos))
-    }
-}
-
-impl Reconciler for ChaosPodReconciler {
-    type Error = Error;
-
-    async fn reconcile(&self, request: Request, _ctx: Context) -> Result<Action, Error> {
-        match self.reconcile_chaos(&request).await {
-            // A status write computed from a cached ChaosPod older than the server's: the
-            // cache is about to catch up; try again then, which is no error.
-            Err(Error::Kube {
-                source: kube::Error::Api(status),
-                ..
-            }) if status.code == 409 => Ok(Action::requeue()),
-            other => other,
-        }
-    }
-}
-
-impl ChaosPodReconciler {
-    async fn reconcile_chaos(&self, request: &Request) -> Result<Action, Error> {
-        let Some(chaos) = self.tools.get::<ChaosPod>(request).await? else {
+    async fn reconcile_chaos(&self, request: &Request) -> Result<Action, ClientError> {
+        let client = self.tools.client();
+        let Some(chaos) = client.get::<ChaosPod>(request).await? else {
             return Ok(Action::done());
         };
         if chaos.meta().deletion_timestamp.is_some() {
             // The garbage collector deletes the Pod through its owner reference.
             return Ok(Action::done());
         }
-        let Some(pod) = self.tools.get::<Pod>(request).await? else {
+        let Some(pod) = client.get::<Pod>(request).await? else {
             return self.start(&chaos).await;
         };
         if pod.meta().deletion_timestamp.is_some() {
             // Stopping; its delete event brings us back to start the next one.
             return Ok(Action::done());
         }
-        if !rudder::client::is_controlled_by(&*chaos, &*pod) {
+        if !is_controlled_by(&*chaos, &*pod) {
             tracing::warn!(pod = %pod.name_any(), "a Pod of that name is not ours; leaving it");
             return Ok(Action::done());
         }
         let status = chaos.status.clone().unwrap_or_default();
         if pod.uid() == status.last_stopped_uid {
             // Counted as stopped (or the cache has not seen the delete yet): finish it.
-            self.delete(&chaos, &pod).await?;
+            client.delete(&*pod).await?;
             return Ok(Action::done());
         }
-        let api: Api<ChaosPod> = Api::namespaced(self.tools.client().clone(), &namespace(&chaos));
         let chaos = if pod.uid() == status.last_run_uid {
             (*chaos).clone()
         } else {
-            self.count_run(&api, &chaos, &pod).await?
+            self.count_run(&chaos, &pod).await?
         };
         let due = stop_time(&chaos, &pod);
         if due > Timestamp::now() {
             return Ok(Action::requeue_after(until(due)));
         }
-        self.stop(&api, &chaos, &pod).await?;
+        self.stop(&chaos, &pod).await?;
         Ok(Action::done())
+    }
+}
+
+impl Reconciler for ChaosPodReconciler {
+    type Error = ClientError;
+
+    async fn reconcile(&self, request: Request, _ctx: Context) -> Result<Action, ClientError> {
+        match self.reconcile_chaos(&request).await {
+            // A write computed from a cached ChaosPod older than the server's: the cache is
+            // about to catch up; try again then, which is no error.
+            Err(error) if error.is_conflict() => Ok(Action::requeue()),
+            other => other,
+        }
     }
 }
 
@@ -409,10 +306,6 @@ fn until(t: Timestamp) -> Duration {
     Duration::try_from(t.duration_since(Timestamp::now())).unwrap_or(Duration::ZERO)
 }
 
-fn namespace(chaos: &ChaosPod) -> String {
-    chaos.namespace().unwrap_or_default()
-}
-
 /// Declares the ChaosPod controller on `manager`: it reconciles ChaosPods and the Pods they
 /// own.
 ///
@@ -422,7 +315,7 @@ fn namespace(chaos: &ChaosPod) -> String {
 pub async fn add_controller(
     manager: &Manager,
 ) -> Result<Controller<ChaosPodReconciler>, rudder::Error> {
-    rudder::controller(manager)
+    rudder::new_controller(manager)
         .for_::<ChaosPod>()
         .owns::<Pod>()
         .named(CONTROLLER)
@@ -503,7 +396,7 @@ pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
 /// # Errors
 ///
 /// As [`rudder::client::apply_crd`].
-pub async fn install_crd(client: &kube::Client) -> Result<(), rudder::client::ClientError> {
+pub async fn install_crd(client: &kube::Client) -> Result<(), ClientError> {
     rudder::client::apply_crd(
         client,
         &ChaosPod::crd(),

@@ -36,9 +36,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::{CustomResource, CustomResourceExt, ResourceExt};
-use kube_runtime::events::{Event, EventType};
 use rudder::client::{self, ClientError, Operation};
 use rudder::prelude::*;
 use schemars::JsonSchema;
@@ -135,7 +134,7 @@ impl Generator {
 ///
 /// [`rudder::Error::NotServed`] if the CRD is not installed; the builder's other errors.
 pub async fn register(manager: &Manager) -> rudder::Result<Controller<Generator>> {
-    rudder::controller(manager)
+    rudder::new_controller(manager)
         .for_::<ConfigMapGenerator>()
         .owns::<ConfigMap>()
         .named(CONTROLLER_NAME)
@@ -184,7 +183,7 @@ impl Reconciler for Generator {
         let namespace = request
             .namespace()
             .ok_or_else(|| Error::NoNamespace(request.to_string()))?;
-        let api = Api::<ConfigMapGenerator>::namespaced(self.tools.client().clone(), namespace);
+        let api = Api::<ConfigMapGenerator>::namespaced(self.tools.kube().clone(), namespace);
 
         if generator.metadata.deletion_timestamp.is_some() {
             if client::has_finalizer(&*generator, FINALIZER) {
@@ -231,13 +230,12 @@ impl Reconciler for Generator {
             observed_generation: generator.metadata.generation,
         };
         if generator.status.as_ref() != Some(&status) {
-            let patch = serde_json::json!({ "status": status });
-            api.patch_status(
-                &generator.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+            // Conditional on the resourceVersion read: a stale cache makes it a conflict,
+            // retried on the newer object.
+            self.tools
+                .client()
+                .patch_status(&*generator, &status)
+                .await?;
         }
         Ok(Action::done())
     }
@@ -253,7 +251,7 @@ impl Generator {
     ) -> Result<Changes, Error> {
         let name = generator.name_any();
         let uid = generator.uid().unwrap_or_default();
-        let cms = Api::<ConfigMap>::namespaced(self.tools.client().clone(), namespace);
+        let cms = Api::<ConfigMap>::namespaced(self.tools.kube().clone(), namespace);
         let mut changes = Changes::default();
         for index in 0..generator.spec.count {
             let (_, operation) =
@@ -300,7 +298,7 @@ impl Generator {
         namespace: &str,
     ) -> Result<u32, Error> {
         let uid = generator.uid().unwrap_or_default();
-        let cms = Api::<ConfigMap>::namespaced(self.tools.client().clone(), namespace);
+        let cms = Api::<ConfigMap>::namespaced(self.tools.kube().clone(), namespace);
         let params = ListParams::default().labels(&format!("{OWNER_UID_LABEL}={uid}"));
         let mut deleted = 0;
         for cm in cms.list(&params).await? {
@@ -314,16 +312,9 @@ impl Generator {
     /// Records a Normal event about `generator`. A failure is logged, not retried: the
     /// work itself is done.
     async fn record(&self, generator: &ConfigMapGenerator, reason: &str, note: String) {
-        let event = Event {
-            type_: EventType::Normal,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: "Reconcile".to_owned(),
-            secondary: None,
-        };
-        if let Err(error) = self.tools.publish(generator, &event).await {
-            tracing::warn!(%error, generator = %generator.name_any(), "cannot record an event");
-        }
+        self.tools
+            .record(generator, EventType::Normal, reason, note)
+            .await;
     }
 }
 

@@ -181,3 +181,20 @@ pub async fn eventually(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
     })
     .await;
 }
+
+/// A namespace of its own on the shared control plane, holding a ConfigMap (no labels) for
+/// each of `names`, and the ConfigMap API in it.
+pub async fn namespace_with(
+    hint: &str,
+    names: &[&str],
+) -> (rudder_envtest::TestNamespace, kube::Api<ConfigMap>) {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace(hint).await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    for name in names {
+        api.create(&kube::api::PostParams::default(), &config_map(name, &[]))
+            .await
+            .unwrap();
+    }
+    (ns, api)
+}

@@ -1,5 +1,11 @@
-//! Client helpers for reconcilers: owner references, create-or-update, create-or-patch,
-//! finalizers, server-side apply, and installing a CRD.
+//! The reconciler's [`Client`] (reads from the cache, typed writes), and helpers: owner
+//! references, create-or-update, create-or-patch, finalizers, server-side apply, and
+//! installing a CRD.
+
+#[cfg(feature = "handler")]
+mod typed;
+#[cfg(feature = "handler")]
+pub use typed::Client;
 
 use std::fmt::Debug;
 
@@ -34,6 +40,11 @@ pub enum ClientError {
     /// The API server refused or failed a request.
     #[error("API request failed")]
     Api(#[from] kube::Error),
+    /// A read from the shared cache failed (the informer could not be made or did not
+    /// sync, or the namespace is not cached).
+    #[cfg(feature = "cache")]
+    #[error("cannot read from the cache")]
+    Cache(#[from] rudder_cache::Error),
     /// The object could not be turned into JSON (to compare or patch it).
     #[error("cannot serialize the object")]
     Json(#[from] serde_json::Error),

@@ -1,0 +1,386 @@
+//! The cache: get-or-create one shared informer per (type, namespace, selectors), and a
+//! reader served from their stores.
+//!
+//! `scope.rs` holds what an informer watches and what the reader lists, `options.rs` the
+//! builder and per-type options, `registry.rs` the informers by (type, scope), `reader.rs`
+//! the reads.
+
+use std::any::TypeId;
+use std::fmt::{self, Debug};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hashbrown::HashMap;
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::PartialObjectMeta;
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result, SyncError};
+use crate::informer::{DEFAULT_RESYNC, Informer};
+
+mod options;
+mod reader;
+mod registry;
+mod scope;
+
+pub use options::{ByObject, CacheBuilder, DEFAULT_SYNC_TIMEOUT};
+pub use scope::{ApiScope, ListOptions, Scope};
+
+use registry::{InformerKey, Inner, TypeKey};
+
+/// Shared informers, one per (type, [`Scope`]), and a reader over their stores.
+///
+/// Cloning gives another handle to the same cache.
+#[derive(Clone)]
+pub struct Cache {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Debug for Cache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cache")
+            .field("informers", &self.inner.informers().len())
+            .field("stopped", &self.inner.token.is_cancelled())
+            .finish()
+    }
+}
+
+impl Cache {
+    /// A builder with the defaults: all namespaces, [`strip_managed_fields`](crate::strip_managed_fields), resync every
+    /// 10 hours with jitter, informers started on demand.
+    pub fn builder(client: Client) -> CacheBuilder {
+        CacheBuilder {
+            client,
+            default_namespaces: Vec::new(),
+            by_object: HashMap::new(),
+            resync: Some(DEFAULT_RESYNC),
+            fail_on_missing_informer: false,
+            sync_timeout: DEFAULT_SYNC_TIMEOUT,
+        }
+    }
+
+    /// The shared informer for `K` in its default scope, started if there is none.
+    ///
+    /// Fails with [`Error::SeveralInformers`] when the cache has several default
+    /// namespaces; see [`Cache::informers`].
+    pub fn informer<K>(&self) -> Result<Informer<K>>
+    where
+        K: Typed,
+    {
+        let mut informers = self.informers::<K>()?;
+        match informers.len() {
+            1 => informers.pop().ok_or(Error::Stopped),
+            _ => Err(Error::SeveralInformers {
+                resource: std::any::type_name::<K>().to_owned(),
+            }),
+        }
+    }
+
+    /// The shared informers for `K` in its default scopes (one per default namespace, or
+    /// one), started if there are none.
+    pub fn informers<K>(&self) -> Result<Vec<Informer<K>>>
+    where
+        K: Typed,
+    {
+        self.typed_scopes::<K>()
+            .iter()
+            .map(|scope| self.informer_in::<K>(scope))
+            .collect()
+    }
+
+    /// The shared informer for `K` in `scope`, started if there is none.
+    pub fn informer_in<K>(&self, scope: &Scope) -> Result<Informer<K>>
+    where
+        K: Typed,
+    {
+        let client = self.inner.client.clone();
+        let scope = &typed_scope::<K>(scope);
+        self.inner
+            .get_or_start(TypeKey::Typed(TypeId::of::<K>()), scope, |ns| {
+                let informer = Informer::builder(<K::Scope as ApiScope>::api::<K>(client, ns));
+                // Metadata decodes whatever the object's type; a full object may not.
+                if K::metadata_api() {
+                    informer
+                } else {
+                    informer.skip_malformed()
+                }
+            })
+    }
+
+    /// The shared metadata-only informer for `K` in its default scope: it stores
+    /// `PartialObjectMeta<K>` and its watch asks the server for metadata only.
+    pub fn metadata_informer<K>(&self) -> Result<Informer<PartialObjectMeta<K>>>
+    where
+        PartialObjectMeta<K>: Typed,
+    {
+        self.informer::<PartialObjectMeta<K>>()
+    }
+
+    /// The shared informer for dynamic objects of `resource` in its default scope.
+    ///
+    /// An `ApiResource` does not say whether the resource is namespaced, so for a
+    /// cluster-scoped one in a cache with a default namespace, give it [`Scope::all`] (with
+    /// [`CacheBuilder::by_dynamic`] or [`Cache::dynamic_informer_in`]).
+    pub fn dynamic_informer(&self, resource: &ApiResource) -> Result<Informer<DynamicObject>> {
+        let mut informers = self.dynamic_informers(resource)?;
+        match informers.len() {
+            1 => informers.pop().ok_or(Error::Stopped),
+            _ => Err(Error::SeveralInformers {
+                resource: resource.plural.clone(),
+            }),
+        }
+    }
+
+    /// The shared informers for dynamic objects of `resource` in its default scopes.
+    pub fn dynamic_informers(
+        &self,
+        resource: &ApiResource,
+    ) -> Result<Vec<Informer<DynamicObject>>> {
+        self.inner
+            .default_scopes::<DynamicObject>(&TypeKey::dynamic(resource))
+            .iter()
+            .map(|scope| self.dynamic_informer_in(resource, scope))
+            .collect()
+    }
+
+    /// The shared informer for dynamic objects of `resource` in `scope`.
+    pub fn dynamic_informer_in(
+        &self,
+        resource: &ApiResource,
+        scope: &Scope,
+    ) -> Result<Informer<DynamicObject>> {
+        let client = self.inner.client.clone();
+        self.inner
+            .get_or_start(TypeKey::dynamic(resource), scope, |ns| {
+                Informer::builder(match ns {
+                    Some(ns) => Api::namespaced_with(client, ns, resource),
+                    None => Api::all_with(client, resource),
+                })
+            })
+    }
+
+    /// Stops and forgets the informer for `K` in `scope`, if there is one, and waits for its
+    /// tasks. Handles to it still read its (now frozen) store; the next request for it
+    /// starts a new watch. Returns whether there was one.
+    pub async fn remove_informer<K: Typed>(&self, scope: &Scope) -> bool {
+        self.inner
+            .remove(&InformerKey::new(
+                TypeKey::Typed(TypeId::of::<K>()),
+                &typed_scope::<K>(scope),
+            ))
+            .await
+    }
+
+    /// [`remove_informer`](Self::remove_informer) for dynamic objects.
+    pub async fn remove_dynamic_informer(&self, resource: &ApiResource, scope: &Scope) -> bool {
+        self.inner
+            .remove(&InformerKey::new(TypeKey::dynamic(resource), scope))
+            .await
+    }
+
+    /// Adds an index to the stores of `K`'s default-scope informers (starting them if
+    /// needed).
+    pub fn add_index<K, F>(&self, name: impl Into<String>, index: F) -> Result<()>
+    where
+        K: Typed,
+        F: Fn(&K) -> Vec<String> + Send + Sync + 'static,
+    {
+        let name = name.into();
+        let index = Arc::new(index);
+        for informer in self.informers::<K>()? {
+            let index = Arc::clone(&index);
+            informer
+                .store()
+                .add_index(name.clone(), move |obj: &K| index(obj))?;
+        }
+        Ok(())
+    }
+
+    /// The number of informers running.
+    pub fn informer_count(&self) -> usize {
+        self.inner.informers().len()
+    }
+
+    /// Whether every informer started so far has stored its first list (true with none).
+    pub fn has_synced(&self) -> bool {
+        self.inner.informers().values().all(|slot| (slot.synced)())
+    }
+
+    /// How many informers have failed: their watch task panicked and they stopped (see
+    /// [`Informer::has_failed`]). Each also counts in [`unsynced_count`](Self::unsynced_count)
+    /// and makes [`has_synced`](Self::has_synced) false, until the next request for its type
+    /// and scope starts a new one in its place.
+    pub fn failed_count(&self) -> usize {
+        self.inner
+            .informers()
+            .values()
+            .filter(|slot| (slot.failed)())
+            .count()
+    }
+
+    /// How many informers started so far have not stored their first list yet, or have
+    /// failed.
+    pub fn unsynced_count(&self) -> usize {
+        self.inner
+            .informers()
+            .values()
+            .filter(|slot| !(slot.synced)())
+            .count()
+    }
+
+    /// Waits until every informer started so far has synced, at most `timeout` (controller-
+    /// runtime's `WaitForCacheSync`); informers started meanwhile count too.
+    ///
+    /// # Errors
+    ///
+    /// [`SyncError::CacheTimeout`] with how many had not synced when the time ran out;
+    /// [`SyncError::Stopped`] if an informer was stopped first.
+    pub async fn wait_for_sync(&self, timeout: Duration) -> std::result::Result<(), SyncError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let (count, waits) = {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let slots = self.inner.informers();
+                let waits: Vec<_> = slots.values().map(|slot| (slot.wait)(left)).collect();
+                (slots.len(), waits)
+            };
+            for result in futures::future::join_all(waits).await {
+                match result {
+                    Ok(()) => {}
+                    Err(SyncError::Timeout { .. }) => {
+                        return Err(SyncError::CacheTimeout {
+                            unsynced: self.unsynced_count(),
+                            timeout,
+                        });
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+            // Informers started while we waited must sync too.
+            if self.informer_count() == count {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Stops every informer and waits until all their tasks have ended.
+    pub async fn stop(&self) {
+        self.inner.token.cancel();
+        let informers: Vec<_> = self.inner.informers().drain().collect();
+        drop(informers);
+        self.inner.tracker.close();
+        self.inner.tracker.wait().await;
+    }
+
+    /// `K`'s default scopes, normalised for its scope kind.
+    fn typed_scopes<K: Typed>(&self) -> Vec<Scope> {
+        let mut scopes: Vec<Scope> = self
+            .inner
+            .default_scopes::<K>(&TypeKey::Typed(TypeId::of::<K>()))
+            .iter()
+            .map(typed_scope::<K>)
+            .collect();
+        scopes.dedup();
+        scopes
+    }
+}
+
+/// The bounds the cache needs of a typed object (met by every k8s-openapi type, kube
+/// custom resources, and their `PartialObjectMeta`).
+pub trait Typed:
+    Resource<DynamicType = (), Scope: ApiScope>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Typed for K where
+    K: Resource<DynamicType = (), Scope: ApiScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// `scope` without its namespace for cluster-scoped types, so that asking with or without
+/// one finds the same informer.
+fn typed_scope<K: Typed>(scope: &Scope) -> Scope {
+    let mut scope = scope.clone();
+    if <K::Scope as ApiScope>::CLUSTER {
+        scope.namespace = None;
+    }
+    scope
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube_runtime::watcher::Event as W;
+    use tokio::sync::mpsc;
+
+    use tokio_util::sync::CancellationToken;
+    use tokio_util::task::TaskTracker;
+
+    use super::*;
+    use crate::informer::start_on;
+    use crate::lenient::Lenient;
+
+    #[tokio::test]
+    async fn a_failed_informer_makes_the_cache_unready_until_it_is_replaced() {
+        // Nothing listens there; the informer under test is fed by hand.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let cache =
+            Cache::builder(Client::try_from(config).unwrap()).build(&CancellationToken::new());
+        let (tx, rx) = mpsc::unbounded_channel::<Option<W<Lenient<ConfigMap>>>>();
+        // `None` stands for something in the watch panicking.
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            let event = rx.recv().await?.expect("the watch broke");
+            Some((Ok(event), rx))
+        });
+        let token = cache.inner.token.child_token();
+        let tracker = TaskTracker::new();
+        let informer = start_on(
+            "configmaps".into(),
+            stream,
+            None,
+            None,
+            token.clone(),
+            tracker.clone(),
+        );
+        let key = InformerKey::new(TypeKey::Typed(TypeId::of::<ConfigMap>()), &Scope::all());
+        let slot = cache.inner.slot(&informer, token, tracker);
+        cache.inner.informers().insert(key, slot);
+        let mut events = informer.subscribe();
+        tx.send(Some(W::Init)).unwrap();
+        tx.send(Some(W::InitDone)).unwrap();
+        cache.wait_for_sync(Duration::from_secs(5)).await.unwrap();
+        assert_eq!((cache.unsynced_count(), cache.failed_count()), (0, 0));
+
+        tx.send(None).unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
+        assert!(matches!(end, Ok(None)), "the stream ends");
+        assert!(!cache.has_synced());
+        assert_eq!((cache.unsynced_count(), cache.failed_count()), (1, 1));
+        assert!(matches!(
+            cache.wait_for_sync(Duration::from_secs(5)).await,
+            Err(SyncError::Failed { .. })
+        ));
+
+        // The next request starts a new informer in its place.
+        let new = cache.informer::<ConfigMap>().unwrap();
+        assert!(new.is_running());
+        assert_eq!((cache.informer_count(), cache.failed_count()), (1, 0));
+        cache.stop().await;
+    }
+}

@@ -1,0 +1,156 @@
+//! The cache's options: per-type ([`ByObject`]) and for the whole cache ([`CacheBuilder`]).
+
+use std::any::{Any, TypeId};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hashbrown::HashMap;
+use kube::api::{ApiResource, DynamicObject};
+use kube::{Client, Resource};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::registry::{Inner, TypeKey};
+use super::{Cache, Scope};
+use crate::transform::Transform;
+
+/// How long the reader waits for a new informer's first list by default.
+pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Per-type options: the scope the reader and [`Cache::informer`] use for the type, and the
+/// transform its informers apply.
+pub struct ByObject<K> {
+    pub(crate) scope: Option<Scope>,
+    pub(crate) transform: Option<Option<Transform<K>>>,
+}
+
+impl<K> Default for ByObject<K> {
+    fn default() -> Self {
+        Self {
+            scope: None,
+            transform: None,
+        }
+    }
+}
+
+impl<K: Resource> ByObject<K> {
+    /// Options that change nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The type's default scope, overriding the cache's default namespace.
+    #[must_use]
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.scope = Some(scope);
+        self
+    }
+
+    /// A transform for this type's objects, replacing [`strip_managed_fields`](crate::strip_managed_fields).
+    #[must_use]
+    pub fn transform(mut self, transform: impl Fn(&mut K) + Send + Sync + 'static) -> Self {
+        self.transform = Some(Some(Arc::new(transform)));
+        self
+    }
+
+    /// Store this type's objects as the server sends them, `managedFields` included.
+    #[must_use]
+    pub fn keep_managed_fields(mut self) -> Self {
+        self.transform = Some(None);
+        self
+    }
+}
+
+/// Builds a [`Cache`]; see [`Cache::builder`].
+pub struct CacheBuilder {
+    pub(crate) client: Client,
+    pub(crate) default_namespaces: Vec<String>,
+    pub(crate) by_object: HashMap<TypeKey, Box<dyn Any + Send + Sync>>,
+    pub(crate) resync: Option<Duration>,
+    pub(crate) fail_on_missing_informer: bool,
+    pub(crate) sync_timeout: Duration,
+}
+
+impl CacheBuilder {
+    /// Watch only this namespace unless a type's [`ByObject`] says otherwise.
+    #[must_use]
+    pub fn default_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.default_namespaces = vec![namespace.into()];
+        self
+    }
+
+    /// Watch only these namespaces unless a type's [`ByObject`] says otherwise: one
+    /// informer per namespace and type, which the reader consults together. With more than
+    /// one, [`Cache::informer`] is an error ([`Error::SeveralInformers`](crate::Error::SeveralInformers)); use
+    /// [`Cache::informers`]. An empty list means all namespaces.
+    #[must_use]
+    pub fn default_namespaces<I, S>(mut self, namespaces: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.default_namespaces = namespaces.into_iter().map(Into::into).collect();
+        self.default_namespaces.sort();
+        self.default_namespaces.dedup();
+        self
+    }
+
+    /// Options for the typed objects `K` (or `PartialObjectMeta<K>` for metadata-only).
+    #[must_use]
+    pub fn by_object<K>(mut self, options: ByObject<K>) -> Self
+    where
+        K: Resource + Send + Sync + 'static,
+    {
+        self.by_object
+            .insert(TypeKey::Typed(TypeId::of::<K>()), Box::new(options));
+        self
+    }
+
+    /// Options for dynamic objects of the resource `resource`.
+    #[must_use]
+    pub fn by_dynamic(mut self, resource: &ApiResource, options: ByObject<DynamicObject>) -> Self {
+        self.by_object
+            .insert(TypeKey::dynamic(resource), Box::new(options));
+        self
+    }
+
+    /// The resync period of every informer (default [`DEFAULT_RESYNC`](crate::DEFAULT_RESYNC), 10 hours plus up to
+    /// 10% jitter); `None` turns resync off.
+    #[must_use]
+    pub fn resync(mut self, period: Option<Duration>) -> Self {
+        self.resync = period;
+        self
+    }
+
+    /// Make the reader fail with [`Error::MissingInformer`](crate::Error::MissingInformer) for a type that has no informer
+    /// yet, instead of starting one.
+    #[must_use]
+    pub fn fail_on_missing_informer(mut self, fail: bool) -> Self {
+        self.fail_on_missing_informer = fail;
+        self
+    }
+
+    /// How long the reader waits for an informer's first list (default 60 s).
+    #[must_use]
+    pub fn sync_timeout(mut self, timeout: Duration) -> Self {
+        self.sync_timeout = timeout;
+        self
+    }
+
+    /// The cache; its informers stop when `token` is cancelled (or on [`Cache::stop`]).
+    pub fn build(self, token: &CancellationToken) -> Cache {
+        Cache {
+            inner: Arc::new(Inner {
+                client: self.client,
+                default_namespaces: self.default_namespaces,
+                by_object: self.by_object,
+                resync: self.resync,
+                fail_on_missing_informer: self.fail_on_missing_informer,
+                sync_timeout: self.sync_timeout,
+                informers: Mutex::new(HashMap::new()),
+                token: token.child_token(),
+                tracker: TaskTracker::new(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! The reader: [`Cache::get`] and [`Cache::list`] (and their dynamic forms), served from the
+//! stores of the type's informers once they have synced.
+
+use std::any::TypeId;
+use std::sync::Arc;
+
+use kube::Resource;
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::SelectorExt;
+
+use super::registry::{InformerKey, TypeKey};
+use super::{Cache, ListOptions, Scope, Typed};
+use crate::error::{Error, Result};
+use crate::informer::Informer;
+use crate::store::{NAMESPACE_INDEX, ObjectKey};
+
+impl Cache {
+    /// The object `namespace/name` (`namespace` is `None` for cluster-scoped types) from
+    /// the cache, waiting for `K`'s informers to sync first. A namespace that none of the
+    /// type's default scopes covers is [`Error::NotCached`].
+    pub async fn get<K: Typed>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Arc<K>>> {
+        let scopes = self.typed_scopes::<K>();
+        let informers = self
+            .reader_informers::<K>(
+                TypeKey::Typed(TypeId::of::<K>()),
+                &scopes,
+                namespace,
+                |scope| self.informer_in::<K>(scope),
+            )
+            .await?;
+        Ok(informers
+            .iter()
+            .find_map(|i| i.store().get(&key(namespace, name))))
+    }
+
+    /// The objects of `K` that match `options`, from the cache.
+    pub async fn list<K: Typed>(&self, options: &ListOptions) -> Result<Vec<Arc<K>>> {
+        let scopes = self.typed_scopes::<K>();
+        let informers = self
+            .reader_informers::<K>(
+                TypeKey::Typed(TypeId::of::<K>()),
+                &scopes,
+                options.namespace.as_deref(),
+                |scope| self.informer_in::<K>(scope),
+            )
+            .await?;
+        list(&informers, options)
+    }
+
+    /// [`get`](Self::get) for dynamic objects of `resource`.
+    pub async fn get_dynamic(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Arc<DynamicObject>>> {
+        let ty = TypeKey::dynamic(resource);
+        let scopes = self.inner.default_scopes::<DynamicObject>(&ty);
+        let informers = self
+            .reader_informers::<DynamicObject>(ty, &scopes, namespace, |scope| {
+                self.dynamic_informer_in(resource, scope)
+            })
+            .await?;
+        Ok(informers
+            .iter()
+            .find_map(|i| i.store().get(&key(namespace, name))))
+    }
+
+    /// [`list`](Self::list) for dynamic objects of `resource`.
+    pub async fn list_dynamic(
+        &self,
+        resource: &ApiResource,
+        options: &ListOptions,
+    ) -> Result<Vec<Arc<DynamicObject>>> {
+        let ty = TypeKey::dynamic(resource);
+        let scopes = self.inner.default_scopes::<DynamicObject>(&ty);
+        let informers = self
+            .reader_informers::<DynamicObject>(ty, &scopes, options.namespace.as_deref(), |scope| {
+                self.dynamic_informer_in(resource, scope)
+            })
+            .await?;
+        list(&informers, options)
+    }
+
+    /// The synced informers among `scopes` that can hold objects in `namespace` (all of
+    /// them for `None`), started unless the cache fails on missing informers.
+    async fn reader_informers<K>(
+        &self,
+        ty: TypeKey,
+        scopes: &[Scope],
+        namespace: Option<&str>,
+        start: impl Fn(&Scope) -> Result<Informer<K>>,
+    ) -> Result<Vec<Informer<K>>>
+    where
+        K: Resource + Send + Sync + 'static,
+    {
+        let describe = |scope: &Scope| match &ty {
+            TypeKey::Typed(_) => format!("{} in {scope:?}", std::any::type_name::<K>()),
+            TypeKey::Dynamic {
+                group,
+                version,
+                plural,
+            } => {
+                format!("{group}/{version}/{plural} in {scope:?}")
+            }
+        };
+        let covering: Vec<&Scope> = scopes
+            .iter()
+            .filter(|s| match (&s.namespace, namespace) {
+                (None, _) | (_, None) => true,
+                (Some(a), Some(b)) => a == b,
+            })
+            .collect();
+        if covering.is_empty() {
+            return Err(Error::NotCached {
+                namespace: namespace.unwrap_or_default().to_owned(),
+                resource: describe(&Scope::all()),
+            });
+        }
+        let mut informers = Vec::with_capacity(covering.len());
+        for scope in covering {
+            let informer = if self.inner.fail_on_missing_informer {
+                let key = InformerKey::new(ty.clone(), scope);
+                let found = self
+                    .inner
+                    .informers()
+                    .get(&key)
+                    .and_then(|slot| slot.informer.downcast_ref::<Informer<K>>().cloned());
+                found.ok_or_else(|| Error::MissingInformer {
+                    resource: describe(scope),
+                })?
+            } else {
+                start(scope)?
+            };
+            informer.wait_for_sync(self.inner.sync_timeout).await?;
+            informers.push(informer);
+        }
+        Ok(informers)
+    }
+}
+
+fn key(namespace: Option<&str>, name: &str) -> ObjectKey {
+    ObjectKey {
+        namespace: namespace.map(str::to_owned),
+        name: name.to_owned(),
+    }
+}
+
+fn list<K: Resource + Send + Sync + 'static>(
+    informers: &[Informer<K>],
+    options: &ListOptions,
+) -> Result<Vec<Arc<K>>> {
+    let mut objects = Vec::new();
+    for informer in informers {
+        let store = informer.store();
+        objects.extend(match (&options.index, &options.namespace) {
+            (Some((index, value)), _) => store.by_index(index, value)?,
+            (None, Some(ns)) => store.by_index(NAMESPACE_INDEX, ns)?,
+            (None, None) => store.list(),
+        });
+    }
+    objects.retain(|obj| {
+        let meta = obj.meta();
+        let ns_ok = options
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| meta.namespace.as_deref() == Some(ns));
+        let labels_ok = options
+            .labels
+            .as_ref()
+            .is_none_or(|sel| match &meta.labels {
+                Some(labels) => sel.matches(labels),
+                None => sel.matches(&Default::default()),
+            });
+        ns_ok && labels_ok
+    });
+    Ok(objects)
+}

@@ -1,0 +1,207 @@
+//! The registry of informers: one slot per (type, scope), started on first request
+//! ([`Inner::get_or_start`]), replaced when stopped, removed on request.
+
+use std::any::{Any, TypeId};
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use hashbrown::HashMap;
+use kube::api::ApiResource;
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{ByObject, Scope};
+use crate::error::{Error, Result, SyncError};
+use crate::informer::{Informer, InformerBuilder};
+use crate::transform::{Transform, strip_managed_fields};
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum TypeKey {
+    Typed(TypeId),
+    Dynamic {
+        group: String,
+        version: String,
+        plural: String,
+    },
+}
+
+impl TypeKey {
+    pub(crate) fn dynamic(resource: &ApiResource) -> Self {
+        Self::Dynamic {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            plural: resource.plural.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct InformerKey {
+    pub(crate) ty: TypeKey,
+    pub(crate) scope: Scope,
+}
+
+impl InformerKey {
+    pub(crate) fn new(ty: TypeKey, scope: &Scope) -> Self {
+        Self {
+            ty,
+            scope: scope.clone(),
+        }
+    }
+}
+
+pub(crate) struct Slot {
+    /// An `Informer<K>` for the slot's type.
+    pub(crate) informer: Box<dyn Any + Send + Sync>,
+    /// Whether that informer has synced, without knowing its type.
+    pub(crate) synced: Box<dyn Fn() -> bool + Send + Sync>,
+    /// Whether that informer has failed.
+    pub(crate) failed: Box<dyn Fn() -> bool + Send + Sync>,
+    /// Waits (at most the given time) for that informer to sync.
+    pub(crate) wait: Box<
+        dyn Fn(Duration) -> BoxFuture<'static, std::result::Result<(), SyncError>> + Send + Sync,
+    >,
+    pub(crate) token: CancellationToken,
+    pub(crate) tracker: TaskTracker,
+}
+
+pub(crate) struct Inner {
+    pub(crate) client: Client,
+    pub(crate) default_namespaces: Vec<String>,
+    pub(crate) by_object: HashMap<TypeKey, Box<dyn Any + Send + Sync>>,
+    pub(crate) resync: Option<Duration>,
+    pub(crate) fail_on_missing_informer: bool,
+    pub(crate) sync_timeout: Duration,
+    pub(crate) informers: Mutex<HashMap<InformerKey, Slot>>,
+    pub(crate) token: CancellationToken,
+    pub(crate) tracker: TaskTracker,
+}
+
+impl Inner {
+    pub(crate) fn informers(&self) -> MutexGuard<'_, HashMap<InformerKey, Slot>> {
+        self.informers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn by_object<K: 'static>(&self, ty: &TypeKey) -> Option<&ByObject<K>> {
+        self.by_object
+            .get(ty)
+            .and_then(|b| b.downcast_ref::<ByObject<K>>())
+    }
+
+    /// The scopes the reader and `informer(s)` use for a type: its [`ByObject`] scope, or one
+    /// per default namespace, or all namespaces.
+    pub(crate) fn default_scopes<K: 'static>(&self, ty: &TypeKey) -> Vec<Scope> {
+        if let Some(scope) = self.by_object::<K>(ty).and_then(|b| b.scope.clone()) {
+            return vec![scope];
+        }
+        if self.default_namespaces.is_empty() {
+            return vec![Scope::all()];
+        }
+        self.default_namespaces
+            .iter()
+            .map(Scope::namespace)
+            .collect()
+    }
+
+    pub(crate) fn get_or_start<K>(
+        &self,
+        ty: TypeKey,
+        scope: &Scope,
+        builder: impl FnOnce(Option<&str>) -> InformerBuilder<K>,
+    ) -> Result<Informer<K>>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let key = InformerKey::new(ty, scope);
+        let mut informers = self.informers();
+        if self.token.is_cancelled() {
+            return Err(Error::Stopped);
+        }
+        // An informer stopped through its own handle is replaced, not handed out again.
+        if informers
+            .get(&key)
+            .is_some_and(|slot| slot.token.is_cancelled())
+        {
+            informers.remove(&key);
+        }
+        if let Some(slot) = informers.get(&key) {
+            return slot
+                .informer
+                .downcast_ref::<Informer<K>>()
+                .cloned()
+                .ok_or(Error::Stopped);
+        }
+        let transform: Option<Transform<K>> = match self
+            .by_object::<K>(&key.ty)
+            .and_then(|b| b.transform.clone())
+        {
+            Some(t) => t,
+            None => Some(Arc::new(strip_managed_fields::<K>)),
+        };
+        let token = self.token.child_token();
+        let tracker = TaskTracker::new();
+        let informer = builder(scope.namespace.as_deref())
+            .config(scope.watcher_config())
+            .transform_opt(transform)
+            .resync(self.resync)
+            .with_token(token.clone())
+            .tracker(tracker.clone())
+            .start();
+        informers.insert(key, self.slot(&informer, token, tracker));
+        Ok(informer)
+    }
+
+    /// The slot for a new informer whose tasks `tracker` tracks.
+    pub(crate) fn slot<K>(
+        &self,
+        informer: &Informer<K>,
+        token: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Slot
+    where
+        K: Resource + Send + Sync + 'static,
+    {
+        // The cache's tracker waits for each informer's tracker, so `stop` covers them all.
+        let waiter = tracker.clone();
+        self.tracker.spawn(async move { waiter.wait().await });
+        tracker.close();
+        Slot {
+            informer: Box::new(informer.clone()),
+            synced: {
+                let informer = informer.clone();
+                Box::new(move || informer.has_synced())
+            },
+            failed: {
+                let informer = informer.clone();
+                Box::new(move || informer.has_failed())
+            },
+            wait: {
+                let informer = informer.clone();
+                Box::new(move |timeout| {
+                    let informer = informer.clone();
+                    Box::pin(async move { informer.wait_for_sync(timeout).await })
+                })
+            },
+            token,
+            tracker,
+        }
+    }
+
+    pub(crate) async fn remove(&self, key: &InformerKey) -> bool {
+        let slot = self.informers().remove(key);
+        match slot {
+            Some(slot) => {
+                slot.token.cancel();
+                slot.tracker.wait().await;
+                true
+            }
+            None => false,
+        }
+    }
+}

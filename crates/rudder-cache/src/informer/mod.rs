@@ -1,0 +1,587 @@
+//! The informer: one watch feeding one [`Store`], fanned out to every handler.
+//!
+//! `builder.rs` holds the options and how the watch stream is made, `watch.rs` the watch task
+//! (applying events to the store, relists, resync, errors and panics), `subscribers.rs` the
+//! events and the per-subscriber queues.
+
+use std::fmt::{self, Debug};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures::Stream;
+use kube::Resource;
+use kube_runtime::watcher;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::TaskTracker;
+
+use crate::error::SyncError;
+use crate::lenient::Lenient;
+use crate::store::Store;
+use crate::transform::Transform;
+
+mod builder;
+mod subscribers;
+mod watch_task;
+
+pub use builder::InformerBuilder;
+pub use subscribers::{Event, EventStream};
+
+/// The default resync period, as in controller-runtime: 10 hours, plus up to 10% jitter.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(10 * 60 * 60);
+
+/// Counters an informer keeps about its watch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InformerStats {
+    /// Objects in the watch stream that could not be decoded into the informer's type. Each
+    /// was logged at `warn` and skipped (and, with the `metrics` feature, counted in
+    /// `rudder_cache_malformed_objects_total`).
+    pub malformed_objects: u64,
+    /// Other errors from the watch (failed lists, failed or broken watches), each logged and
+    /// followed by kube-runtime's default backoff.
+    pub watch_errors: u64,
+    /// Lists after the first one (a watch that could not be resumed, e.g. 410 Gone).
+    pub relists: u64,
+    /// Resyncs done.
+    pub resyncs: u64,
+    /// Panics caught in the user's index functions and transforms. Each was logged at
+    /// `error` with the object's key, and the object skipped: it is neither stored nor sent,
+    /// and a stored older version stays (as for a malformed object) until the object is
+    /// deleted. With the `metrics` feature each is also counted in
+    /// `rudder_cache_panics_total` (labels `resource`, and `function`: `index` or
+    /// `transform`).
+    pub panics: u64,
+}
+
+/// One watch feeding one [`Store`], shared by every handler registered on it.
+///
+/// Cloning gives another handle to the same informer. When the last handle and the last
+/// [`subscribe`](Informer::subscribe) stream are dropped, the informer is told to stop (as by
+/// [`Informer::stop`], without waiting), so a forgotten informer does not watch forever;
+/// handlers from [`add_handler`](Informer::add_handler) do not keep it running. A
+/// [`Cache`](crate::Cache) keeps a handle to each of its informers until it is stopped or
+/// dropped.
+pub struct Informer<K> {
+    pub(crate) shared: Arc<Shared<K>>,
+    /// Cancels the informer's token when the last handle goes.
+    pub(crate) _handles: Arc<DropGuard>,
+}
+
+impl<K> Clone for Informer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+            _handles: Arc::clone(&self._handles),
+        }
+    }
+}
+
+impl<K> Debug for Informer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Informer")
+            .field("resource", &self.shared.resource)
+            .field("synced", &*self.shared.synced.borrow())
+            .field("store", &self.shared.store)
+            .finish()
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Informer<K> {
+    /// The store the watch fills.
+    pub fn store(&self) -> &Store<K> {
+        &self.shared.store
+    }
+
+    /// Whether the first list has been stored completely, and the watch has not failed
+    /// (see [`has_failed`](Self::has_failed)).
+    pub fn has_synced(&self) -> bool {
+        *self.shared.synced.borrow() && !self.has_failed()
+    }
+
+    /// Whether the watch task is still running: false once it has ended, whether stopped
+    /// or failed.
+    pub fn is_running(&self) -> bool {
+        self.shared.running.load(Ordering::Acquire)
+    }
+
+    /// Whether the watch task ended by a panic (outside the index functions and transforms,
+    /// whose panics are caught and skipped). The informer is then stopped: subscribers'
+    /// streams end, [`has_synced`](Self::has_synced) is false and
+    /// [`wait_for_sync`](Self::wait_for_sync) fails with [`SyncError::Failed`]; the store
+    /// keeps what it held. A [`Cache`](crate::Cache) counts it in
+    /// [`Cache::failed_count`](crate::Cache::failed_count) and starts a new informer the next
+    /// time one is asked for.
+    pub fn has_failed(&self) -> bool {
+        self.shared.failed.load(Ordering::Acquire)
+    }
+
+    /// Waits until the first list has been stored, at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`SyncError::Timeout`] if the time ran out, [`SyncError::Stopped`] if the informer
+    /// was stopped before it synced, [`SyncError::Failed`] if its watch failed.
+    pub async fn wait_for_sync(&self, timeout: Duration) -> Result<(), SyncError> {
+        let mut synced = self.shared.synced.subscribe();
+        let wait = async {
+            tokio::select! {
+                res = synced.wait_for(|s| *s) => res.is_ok(),
+                () = self.shared.token.cancelled() => *self.shared.synced.borrow(),
+            }
+        };
+        let outcome = tokio::time::timeout(timeout, wait).await;
+        // A failure cancels the token after setting the flag, so it is seen here.
+        if self.has_failed() {
+            return Err(SyncError::Failed {
+                resource: self.shared.resource.clone(),
+            });
+        }
+        match outcome {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(SyncError::Stopped {
+                resource: self.shared.resource.clone(),
+            }),
+            Err(_) => Err(SyncError::Timeout {
+                resource: self.shared.resource.clone(),
+                timeout,
+            }),
+        }
+    }
+
+    /// The informer's counters.
+    pub fn stats(&self) -> InformerStats {
+        let s = &self.shared.stats;
+        InformerStats {
+            malformed_objects: s.malformed.load(Ordering::Relaxed),
+            watch_errors: s.errors.load(Ordering::Relaxed),
+            relists: s.relists.load(Ordering::Relaxed),
+            resyncs: s.resyncs.load(Ordering::Relaxed),
+            panics: s.panics.load(Ordering::Relaxed),
+        }
+    }
+
+    /// What the informer watches, for messages: kind, namespace and selectors.
+    pub fn resource(&self) -> &str {
+        &self.shared.resource
+    }
+
+    /// Stops the watch and the handlers, and waits for their tasks to end.
+    pub async fn stop(&self) {
+        self.shared.token.cancel();
+        self.shared.tracker.close();
+        self.shared.tracker.wait().await;
+    }
+
+    /// Whether the informer has been told to stop.
+    pub fn is_stopped(&self) -> bool {
+        self.shared.token.is_cancelled()
+    }
+}
+
+/// Starts an informer's task on `stream`.
+pub(crate) fn start_on<K, S>(
+    resource: String,
+    stream: S,
+    transform: Option<Transform<K>>,
+    resync: Option<Duration>,
+    token: CancellationToken,
+    tracker: TaskTracker,
+) -> Informer<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    S: Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send + 'static,
+{
+    let (synced, _) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        resource,
+        store: Store::new(),
+        subscribers: Mutex::new(Vec::new()),
+        synced,
+        running: AtomicBool::new(true),
+        failed: AtomicBool::new(false),
+        stats: Stats::default(),
+        token,
+        tracker,
+    });
+    let task = watch_task::supervise(
+        Arc::clone(&shared),
+        watch_task::run(Arc::clone(&shared), stream, transform, resync),
+    );
+    shared.tracker.spawn(task);
+    let handles = Arc::new(shared.token.clone().drop_guard());
+    Informer {
+        shared,
+        _handles: handles,
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub(crate) malformed: AtomicU64,
+    pub(crate) errors: AtomicU64,
+    pub(crate) relists: AtomicU64,
+    pub(crate) resyncs: AtomicU64,
+    pub(crate) panics: AtomicU64,
+}
+
+pub(crate) struct Shared<K> {
+    pub(crate) resource: String,
+    pub(crate) store: Store<K>,
+    /// Held while an event is applied to the store and sent, so a new subscriber's replay
+    /// of the store and its later events neither overlap nor leave a gap.
+    pub(crate) subscribers: Mutex<Vec<mpsc::UnboundedSender<Event<K>>>>,
+    pub(crate) synced: watch::Sender<bool>,
+    /// Cleared when the watch task ends, for any reason.
+    pub(crate) running: AtomicBool,
+    /// Set when the watch task ended by a panic.
+    pub(crate) failed: AtomicBool,
+    pub(crate) stats: Stats,
+    pub(crate) token: CancellationToken,
+    pub(crate) tracker: TaskTracker,
+}
+
+impl<K> Shared<K> {
+    pub(crate) fn subscribers(&self) -> MutexGuard<'_, Vec<mpsc::UnboundedSender<Event<K>>>> {
+        self.subscribers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use futures::StreamExt;
+
+    use super::watch_task::{is_malformed, jittered};
+    use super::*;
+    use crate::lenient::Malformed;
+    use crate::store::ObjectKey;
+
+    #[test]
+    fn jitter_stays_within_ten_percent() {
+        let period = Duration::from_secs(1000);
+        for _ in 0..100 {
+            let d = jittered(period);
+            assert!(
+                d >= period && d <= period + Duration::from_secs(100),
+                "{d:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn decode_failures_count_as_malformed_and_api_errors_do_not() {
+        let serde = serde_json::from_str::<u32>("x").unwrap_err();
+        assert!(is_malformed(&watcher::Error::WatchFailed(
+            kube::Error::SerdeError(serde)
+        )));
+        let lenient = kube::core::Status::default();
+        assert!(is_malformed(&watcher::Error::WatchFailed(
+            kube::Error::Api(Box::new(lenient))
+        )));
+        let gone = kube::core::Status {
+            code: 410,
+            ..Default::default()
+        };
+        assert!(!is_malformed(&watcher::Error::WatchFailed(
+            kube::Error::Api(Box::new(gone))
+        )));
+        assert!(!is_malformed(&watcher::Error::NoResourceVersion));
+    }
+
+    fn cm(name: &str, rv: &str) -> Lenient<k8s_openapi::api::core::v1::ConfigMap> {
+        Lenient::Ok(k8s_openapi::api::core::v1::ConfigMap {
+            metadata: kube::core::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn bad(name: &str) -> Lenient<k8s_openapi::api::core::v1::ConfigMap> {
+        Lenient::Malformed(Box::new(Malformed {
+            metadata: kube::core::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            error: "invalid type".into(),
+        }))
+    }
+
+    #[tokio::test]
+    async fn a_malformed_object_keeps_its_last_good_version_until_deleted() {
+        use watcher::Event as W;
+        type Cm = k8s_openapi::api::core::v1::ConfigMap;
+        let (tx, rx) = mpsc::unbounded_channel::<W<Lenient<Cm>>>();
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|event| (Ok(event), rx))
+        });
+        let informer = start_on(
+            "configmaps".into(),
+            stream,
+            None,
+            None,
+            CancellationToken::new(),
+            TaskTracker::new(),
+        );
+        let mut events = informer.subscribe();
+        let mut next = async || {
+            let event = tokio::time::timeout(Duration::from_secs(5), events.next())
+                .await
+                .unwrap()
+                .unwrap();
+            match event {
+                Event::Add { obj, initial_list } => format!(
+                    "add {} {initial_list}",
+                    obj.metadata.name.as_deref().unwrap()
+                ),
+                Event::Update { new, .. } => {
+                    format!("update {}", new.metadata.name.as_deref().unwrap())
+                }
+                Event::Delete {
+                    obj,
+                    final_state_unknown,
+                } => format!(
+                    "delete {}@{} {final_state_unknown}",
+                    obj.metadata.name.as_deref().unwrap(),
+                    obj.metadata.resource_version.as_deref().unwrap()
+                ),
+            }
+        };
+        let key = |name: &str| ObjectKey::namespaced("ns", name);
+        for event in [
+            W::Init,
+            W::InitApply(cm("a", "1")),
+            W::InitApply(cm("b", "1")),
+            W::InitDone,
+        ] {
+            tx.send(event).unwrap();
+        }
+        assert_eq!(next().await, "add a true");
+        assert_eq!(next().await, "add b true");
+
+        // `a` turns malformed on the watch, then in a relist: its last good version stays.
+        tx.send(W::Apply(bad("a"))).unwrap();
+        for event in [
+            W::Init,
+            W::InitApply(bad("a")),
+            W::InitApply(cm("b", "1")),
+            W::InitDone,
+        ] {
+            tx.send(event).unwrap();
+        }
+        tx.send(W::Apply(cm("marker", "2"))).unwrap();
+        assert_eq!(
+            next().await,
+            "add marker false",
+            "no delete of a, no update of b"
+        );
+        assert_eq!(
+            informer
+                .store()
+                .get(&key("a"))
+                .unwrap()
+                .metadata
+                .resource_version
+                .as_deref(),
+            Some("1")
+        );
+        assert_eq!(informer.stats().malformed_objects, 2);
+        assert_eq!(informer.stats().relists, 1);
+
+        // Its deletion removes that version; a malformed unknown object's deletion is nothing.
+        tx.send(W::Delete(bad("unknown"))).unwrap();
+        tx.send(W::Delete(bad("a"))).unwrap();
+        assert_eq!(next().await, "delete a@1 true");
+        assert!(informer.store().get(&key("a")).is_none());
+        assert_eq!(informer.stats().malformed_objects, 4);
+        informer.stop().await;
+    }
+
+    type Cm = k8s_openapi::api::core::v1::ConfigMap;
+    type Sender = mpsc::UnboundedSender<watcher::Event<Lenient<Cm>>>;
+
+    /// An informer fed by hand, through the returned sender.
+    fn fed_informer(transform: Option<Transform<Cm>>) -> (Sender, Informer<Cm>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|event| (Ok(event), rx))
+        });
+        let informer = start_on(
+            "configmaps".into(),
+            stream,
+            transform,
+            None,
+            CancellationToken::new(),
+            TaskTracker::new(),
+        );
+        (tx, informer)
+    }
+
+    async fn next_name(events: &mut EventStream<Cm>) -> String {
+        let event = tokio::time::timeout(Duration::from_secs(5), events.next())
+            .await
+            .expect("an event within 5 s")
+            .expect("the stream goes on");
+        let kind = match &event {
+            Event::Add { .. } => "add",
+            Event::Update { .. } => "update",
+            Event::Delete { .. } => "delete",
+        };
+        format!(
+            "{kind} {}",
+            event.object().metadata.name.as_deref().unwrap()
+        )
+    }
+
+    fn names(objs: &[Arc<Cm>]) -> Vec<String> {
+        let mut names: Vec<_> = objs
+            .iter()
+            .map(|o| o.metadata.name.clone().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn an_index_function_panic_skips_the_object_and_the_watch_goes_on() {
+        use watcher::Event as W;
+        let (tx, informer) = fed_informer(None);
+        informer
+            .store()
+            .add_index("name", |c: &Cm| {
+                let name = c.metadata.name.clone().unwrap();
+                assert!(name != "bad", "the index refuses bad");
+                vec![name]
+            })
+            .unwrap();
+        let mut events = informer.subscribe();
+        for event in [
+            W::Init,
+            W::InitApply(cm("a", "1")),
+            W::InitApply(cm("bad", "1")),
+            W::InitApply(cm("c", "1")),
+            W::InitDone,
+        ] {
+            tx.send(event).unwrap();
+        }
+        assert_eq!(next_name(&mut events).await, "add a");
+        assert_eq!(next_name(&mut events).await, "add c");
+        informer
+            .wait_for_sync(Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(informer.has_synced());
+        tx.send(W::Apply(cm("d", "2"))).unwrap();
+        assert_eq!(next_name(&mut events).await, "add d");
+
+        let store = informer.store();
+        assert_eq!(names(&store.list()), ["a", "c", "d"]);
+        assert_eq!(names(&store.list_namespace("ns")), ["a", "c", "d"]);
+        let mut values = store.index_values("name").unwrap();
+        values.sort();
+        assert_eq!(values, ["a", "c", "d"]);
+        assert_eq!(informer.stats().panics, 1);
+        assert!(informer.is_running());
+        assert!(!informer.has_failed());
+
+        // Its deletion reaches the subscribers, and the store stays as it was.
+        tx.send(W::Delete(cm("bad", "3"))).unwrap();
+        assert_eq!(next_name(&mut events).await, "delete bad");
+        assert_eq!(store.len(), 3);
+        informer.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_transform_panic_skips_the_object_and_the_watch_goes_on() {
+        use watcher::Event as W;
+        let transform: Transform<Cm> = Arc::new(|c: &mut Cm| {
+            c.data = Some([("seen".to_owned(), "yes".to_owned())].into());
+            let rv = c.metadata.resource_version.as_deref().unwrap();
+            assert!(rv != "666", "the transform refuses 666");
+        });
+        let (tx, informer) = fed_informer(Some(transform));
+        let mut events = informer.subscribe();
+        for event in [
+            W::Init,
+            W::InitApply(cm("a", "1")),
+            W::InitApply(cm("bad", "666")),
+            W::InitDone,
+        ] {
+            tx.send(event).unwrap();
+        }
+        assert_eq!(next_name(&mut events).await, "add a");
+        // A panicking update keeps the last good version; a later good one replaces it.
+        tx.send(W::Apply(cm("a", "666"))).unwrap();
+        tx.send(W::Apply(cm("c", "2"))).unwrap();
+        assert_eq!(next_name(&mut events).await, "add c");
+        let key = ObjectKey::namespaced("ns", "a");
+        let stored = informer.store().get(&key).unwrap();
+        assert_eq!(stored.metadata.resource_version.as_deref(), Some("1"));
+        assert_eq!(informer.stats().panics, 2);
+        assert!(informer.has_synced());
+
+        // Its deletion still removes it, and tells with the last good version.
+        tx.send(W::Delete(cm("a", "666"))).unwrap();
+        assert_eq!(next_name(&mut events).await, "delete a");
+        assert!(informer.store().get(&key).is_none());
+        assert_eq!(informer.stats().panics, 3);
+        assert_eq!(names(&informer.store().list()), ["c"]);
+        informer.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_watch_task_that_panics_ends_every_stream_and_says_it_failed() {
+        use watcher::Event as W;
+        let (tx, rx) = mpsc::unbounded_channel::<Option<W<Lenient<Cm>>>>();
+        // `None` stands for something in the watch (kube-runtime, say) panicking.
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            let event = rx.recv().await?;
+            let event = event.expect("the watch broke");
+            Some((Ok(event), rx))
+        });
+        let informer = start_on(
+            "configmaps".into(),
+            stream,
+            None,
+            None,
+            CancellationToken::new(),
+            TaskTracker::new(),
+        );
+        let mut events = informer.subscribe();
+        for event in [W::Init, W::InitApply(cm("a", "1")), W::InitDone] {
+            tx.send(Some(event)).unwrap();
+        }
+        assert_eq!(next_name(&mut events).await, "add a");
+        informer
+            .wait_for_sync(Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(informer.is_running());
+
+        tx.send(None).unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
+        assert!(matches!(end, Ok(None)), "the stream ends");
+        assert!(informer.has_failed());
+        assert!(!informer.is_running());
+        assert!(!informer.has_synced());
+        assert!(informer.is_stopped());
+        assert!(matches!(
+            informer.wait_for_sync(Duration::from_secs(5)).await,
+            Err(SyncError::Failed { .. })
+        ));
+        // A late subscriber gets what the store held, then the end.
+        let mut late = informer.subscribe();
+        assert_eq!(next_name(&mut late).await, "add a");
+        assert!(late.next().await.is_none());
+        informer.stop().await;
+    }
+}

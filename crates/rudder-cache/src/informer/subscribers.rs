@@ -1,0 +1,165 @@
+//! What subscribers get: [`Event`]s, each subscriber's queue ([`EventStream`]), and the
+//! registration that replays the store first.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use tokio::sync::mpsc;
+use tokio_util::sync::DropGuard;
+
+use super::Informer;
+
+/// What a handler is told.
+#[derive(Debug)]
+pub enum Event<K> {
+    /// An object appeared.
+    Add {
+        /// The object as stored.
+        obj: Arc<K>,
+        /// Whether it came from the informer's first list (or, for a handler registered
+        /// later, from the replay of the store's contents), rather than from a watch event.
+        initial_list: bool,
+    },
+    /// An object changed (its `resourceVersion` differs), or a resync re-delivers it, in
+    /// which case `old` and `new` are the same `Arc`.
+    Update {
+        /// The object as stored before.
+        old: Arc<K>,
+        /// The object as stored now.
+        new: Arc<K>,
+    },
+    /// An object went away.
+    Delete {
+        /// The object from the delete event, or the last stored version when the delete
+        /// was inferred from a relist.
+        obj: Arc<K>,
+        /// True when the delete was inferred: the object was missing from a relist, so its
+        /// final state (and whether it was deleted or only stopped matching) is unknown.
+        final_state_unknown: bool,
+    },
+}
+
+impl<K> Clone for Event<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Add { obj, initial_list } => Self::Add {
+                obj: Arc::clone(obj),
+                initial_list: *initial_list,
+            },
+            Self::Update { old, new } => Self::Update {
+                old: Arc::clone(old),
+                new: Arc::clone(new),
+            },
+            Self::Delete {
+                obj,
+                final_state_unknown,
+            } => Self::Delete {
+                obj: Arc::clone(obj),
+                final_state_unknown: *final_state_unknown,
+            },
+        }
+    }
+}
+
+impl<K> Event<K> {
+    /// The object the event is about (the new one for an update).
+    pub fn object(&self) -> &Arc<K> {
+        match self {
+            Self::Add { obj, .. } | Self::Delete { obj, .. } => obj,
+            Self::Update { new, .. } => new,
+        }
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Informer<K> {
+    /// A stream of events with a queue of its own: it first yields an [`Event::Add`] (with
+    /// `initial_list` set) for every object already stored, then every change.
+    ///
+    /// The queue is unbounded, so a consumer that falls behind never slows the watch or
+    /// other consumers; its backlog (one small event per change, sharing the stored `Arc`s)
+    /// grows instead, and it sees every event in order when it catches up. Dropping the
+    /// stream unregisters it. The stream ends when the informer stops.
+    pub fn subscribe(&self) -> EventStream<K> {
+        self.subscribe_holding(Some(Arc::clone(&self._handles)))
+    }
+
+    /// A subscription; with `handle`, it keeps the informer running like a handle does.
+    pub(crate) fn subscribe_holding(&self, handle: Option<Arc<DropGuard>>) -> EventStream<K> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut subscribers = self.shared.subscribers();
+        self.shared.store.for_each(|obj| {
+            let _ = tx.send(Event::Add {
+                obj: Arc::clone(obj),
+                initial_list: true,
+            });
+        });
+        if !self.shared.token.is_cancelled() {
+            subscribers.push(tx);
+        }
+        EventStream {
+            rx,
+            _handle: handle,
+        }
+    }
+
+    /// Registers an async handler, run on a task of its own over its own [`subscribe`]
+    /// queue: one event at a time, in order, each awaited before the next. A slow handler
+    /// delays only itself (see [`subscribe`] for what its backlog costs).
+    ///
+    /// On stop the handler finishes the event it is on and gets no more.
+    ///
+    /// [`subscribe`]: Informer::subscribe
+    pub fn add_handler<F, Fut>(&self, mut handler: F)
+    where
+        F: FnMut(Event<K>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        // The handler's task does not keep the informer running: it ends with it.
+        let mut events = self.subscribe_holding(None);
+        let token = self.shared.token.clone();
+        self.shared.tracker.spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    biased;
+                    () = token.cancelled() => break,
+                    event = events.next() => event,
+                };
+                match event {
+                    Some(event) => handler(event).await,
+                    None => break,
+                }
+            }
+        });
+    }
+}
+
+/// The events of one subscriber, from [`Informer::subscribe`].
+#[derive(Debug)]
+pub struct EventStream<K> {
+    rx: mpsc::UnboundedReceiver<Event<K>>,
+    /// Keeps the informer running while the stream is held, as a handle does.
+    _handle: Option<Arc<DropGuard>>,
+}
+
+impl<K> EventStream<K> {
+    /// The number of events waiting in this subscriber's queue.
+    pub fn backlog(&self) -> usize {
+        self.rx.len()
+    }
+}
+
+impl<K> Stream for EventStream<K> {
+    type Item = Event<K>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+pub(crate) fn send<K>(subscribers: &mut Vec<mpsc::UnboundedSender<Event<K>>>, event: &Event<K>) {
+    subscribers.retain(|tx| tx.send(event.clone()).is_ok());
+}

@@ -1,0 +1,321 @@
+//! The watch task: applies watcher events to the store one object at a time and fans the
+//! resulting events out; a relist's diff (epochs, then a sweep), resync, errors, malformed
+//! objects and panics caught in user code.
+
+use std::collections::hash_map::RandomState;
+use std::future::Future;
+use std::hash::BuildHasher;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::{FutureExt, Stream, StreamExt};
+use kube::Resource;
+use kube_runtime::watcher;
+use tokio::time::Instant;
+
+use super::Shared;
+use super::subscribers::{Event, send};
+use crate::lenient::{Lenient, Malformed};
+use crate::store::{Applied, IndexPanic, ObjectKey};
+use crate::transform::Transform;
+use crate::unwind;
+
+/// Runs the watch loop `run` and, however it ends, ends every subscriber's stream and
+/// marks the informer not running. A panic that escapes it (none from user code: index
+/// functions and transforms are caught where they run) also marks the informer failed and
+/// stops it, so that it is seen as dead rather than silently idle.
+pub(crate) async fn supervise<K>(shared: Arc<Shared<K>>, run: impl Future<Output = ()> + Send) {
+    // `AssertUnwindSafe`: after a panic only `shared`'s atomics, its token and its
+    // subscriber list (behind a lock that ignores poisoning, and only ever pushed to,
+    // filtered or cleared) are touched. The store holds no lock outside its own methods,
+    // which catch the one kind of user code they run, so it is as the last finished
+    // operation left it, and stays readable.
+    let outcome = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+    if let Err(payload) = outcome {
+        shared.failed.store(true, Ordering::Release);
+        tracing::error!(
+            resource = %shared.resource,
+            panic = %unwind::message(&*payload),
+            "the informer's watch task panicked; the informer has stopped"
+        );
+        shared.token.cancel();
+    }
+    shared.running.store(false, Ordering::Release);
+    // Dropping the senders ends every subscriber's stream once it has drained its queue.
+    shared.subscribers().clear();
+}
+
+/// The watch loop: applies watcher events to the store, one object at a time, and fans
+/// the resulting events out.
+pub(crate) async fn run<K, S>(
+    shared: Arc<Shared<K>>,
+    stream: S,
+    transform: Option<Transform<K>>,
+    resync: Option<Duration>,
+) where
+    K: Resource + Clone + Send + Sync + 'static,
+    S: Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send,
+{
+    let mut stream = pin!(stream);
+    // Every list gets a new epoch; objects not stamped with it at its end are gone.
+    let mut epoch = 0_u64;
+    let mut first_list = true;
+    let mut next_resync: Option<Instant> = None;
+    loop {
+        let resync_due = async {
+            match next_resync {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let item = tokio::select! {
+            biased;
+            () = shared.token.cancelled() => break,
+            () = resync_due => {
+                resync_all(&shared);
+                next_resync = resync.map(|p| Instant::now() + jittered(p));
+                continue;
+            }
+            item = stream.next() => item,
+        };
+        let Some(item) = item else { break };
+        let event = match item {
+            Ok(event) => event,
+            Err(err) => {
+                record_error(&shared, &err);
+                continue;
+            }
+        };
+        // A transform that panics may leave `obj` half changed; that copy is dropped and
+        // nothing else has been touched, so the object is skipped as if never received.
+        let transformed = |mut obj: K| match &transform {
+            Some(t) => match unwind::catch(|| t(&mut obj)) {
+                Ok(()) => Ok(obj),
+                Err(message) => {
+                    record_panic(&shared, "transform", &ObjectKey::of(&obj), &message);
+                    Err(ObjectKey::of(&obj))
+                }
+            },
+            None => Ok(obj),
+        };
+        let mut panics = Vec::new();
+        // Decoded objects carry spare capacity (a one-element `Vec` is allocated for four);
+        // a clone allocates exactly, so objects that will be stored are cloned and the
+        // decoded copies dropped. Unchanged objects are not, as they are about to be dropped.
+        #[allow(
+            clippy::redundant_clone,
+            reason = "the clone is the point: it allocates exactly"
+        )]
+        let compact = |obj: K| {
+            // During the first list nothing is unchanged, so the lookup is skipped.
+            if !first_list && shared.store.has_version_of(&obj) {
+                obj
+            } else {
+                obj.clone()
+            }
+        };
+        match event {
+            watcher::Event::Init => {
+                epoch += 1;
+                if !first_list {
+                    shared.stats.relists.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(resource = %shared.resource, "relisting");
+                }
+            }
+            watcher::Event::InitApply(Lenient::Malformed(bad))
+            | watcher::Event::Apply(Lenient::Malformed(bad)) => {
+                record_malformed(&shared, &bad);
+                // Keep the last good version through a relist's sweep.
+                shared.store.touch(&key_of_meta(&bad.metadata), epoch);
+            }
+            watcher::Event::Delete(Lenient::Malformed(bad)) => {
+                record_malformed(&shared, &bad);
+                let key = key_of_meta(&bad.metadata);
+                let mut subscribers = shared.subscribers();
+                if let Some(obj) = shared.store.remove(&key, &mut panics) {
+                    // The last good version stands for the deleted object.
+                    send(
+                        &mut subscribers,
+                        &Event::Delete {
+                            obj,
+                            final_state_unknown: true,
+                        },
+                    );
+                }
+            }
+            watcher::Event::InitApply(Lenient::Ok(obj))
+            | watcher::Event::Apply(Lenient::Ok(obj)) => {
+                let initial_list = first_list;
+                let obj = match transformed(obj) {
+                    Ok(obj) => compact(obj),
+                    Err(key) => {
+                        // Keep the last good version, if any, through a relist's sweep.
+                        shared.store.touch(&key, epoch);
+                        continue;
+                    }
+                };
+                let mut subscribers = shared.subscribers();
+                match shared.store.apply(obj, epoch, &mut panics) {
+                    Applied::Added(obj) => {
+                        send(&mut subscribers, &Event::Add { obj, initial_list });
+                    }
+                    Applied::Updated { old, new } => {
+                        send(&mut subscribers, &Event::Update { old, new });
+                    }
+                    Applied::Unchanged | Applied::Skipped => {}
+                }
+            }
+            watcher::Event::InitDone => {
+                let mut subscribers = shared.subscribers();
+                for obj in shared.store.sweep(epoch, &mut panics) {
+                    send(
+                        &mut subscribers,
+                        &Event::Delete {
+                            obj,
+                            final_state_unknown: true,
+                        },
+                    );
+                }
+                drop(subscribers);
+                if first_list {
+                    first_list = false;
+                    shared.synced.send_replace(true);
+                    next_resync = resync.map(|p| Instant::now() + jittered(p));
+                    tracing::debug!(resource = %shared.resource, objects = shared.store.len(), "synced");
+                }
+            }
+            watcher::Event::Delete(Lenient::Ok(obj)) => {
+                let transformed = transformed(obj);
+                let key = match &transformed {
+                    Ok(obj) => ObjectKey::of(obj),
+                    Err(key) => key.clone(),
+                };
+                let mut subscribers = shared.subscribers();
+                let stored = shared.store.remove(&key, &mut panics);
+                // The object is gone either way; without a transformed copy, the last
+                // stored version stands for it, as for a malformed one.
+                let event = match (transformed, stored) {
+                    (Ok(obj), _) => Some(Event::Delete {
+                        obj: Arc::new(obj),
+                        final_state_unknown: false,
+                    }),
+                    (Err(_), Some(obj)) => Some(Event::Delete {
+                        obj,
+                        final_state_unknown: true,
+                    }),
+                    (Err(_), None) => None,
+                };
+                if let Some(event) = event {
+                    send(&mut subscribers, &event);
+                }
+            }
+        }
+        for panic in panics {
+            record_index_panic(&shared, &panic);
+        }
+    }
+}
+
+fn resync_all<K: Resource>(shared: &Shared<K>) {
+    shared.stats.resyncs.fetch_add(1, Ordering::Relaxed);
+    let mut subscribers = shared.subscribers();
+    shared.store.for_each(|obj| {
+        send(
+            &mut subscribers,
+            &Event::Update {
+                old: Arc::clone(obj),
+                new: Arc::clone(obj),
+            },
+        );
+    });
+}
+
+fn key_of_meta(meta: &kube::core::ObjectMeta) -> ObjectKey {
+    ObjectKey {
+        namespace: meta.namespace.clone(),
+        name: meta.name.clone().unwrap_or_default(),
+    }
+}
+
+fn record_malformed<K>(shared: &Shared<K>, bad: &Malformed) {
+    shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+    #[cfg(feature = "metrics")]
+    metrics::counter!("rudder_cache_malformed_objects_total", "resource" => shared.resource.clone())
+        .increment(1);
+    tracing::warn!(resource = %shared.resource, object = %bad, "skipping an object that does not decode");
+}
+
+fn record_index_panic<K>(shared: &Shared<K>, panic: &IndexPanic) {
+    tracing::error!(
+        resource = %shared.resource,
+        object = %panic.key,
+        index = %panic.index,
+        panic = %panic.message,
+        "an index function panicked; skipping the object"
+    );
+    count_panic(shared, "index");
+}
+
+fn record_panic<K>(shared: &Shared<K>, function: &'static str, key: &ObjectKey, message: &str) {
+    tracing::error!(
+        resource = %shared.resource,
+        object = %key,
+        panic = %message,
+        "a {function} panicked; skipping the object"
+    );
+    count_panic(shared, function);
+}
+
+fn count_panic<K>(shared: &Shared<K>, function: &'static str) {
+    shared.stats.panics.fetch_add(1, Ordering::Relaxed);
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "rudder_cache_panics_total",
+        "resource" => shared.resource.clone(),
+        "function" => function
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = function;
+}
+
+fn record_error<K>(shared: &Shared<K>, err: &watcher::Error) {
+    if is_malformed(err) {
+        shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("rudder_cache_malformed_objects_total", "resource" => shared.resource.clone())
+            .increment(1);
+        tracing::warn!(resource = %shared.resource, error = %err, "skipping an object that does not decode");
+    } else {
+        shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!("rudder_cache_watch_errors_total", "resource" => shared.resource.clone())
+            .increment(1);
+        tracing::warn!(resource = %shared.resource, error = %err, "watch error; retrying with backoff");
+    }
+}
+
+/// Whether a watcher error is an object that did not decode. kube-client reports a watch
+/// line that is not a `WatchEvent<K>` as a `SerdeError`, or, when the line happens to parse
+/// as a `Status` (every field of which is optional), as an API error with code 0, which a
+/// real status from the server never has.
+pub(crate) fn is_malformed(err: &watcher::Error) -> bool {
+    match err {
+        watcher::Error::WatchFailed(e) | watcher::Error::InitialListFailed(e) => match e {
+            kube::Error::SerdeError(_) => true,
+            kube::Error::Api(status) => status.code == 0,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// `period` plus a random fraction of up to 10% of it.
+pub(crate) fn jittered(period: Duration) -> Duration {
+    let random = RandomState::new().hash_one(Instant::now());
+    // The top 53 bits as a fraction in [0, 1).
+    let fraction = (random >> 11) as f64 / (1_u64 << 53) as f64;
+    period + period.mul_f64(0.1 * fraction)
+}

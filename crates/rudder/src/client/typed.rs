@@ -1,0 +1,253 @@
+//! [`Client`]: the reconciler's client, controller-runtime's `client.Client`: reads from the
+//! shared cache, writes to the API server with the object's own `Api`.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use rudder_cache::{ApiScope, Cache, ListOptions, Typed};
+use rudder_handler::Request;
+use serde::Serialize;
+
+use super::ClientError;
+
+/// The reconciler's client: reads come from the manager's shared cache (no request to the
+/// API server), writes go to the API server through the `Api` the object itself implies
+/// (its type, and the namespace in its metadata), so a reconciler never builds an `Api` by
+/// hand.
+///
+/// Writes that replace or patch what was read carry its resourceVersion: if the object
+/// changed on the server since (or the cache was behind), the write fails with a conflict
+/// ([`ClientError::is_conflict`]) instead of overwriting someone else's change, and the
+/// reconcile is retried on a fresher read. Cloning is cheap.
+///
+/// ```no_run
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use rudder::client::Client;
+/// use rudder::Request;
+///
+/// # async fn demo(client: Client, request: Request) -> Result<(), rudder::client::ClientError> {
+/// if let Some(cm) = client.get::<ConfigMap>(&request).await? {
+///     let mut cm = (*cm).clone();
+///     cm.data.get_or_insert_default().insert("seen".into(), "yes".into());
+///     // Conditional on the resourceVersion read: a conflict if it changed meanwhile.
+///     client.update(&cm).await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    kube: kube::Client,
+    cache: Cache,
+    field_manager: Arc<str>,
+}
+
+impl Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("field_manager", &self.field_manager)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client reading from `cache` and writing through `kube`; server-side applies name
+    /// `field_manager` as the owner of the fields they set.
+    pub fn new(kube: kube::Client, cache: Cache, field_manager: impl Into<Arc<str>>) -> Self {
+        Self {
+            kube,
+            cache,
+            field_manager: field_manager.into(),
+        }
+    }
+
+    /// The underlying kube client, for what this one does not cover (subresources such as
+    /// logs or exec, reads that must not come from the cache).
+    pub fn kube(&self) -> &kube::Client {
+        &self.kube
+    }
+
+    /// The shared cache the reads come from.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// The field manager of server-side applies.
+    pub fn field_manager(&self) -> &str {
+        &self.field_manager
+    }
+
+    /// An `Api<K>` over `namespace` (`None`: all namespaces, or a cluster-scoped type).
+    pub fn api<K: Typed>(&self, namespace: Option<&str>) -> Api<K> {
+        <K::Scope as ApiScope>::api::<K>(self.kube.clone(), namespace)
+    }
+
+    /// The `Api<K>` that `object` lives in: its type, and the namespace in its metadata.
+    pub fn api_for<K: Typed>(&self, object: &K) -> Api<K> {
+        self.api::<K>(object.meta().namespace.as_deref())
+    }
+
+    /// The object `request` names, from the cache (`None` if it does not exist, as far as
+    /// the cache has seen). The first read of a type starts its informer and waits for it
+    /// to sync.
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Cache`]: the informer could not be made or did not sync, or the
+    /// namespace is not cached.
+    pub async fn get<K: Typed>(&self, request: &Request) -> Result<Option<Arc<K>>, ClientError> {
+        Ok(self
+            .cache
+            .get::<K>(request.namespace(), request.name())
+            .await?)
+    }
+
+    /// The objects of type `K` that `options` select, from the cache.
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Self::get).
+    pub async fn list<K: Typed>(&self, options: &ListOptions) -> Result<Vec<Arc<K>>, ClientError> {
+        Ok(self.cache.list::<K>(options).await?)
+    }
+
+    /// Creates `object` in its namespace; returns it as the server stored it.
+    ///
+    /// # Errors
+    ///
+    /// The API server's; one that already exists is a conflict
+    /// ([`ClientError::is_conflict`], reason `AlreadyExists`).
+    pub async fn create<K: Typed + Serialize>(&self, object: &K) -> Result<K, ClientError> {
+        Ok(self
+            .api_for(object)
+            .create(&PostParams::default(), object)
+            .await?)
+    }
+
+    /// Replaces `object` (not its status), conditional on the resourceVersion it carries.
+    ///
+    /// # Errors
+    ///
+    /// A conflict if the object changed since it was read; the API server's otherwise.
+    pub async fn update<K: Typed + Serialize>(&self, object: &K) -> Result<K, ClientError> {
+        Ok(self
+            .api_for(object)
+            .replace(&object.name_any(), &PostParams::default(), object)
+            .await?)
+    }
+
+    /// Replaces `object`'s status, conditional on the resourceVersion it carries.
+    ///
+    /// # Errors
+    ///
+    /// As [`update`](Self::update).
+    pub async fn update_status<K: Typed + Serialize>(&self, object: &K) -> Result<K, ClientError> {
+        Ok(self
+            .api_for(object)
+            .replace_status(&object.name_any(), &PostParams::default(), object)
+            .await?)
+    }
+
+    /// Patches `object` (named by its name and namespace) with `patch`. A merge patch
+    /// carrying `metadata.resourceVersion` is conditional on it; see
+    /// [`patch_status`](Self::patch_status) for the common status case.
+    ///
+    /// # Errors
+    ///
+    /// The API server's.
+    pub async fn patch<K, P>(&self, object: &K, patch: &Patch<P>) -> Result<K, ClientError>
+    where
+        K: Typed,
+        P: Serialize + Debug,
+    {
+        Ok(self
+            .api_for(object)
+            .patch(&object.name_any(), &PatchParams::default(), patch)
+            .await?)
+    }
+
+    /// Writes `status` as `object`'s status (a merge patch of the status subresource),
+    /// conditional on the resourceVersion `object` carries, so a status computed from a
+    /// stale read is refused rather than written over a newer one. Returns the object as
+    /// written.
+    ///
+    /// # Errors
+    ///
+    /// A conflict if the object changed since it was read; the API server's otherwise.
+    pub async fn patch_status<K, S>(&self, object: &K, status: &S) -> Result<K, ClientError>
+    where
+        K: Typed,
+        S: Serialize,
+    {
+        let patch = serde_json::json!({
+            "metadata": { "resourceVersion": object.meta().resource_version },
+            "status": status,
+        });
+        Ok(self
+            .api_for(object)
+            .patch_status(
+                &object.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?)
+    }
+
+    /// Server-side applies `object` as this client's field manager, forcing conflicts with
+    /// other managers (what a controller owning its objects wants). `object` should hold
+    /// only the fields this controller manages, with `apiVersion` and `kind` set.
+    ///
+    /// # Errors
+    ///
+    /// The API server's.
+    pub async fn apply<K: Typed + Serialize>(&self, object: &K) -> Result<K, ClientError> {
+        let params = PatchParams::apply(&self.field_manager).force();
+        Ok(self
+            .api_for(object)
+            .patch(&object.name_any(), &params, &Patch::Apply(object))
+            .await?)
+    }
+
+    /// Server-side applies `object`'s status (the status subresource), as
+    /// [`apply`](Self::apply).
+    ///
+    /// # Errors
+    ///
+    /// The API server's.
+    pub async fn apply_status<K: Typed + Serialize>(&self, object: &K) -> Result<K, ClientError> {
+        let params = PatchParams::apply(&self.field_manager).force();
+        Ok(self
+            .api_for(object)
+            .patch_status(&object.name_any(), &params, &Patch::Apply(object))
+            .await?)
+    }
+
+    /// Deletes `object` if it is still the object that was read: the delete is conditional
+    /// on its uid, so a newer object of the same name is left alone. Returns whether this
+    /// call deleted it (or started deleting it); `false` when it was already gone or the
+    /// name now belongs to another object, which is what a reconcile wants in both cases.
+    ///
+    /// # Errors
+    ///
+    /// The API server's, other than Not Found and a failed uid precondition.
+    pub async fn delete<K: Typed>(&self, object: &K) -> Result<bool, ClientError> {
+        let params = DeleteParams {
+            preconditions: object.uid().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self
+            .api_for(object)
+            .delete(&object.name_any(), &params)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => Ok(false),
+            Err(error) => Err(error.into()),
+        }
+    }
+}
