@@ -82,6 +82,12 @@
 //! | `handler` | yes | [`handler`] (and `cache`) |
 //! | `controller` | yes | [`controller`](mod@controller) (and `handler`, `workqueue`) |
 //! | `manager` | yes | [`manager`] and the builder (and `controller`) |
+//! | `rustls-tls` | yes | TLS to the API server with rustls, `ring` as its crypto provider |
+//! | `openssl-tls` | no | TLS to the API server with OpenSSL (turn default features off to leave rustls out) |
+//!
+//! The library crates under the facade choose no TLS stack, so an operator compiles only the
+//! one it picks here (or on `kube` itself); with neither, only `http://` API servers can be
+//! reached.
 
 #[cfg(feature = "manager")]
 mod builder;
