@@ -50,7 +50,7 @@ pub enum GracefulShutdown {
     Forever,
 }
 
-/// Errors that end a manager.
+/// Errors that end a manager's [`start`](Manager::start).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -80,10 +80,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The Prometheus recorder could not be installed (another global `metrics` recorder
-    /// was installed first: pass its handle with [`ManagerBuilder::metrics_handle`]).
-    #[error("cannot install the Prometheus recorder")]
-    Metrics(#[source] metrics_exporter_prometheus::BuildError),
     /// Runnables were still running when the graceful-shutdown deadline passed; they were
     /// aborted. A controller here has a reconcile that did not return after its context was
     /// cancelled.
@@ -109,12 +105,22 @@ pub enum Error {
     /// missing RBAC, an unreachable API server); no runnable was started.
     #[error("the cache did not sync")]
     CacheSync(#[source] rudder_cache::SyncError),
-    /// The leader-election settings are inconsistent; fix the configuration.
-    #[error("invalid leader election configuration")]
-    LeaderElectionConfig(#[source] ConfigError),
     /// Leader election failed outright (not merely waiting for another leader).
     #[error("leader election failed")]
     LeaderElection(#[source] ElectionError),
+}
+
+/// Why a manager could not be built ([`ManagerBuilder::build`]); nothing was started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The Prometheus recorder could not be installed (another global `metrics` recorder
+    /// was installed first: pass its handle with [`ManagerBuilder::metrics_handle`]).
+    #[error("cannot install the Prometheus recorder")]
+    Metrics(#[source] metrics_exporter_prometheus::BuildError),
+    /// The leader-election settings are inconsistent; fix the configuration.
+    #[error("invalid leader election configuration")]
+    LeaderElectionConfig(#[source] ConfigError),
 }
 
 /// Builds a [`Manager`].
@@ -203,7 +209,7 @@ impl ManagerBuilder {
     /// `String`, `Vec<u8>`, `&'static str` or `Bytes`):
     ///
     /// ```no_run
-    /// # fn demo(client: kube::Client) -> Result<(), rudder_manager::Error> {
+    /// # fn demo(client: kube::Client) -> Result<(), rudder_manager::BuildError> {
     /// let manager = rudder_manager::Manager::builder(client)
     ///     .metrics_extra_handler("/debug/version", |_request| async {
     ///         http::Response::builder()
@@ -258,16 +264,16 @@ impl ManagerBuilder {
     }
 
     /// Builds the manager. Nothing starts until [`Manager::start`].
-    pub fn build(self) -> Result<Manager, Error> {
+    pub fn build(self) -> Result<Manager, BuildError> {
         let election = self
             .leader_election
             .map(|config| LeaderElection::new(self.client.clone(), config))
             .transpose()
-            .map_err(Error::LeaderElectionConfig)?;
+            .map_err(BuildError::LeaderElectionConfig)?;
         let metrics = match (self.metrics_address, self.metrics_handle) {
             (None, handle) => handle,
             (Some(_), Some(handle)) => Some(handle),
-            (Some(_), None) => Some(crate::metrics::prometheus().map_err(Error::Metrics)?),
+            (Some(_), None) => Some(crate::metrics::prometheus().map_err(BuildError::Metrics)?),
         };
         let cache_token = CancellationToken::new();
         let cache = (self.cache)(Cache::builder(self.client.clone())).build(&cache_token);

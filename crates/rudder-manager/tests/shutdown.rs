@@ -86,9 +86,13 @@ fn setup(name: &str, shutdown: GracefulShutdown, honours_cancel: bool) -> Setup 
     }
 }
 
-/// Starts the manager, gets one reconcile running, stops the manager, and returns what
-/// `start` returned and how long the stop took.
-async fn stop_during_a_reconcile(setup: &Setup) -> (Result<(), Error>, Duration) {
+/// Starts the manager and gets one reconcile running; cancel the token to stop it.
+async fn start_reconciling(
+    setup: &Setup,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), Error>>,
+) {
     let stop = CancellationToken::new();
     let running = tokio::spawn({
         let (manager, stop) = (Arc::clone(&setup.manager), stop.clone());
@@ -104,6 +108,13 @@ async fn stop_during_a_reconcile(setup: &Setup) -> (Result<(), Error>, Duration)
     });
     setup.events.send(Event::Generic { object }).await.unwrap();
     setup.started.notified().await;
+    (stop, running)
+}
+
+/// Starts the manager, gets one reconcile running, stops the manager, and returns what
+/// `start` returned and how long the stop took.
+async fn stop_during_a_reconcile(setup: &Setup) -> (Result<(), Error>, Duration) {
+    let (stop, running) = start_reconciling(setup).await;
     let stopped_at = Instant::now();
     stop.cancel();
     let result = running.await.unwrap();
@@ -172,21 +183,7 @@ async fn stopping_immediately_is_what_was_asked_for_not_an_error() {
 #[tokio::test(start_paused = true)]
 async fn forever_waits_without_cancelling_contexts() {
     let setup = setup("forever", GracefulShutdown::Forever, true);
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (manager, stop) = (Arc::clone(&setup.manager), stop.clone());
-        async move { manager.start(stop).await }
-    });
-    let object = Arc::new(ConfigMap {
-        metadata: ObjectMeta {
-            namespace: Some("default".into()),
-            name: Some("patient".into()),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    });
-    setup.events.send(Event::Generic { object }).await.unwrap();
-    setup.started.notified().await;
+    let (stop, running) = start_reconciling(&setup).await;
     stop.cancel();
     // An hour later (paused time races ahead) it is still waiting, context untouched.
     let waited = tokio::time::timeout(Duration::from_secs(3600), running).await;

@@ -19,6 +19,18 @@ use tokio_util::sync::CancellationToken;
 
 struct Recorder(mpsc::UnboundedSender<Request>);
 
+type Running = tokio::task::JoinHandle<Result<(), rudder::manager::Error>>;
+
+/// Starts `m` in the background: cancel the token, then await the handle.
+fn start(m: &Arc<Manager>) -> (CancellationToken, Running) {
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (m, stop) = (Arc::clone(m), stop.clone());
+        async move { m.start(stop).await }
+    });
+    (stop, running)
+}
+
 async fn next(seen: &mut mpsc::UnboundedReceiver<Request>) -> Request {
     tokio::time::timeout(Duration::from_secs(30), seen.recv())
         .await
@@ -58,11 +70,7 @@ async fn for_and_owns_reconcile_the_primary() {
         .await
         .unwrap();
     assert_eq!(c.name(), "builder-owns");
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (m, stop) = (Arc::clone(&m), stop.clone());
-        async move { m.start(stop).await }
-    });
+    let (stop, running) = start(&m);
     let pp = PostParams::default();
     let owner = Api::<ConfigMap>::namespaced(ns.client(), ns.name())
         .create(
@@ -226,11 +234,7 @@ async fn global_predicates_filter_every_watch_and_tools_reach_the_reconciler() {
         })
         .await
         .unwrap();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (m, stop) = (Arc::clone(&m), stop.clone());
-        async move { m.start(stop).await }
-    });
+    let (stop, running) = start(&m);
     let next = async |seen: &mut mpsc::UnboundedReceiver<_>| {
         tokio::time::timeout(Duration::from_secs(30), seen.recv())
             .await
@@ -343,11 +347,7 @@ async fn raw_sources_bypass_global_predicates() {
         .complete(Recorder(tx))
         .await
         .unwrap();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (m, stop) = (Arc::clone(&m), stop.clone());
-        async move { m.start(stop).await }
-    });
+    let (stop, running) = start(&m);
     Api::<ConfigMap>::namespaced(ns.client(), ns.name())
         .create(
             &PostParams::default(),
@@ -415,11 +415,7 @@ async fn a_cache_with_several_default_namespaces_serves_a_controller() {
         .complete(Recorder(tx))
         .await
         .unwrap();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (m, stop) = (Arc::clone(&m), stop.clone());
-        async move { m.start(stop).await }
-    });
+    let (stop, running) = start(&m);
     let pp = PostParams::default();
     for ns in [&a, &b] {
         Api::<ConfigMap>::namespaced(ns.client(), ns.name())
@@ -484,11 +480,7 @@ async fn a_failed_complete_leaves_nothing_behind() {
         0,
         "not before the manager starts"
     );
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (m, stop) = (Arc::clone(&m), stop.clone());
-        async move { m.start(stop).await }
-    });
+    let (stop, running) = start(&m);
     Api::<ConfigMap>::namespaced(ns.client(), ns.name())
         .create(&PostParams::default(), &named("works"))
         .await
@@ -556,11 +548,7 @@ async fn per_watch_predicates_compose_and_apply_to_their_watch() {
         .complete(Recorder(tx))
         .await
         .unwrap();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (m, stop) = (Arc::clone(&m), stop.clone());
-        async move { m.start(stop).await }
-    });
+    let (stop, running) = start(&m);
     let pp = PostParams::default();
     let cms = Api::<ConfigMap>::namespaced(ns.client(), ns.name());
     let secrets = Api::<Secret>::namespaced(ns.client(), ns.name());

@@ -376,7 +376,7 @@ pub async fn manager(client: kube::Client, options: Options) -> Result<Manager, 
 pub enum SetupError {
     /// The manager refused its settings.
     #[error("cannot build the manager")]
-    Manager(#[from] rudder::manager::Error),
+    Manager(#[from] rudder::manager::BuildError),
     /// The controller could not be declared.
     #[error("cannot declare the ChaosPod controller")]
     Controller(#[from] rudder::Error),
