@@ -531,3 +531,85 @@ async fn stop_lets_in_flight_reconciles_finish_and_nothing_runs_after() {
     assert_eq!(c.queue().stats().processing, 0);
     cache.stop().await;
 }
+
+/// A ConfigMap whose decoding panics for the object named `bomb`: a bug in a user's type,
+/// or in a library under the watch. The panic happens inside the informer's watch task.
+#[derive(Clone, Debug, Serialize)]
+struct Fragile {
+    metadata: ObjectMeta,
+}
+
+impl<'de> Deserialize<'de> for Fragile {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Raw {
+            metadata: ObjectMeta,
+        }
+        let raw = Raw::deserialize(d)?;
+        assert_ne!(
+            raw.metadata.name.as_deref(),
+            Some("bomb"),
+            "Fragile cannot decode the bomb"
+        );
+        Ok(Fragile {
+            metadata: raw.metadata,
+        })
+    }
+}
+
+impl Resource for Fragile {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+    fn kind(_: &()) -> Cow<'_, str> {
+        "ConfigMap".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "configmaps".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// An informer whose watch task dies (here: a panic while decoding) ends its subscribers'
+/// streams; a `Kind` on the cache then asks the cache for a replacement and goes on, so the
+/// controller is not left silently deaf.
+#[tokio::test]
+async fn a_kind_source_recovers_when_its_informer_fails() {
+    let (ns, cache, token) = setup("kind-recovers").await;
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let c = Controller::builder("kind-recovers", Recorder(tx))
+        .build()
+        .unwrap();
+    c.watch(Kind::<Fragile>::from_cache(&cache), EnqueueObject, vec![])
+        .unwrap();
+    let running = run(&c, &token);
+    let cms: Api<ConfigMap> = ns.api();
+    let pp = PostParams::default();
+    cms.create(&pp, &config_map("before")).await.unwrap();
+    until(&mut seen, &Request::namespaced(ns.name(), "before")).await;
+
+    // The watch task panics on the bomb: the informer fails.
+    cms.create(&pp, &config_map("bomb")).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    while cache.failed_count() == 0 {
+        assert!(Instant::now() < deadline, "the informer did not fail");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Replacements fail on the bomb too while it exists; once it is gone, one syncs and
+    // the controller hears of new objects again.
+    cms.delete("bomb", &DeleteParams::default()).await.unwrap();
+    cms.create(&pp, &config_map("after")).await.unwrap();
+    until(&mut seen, &Request::namespaced(ns.name(), "after")).await;
+    token.cancel();
+    running.await.unwrap();
+}

@@ -1,8 +1,9 @@
 //! [`Kind`]: a source on the shared informers of one type from rudder-cache.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::stream::StreamExt;
+use futures::stream::{BoxStream, StreamExt};
 use kube::Resource;
 use rudder_cache::{Cache, Informer, Scope, Typed};
 
@@ -23,7 +24,10 @@ use crate::{Event, Source, Synced};
 /// If the API server does not serve the type yet (a CRD not installed), the informers keep
 /// retrying with backoff and log each failure; the source stays unsynced until the type
 /// appears, then works, so a controller started before its CRD does not fail the process
-/// (within its cache-sync timeout).
+/// (within its cache-sync timeout). If an informer fails (its watch task died), a `Kind` on
+/// the cache asks the cache for a replacement (with backoff, 100 ms doubling to 10 s) and
+/// subscribes to it, so the controller keeps getting events; a `Kind` on informers you
+/// made just loses that informer's events.
 pub struct Kind<K> {
     target: Target<K>,
 }
@@ -93,47 +97,83 @@ impl<K: Typed> Kind<K> {
 
 impl<K: Typed> Source<K> for Kind<K> {
     fn start(self: Box<Self>) -> Result<Started<K>, SourceError> {
-        let informers = match self.target {
-            Target::Informers(informers) => informers,
-            Target::Cache { cache, scope: None } => cache.informers::<K>()?,
+        let (informers, resolvers) = match self.target {
+            Target::Informers(informers) => (informers, None),
+            Target::Cache { cache, scope: None } => {
+                let informers = cache.informers::<K>()?;
+                let resolvers = (0..informers.len())
+                    .map(|index| {
+                        let cache = cache.clone();
+                        Arc::new(move || {
+                            cache
+                                .informers::<K>()?
+                                .into_iter()
+                                .nth(index)
+                                .ok_or(rudder_cache::Error::Stopped)
+                        }) as Resolve<K>
+                    })
+                    .collect();
+                (informers, Some(resolvers))
+            }
             Target::Cache {
                 cache,
                 scope: Some(scope),
-            } => vec![cache.informer_in::<K>(&scope)?],
+            } => {
+                let informer = cache.informer_in::<K>(&scope)?;
+                let resolve: Resolve<K> = Arc::new(move || cache.informer_in::<K>(&scope));
+                (vec![informer], Some(vec![resolve]))
+            }
         };
-        Ok(start(informers))
+        Ok(start(informers, resolvers))
     }
 }
 
+/// Asks the cache again for one of a `Kind`'s informers.
+type Resolve<K> = Arc<dyn Fn() -> rudder_cache::Result<Informer<K>> + Send + Sync>;
+
+/// The first wait before asking the cache for a replacement of an informer that ended.
+const REPLACE_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// The longest wait between two asks.
+const REPLACE_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
 /// Subscribes to every informer (merging their events) and makes the signal that is on when
 /// all of them have synced.
-fn start<K>(informers: Vec<Informer<K>>) -> Started<K>
+///
+/// An informer's stream ends only when the informer stops or fails (its watch task died).
+/// With `resolvers` (a `Kind` on the cache), the source then asks the cache again, which
+/// replaces a failed informer, and subscribes to the new one: its replay of every object
+/// (as creates from the initial list, so at low priority) catches up on whatever changed
+/// meanwhile. When the cache is stopped the ask fails and that part of the stream ends.
+fn start<K>(informers: Vec<Informer<K>>, resolvers: Option<Vec<Resolve<K>>>) -> Started<K>
 where
     K: Resource + Send + Sync + 'static,
 {
-    let events = futures::stream::select_all(informers.iter().map(|informer| {
-        informer.subscribe().map(|event| match event {
-            rudder_cache::Event::Add { obj, initial_list } => Event::Create {
-                object: obj,
-                initial_list,
-            },
-            rudder_cache::Event::Update { old, new } => Event::Update { old, new },
-            rudder_cache::Event::Delete {
-                obj,
-                final_state_unknown,
-            } => Event::Delete {
-                object: obj,
-                final_state_unknown,
-            },
+    let mut resolvers = resolvers.map(Vec::into_iter);
+    let parts: Vec<_> = informers
+        .iter()
+        .enumerate()
+        .map(|(index, informer)| {
+            (
+                index,
+                informer.clone(),
+                resolvers.as_mut().and_then(Iterator::next),
+            )
         })
-    }))
-    .boxed();
-    let probes = informers.clone();
+        .collect();
+    let current = Arc::new(Mutex::new(informers));
+    let parts = parts
+        .into_iter()
+        .map(|(index, informer, resolve)| part(index, &informer, resolve, Arc::clone(&current)));
+    let events = futures::stream::select_all(parts).boxed();
+    let (probe, waiter) = (Arc::clone(&current), current);
     let synced = Synced::from_fn(
-        move || probes.iter().all(Informer::has_synced),
+        move || lock(&probe).iter().all(Informer::has_synced),
         move || {
-            let informers = informers.clone();
+            let current = Arc::clone(&waiter);
             Box::pin(async move {
+                // The informers of the moment; a replacement syncs on its own, and the
+                // probe above reads the current ones.
+                let informers = lock(&current).clone();
                 for informer in informers {
                     // Stopped informers never sync: wait forever rather than claim so.
                     if informer.wait_for_sync(Duration::MAX).await.is_err() {
@@ -144,4 +184,82 @@ where
         },
     );
     Started::new(events, synced)
+}
+
+fn lock<K>(current: &Mutex<Vec<Informer<K>>>) -> std::sync::MutexGuard<'_, Vec<Informer<K>>> {
+    current.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The events of the informer at `index`, resubscribing to a replacement when it ends (if it
+/// can be resolved again).
+fn part<K>(
+    index: usize,
+    informer: &Informer<K>,
+    resolve: Option<Resolve<K>>,
+    current: Arc<Mutex<Vec<Informer<K>>>>,
+) -> BoxStream<'static, Event<K>>
+where
+    K: Resource + Send + Sync + 'static,
+{
+    struct State<K> {
+        index: usize,
+        events: BoxStream<'static, rudder_cache::Event<K>>,
+        resolve: Option<Resolve<K>>,
+        current: Arc<Mutex<Vec<Informer<K>>>>,
+        resource: String,
+    }
+    let state = State {
+        index,
+        resource: informer.resource().to_string(),
+        events: informer.subscribe().boxed(),
+        resolve,
+        current,
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        let mut backoff = REPLACE_BACKOFF_MIN;
+        loop {
+            if let Some(event) = state.events.next().await {
+                return Some((convert(event), state));
+            }
+            let resolve = state.resolve.clone()?;
+            tracing::warn!(
+                resource = %state.resource,
+                ?backoff,
+                "an informer this source reads from ended; asking the cache for a new one"
+            );
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(REPLACE_BACKOFF_MAX);
+            match resolve() {
+                Ok(informer) => {
+                    state.events = informer.subscribe().boxed();
+                    if let Some(slot) = lock(&state.current).get_mut(state.index) {
+                        *slot = informer;
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(resource = %state.resource, %error,
+                        "no new informer (the cache is stopping): this part of the source ends");
+                    return None;
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+fn convert<K>(event: rudder_cache::Event<K>) -> Event<K> {
+    match event {
+        rudder_cache::Event::Add { obj, initial_list } => Event::Create {
+            object: obj,
+            initial_list,
+        },
+        rudder_cache::Event::Update { old, new } => Event::Update { old, new },
+        rudder_cache::Event::Delete {
+            obj,
+            final_state_unknown,
+        } => Event::Delete {
+            object: obj,
+            final_state_unknown,
+        },
+    }
 }
