@@ -49,6 +49,14 @@
 //! text format, plus `process_*` metrics; [`ManagerBuilder::metrics_extra_handler`] adds
 //! more paths to that server.
 //!
+//! Both servers are tower services on [`rudder_server`], with its bounds: at most 512
+//! connections at once (more wait in the kernel's backlog), a 10 s limit to send a
+//! request's head, idle connections closed after 90 s, 1 MiB request bodies, and accept
+//! errors (out of file descriptors, say) backed off 5 ms doubling to 1 s instead of retried
+//! in a loop, so a flood of bad or idle clients cannot keep the kubelet's probes from being
+//! answered. [`Manager::start`] also raises the process's soft file-descriptor limit to its
+//! hard limit, as Go's runtime does ([`ManagerBuilder::raise_fd_limit`] turns that off).
+//!
 //! # Leader election
 //!
 //! [`leader_election`] elects one leader among replicas with a `coordination.k8s.io/v1`

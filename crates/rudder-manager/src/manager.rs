@@ -297,9 +297,14 @@ impl ManagerBuilder {
                     .filter(|(_, synced)| !synced())
                     .map(|(name, _)| name.clone())
                     .collect::<Vec<_>>();
-                let unsynced = cache_probe.unsynced_count();
-                if unsynced > 0 {
-                    pending.push(format!("{unsynced} cache informer(s)"));
+                let (unsynced, failed) = (cache_probe.unsynced_count(), cache_probe.failed_count());
+                // Read one after the other: a failure in between must not underflow.
+                let starting = unsynced.saturating_sub(failed);
+                if starting > 0 {
+                    pending.push(format!("{starting} cache informer(s)"));
+                }
+                if failed > 0 {
+                    pending.push(format!("{failed} failed cache informer(s) (see the log)"));
                 }
                 async move {
                     if pending.is_empty() {
