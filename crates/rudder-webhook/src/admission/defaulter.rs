@@ -1,0 +1,116 @@
+//! [`Defaulter`]: typed defaulting, and [`Defaulting`], its adapter to an
+//! [`AdmissionHandler`].
+
+use std::future::Future;
+use std::marker::PhantomData;
+
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::core::{DynamicObject, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{
+    AdmissionHandler, Denial, Warnings, allowed, decode_object, defaulting_patch, errored,
+};
+
+/// Sets defaults on a `K` being created or updated (a mutating webhook).
+///
+/// The object is decoded from the request as `K` and handed over mutably; the answer is a
+/// JSON patch from the object received to the defaulted one that never removes fields `K`
+/// does not know (see [`defaulting_patch`](crate::admission::defaulting_patch)). Returning
+/// a [`Denial`] refuses the object instead. Deletes and connects are allowed without a
+/// call.
+pub trait Defaulter<K>: Send + Sync + 'static {
+    /// Defaults `object`. `request` is the rest of the admission request (operation,
+    /// user, `dry_run`; its `object` and `old_object` are taken out); a defaulter with side
+    /// effects must make none when `request.dry_run` is set.
+    fn default(
+        &self,
+        object: &mut K,
+        request: &AdmissionRequest<DynamicObject>,
+    ) -> impl Future<Output = Result<Warnings, Denial>> + Send;
+}
+
+/// The [`AdmissionHandler`] for a [`Defaulter`]: what
+/// [`Webhook::defaulter`](crate::Webhook::defaulter) serves.
+pub struct Defaulting<K, D> {
+    defaulter: D,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K, D> Defaulting<K, D> {
+    /// Wraps `defaulter`.
+    pub fn new(defaulter: D) -> Self {
+        Self {
+            defaulter,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K, D> AdmissionHandler for Defaulting<K, D>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Send + Sync + 'static,
+    D: Defaulter<K>,
+{
+    async fn handle(&self, mut request: AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+        if matches!(request.operation, Operation::Delete | Operation::Connect) {
+            return allowed(&request);
+        }
+        request.old_object = None;
+        let Some(object) = request.object.take() else {
+            return allowed(&request);
+        };
+        let original = match serde_json::to_value(&object) {
+            Ok(value) => value,
+            Err(error) => {
+                return errored(
+                    Some(&request),
+                    400,
+                    format!("cannot encode the object: {error}"),
+                );
+            }
+        };
+        drop(object);
+        let mut typed: K = match decode_object(&request, &original, "object") {
+            Ok(typed) => typed,
+            Err(response) => return *response,
+        };
+        let before = match serde_json::to_value(&typed) {
+            Ok(value) => value,
+            Err(error) => {
+                return errored(
+                    Some(&request),
+                    500,
+                    format!("cannot encode the object: {error}"),
+                );
+            }
+        };
+        let warnings = match self.defaulter.default(&mut typed, &request).await {
+            Ok(warnings) => warnings,
+            Err(denial) => return denial.into_response(&request),
+        };
+        let after = match serde_json::to_value(&typed) {
+            Ok(value) => value,
+            Err(error) => {
+                return errored(
+                    Some(&request),
+                    500,
+                    format!("cannot encode the defaulted object: {error}"),
+                );
+            }
+        };
+        let patch = defaulting_patch(&original, &before, &after);
+        let mut response = allowed(&request);
+        if !warnings.is_empty() {
+            response.warnings = Some(warnings);
+        }
+        if patch.0.is_empty() {
+            return response;
+        }
+        match response.with_patch(patch) {
+            Ok(response) => response,
+            Err(error) => errored(Some(&request), 500, error.to_string()),
+        }
+    }
+}

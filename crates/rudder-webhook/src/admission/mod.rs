@@ -1,0 +1,250 @@
+//! Admission: the raw [`AdmissionHandler`] trait, the typed [`Defaulter`] and [`Validator`]
+//! with their adapters, [`Denial`]s, and decoding and answering reviews.
+
+mod defaulter;
+mod denial;
+mod patch;
+mod validator;
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use http::StatusCode;
+use hyper::body::Bytes;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::core::{DynamicObject, Status, TypeMeta};
+
+pub use self::defaulter::{Defaulter, Defaulting};
+pub use self::denial::{Denial, FieldError, Warnings};
+pub use self::patch::defaulting_patch;
+pub use self::validator::{Validating, Validator};
+use crate::metrics;
+use crate::server::Rejection;
+
+/// The admission review API version answered when a request's is unknown.
+pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
+/// The older admission review API version, still accepted and echoed.
+pub const ADMISSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
+
+/// Answers admission requests: a review's request in, its response out.
+///
+/// The server decodes the review (an undecodable one is answered `allowed: false` with code
+/// 400 without calling the handler), calls the handler, and writes the response in the
+/// review's own API version, with the request's uid. A handler that panics is answered
+/// with code 500 and counted in `controller_runtime_webhook_panics_total`.
+///
+/// The typed [`Defaulting`] and [`Validating`] adapters are handlers too.
+pub trait AdmissionHandler: Send + Sync + 'static {
+    /// Decides on `request`. Start from [`allowed`] (or [`Denial::into_response`]) to get
+    /// the uid and API version right.
+    fn handle(
+        &self,
+        request: AdmissionRequest<DynamicObject>,
+    ) -> impl Future<Output = AdmissionResponse> + Send;
+}
+
+/// An allowing response to `request` (uid and API version copied).
+pub fn allowed<T: kube::core::Resource>(request: &AdmissionRequest<T>) -> AdmissionResponse {
+    AdmissionResponse::from(request)
+}
+
+/// An erroring response: `allowed: false` with `code` and `message`, for a request that
+/// could not be handled (400 for one that does not decode, 500 for a handler that failed).
+pub fn errored(
+    request: Option<&AdmissionRequest<DynamicObject>>,
+    code: u16,
+    message: impl Into<String>,
+) -> AdmissionResponse {
+    let message = message.into();
+    let mut response = match request {
+        Some(request) => AdmissionResponse::from(request),
+        None => AdmissionResponse::invalid(&message),
+    };
+    response.allowed = false;
+    response.result = Status::failure(&message, reason_for(code)).with_code(code);
+    response
+}
+
+fn reason_for(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        403 => "Forbidden",
+        422 => "Invalid",
+        500 => "InternalError",
+        _ => "",
+    }
+}
+
+/// Decodes one review, calls the handler, and encodes its answer. `Err` is an HTTP-level
+/// refusal (the body is not JSON at all).
+pub(crate) async fn serve<H: AdmissionHandler>(
+    handler: Arc<H>,
+    body: Bytes,
+) -> Result<Bytes, Rejection> {
+    let response = match decode(&body) {
+        Ok(request) => {
+            let types = request.types.clone();
+            let uid = request.uid.clone();
+            let handled = AssertUnwindSafe(async move { handler.handle(request).await })
+                .catch_unwind()
+                .await;
+            let mut response = match handled {
+                Ok(response) => response,
+                Err(panic) => {
+                    metrics::admission_panic();
+                    let message = panic_message(panic.as_ref());
+                    tracing::error!(panic = %message, "admission handler panicked");
+                    errored(None, 500, format!("panic: {message} [recovered]"))
+                }
+            };
+            // The API server matches answers by uid and reads them in its own version,
+            // whatever the handler put there.
+            response.uid = uid;
+            response.types = types;
+            response
+        }
+        Err(Undecodable::NotJson(error)) => {
+            return Err(Rejection {
+                status: StatusCode::BAD_REQUEST,
+                message: format!("request body is not JSON: {error}"),
+            });
+        }
+        Err(Undecodable::Review {
+            types,
+            uid,
+            message,
+        }) => {
+            let mut response = errored(None, 400, message);
+            response.uid = uid.unwrap_or_default();
+            response.types = types;
+            response
+        }
+    };
+    encode(response)
+}
+
+fn encode(response: AdmissionResponse) -> Result<Bytes, Rejection> {
+    serde_json::to_vec(&response.into_review())
+        .map(Bytes::from)
+        .map_err(|error| Rejection {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!("cannot encode the admission response: {error}"),
+        })
+}
+
+/// Why a body is not an admission request.
+#[derive(Debug)]
+enum Undecodable {
+    /// Not JSON at all: an HTTP 400.
+    NotJson(serde_json::Error),
+    /// JSON, but not a review this server can answer: `allowed: false`, code 400, with the
+    /// uid and API version when the body had them.
+    Review {
+        types: TypeMeta,
+        uid: Option<String>,
+        message: String,
+    },
+}
+
+/// Decodes a review body into its request, or says what to answer instead.
+fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Undecodable> {
+    let review = match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
+        Ok(review) => review,
+        Err(error) => return Err(diagnose(body, &error)),
+    };
+    let types = answer_types(&review.types);
+    if review.types.kind != "AdmissionReview" || !supported(&review.types.api_version) {
+        return Err(Undecodable::Review {
+            uid: review.request.as_ref().map(|request| request.uid.clone()),
+            types,
+            message: format!(
+                "unsupported review {}/{}: expected AdmissionReview in {ADMISSION_V1} or {ADMISSION_V1BETA1}",
+                review.types.api_version, review.types.kind
+            ),
+        });
+    }
+    match review.request {
+        Some(mut request) => {
+            request.types = types;
+            Ok(request)
+        }
+        None => Err(Undecodable::Review {
+            types,
+            uid: None,
+            message: "the admission review has no request".to_owned(),
+        }),
+    }
+}
+
+/// For a body that did not decode as a review: is it JSON at all, and which uid and
+/// version can still be echoed?
+fn diagnose(body: &[u8], error: &serde_json::Error) -> Undecodable {
+    let value = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(value) => value,
+        Err(not_json) => return Undecodable::NotJson(not_json),
+    };
+    let api_version = value
+        .get("apiVersion")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
+    let uid = value
+        .pointer("/request/uid")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned);
+    Undecodable::Review {
+        types: answer_types(&TypeMeta {
+            api_version: api_version.to_owned(),
+            kind: String::new(),
+        }),
+        uid,
+        message: format!("cannot decode the admission review: {error}"),
+    }
+}
+
+fn supported(api_version: &str) -> bool {
+    api_version == ADMISSION_V1 || api_version == ADMISSION_V1BETA1
+}
+
+/// The API version and kind to answer in: the request's, when it is one this server
+/// speaks, else v1.
+fn answer_types(request: &TypeMeta) -> TypeMeta {
+    let api_version = if supported(&request.api_version) {
+        request.api_version.clone()
+    } else {
+        ADMISSION_V1.to_owned()
+    };
+    TypeMeta {
+        api_version,
+        kind: "AdmissionReview".to_owned(),
+    }
+}
+
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic with a non-string payload".to_owned()
+    }
+}
+
+/// Decodes a request's object as `K`, or the 400 answer saying why it does not decode.
+pub(crate) fn decode_object<K: serde::de::DeserializeOwned>(
+    request: &AdmissionRequest<DynamicObject>,
+    object: &serde_json::Value,
+    which: &str,
+) -> Result<K, Box<AdmissionResponse>> {
+    serde_json::from_value(object.clone()).map_err(|error| {
+        Box::new(errored(
+            Some(request),
+            400,
+            format!(
+                "cannot decode the {which} as {}: {error}",
+                request.kind.kind
+            ),
+        ))
+    })
+}

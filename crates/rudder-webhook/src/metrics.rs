@@ -1,0 +1,98 @@
+//! controller-runtime's webhook and certwatcher metrics, recorded through the `metrics`
+//! crate (whatever recorder the process installed; none, and they cost next to nothing).
+
+use std::time::Instant;
+
+/// `controller_runtime_webhook_requests_total{webhook,code}`: requests answered, by path
+/// and HTTP status code.
+pub const REQUESTS_TOTAL: &str = "controller_runtime_webhook_requests_total";
+/// `controller_runtime_webhook_requests_in_flight{webhook}`: requests being handled.
+pub const REQUESTS_IN_FLIGHT: &str = "controller_runtime_webhook_requests_in_flight";
+/// `controller_runtime_webhook_latency_seconds{webhook}`: time to answer, a histogram.
+pub const LATENCY_SECONDS: &str = "controller_runtime_webhook_latency_seconds";
+/// `controller_runtime_webhook_panics_total`: admission handlers that panicked.
+pub const PANICS_TOTAL: &str = "controller_runtime_webhook_panics_total";
+/// `controller_runtime_conversion_webhook_panics_total`: conversions that panicked.
+pub const CONVERSION_PANICS_TOTAL: &str = "controller_runtime_conversion_webhook_panics_total";
+/// `certwatcher_read_certificate_total`: certificate pairs read and parsed.
+pub const CERT_READ_TOTAL: &str = "certwatcher_read_certificate_total";
+/// `certwatcher_read_certificate_errors_total`: certificate pairs that could not be read
+/// or did not parse.
+pub const CERT_READ_ERRORS_TOTAL: &str = "certwatcher_read_certificate_errors_total";
+
+/// One request on one webhook path, from its start until dropped.
+pub(crate) struct RequestMetrics {
+    webhook: String,
+    start: Instant,
+}
+
+impl RequestMetrics {
+    pub(crate) fn start(webhook: &str) -> Self {
+        metrics::gauge!(REQUESTS_IN_FLIGHT, "webhook" => webhook.to_owned()).increment(1.0);
+        Self {
+            webhook: webhook.to_owned(),
+            start: Instant::now(),
+        }
+    }
+
+    pub(crate) fn finish(self, code: u16) {
+        metrics::histogram!(LATENCY_SECONDS, "webhook" => self.webhook.clone())
+            .record(self.start.elapsed().as_secs_f64());
+        metrics::counter!(REQUESTS_TOTAL, "webhook" => self.webhook.clone(), "code" => code.to_string())
+            .increment(1);
+        // The gauge goes down in drop, so an abandoned request is not counted in flight
+        // forever.
+    }
+}
+
+impl Drop for RequestMetrics {
+    fn drop(&mut self) {
+        metrics::gauge!(REQUESTS_IN_FLIGHT, "webhook" => self.webhook.clone()).decrement(1.0);
+    }
+}
+
+pub(crate) fn admission_panic() {
+    metrics::counter!(PANICS_TOTAL).increment(1);
+}
+
+pub(crate) fn conversion_panic() {
+    metrics::counter!(CONVERSION_PANICS_TOTAL).increment(1);
+}
+
+pub(crate) fn certificate_read() {
+    metrics::counter!(CERT_READ_TOTAL).increment(1);
+}
+
+pub(crate) fn certificate_read_error() {
+    metrics::counter!(CERT_READ_ERRORS_TOTAL).increment(1);
+}
+
+/// Registers descriptions, so an exporter shows help text for every series.
+pub(crate) fn describe() {
+    static DESCRIBED: std::sync::Once = std::sync::Once::new();
+    DESCRIBED.call_once(|| {
+        metrics::describe_counter!(
+            REQUESTS_TOTAL,
+            "Total number of admission requests by HTTP status code."
+        );
+        metrics::describe_gauge!(
+            REQUESTS_IN_FLIGHT,
+            "Current number of admission requests being served."
+        );
+        metrics::describe_histogram!(
+            LATENCY_SECONDS,
+            metrics::Unit::Seconds,
+            "Histogram of the latency of processing admission requests"
+        );
+        metrics::describe_counter!(PANICS_TOTAL, "Total number of webhook panics");
+        metrics::describe_counter!(
+            CONVERSION_PANICS_TOTAL,
+            "Total number of conversion webhook panics"
+        );
+        metrics::describe_counter!(CERT_READ_TOTAL, "Total number of certificate reads");
+        metrics::describe_counter!(
+            CERT_READ_ERRORS_TOTAL,
+            "Total number of certificate read errors"
+        );
+    });
+}
