@@ -1,5 +1,6 @@
-//! Key material for one control plane: a CA, the API server's serving certificate and the
-//! service-account signing key, all generated in memory with rcgen.
+//! Key material for one control plane (a CA, the API server's serving certificate and the
+//! service-account signing key) and for webhook servers (a CA and a serving certificate), all
+//! generated in memory with rcgen.
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -23,12 +24,37 @@ pub(crate) struct Certs {
 impl Certs {
     /// Generates fresh keys and certificates. ECDSA P-256 keys keep this to a few milliseconds.
     pub(crate) fn generate() -> Result<Self, rcgen::Error> {
+        let serving = ServingPair::generate("rudder-envtest-ca", "kube-apiserver")?;
+        let sa_key = KeyPair::generate()?;
+        Ok(Self {
+            ca_cert: serving.ca_cert,
+            serving_cert: serving.cert,
+            serving_key: serving.key,
+            sa_pub: sa_key.public_key_pem(),
+            sa_key: sa_key.serialize_pem(),
+        })
+    }
+}
+
+/// A fresh CA and a serving certificate it signed, valid for `127.0.0.1` and `localhost`.
+pub(crate) struct ServingPair {
+    /// The CA, PEM; clients trust it.
+    pub(crate) ca_cert: String,
+    /// The serving certificate, PEM.
+    pub(crate) cert: String,
+    /// The serving certificate's private key, PEM (PKCS#8).
+    pub(crate) key: String,
+}
+
+impl ServingPair {
+    /// Generates a CA named `ca_name` and a certificate named `server_name` signed by it.
+    pub(crate) fn generate(ca_name: &str, server_name: &str) -> Result<Self, rcgen::Error> {
         let ca_key = KeyPair::generate()?;
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca_params
             .distinguished_name
-            .push(DnType::CommonName, "rudder-envtest-ca");
+            .push(DnType::CommonName, ca_name);
         ca_params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::CrlSign,
@@ -37,26 +63,24 @@ impl Certs {
         let ca_cert = ca_params.self_signed(&ca_key)?;
         let issuer = Issuer::new(ca_params, ca_key);
 
-        let serving_key = KeyPair::generate()?;
+        let key = KeyPair::generate()?;
+        // rcgen turns a name that parses as an IP address into an IP SAN, which Go's TLS
+        // client needs to accept the certificate for https://127.0.0.1.
         let mut serving =
             CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
         serving
             .distinguished_name
-            .push(DnType::CommonName, "kube-apiserver");
+            .push(DnType::CommonName, server_name);
         serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         serving.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        let serving_cert = serving.signed_by(&serving_key, &issuer)?;
-
-        let sa_key = KeyPair::generate()?;
+        let cert = serving.signed_by(&key, &issuer)?;
         Ok(Self {
             ca_cert: ca_cert.pem(),
-            serving_cert: serving_cert.pem(),
-            serving_key: serving_key.serialize_pem(),
-            sa_pub: sa_key.public_key_pem(),
-            sa_key: sa_key.serialize_pem(),
+            cert: cert.pem(),
+            key: key.serialize_pem(),
         })
     }
 }

@@ -70,28 +70,7 @@ impl TestEnv {
         &self,
         crds: impl IntoIterator<Item = CustomResourceDefinition>,
     ) -> Result<()> {
-        let client = self.client()?;
-        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let mut installed = Vec::new();
-        for mut crd in crds {
-            let name = crd.metadata.name.clone().unwrap_or_default();
-            // Fields the server owns would make the apply fail or fight with the server.
-            crd.metadata.managed_fields = None;
-            crd.metadata.resource_version = None;
-            crd.status = None;
-            api.patch(&name, &params, &Patch::Apply(&crd))
-                .await
-                .map_err(|source| Error::Kube {
-                    context: format!("apply CustomResourceDefinition {name}"),
-                    source,
-                })?;
-            installed.push(crd);
-        }
-        for crd in &installed {
-            wait_until_served(&api, &client, crd, self.crd_timeout()).await?;
-        }
-        Ok(())
+        apply_crds(&self.client()?, crds, self.crd_timeout()).await
     }
 
     /// Parses CRDs from YAML (see [`crds_from_yaml`]) and installs them as
@@ -112,6 +91,36 @@ impl TestEnv {
     pub async fn install_crd_file(&self, path: impl AsRef<Path>) -> Result<()> {
         self.install_crds(crds_from_file(path)?).await
     }
+}
+
+/// Applies CRDs and waits until each is established and served, as
+/// [`TestEnv::install_crds`] documents.
+pub(crate) async fn apply_crds(
+    client: &kube::Client,
+    crds: impl IntoIterator<Item = CustomResourceDefinition>,
+    timeout: Duration,
+) -> Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mut installed = Vec::new();
+    for mut crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        // Fields the server owns would make the apply fail or fight with the server.
+        crd.metadata.managed_fields = None;
+        crd.metadata.resource_version = None;
+        crd.status = None;
+        api.patch(&name, &params, &Patch::Apply(&crd))
+            .await
+            .map_err(|source| Error::Kube {
+                context: format!("apply CustomResourceDefinition {name}"),
+                source,
+            })?;
+        installed.push(crd);
+    }
+    for crd in &installed {
+        wait_until_served(&api, client, crd, timeout).await?;
+    }
+    Ok(())
 }
 
 async fn wait_until_served(
@@ -165,7 +174,7 @@ async fn wait_until_served(
     }
 }
 
-fn is_established(crd: &CustomResourceDefinition) -> bool {
+pub(crate) fn is_established(crd: &CustomResourceDefinition) -> bool {
     crd.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

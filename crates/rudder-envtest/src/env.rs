@@ -28,6 +28,7 @@ pub struct TestEnvBuilder {
     controller_manager: bool,
     start_timeout: Duration,
     crd_timeout: Duration,
+    webhook_timeout: Duration,
     crds: Vec<CustomResourceDefinition>,
     apiserver_args: Vec<String>,
 }
@@ -39,6 +40,7 @@ impl Default for TestEnvBuilder {
             controller_manager: false,
             start_timeout: Duration::from_secs(60),
             crd_timeout: Duration::from_secs(30),
+            webhook_timeout: Duration::from_secs(30),
             crds: Vec::new(),
             apiserver_args: Vec::new(),
         }
@@ -69,6 +71,13 @@ impl TestEnvBuilder {
     /// How long CRD installs wait for a CRD to be established and served (default 30 s).
     pub fn crd_timeout(mut self, timeout: Duration) -> Self {
         self.crd_timeout = timeout;
+        self
+    }
+
+    /// How long webhook installs wait until the API server calls the webhooks (default
+    /// 30 s); see [`TestNamespace::install_webhooks`](crate::TestNamespace::install_webhooks).
+    pub fn webhook_timeout(mut self, timeout: Duration) -> Self {
+        self.webhook_timeout = timeout;
         self
     }
 
@@ -154,6 +163,7 @@ pub struct TestEnv {
     started_in: Duration,
     controller_manager: bool,
     crd_timeout: Duration,
+    webhook_timeout: Duration,
     shared: bool,
 }
 
@@ -322,6 +332,7 @@ impl TestEnv {
             started_in: Duration::ZERO,
             controller_manager: opts.controller_manager,
             crd_timeout: opts.crd_timeout,
+            webhook_timeout: opts.webhook_timeout,
             shared: false,
         };
         let result = env
@@ -573,6 +584,10 @@ impl TestEnv {
     pub(crate) fn crd_timeout(&self) -> Duration {
         self.crd_timeout
     }
+
+    pub(crate) fn webhook_timeout(&self) -> Duration {
+        self.webhook_timeout
+    }
 }
 
 impl Drop for TestEnv {
@@ -630,18 +645,19 @@ fn make_dir() -> Result<PathBuf> {
     }
 }
 
-/// Three loopback ports that were free a moment ago and that no other control plane of this
-/// process has been given.
-fn free_ports() -> Result<[u16; 3]> {
+/// `N` loopback ports that were free a moment ago and that nothing else in this process (no
+/// other control plane, no webhook install) has been given.
+pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N]> {
     static HANDED_OUT: OnceLock<Mutex<Vec<u16>>> = OnceLock::new();
     let handed = HANDED_OUT.get_or_init(Default::default);
     let mut handed = handed
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    // Listeners stay open until all three are chosen, so the three differ.
+    // Listeners stay open until all are chosen, so they differ.
     let mut listeners = Vec::new();
-    let mut ports = Vec::new();
-    while ports.len() < 3 {
+    let mut ports = [0; N];
+    let mut found = 0;
+    while found < N {
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .and_then(|l| l.local_addr().map(|a| (l, a.port())))
             .map_err(|source| Error::Io {
@@ -651,15 +667,16 @@ fn free_ports() -> Result<[u16; 3]> {
             })?;
         if !handed.contains(&listener.1) {
             handed.push(listener.1);
-            ports.push(listener.1);
+            ports[found] = listener.1;
+            found += 1;
         }
         listeners.push(listener.0);
     }
-    Ok([ports[0], ports[1], ports[2]])
+    Ok(ports)
 }
 
 /// 128 random bits, hex-encoded, for the admin token.
-fn random_token() -> Result<String> {
+pub(crate) fn random_token() -> Result<String> {
     let mut bytes = [0u8; 16];
     fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
@@ -702,8 +719,8 @@ mod tests {
 
     #[test]
     fn free_ports_are_distinct_across_calls() {
-        let a = free_ports().unwrap();
-        let b = free_ports().unwrap();
+        let a: [u16; 3] = free_ports().unwrap();
+        let b: [u16; 3] = free_ports().unwrap();
         let mut all = a.to_vec();
         all.extend(b);
         all.sort_unstable();

@@ -116,6 +116,33 @@ pub enum Error {
         state: String,
     },
 
+    /// Generating a webhook server's CA or serving certificate failed. This does not happen
+    /// with a working crypto provider; retrying does not help.
+    #[error("could not generate the webhook certificates")]
+    WebhookCertificates(#[source] rcgen::Error),
+
+    /// A webhook configuration or conversion CRD given to a webhook install cannot be
+    /// installed as it is (for example it has no name). Retrying does not help.
+    #[error("cannot install {what}: {reason}")]
+    InvalidWebhook {
+        /// The object, for example `a ValidatingWebhookConfiguration`.
+        what: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The API server did not start calling an installed webhook (or did not report a CRD's
+    /// webhook conversion) in time. The state says what the last check saw.
+    #[error("{name} was not enforced by the api server within {timeout:?}: {state}")]
+    WebhookNotEnforced {
+        /// The configuration or CRD, with its kind.
+        name: String,
+        /// How long was waited.
+        timeout: Duration,
+        /// What the last check saw.
+        state: String,
+    },
+
     /// The shared control plane was started with other options than this call asks for. Use
     /// the same options everywhere in one test binary.
     #[error(

@@ -97,6 +97,67 @@
 //! apply CRDs and return once they are established and discovery serves them, so the next
 //! request for a custom object succeeds. [`TestEnvBuilder::crds`] installs them during start.
 //!
+//! # Webhooks
+//!
+//! [`TestNamespace::install_webhooks`] (or [`TestEnv::install_webhooks`], cluster-wide)
+//! makes the API server call a webhook server the test runs on loopback, as Go's envtest
+//! does. It generates a CA and a serving certificate for `127.0.0.1` and `localhost`, picks
+//! a free port, rewrites each configuration's `clientConfig` to
+//! `https://127.0.0.1:PORT<path>` (the path of its `service` or `url`) with the CA as
+//! `caBundle`, points each conversion CRD at `https://127.0.0.1:PORT/convert`, applies them,
+//! and returns once the API server enforces them, whether or not the test's server is up
+//! yet ([`InstalledWebhooks::wait_until_enforced`] says how that is known without a sleep).
+//! The returned [`InstalledWebhooks`] holds what the server needs: the address to bind, the
+//! certificate and key (as PEM, and as `tls.crt`/`tls.key` in a directory), and the CA.
+//!
+//! Installed for a namespace, each webhook gets a namespaceSelector requirement on
+//! [`NAMESPACE_LABEL`] and each configuration the namespace in its name, so tests sharing a
+//! control plane neither see nor clash with each other's webhooks. Dropping the handle, or
+//! [`InstalledWebhooks::uninstall`], deletes the configurations and turns the CRDs'
+//! conversion back to `None`.
+//!
+//! The port is free when picked but is only bound when the test's server starts, so another
+//! process could take it in between (Go's envtest has the same race); nothing in this process
+//! is handed the same port twice.
+//!
+//! ```no_run
+//! use k8s_openapi::api::admissionregistration::v1::{
+//!     ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+//! };
+//! use kube::api::ObjectMeta;
+//! use rudder_envtest::{TestEnv, WebhookOptions};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let env = TestEnv::builder().shared().await?;
+//! let ns = env.namespace("validates_config_maps").await?;
+//! // As the project's manifests have it: only the Service's path is kept.
+//! let config = ValidatingWebhookConfiguration {
+//!     metadata: ObjectMeta { name: Some("validate-config-maps".into()), ..Default::default() },
+//!     webhooks: Some(vec![ValidatingWebhook {
+//!         name: "config-maps.example.com".into(),
+//!         client_config: WebhookClientConfig {
+//!             service: Some(ServiceReference {
+//!                 name: "webhook".into(),
+//!                 namespace: "system".into(),
+//!                 path: Some("/validate-v1-configmap".into()),
+//!                 port: None,
+//!             }),
+//!             ..Default::default()
+//!         },
+//!         // rules, failurePolicy, ...
+//!         ..Default::default()
+//!     }]),
+//! };
+//! let hooks = ns
+//!     .install_webhooks(WebhookOptions { validating: vec![config], ..Default::default() })
+//!     .await?;
+//! // Start the webhook server on hooks.addr() with hooks.cert_pem() and hooks.key_pem(),
+//! // or from hooks.cert_dir(); the API server already calls it.
+//! println!("serve {} from {}", hooks.url("/validate-v1-configmap"), hooks.cert_dir().display());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Versions
 //!
 //! Any kube-apiserver from 1.20 on. v1.20, which the install builds, lacks CEL validation
@@ -111,6 +172,7 @@ mod error;
 mod namespace;
 mod poll;
 mod process;
+mod webhook;
 
 pub use binaries::{ASSETS_ENV, Version, cache_dir};
 pub use crd::{crds_from_file, crds_from_yaml};
@@ -118,3 +180,4 @@ pub use env::{TestEnv, TestEnvBuilder};
 pub use error::{Error, Result};
 pub use namespace::TestNamespace;
 pub use poll::{POLL_INTERVAL, eventually};
+pub use webhook::{InstalledWebhooks, NAMESPACE_LABEL, PROBE_LABEL, WebhookOptions};

@@ -1,7 +1,10 @@
 //! [`TestNamespace`]: a fresh namespace per test, so tests sharing one control plane do not
 //! see each other's objects.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Namespace;
@@ -9,8 +12,13 @@ use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 
 use crate::env::TestEnv;
 use crate::error::{Error, Result};
+use crate::webhook::NAMESPACE_LABEL;
 
 /// A namespace created for one test, with a client made on the test's own runtime.
+///
+/// It carries the label [`NAMESPACE_LABEL`]` = <its name>`, which
+/// [`install_webhooks`](Self::install_webhooks) uses to scope webhooks to it (Kubernetes
+/// before 1.21 has no automatic `kubernetes.io/metadata.name` label).
 ///
 /// The namespace is not deleted on drop (that would need a runtime that may already be gone);
 /// the control plane's data is thrown away with it. Call [`delete`](Self::delete) to delete it
@@ -19,6 +27,9 @@ use crate::error::{Error, Result};
 pub struct TestNamespace {
     name: String,
     client: kube::Client,
+    pub(crate) config: kube::Config,
+    pub(crate) webhook_timeout: Duration,
+    pub(crate) env_dir: PathBuf,
 }
 
 impl std::fmt::Debug for TestNamespace {
@@ -83,6 +94,7 @@ impl TestEnv {
         let ns = Namespace {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
+                labels: Some(BTreeMap::from([(NAMESPACE_LABEL.to_owned(), name.clone())])),
                 ..ObjectMeta::default()
             },
             ..Namespace::default()
@@ -95,11 +107,17 @@ impl TestEnv {
             })?;
         let mut config = self.config().clone();
         config.default_namespace.clone_from(&name);
-        let client = kube::Client::try_from(config).map_err(|source| Error::Kube {
+        let client = kube::Client::try_from(config.clone()).map_err(|source| Error::Kube {
             context: "build a client".to_owned(),
             source,
         })?;
-        Ok(TestNamespace { name, client })
+        Ok(TestNamespace {
+            name,
+            client,
+            config,
+            webhook_timeout: self.webhook_timeout(),
+            env_dir: self.dir().to_owned(),
+        })
     }
 }
 
