@@ -70,6 +70,12 @@ impl CertificateStore {
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(key);
     }
 
+    /// Removes the certificate: handshakes fail (and readiness with them) until one is set
+    /// again. For a source that must stop serving a certificate it no longer trusts.
+    pub fn clear(&self) {
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
     /// Parses a PEM certificate chain and PEM private key, checks that they belong
     /// together, and serves them from the next handshake on. On error the store keeps what
     /// it had.

@@ -116,6 +116,7 @@ pub mod admission;
 mod certificate;
 mod certwatcher;
 mod conversion;
+pub mod manifest;
 pub mod metrics;
 mod options;
 mod paths;
