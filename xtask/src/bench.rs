@@ -2,13 +2,19 @@
 //!
 //! client-go's work queue comes from the Kubernetes source tree that `cargo xtask envtest
 //! install` extracts (under `~/.cache/rudder/envtest/build/src`, client-go vendored from
-//! `staging/`). A small Go benchmark file with the same shapes as Rudder's
-//! `benches/workqueue.rs` is written into a temporary package inside that tree and run with
-//! the system's Go in GOPATH mode (`GO111MODULE=off`), then `cargo bench -p rudder-workqueue
-//! --bench workqueue` runs Rudder's rows (and kube-runtime's beside them). With `--runs N`
-//! both are run N times, alternating, and the table gives the range of each figure and of
-//! each ratio (computed per run, so a ratio compares measurements taken minutes apart, not
-//! hours). On a shared machine absolute times drift; the ratios are the result.
+//! `staging/`). A small Go benchmark file with the same shapes as Rudder's benches is written
+//! into a temporary package inside that tree and run with the system's Go in GOPATH mode
+//! (`GO111MODULE=off`). Rudder's side of those shapes is
+//! `crates/rudder-workqueue/bench` (`cargo bench --manifest-path
+//! crates/rudder-workqueue/bench/Cargo.toml --bench production`): a package of its own so that
+//! tokio is built as in production, without the `test-util` feature that `rudder-workqueue`'s
+//! dev-dependencies turn on (with it, once any runtime in the process pauses its clock, every
+//! clock read takes a mutex shared by the runtime's threads). Then `cargo bench -p
+//! rudder-workqueue --bench workqueue` runs the rows against kube-runtime that need a paused
+//! clock to be fair to it. With `--runs N` all three are run N times, in turn, and the tables
+//! give the range of each figure and of each ratio (computed per run, so a ratio compares
+//! measurements taken minutes apart, not hours). On a shared machine absolute times drift; the
+//! ratios are the result.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -195,11 +201,27 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
         let client_go = util::step(&format!("client-go benchmarks, run {run}/{runs}"), || {
             go.bench()
         })?;
-        let rust = util::step(&format!("Rudder benchmarks, run {run}/{runs}"), rust_bench)?;
-        results.push(Run { client_go, rust });
+        let production = util::step(
+            &format!("Rudder benchmarks, production build, run {run}/{runs}"),
+            || rust_bench(PRODUCTION_BENCH),
+        )?;
+        let paused = util::step(
+            &format!("Rudder and kube-runtime benchmarks, paused clock, run {run}/{runs}"),
+            || rust_bench(PAUSED_BENCH),
+        )?;
+        results.push(Run {
+            client_go,
+            production,
+            paused,
+        });
     }
     println!();
-    println!("{}", table(&results));
+    println!("Rudder (production build, real clock) against client-go:");
+    println!();
+    println!("{}", table(&results, Side::Production));
+    println!("Rudder against kube-runtime, both on a paused clock (tokio with test-util):");
+    println!();
+    println!("{}", table(&results, Side::Paused));
     Ok(())
 }
 
@@ -301,10 +323,22 @@ impl Drop for TempDir {
 /// Rudder's and kube-runtime's nanoseconds per operation, by row.
 type RustRows = BTreeMap<String, (Option<f64>, Option<f64>)>;
 
-/// Runs Rudder's bench and reads the table it prints at the end.
-fn rust_bench() -> Result<RustRows, String> {
+/// Rudder's bench in client-go's shapes, on tokio built without `test-util`.
+const PRODUCTION_BENCH: &[&str] = &[
+    "bench",
+    "--manifest-path",
+    "crates/rudder-workqueue/bench/Cargo.toml",
+    "--bench",
+    "production",
+];
+
+/// Rudder against kube-runtime on a paused clock (`rudder-workqueue`'s own bench).
+const PAUSED_BENCH: &[&str] = &["bench", "-p", "rudder-workqueue", "--bench", "workqueue"];
+
+/// Runs one of Rudder's benches (`cargo` with `args`) and reads the table it prints at the end.
+fn rust_bench(args: &[&str]) -> Result<RustRows, String> {
     let output = util::cargo()
-        .args(["bench", "-p", "rudder-workqueue", "--bench", "workqueue"])
+        .args(args)
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("could not run cargo bench: {e}"))?;
@@ -364,15 +398,40 @@ fn parse_rust(text: &str) -> RustRows {
 
 struct Run {
     client_go: BTreeMap<String, f64>,
-    rust: RustRows,
+    /// The production-build bench (client-go's shapes).
+    production: RustRows,
+    /// The paused-clock bench (kube-runtime's rows).
+    paused: RustRows,
 }
 
-/// One markdown table: every Rudder row, client-go's figure where it has the shape, and
-/// ratios (other / Rudder: above 1 means Rudder is faster), as ranges over the runs.
-fn table(runs: &[Run]) -> String {
-    let mut rows: Vec<String> = SHAPES.iter().map(|(row, _)| (*row).to_owned()).collect();
+/// Which of Rudder's benches a table shows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// The production build, beside client-go (and kube-runtime where that bench has it).
+    Production,
+    /// The paused-clock bench, beside kube-runtime.
+    Paused,
+}
+
+impl Run {
+    fn rust(&self, side: Side) -> &RustRows {
+        match side {
+            Side::Production => &self.production,
+            Side::Paused => &self.paused,
+        }
+    }
+}
+
+/// One markdown table: every row of one of Rudder's benches, client-go's figure where it has
+/// the shape (production build only), and ratios (other / Rudder: above 1 means Rudder is
+/// faster), as ranges over the runs.
+fn table(runs: &[Run], side: Side) -> String {
+    let mut rows: Vec<String> = match side {
+        Side::Production => SHAPES.iter().map(|(row, _)| (*row).to_owned()).collect(),
+        Side::Paused => Vec::new(),
+    };
     for run in runs {
-        for row in run.rust.keys() {
+        for row in run.rust(side).keys() {
             if !rows.contains(row) {
                 rows.push(row.clone());
             }
@@ -383,14 +442,17 @@ fn table(runs: &[Run]) -> String {
          |---|---:|---:|---:|---:|---:|\n",
     );
     for row in rows {
-        let go_name = SHAPES.iter().find(|(r, _)| *r == row).map(|(_, g)| *g);
+        let go_name = SHAPES
+            .iter()
+            .find(|(r, _)| *r == row && side == Side::Production)
+            .map(|(_, g)| *g);
         let mut go = Vec::new();
         let mut rudder = Vec::new();
         let mut kube = Vec::new();
         let mut go_ratio = Vec::new();
         let mut kube_ratio = Vec::new();
         for run in runs {
-            let (r, k) = run.rust.get(&row).copied().unwrap_or((None, None));
+            let (r, k) = run.rust(side).get(&row).copied().unwrap_or((None, None));
             let g = go_name.and_then(|name| run.client_go.get(name).copied());
             go.extend(g);
             rudder.extend(r);
@@ -464,12 +526,17 @@ mod tests {
     fn ratios_are_per_run_and_shown_as_ranges() {
         let run = |go: f64, rudder: f64| Run {
             client_go: BTreeMap::from([("CycleInt".to_owned(), go)]),
-            rust: BTreeMap::from([(
+            production: BTreeMap::from([(
                 "add+get+done, u64 key".to_owned(),
                 (Some(rudder), Some(100.0)),
             )]),
+            paused: BTreeMap::from([(
+                "add+get+done, u64 key".to_owned(),
+                (Some(50.0), Some(75.0)),
+            )]),
         };
-        let out = table(&[run(300.0, 100.0), run(250.0, 125.0)]);
+        let runs = [run(300.0, 100.0), run(250.0, 125.0)];
+        let out = table(&runs, Side::Production);
         let line = out
             .lines()
             .find(|l| l.starts_with("| add+get+done, u64 key"))
@@ -479,5 +546,9 @@ mod tests {
             "| add+get+done, u64 key | 250-300 | 100-125 | 100 | 2.00-3.00x | 0.80-1.00x |"
         );
         assert!(out.contains("| dedup hit (add of a waiting key) | - | - | - | - | - |"));
+        // The paused bench's table: its own figures, no client-go, only the rows it has.
+        let paused = table(&runs, Side::Paused);
+        assert!(paused.contains("| add+get+done, u64 key | - | 50 | 75 | - | 1.50x |"));
+        assert!(!paused.contains("dedup hit"));
     }
 }

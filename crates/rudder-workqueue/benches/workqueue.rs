@@ -17,8 +17,13 @@
 //! "requeue after 5 ms" row compares the same operation on both. The rate-limiting queue's
 //! success path has no kube-runtime side.
 //!
-//! `cargo xtask bench-workqueue` runs this bench beside client-go's work queue in the same
-//! shapes (the row names are the link; keep them in step with `xtask/src/bench.rs`).
+//! This bench is built with `rudder-workqueue`'s dev-dependencies, so its tokio has
+//! `test-util` (the crate's tests need a paused clock): once a runtime has paused its clock,
+//! every `tokio::time::Instant::now()` in the process takes that runtime's clock mutex. Both
+//! sides pay it here; Rudder's figures as a production build runs them, against client-go's
+//! queue, come from `crates/rudder-workqueue/bench` (a separate package without `test-util`),
+//! which also holds the real-clock rows (several workers, short delays). `cargo xtask
+//! bench-workqueue` runs both beside client-go.
 #![allow(
     missing_docs,
     clippy::unwrap_used,
@@ -29,7 +34,6 @@
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -250,53 +254,6 @@ fn rate_limiting_cycle(c: &mut Criterion) {
     g.finish();
 }
 
-/// Short delays on a real clock: by the time the last add is done most keys are due, so
-/// what is measured is the queue's handling of delays (and the timer's resolution for the
-/// keys that are not due yet), as client-go's `AddAfter` with the same delays.
-fn short_delays_real_clock(c: &mut Criterion) {
-    const N: u64 = 1000;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    let row = "add_after 1000 keys (1-10 µs, real clock), then drain; per key";
-    let delay = |k: u64| Duration::from_micros(1 + (k * 7) % 10);
-    let mut g = c.benchmark_group(row);
-    g.throughput(Throughput::Elements(N));
-    let q = WorkQueue::<u64>::new();
-    measure(&mut g, row, RUDDER, N, &rt, |iters| {
-        let q = q.clone();
-        async move {
-            for _ in 0..iters {
-                for k in 0..N {
-                    q.add_after(k, delay(k));
-                }
-                for _ in 0..N {
-                    black_box(q.get().await.unwrap());
-                }
-            }
-        }
-    });
-    measure(&mut g, row, KUBE, N, &rt, |iters| async move {
-        let (tx, rx) = mpsc::unbounded();
-        let mut sched = pin!(scheduler(rx));
-        for _ in 0..iters {
-            let now = tokio::time::Instant::now();
-            for k in 0..N {
-                tx.unbounded_send(ScheduleRequest {
-                    message: k,
-                    run_at: now + delay(k),
-                })
-                .unwrap();
-            }
-            for _ in 0..N {
-                black_box(sched.next().await.unwrap());
-            }
-        }
-    });
-    g.finish();
-}
-
 fn requeue_after(c: &mut Criterion) {
     let rt = paused_runtime();
     let row = "requeue after 5 ms: add_after+get+done";
@@ -368,84 +325,6 @@ fn delayed_drain(c: &mut Criterion) {
     g.finish();
 }
 
-fn producers_and_workers(c: &mut Criterion) {
-    const PER_PRODUCER: u64 = 10_000;
-    const TOTAL: u64 = 2 * PER_PRODUCER;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
-    let row = "2 producers, 2 workers, 20k keys; per key";
-    let mut g = c.benchmark_group(row);
-    g.throughput(Throughput::Elements(TOTAL));
-    g.sample_size(20);
-    measure(&mut g, row, RUDDER, TOTAL, &rt, |iters| async move {
-        for _ in 0..iters {
-            let q = WorkQueue::<u64>::new();
-            let done = Arc::new(AtomicUsize::new(0));
-            let workers: Vec<_> = (0..2)
-                .map(|_| {
-                    let (q, done) = (q.clone(), done.clone());
-                    tokio::spawn(async move {
-                        while let Some(item) = q.get().await {
-                            black_box(item.key());
-                            if done.fetch_add(1, Ordering::Relaxed) + 1 == TOTAL as usize {
-                                q.shutdown();
-                            }
-                        }
-                    })
-                })
-                .collect();
-            let producers: Vec<_> = (0..2)
-                .map(|p| {
-                    let q = q.clone();
-                    tokio::spawn(async move {
-                        for k in p * PER_PRODUCER..(p + 1) * PER_PRODUCER {
-                            q.add(k);
-                        }
-                    })
-                })
-                .collect();
-            for t in producers.into_iter().chain(workers) {
-                t.await.unwrap();
-            }
-        }
-    });
-    // kube-runtime: producers feed the scheduler's request channel; the scheduler's stream is
-    // consumed by two concurrent workers, as its controller does.
-    measure(&mut g, row, KUBE, TOTAL, &rt, |iters| async move {
-        for _ in 0..iters {
-            let (tx, rx) = mpsc::unbounded();
-            let producers: Vec<_> = (0..2)
-                .map(|p| {
-                    let tx = tx.clone();
-                    tokio::spawn(async move {
-                        for k in p * PER_PRODUCER..(p + 1) * PER_PRODUCER {
-                            tx.unbounded_send(ScheduleRequest {
-                                message: k,
-                                run_at: tokio::time::Instant::now(),
-                            })
-                            .unwrap();
-                        }
-                    })
-                })
-                .collect();
-            scheduler(rx)
-                .take(TOTAL as usize)
-                .for_each_concurrent(2, |k| async move {
-                    black_box(k);
-                })
-                .await;
-            for t in producers {
-                t.await.unwrap();
-            }
-            drop(tx);
-        }
-    });
-    g.finish();
-}
-
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -485,8 +364,6 @@ fn main() {
     rate_limiting_cycle(&mut c);
     requeue_after(&mut c);
     delayed_drain(&mut c);
-    short_delays_real_clock(&mut c);
-    producers_and_workers(&mut c);
     c.final_summary();
     print_ratios();
 }

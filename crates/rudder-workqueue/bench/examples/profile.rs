@@ -1,0 +1,101 @@
+//! One bench shape in a loop, outside criterion, for `perf record` and
+//! `valgrind --tool=callgrind` (instruction counts are repeatable on a noisy machine; run
+//! twice with different counts and divide the difference by the difference in keys).
+//!
+//! `cargo build --release --manifest-path crates/rudder-workqueue/bench/Cargo.toml --example
+//! profile`, then `profile cycle|cycle-strict|workers N`: `cycle` adds, gets and marks done
+//! N u64 keys in one task (default ageing); `cycle-strict` the same with strict priority;
+//! `workers` runs rounds of the bench's multi-worker row (a fresh queue, 2 producers adding
+//! 10,000 keys each, 2 workers) on a two-thread runtime until N keys are done, printing ns
+//! per key.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use rudder_workqueue::WorkQueue;
+
+fn cycle(q: WorkQueue<u64>, n: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        for i in 0..n {
+            q.add(i & 63);
+            let item = q.get().await.unwrap();
+            black_box(item.key());
+        }
+    });
+}
+
+fn workers(n: u64) {
+    const PER_PRODUCER: u64 = 10_000;
+    let rounds = n.div_ceil(2 * PER_PRODUCER);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    for _ in 0..rounds {
+        rt.block_on(round(PER_PRODUCER));
+    }
+    let took = start.elapsed();
+    let keys = rounds * 2 * PER_PRODUCER;
+    println!("{:.1} ns per key", took.as_nanos() as f64 / keys as f64);
+}
+
+/// One round of the bench's multi-worker row: a fresh queue, 2 producers, 2 workers.
+async fn round(per_producer: u64) {
+    let total = 2 * per_producer;
+    {
+        let q = WorkQueue::<u64>::new();
+        let done = Arc::new(AtomicUsize::new(0));
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let (q, done) = (q.clone(), done.clone());
+                tokio::spawn(async move {
+                    while let Some(item) = q.get().await {
+                        black_box(item.key());
+                        if done.fetch_add(1, Ordering::Relaxed) + 1 == total as usize {
+                            q.shutdown();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let producers: Vec<_> = (0..2)
+            .map(|p| {
+                let q = q.clone();
+                tokio::spawn(async move {
+                    for k in p * per_producer..(p + 1) * per_producer {
+                        q.add(k);
+                    }
+                })
+            })
+            .collect();
+        for t in producers.into_iter().chain(workers) {
+            t.await.unwrap();
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let n: u64 = args
+        .get(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000_000);
+    match args.get(1).map(String::as_str) {
+        Some("cycle") => cycle(WorkQueue::new(), n),
+        Some("cycle-strict") => cycle(WorkQueue::builder().priority_aging(None).build(), n),
+        Some("workers") => workers(n),
+        _ => {
+            eprintln!("usage: profile cycle|cycle-strict|workers [N]");
+            std::process::exit(2);
+        }
+    }
+}
