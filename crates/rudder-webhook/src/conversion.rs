@@ -169,10 +169,10 @@ impl ErasedKind {
         }
     }
 
-    fn convert(&self, mut object: Value, from: &str, to: &str) -> Result<Value, ConversionError> {
-        let metadata = object
-            .as_object_mut()
-            .and_then(|map| map.remove("metadata"));
+    fn convert(&self, object: Value, from: &str, to: &str) -> Result<Value, ConversionError> {
+        // The conversions see the metadata (a name for a message, say), but what they
+        // return for it is dropped: the API server requires it unchanged.
+        let metadata = object.get("metadata").cloned();
         let hub = if from == self.hub_version {
             object
         } else {
