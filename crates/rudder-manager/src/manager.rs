@@ -11,6 +11,8 @@ use kube_runtime::events::{Recorder, Reporter};
 use metrics_exporter_prometheus::PrometheusHandle;
 use rudder_cache::{Cache, CacheBuilder};
 use rudder_controller::{Controller, ErrorChain, Reconciler, Shutdown};
+use rudder_webhook::manifest::Registration;
+use rudder_webhook::{RunningWebhookServer, WebhookServer};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -98,6 +100,10 @@ pub enum Error {
         /// The panic's message.
         message: String,
     },
+    /// The webhook server could not start (its certificate is missing or does not parse,
+    /// or its address is taken); nothing else was started.
+    #[error("cannot start the webhook server")]
+    Webhook(#[source] rudder_webhook::StartError),
     /// `start` was called twice.
     #[error("the manager was already started")]
     AlreadyStarted,
@@ -136,6 +142,7 @@ pub struct ManagerBuilder {
     cache_sync_timeout: Duration,
     extra: Vec<(String, ExtraHandler)>,
     raise_fd_limit: bool,
+    webhook: rudder_webhook::Options,
 }
 
 /// An extra handler on the metrics server ([`ManagerBuilder::metrics_extra_handler`]): the
@@ -249,6 +256,15 @@ impl ManagerBuilder {
         self
     }
 
+    /// How the webhook server serves (default [`rudder_webhook::Options::new`]: port 9443,
+    /// certificates from [`rudder_webhook::DEFAULT_CERT_DIR`], reloaded when they change).
+    /// The server starts only if a webhook is registered on
+    /// [`Manager::webhook_server`].
+    pub fn webhook_options(mut self, options: rudder_webhook::Options) -> Self {
+        self.webhook = options;
+        self
+    }
+
     /// How long `start` waits for the cache's informers to sync before starting runnables
     /// (default [`DEFAULT_CACHE_SYNC_TIMEOUT`]).
     pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
@@ -283,13 +299,20 @@ impl ManagerBuilder {
         };
         let health = HealthChecks::default();
         health.add(Probe::Liveness, "ping", check(|| async { Ok(()) }));
+        let webhook = WebhookServer::new(self.webhook);
         let synced: SyncProbes = Arc::default();
         let probes = Arc::clone(&synced);
         let cache_probe = cache.clone();
+        let converting = webhook.clone();
         health.add(
             Probe::Readiness,
             "cache-sync",
             check(move || {
+                // A replica that is not ready has no Service endpoints, so the API server
+                // could not call its conversion webhook, so the cache (which lists through
+                // that conversion) could never sync: with a conversion webhook, readiness
+                // does not wait on the cache.
+                let converts = converting.has_conversion();
                 let mut pending = probes
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
@@ -307,7 +330,7 @@ impl ManagerBuilder {
                     pending.push(format!("{failed} failed cache informer(s) (see the log)"));
                 }
                 async move {
-                    if pending.is_empty() {
+                    if pending.is_empty() || converts {
                         Ok(())
                     } else {
                         Err(format!("not synced: {}", pending.join(", ")))
@@ -315,7 +338,29 @@ impl ManagerBuilder {
                 }
             }),
         );
+        let running_webhook: RunningWebhook = Arc::default();
+        let probe = Arc::clone(&running_webhook);
+        let registered = webhook.clone();
+        health.add(
+            Probe::Readiness,
+            "webhook",
+            check(move || {
+                let (probe, registered) = (Arc::clone(&probe), registered.clone());
+                async move {
+                    if registered.is_empty() {
+                        return Ok(());
+                    }
+                    match &*probe.read().await {
+                        Some(running) => running.check_ready().await,
+                        None => Err("the webhook server is not serving".to_owned()),
+                    }
+                }
+            }),
+        );
         Ok(Manager {
+            webhook,
+            running_webhook,
+            webhook_registrations: Mutex::default(),
             extra: Arc::new(self.extra),
             raise_fd_limit: self.raise_fd_limit,
             cache_sync_timeout: self.cache_sync_timeout,
@@ -338,6 +383,9 @@ impl ManagerBuilder {
     }
 }
 
+/// The webhook server once it serves, shared with its readiness check.
+type RunningWebhook = Arc<tokio::sync::RwLock<Option<RunningWebhookServer>>>;
+
 type SyncProbes = Arc<Mutex<Vec<(String, Box<dyn Fn() -> bool + Send + Sync>)>>>;
 
 #[derive(Default)]
@@ -355,6 +403,9 @@ struct Bound {
 pub struct Manager {
     extra: Arc<Vec<(String, ExtraHandler)>>,
     raise_fd_limit: bool,
+    webhook: WebhookServer,
+    running_webhook: RunningWebhook,
+    webhook_registrations: Mutex<Vec<Registration>>,
     cache_sync_timeout: Duration,
     client: Client,
     election: Option<LeaderElection>,
@@ -399,6 +450,7 @@ impl Manager {
             cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
             extra: Vec::new(),
             raise_fd_limit: true,
+            webhook: rudder_webhook::Options::new(),
         }
     }
 
@@ -410,6 +462,44 @@ impl Manager {
     /// The shared cache: informers created here are shared by every controller.
     pub fn cache(&self) -> &Cache {
         &self.cache
+    }
+
+    /// The webhook server: register admission and conversion webhooks on it (the `rudder`
+    /// facade's `new_webhook` builder does). It starts with the manager, right after the
+    /// probe and metrics servers and before the cache syncs, on every replica (not only the
+    /// leader), and only if a webhook is registered; readiness then includes a `webhook`
+    /// check (a TLS handshake with itself), and with a conversion webhook readiness no
+    /// longer waits on the cache (see [`Manager::start`]).
+    pub fn webhook_server(&self) -> &WebhookServer {
+        &self.webhook
+    }
+
+    /// Records what a webhook registered on [`webhook_server`](Self::webhook_server) needs in
+    /// the cluster (its resource, operations and path), for rendering the webhook
+    /// configurations and CRD conversion stanzas ([`rudder_webhook::manifest`]). The
+    /// `rudder` facade's webhook builder records every webhook it registers.
+    pub fn record_webhook(&self, registration: Registration) {
+        self.webhook_registrations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(registration);
+    }
+
+    /// What [`record_webhook`](Self::record_webhook) recorded, in order.
+    pub fn webhook_registrations(&self) -> Vec<Registration> {
+        self.webhook_registrations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Where the webhook server listens, once it serves.
+    pub async fn webhook_address(&self) -> Option<SocketAddr> {
+        self.running_webhook
+            .read()
+            .await
+            .as_ref()
+            .map(RunningWebhookServer::local_addr)
     }
 
     /// The leader election, if configured.
@@ -476,6 +566,11 @@ impl Manager {
         // deadline as everything else (set when the stop began, or now if the run ended
         // before any runnable started).
         let deadline = self.stop_deadline();
+        // The webhook server after the controllers (which may still write objects it is
+        // called for), before the probes.
+        if let Some(running) = self.running_webhook.write().await.take() {
+            running.stop(deadline).await;
+        }
         futures::future::join_all(servers.into_iter().map(|s| s.stop(deadline))).await;
         self.cache_token.cancel();
         self.cache.stop().await;
@@ -520,6 +615,15 @@ impl Manager {
                 .unwrap_or_else(PoisonError::into_inner)
                 .metrics = Some(server.local_addr());
             servers.push(server);
+        }
+
+        // The webhook server before the cache: a conversion webhook is on the cache's own
+        // path (its lists are converted by it), so waiting for the cache first would never
+        // end.
+        if !self.webhook.is_empty() {
+            let running = self.webhook.start().await.map_err(Error::Webhook)?;
+            tracing::info!(addr = %running.local_addr(), paths = ?self.webhook.paths(), "serving webhooks");
+            *self.running_webhook.write().await = Some(running);
         }
 
         // Caches next: informers created so far (by controllers' sources) list first.

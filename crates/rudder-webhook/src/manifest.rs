@@ -2,12 +2,12 @@
 //! `ValidatingWebhookConfiguration` that send the API server's calls to them, and a CRD's
 //! conversion stanza, rendered from [`Registration`]s so nothing is written by hand twice.
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
-use k8s_openapi::ByteString;
 use kube::core::{ObjectMeta, Resource};
 
 use crate::paths::{CONVERT_PATH, mutate_path, validate_path};
@@ -48,7 +48,11 @@ impl Registration {
     /// A defaulting webhook for `K` at controller-runtime's path, called on create and
     /// update.
     pub fn mutating<K: Resource<DynamicType = ()>>() -> Self {
-        Self::of::<K>(WebhookKind::Mutating, mutate_path::<K>(), &["CREATE", "UPDATE"])
+        Self::of::<K>(
+            WebhookKind::Mutating,
+            mutate_path::<K>(),
+            &["CREATE", "UPDATE"],
+        )
     }
 
     /// A validating webhook for `K` at controller-runtime's path, called on create and
@@ -342,8 +346,18 @@ mod tests {
         assert_eq!(webhooks.len(), 1);
         let svc = webhooks[0].client_config.service.as_ref().unwrap();
         assert_eq!(
-            (svc.name.as_str(), svc.namespace.as_str(), svc.path.as_deref(), svc.port),
-            ("op-webhook", "op-system", Some("/mutate--v1-pod"), Some(9443))
+            (
+                svc.name.as_str(),
+                svc.namespace.as_str(),
+                svc.path.as_deref(),
+                svc.port
+            ),
+            (
+                "op-webhook",
+                "op-system",
+                Some("/mutate--v1-pod"),
+                Some(9443)
+            )
         );
         assert_eq!(webhooks[0].failure_policy.as_deref(), Some("Fail"));
         assert_eq!(webhooks[0].side_effects, "None");
@@ -360,7 +374,10 @@ mod tests {
         assert_eq!(ops.unwrap(), ["CREATE", "UPDATE", "DELETE"]);
         let rule = &webhooks[1].rules.as_ref().unwrap()[0];
         assert_eq!(rule.api_groups.as_deref(), Some(&["apps".to_owned()][..]));
-        assert_eq!(rule.resources.as_deref(), Some(&["deployments".to_owned()][..]));
+        assert_eq!(
+            rule.resources.as_deref(),
+            Some(&["deployments".to_owned()][..])
+        );
 
         assert!(mutating_configuration("op", &[], &url).is_none());
     }

@@ -56,6 +56,7 @@
 //! | [`handler`] | rudder-handler | requests, events, sources, event handlers, predicates |
 //! | [`controller`](mod@controller) | rudder-controller | reconcilers and controllers |
 //! | [`manager`] | rudder-manager | the manager, probes, metrics, leader election |
+//! | [`webhook`] | rudder-webhook | admission and conversion webhooks, their TLS server, manifests |
 //!
 //! # Client
 //!
@@ -94,6 +95,8 @@ mod builder;
 pub mod client;
 #[cfg(feature = "manager")]
 mod tools;
+#[cfg(feature = "manager")]
+mod webhook_builder;
 
 /// The work queue: rudder-workqueue.
 #[cfg(feature = "workqueue")]
@@ -115,9 +118,17 @@ pub use rudder_controller as controller;
 #[cfg(feature = "manager")]
 pub use rudder_manager as manager;
 
+/// Admission and conversion webhooks, their server and manifests: rudder-webhook (the
+/// manager runs the server; declare webhooks with [`new_webhook`]).
+#[cfg(feature = "manager")]
+pub use rudder_webhook as webhook;
+
 #[cfg(feature = "manager")]
 #[doc(inline)]
 pub use builder::{ControllerBuilder, new_controller};
+#[cfg(feature = "manager")]
+#[doc(inline)]
+pub use webhook_builder::{WebhookBuilder, WebhookManifests, new_webhook, webhook_manifests};
 
 /// Kubernetes Events: what [`Tools::record`] and [`Tools::publish`] take (kube-runtime's
 /// types, re-exported so an operator does not depend on kube-runtime in lockstep).
@@ -182,6 +193,11 @@ pub enum Error {
     #[cfg(feature = "controller")]
     #[error("cannot build the controller")]
     Controller(#[source] rudder_controller::BuildError),
+    /// A webhook could not be registered: its path is taken (webhooks declared twice for a
+    /// type), or a conversion does not cover every served version of its kind.
+    #[cfg(feature = "manager")]
+    #[error("cannot register the webhook")]
+    Webhook(#[source] rudder_webhook::RegisterError),
     /// A watch could not be added. Before the controller runs, adding a watch only records
     /// it, so the builder meets this only for a controller that is already running.
     #[cfg(feature = "controller")]

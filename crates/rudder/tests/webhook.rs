@@ -1,0 +1,404 @@
+//! Webhooks declared with `rudder::new_webhook`, served by the manager over HTTPS and called
+//! by a real API server (rudder-envtest installs the configurations the facade renders).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::core::admission::AdmissionRequest;
+use kube::core::{DynamicObject, ObjectMeta};
+use kube::{CustomResource, CustomResourceExt, ResourceExt};
+use rudder::prelude::*;
+use rudder::webhook::admission::{Defaulter, Denial, Validator, Warnings};
+use rudder::webhook::manifest::ClientConfig;
+use rudder::webhook::{ConversionError, Convertible, KindConversion};
+use rudder_envtest::{InstalledWebhooks, TestNamespace, WebhookOptions, eventually};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Labels every ConfigMap `defaulted=yes`.
+struct Label;
+
+impl Defaulter<ConfigMap> for Label {
+    async fn default(
+        &self,
+        cm: &mut ConfigMap,
+        _: &AdmissionRequest<DynamicObject>,
+    ) -> Result<Warnings, Denial> {
+        cm.labels_mut().insert("defaulted".into(), "yes".into());
+        Ok(Vec::new())
+    }
+}
+
+/// Refuses ConfigMaps named `forbidden`, and updates that set `value=bad`; warns about
+/// ConfigMaps named `warn-me`.
+struct Rules;
+
+impl Validator<ConfigMap> for Rules {
+    async fn validate_create(
+        &self,
+        cm: &ConfigMap,
+        _: &AdmissionRequest<DynamicObject>,
+    ) -> Result<Warnings, Denial> {
+        match cm.name_any().as_str() {
+            "forbidden" => Err(Denial::new("forbidden is not a name for a ConfigMap")),
+            "warn-me" => Ok(vec!["warn-me is a questionable name".into()]),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    async fn validate_update(
+        &self,
+        _old: &ConfigMap,
+        new: &ConfigMap,
+        _: &AdmissionRequest<DynamicObject>,
+    ) -> Result<Warnings, Denial> {
+        let bad = new
+            .data
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .map(String::as_str);
+        if bad == Some("bad") {
+            return Err(Denial::new("value may not be bad"));
+        }
+        Ok(Vec::new())
+    }
+}
+
+fn declare_admission(manager: &Manager) {
+    rudder::new_webhook(manager)
+        .for_::<ConfigMap>()
+        .defaulter(Label)
+        .validator(Rules)
+        .complete()
+        .unwrap();
+}
+
+/// The configurations the facade renders for what `declare` registers (the endpoint is
+/// rewritten by the install).
+fn options(declare: impl Fn(&Manager), ns: &TestNamespace) -> WebhookOptions {
+    let scratch = Manager::builder(ns.client())
+        .health_probe_address(None)
+        .metrics_address(None)
+        .build()
+        .unwrap();
+    declare(&scratch);
+    let mut crds = vec![gizmo_crd()];
+    let manifests = rudder::webhook_manifests(
+        &scratch,
+        "rudder-test",
+        &ClientConfig::service("unused", "unused"),
+        &mut crds,
+    );
+    let converts = crds[0].spec.conversion.is_some();
+    WebhookOptions {
+        mutating: manifests.mutating.into_iter().collect(),
+        validating: manifests.validating.into_iter().collect(),
+        conversion_crds: if converts { crds } else { Vec::new() },
+    }
+}
+
+fn manager(ns: &TestNamespace, installed: &InstalledWebhooks) -> Arc<Manager> {
+    let namespace = ns.name().to_owned();
+    Arc::new(
+        Manager::builder(ns.client())
+            .health_probe_address(Some(SocketAddr::from(([127, 0, 0, 1], 0))))
+            .metrics_address(None)
+            .cache(move |c| c.default_namespace(namespace))
+            .webhook_options(
+                rudder::webhook::Options::new()
+                    .bind_address(installed.addr())
+                    .cert_dir(installed.cert_dir()),
+            )
+            .build()
+            .unwrap(),
+    )
+}
+
+type Running = tokio::task::JoinHandle<Result<(), rudder::manager::Error>>;
+
+async fn start(m: &Arc<Manager>) -> (CancellationToken, Running) {
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (m, stop) = (Arc::clone(m), stop.clone());
+        async move { m.start(stop).await }
+    });
+    // Ready includes the webhook check: a TLS handshake with the server itself.
+    eventually("the manager is ready", WAIT, async || {
+        let addr = m.health_address()?;
+        let (status, _) = get(addr, "/readyz?verbose").await;
+        (status == 200).then_some(())
+    })
+    .await;
+    (stop, running)
+}
+
+/// A plain HTTP/1.0 GET: (status, body).
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return (0, String::new());
+    };
+    let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn configmap(name: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some([("value".to_owned(), "good".to_owned())].into()),
+        ..ConfigMap::default()
+    }
+}
+
+/// The message of an API error.
+fn message(error: kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message,
+        other => panic!("expected an API error, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn admission_webhooks_default_validate_and_warn() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("webhook-admission").await.unwrap();
+    let installed = ns
+        .install_webhooks(options(declare_admission, &ns))
+        .await
+        .unwrap();
+    let m = manager(&ns, &installed);
+    declare_admission(&m);
+    let (stop, running) = start(&m).await;
+    assert_eq!(m.webhook_address().await, Some(installed.addr()));
+
+    let cms: Api<ConfigMap> = ns.api();
+    let pp = PostParams::default();
+    let created = cms.create(&pp, &configmap("plain")).await.unwrap();
+    assert_eq!(
+        created.labels().get("defaulted").map(String::as_str),
+        Some("yes"),
+        "the defaulter's patch was applied"
+    );
+    let denied = cms.create(&pp, &configmap("forbidden")).await.unwrap_err();
+    assert!(
+        message(denied).contains("forbidden is not a name for a ConfigMap"),
+        "the validator's message reaches the client"
+    );
+    let patch = Patch::Merge(serde_json::json!({ "data": { "value": "bad" } }));
+    let denied = cms
+        .patch("plain", &PatchParams::default(), &patch)
+        .await
+        .unwrap_err();
+    assert!(message(denied).contains("value may not be bad"));
+
+    // Warnings come back as Warning headers.
+    let body = serde_json::to_vec(&configmap("warn-me")).unwrap();
+    let request = http::Request::post(format!("/api/v1/namespaces/{}/configmaps", ns.name()))
+        .header("content-type", "application/json")
+        .body(body)
+        .unwrap();
+    let response = ns.client().send(request.map(Into::into)).await.unwrap();
+    assert_eq!(response.status(), 201);
+    let warnings: Vec<_> = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("warn-me is a questionable name")),
+        "{warnings:?}"
+    );
+    stop.cancel();
+    running.await.unwrap().unwrap();
+
+    // failurePolicy Fail: with the server stopped, creates are refused...
+    let refused = cms.create(&pp, &configmap("while-down")).await.unwrap_err();
+    assert!(matches!(refused, kube::Error::Api(_)), "{refused}");
+    // ...and pass again once a server is back.
+    let again = manager(&ns, &installed);
+    declare_admission(&again);
+    let (stop, running) = start(&again).await;
+    let created = cms.create(&pp, &configmap("while-up")).await.unwrap();
+    assert_eq!(
+        created.labels().get("defaulted").map(String::as_str),
+        Some("yes")
+    );
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
+
+mod v1 {
+    use super::*;
+
+    /// A gizmo's size, in version v1.
+    #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+    #[kube(
+        group = "convert.rudder.dev",
+        version = "v1",
+        kind = "Gizmo",
+        namespaced
+    )]
+    pub(crate) struct GizmoSpec {
+        pub(crate) size: i64,
+    }
+}
+
+mod v2 {
+    use super::*;
+
+    /// The same, renamed `length` in v2 (the hub and storage version).
+    #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+    #[kube(
+        group = "convert.rudder.dev",
+        version = "v2",
+        kind = "Gizmo",
+        namespaced
+    )]
+    pub(crate) struct GizmoSpec {
+        pub(crate) length: i64,
+    }
+}
+
+impl Convertible<v2::Gizmo> for v1::Gizmo {
+    fn to_hub(self) -> Result<v2::Gizmo, ConversionError> {
+        if self.spec.size < 0 {
+            return Err(ConversionError::new("a gizmo cannot have a negative size"));
+        }
+        Ok(v2::Gizmo {
+            metadata: self.metadata,
+            spec: v2::GizmoSpec {
+                length: self.spec.size,
+            },
+        })
+    }
+
+    fn from_hub(hub: v2::Gizmo) -> Result<Self, ConversionError> {
+        Ok(v1::Gizmo {
+            metadata: hub.metadata,
+            spec: v1::GizmoSpec {
+                size: hub.spec.length,
+            },
+        })
+    }
+}
+
+fn gizmo_crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    kube::core::crd::merge_crds(vec![v1::Gizmo::crd(), v2::Gizmo::crd()], "v2").unwrap()
+}
+
+fn declare_conversion(manager: &Manager) {
+    rudder::new_webhook(manager)
+        .for_::<v2::Gizmo>()
+        .conversion(
+            KindConversion::<v2::Gizmo>::hub().spoke::<v1::Gizmo>(),
+            &gizmo_crd(),
+        )
+        .complete()
+        .unwrap();
+}
+
+struct Recorder(mpsc::UnboundedSender<Request>);
+
+impl Reconciler for Recorder {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
+        let _ = self.0.send(request);
+        Ok(Action::done())
+    }
+}
+
+/// A CRD in two versions with a field renamed between them: objects created in either read
+/// back in the other, listed and watched; a failed conversion is an API error; a controller
+/// watching the spoke version starts although its cache lists through the webhook (the
+/// server starts before the cache is waited for).
+#[tokio::test]
+async fn conversion_between_versions_and_the_start_order() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("webhook-conversion").await.unwrap();
+    let installed = ns
+        .install_webhooks(options(declare_conversion, &ns))
+        .await
+        .unwrap();
+    let m = manager(&ns, &installed);
+    declare_conversion(&m);
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    rudder::new_controller(&m)
+        .for_::<v1::Gizmo>()
+        .named("gizmo-v1")
+        .complete(Recorder(tx))
+        .await
+        .unwrap();
+    let (stop, running) = start(&m).await;
+
+    let old: Api<v1::Gizmo> = ns.api();
+    let new: Api<v2::Gizmo> = ns.api();
+    let pp = PostParams::default();
+    old.create(&pp, &v1::Gizmo::new("small", v1::GizmoSpec { size: 3 }))
+        .await
+        .unwrap();
+    new.create(&pp, &v2::Gizmo::new("long", v2::GizmoSpec { length: 9 }))
+        .await
+        .unwrap();
+    assert_eq!(new.get("small").await.unwrap().spec.length, 3);
+    assert_eq!(old.get("long").await.unwrap().spec.size, 9);
+    let listed: Vec<(String, i64)> = old
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|g| (g.name_any(), g.spec.size))
+        .collect();
+    assert_eq!(listed, [("long".to_owned(), 9), ("small".to_owned(), 3)]);
+
+    // The controller on v1 (its informer lists and watches through the conversion).
+    let mut reconciled = Vec::new();
+    while reconciled.len() < 2 {
+        let request = tokio::time::timeout(WAIT, seen.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if !reconciled.contains(&request.name().to_owned()) {
+            reconciled.push(request.name().to_owned());
+        }
+    }
+    reconciled.sort();
+    assert_eq!(reconciled, ["long", "small"]);
+
+    let failed = old
+        .create(&pp, &v1::Gizmo::new("negative", v1::GizmoSpec { size: -1 }))
+        .await
+        .unwrap_err();
+    assert!(
+        message(failed).contains("a gizmo cannot have a negative size"),
+        "the conversion's message reaches the client"
+    );
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
