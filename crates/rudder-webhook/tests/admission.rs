@@ -1,5 +1,10 @@
 //! Admission over real TLS: defaulting patches, denials, field errors, bad input, panics,
 //! dry-run, review versions, registration errors, metrics.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::needless_pass_by_value
+)]
 
 mod common;
 
@@ -100,8 +105,12 @@ fn register_all(server: &WebhookServer) {
     server
         .register(validate_path::<ConfigMap>(), Webhook::validator(Rules))
         .unwrap();
-    server.register("/dry-run", Webhook::admission(DryRunEcho)).unwrap();
-    server.register("/panics", Webhook::admission(Panics)).unwrap();
+    server
+        .register("/dry-run", Webhook::admission(DryRunEcho))
+        .unwrap();
+    server
+        .register("/panics", Webhook::admission(Panics))
+        .unwrap();
 }
 
 const CONFIG_MAP: (&str, &str, &str) = ("", "v1", "ConfigMap");
@@ -171,7 +180,13 @@ async fn a_defaulter_may_deny() {
     let answer = client
         .review(
             &mutate_path::<ConfigMap>(),
-            &review("uid-d", "CREATE", CONFIG_MAP, Some(config_map("deny", json!({}))), None),
+            &review(
+                "uid-d",
+                "CREATE",
+                CONFIG_MAP,
+                Some(config_map("deny", json!({}))),
+                None,
+            ),
         )
         .await;
     let response = &answer["response"];
@@ -190,13 +205,31 @@ async fn validation_denies_with_message_code_and_warnings() {
     let path = validate_path::<ConfigMap>();
 
     let answer = client
-        .review(&path, &review("uid-ok", "CREATE", CONFIG_MAP, Some(config_map("a", json!({}))), None))
+        .review(
+            &path,
+            &review(
+                "uid-ok",
+                "CREATE",
+                CONFIG_MAP,
+                Some(config_map("a", json!({}))),
+                None,
+            ),
+        )
         .await;
     assert_eq!(answer["response"]["allowed"], true);
     assert_eq!(answer["response"]["warnings"], json!(["looks fine"]));
 
     let answer = client
-        .review(&path, &review("uid-bad", "CREATE", CONFIG_MAP, Some(config_map("a", json!({"bad": "1"}))), None))
+        .review(
+            &path,
+            &review(
+                "uid-bad",
+                "CREATE",
+                CONFIG_MAP,
+                Some(config_map("a", json!({"bad": "1"}))),
+                None,
+            ),
+        )
         .await;
     let response = &answer["response"];
     assert_eq!(response["uid"], "uid-bad");
@@ -208,14 +241,32 @@ async fn validation_denies_with_message_code_and_warnings() {
 
     let locked = config_map("a", json!({"locked": "true"}));
     let answer = client
-        .review(&path, &review("uid-up", "UPDATE", CONFIG_MAP, Some(locked.clone()), Some(locked)))
+        .review(
+            &path,
+            &review(
+                "uid-up",
+                "UPDATE",
+                CONFIG_MAP,
+                Some(locked.clone()),
+                Some(locked),
+            ),
+        )
         .await;
     assert_eq!(answer["response"]["allowed"], false);
     assert_eq!(answer["response"]["status"]["code"], 409);
     assert_eq!(answer["response"]["status"]["message"], "locked");
 
     let answer = client
-        .review(&path, &review("uid-del", "DELETE", CONFIG_MAP, None, Some(config_map("a", json!({})))))
+        .review(
+            &path,
+            &review(
+                "uid-del",
+                "DELETE",
+                CONFIG_MAP,
+                None,
+                Some(config_map("a", json!({}))),
+            ),
+        )
         .await;
     assert_eq!(answer["response"]["allowed"], true);
 }
@@ -229,7 +280,13 @@ async fn field_errors_are_422_invalid_with_causes() {
     let answer = client
         .review(
             &validate_path::<ConfigMap>(),
-            &review("uid-i", "CREATE", CONFIG_MAP, Some(config_map("a", json!({"invalid": "1"}))), None),
+            &review(
+                "uid-i",
+                "CREATE",
+                CONFIG_MAP,
+                Some(config_map("a", json!({"invalid": "1"}))),
+                None,
+            ),
         )
         .await;
     let status = &answer["response"]["status"];
@@ -260,7 +317,13 @@ async fn an_undecodable_review_or_object_is_400_with_the_uid() {
     let answer = client
         .review(
             &validate_path::<ConfigMap>(),
-            &review("uid-obj", "CREATE", CONFIG_MAP, Some(config_map("a", json!({"n": 5}))), None),
+            &review(
+                "uid-obj",
+                "CREATE",
+                CONFIG_MAP,
+                Some(config_map("a", json!({"n": 5}))),
+                None,
+            ),
         )
         .await;
     assert_eq!(answer["response"]["uid"], "uid-obj");
@@ -289,17 +352,39 @@ async fn non_json_bodies_and_other_content_types_are_http_400() {
         .await
         .unwrap();
     let path = validate_path::<ConfigMap>();
-    let (status, _) = client.post(&path, "application/json", "{not json").await.unwrap();
+    let (status, _) = client
+        .post(&path, "application/json", "{not json")
+        .await
+        .unwrap();
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let body = serde_json::to_vec(&review("u", "CREATE", CONFIG_MAP, Some(config_map("a", json!({}))), None)).unwrap();
-    let (status, _) = client.post(&path, "text/plain", body.clone()).await.unwrap();
+    let body = serde_json::to_vec(&review(
+        "u",
+        "CREATE",
+        CONFIG_MAP,
+        Some(config_map("a", json!({}))),
+        None,
+    ))
+    .unwrap();
+    let (status, _) = client
+        .post(&path, "text/plain", body.clone())
+        .await
+        .unwrap();
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let (status, _) = client.post(&path, "application/json", Vec::new()).await.unwrap();
+    let (status, _) = client
+        .post(&path, "application/json", Vec::new())
+        .await
+        .unwrap();
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let (status, _) = client.post("/nowhere", "application/json", body.clone()).await.unwrap();
+    let (status, _) = client
+        .post("/nowhere", "application/json", body.clone())
+        .await
+        .unwrap();
     assert_eq!(status, StatusCode::NOT_FOUND);
     // The connection still serves a good request.
-    let (status, _) = client.post(&path, "application/json; charset=utf-8", body).await.unwrap();
+    let (status, _) = client
+        .post(&path, "application/json; charset=utf-8", body)
+        .await
+        .unwrap();
     assert_eq!(status, StatusCode::OK);
 }
 
@@ -337,7 +422,10 @@ async fn the_default_body_limit_is_7_mib() {
         .await
         .unwrap();
     let answer = client
-        .review(&validate_path::<ConfigMap>(), &review("u", "CREATE", CONFIG_MAP, Some(fits), None))
+        .review(
+            &validate_path::<ConfigMap>(),
+            &review("u", "CREATE", CONFIG_MAP, Some(fits), None),
+        )
         .await;
     assert_eq!(answer["response"]["allowed"], true);
 }
@@ -350,7 +438,16 @@ async fn a_panicking_handler_is_answered_500_and_counted() {
         .await
         .unwrap();
     let answer = client
-        .review("/panics", &review("uid-p", "CREATE", CONFIG_MAP, Some(config_map("a", json!({}))), None))
+        .review(
+            "/panics",
+            &review(
+                "uid-p",
+                "CREATE",
+                CONFIG_MAP,
+                Some(config_map("a", json!({}))),
+                None,
+            ),
+        )
         .await;
     assert_eq!(answer["response"]["uid"], "uid-p");
     assert_eq!(answer["response"]["allowed"], false);
@@ -364,7 +461,16 @@ async fn a_panicking_handler_is_answered_500_and_counted() {
     assert!(counter("controller_runtime_webhook_panics_total", "") >= before + 1.0);
     // The server goes on serving.
     let answer = client
-        .review("/dry-run", &review("uid-after", "CREATE", CONFIG_MAP, Some(config_map("a", json!({}))), None))
+        .review(
+            "/dry-run",
+            &review(
+                "uid-after",
+                "CREATE",
+                CONFIG_MAP,
+                Some(config_map("a", json!({}))),
+                None,
+            ),
+        )
         .await;
     assert_eq!(answer["response"]["allowed"], true);
 }
@@ -376,10 +482,19 @@ async fn dry_run_reaches_the_handler() {
         .await
         .unwrap();
     for dry_run in [true, false] {
-        let mut request = review("u", "CREATE", CONFIG_MAP, Some(config_map("a", json!({}))), None);
+        let mut request = review(
+            "u",
+            "CREATE",
+            CONFIG_MAP,
+            Some(config_map("a", json!({}))),
+            None,
+        );
         request["request"]["dryRun"] = json!(dry_run);
         let answer = client.review("/dry-run", &request).await;
-        assert_eq!(answer["response"]["warnings"], json!([format!("dryRun={dry_run}")]));
+        assert_eq!(
+            answer["response"]["warnings"],
+            json!([format!("dryRun={dry_run}")])
+        );
     }
 }
 
@@ -389,7 +504,13 @@ async fn a_v1beta1_review_is_answered_in_v1beta1() {
     let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
         .await
         .unwrap();
-    let mut request = review("uid-b", "CREATE", CONFIG_MAP, Some(config_map("a", json!({}))), None);
+    let mut request = review(
+        "uid-b",
+        "CREATE",
+        CONFIG_MAP,
+        Some(config_map("a", json!({}))),
+        None,
+    );
     request["apiVersion"] = json!("admission.k8s.io/v1beta1");
     let answer = client.review(&validate_path::<ConfigMap>(), &request).await;
     assert_eq!(answer["apiVersion"], "admission.k8s.io/v1beta1");
@@ -409,25 +530,62 @@ async fn requests_are_counted_by_webhook_and_code() {
     let ok_before = counter("controller_runtime_webhook_requests_total", labels_ok);
     let bad_before = counter("controller_runtime_webhook_requests_total", labels_bad);
     client
-        .review("/dry-run", &review("u", "CREATE", CONFIG_MAP, Some(config_map("a", json!({}))), None))
+        .review(
+            "/dry-run",
+            &review(
+                "u",
+                "CREATE",
+                CONFIG_MAP,
+                Some(config_map("a", json!({}))),
+                None,
+            ),
+        )
         .await;
-    client.post("/dry-run", "application/json", "nope").await.unwrap();
-    assert_eq!(counter("controller_runtime_webhook_requests_total", labels_ok), ok_before + 1.0);
-    assert_eq!(counter("controller_runtime_webhook_requests_total", labels_bad), bad_before + 1.0);
+    client
+        .post("/dry-run", "application/json", "nope")
+        .await
+        .unwrap();
+    assert_eq!(
+        counter("controller_runtime_webhook_requests_total", labels_ok),
+        ok_before + 1.0
+    );
+    assert_eq!(
+        counter("controller_runtime_webhook_requests_total", labels_bad),
+        bad_before + 1.0
+    );
     let rendered = common::metrics().render();
-    assert!(rendered.contains(r#"controller_runtime_webhook_latency_seconds_count{webhook="/dry-run"}"#), "{rendered}");
-    assert!(rendered.contains(r#"controller_runtime_webhook_requests_in_flight{webhook="/dry-run"} 0"#), "{rendered}");
+    assert!(
+        rendered
+            .contains(r#"controller_runtime_webhook_latency_seconds_count{webhook="/dry-run"}"#),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains(r#"controller_runtime_webhook_requests_in_flight{webhook="/dry-run"} 0"#),
+        "{rendered}"
+    );
 }
 
 #[test]
 fn registering_a_path_twice_or_a_relative_path_is_an_error() {
     let server = WebhookServer::new(rudder_webhook::Options::new());
     assert!(server.is_empty());
-    server.register("/a", Webhook::admission(DryRunEcho)).unwrap();
-    let error = server.register("/a", Webhook::admission(Panics)).unwrap_err();
-    assert!(matches!(error, RegisterError::DuplicatePath { ref path } if path == "/a"), "{error}");
-    let error = server.register("b", Webhook::admission(Panics)).unwrap_err();
-    assert!(matches!(error, RegisterError::InvalidPath { .. }), "{error}");
+    server
+        .register("/a", Webhook::admission(DryRunEcho))
+        .unwrap();
+    let error = server
+        .register("/a", Webhook::admission(Panics))
+        .unwrap_err();
+    assert!(
+        matches!(error, RegisterError::DuplicatePath { ref path } if path == "/a"),
+        "{error}"
+    );
+    let error = server
+        .register("b", Webhook::admission(Panics))
+        .unwrap_err();
+    assert!(
+        matches!(error, RegisterError::InvalidPath { .. }),
+        "{error}"
+    );
     assert_eq!(server.paths(), ["/a"]);
     assert!(!server.is_empty());
 }

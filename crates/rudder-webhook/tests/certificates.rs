@@ -1,5 +1,6 @@
 //! Certificates: hot reload by a Secret-volume symlink swap under load, a bad new pair kept
 //! out and counted, start errors naming the files, and the readiness check.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -23,7 +24,9 @@ impl AdmissionHandler for Allow {
 }
 
 fn register(server: &WebhookServer) {
-    server.register("/allow", Webhook::admission(Allow)).unwrap();
+    server
+        .register("/allow", Webhook::admission(Allow))
+        .unwrap();
 }
 
 fn a_review() -> serde_json::Value {
@@ -50,14 +53,23 @@ async fn a_swapped_pair_is_served_within_the_poll_period_and_no_call_fails() {
     let calls = Arc::new(AtomicUsize::new(0));
     let failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let caller = {
-        let (stop, calls, failures, ca_der) = (stop.clone(), calls.clone(), failures.clone(), ca_der.clone());
+        let (stop, calls, failures, ca_der) = (
+            stop.clone(),
+            calls.clone(),
+            failures.clone(),
+            ca_der.clone(),
+        );
         tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
                 let outcome = async {
                     let mut client = Client::connect(addr, &ca_der).await?;
                     let body = serde_json::to_vec(&a_review()).unwrap();
                     let (status, _) = client.post("/allow", "application/json", body).await?;
-                    if status.is_success() { Ok(()) } else { Err(format!("status {status}")) }
+                    if status.is_success() {
+                        Ok(())
+                    } else {
+                        Err(format!("status {status}"))
+                    }
                 }
                 .await;
                 calls.fetch_add(1, Ordering::SeqCst);
@@ -67,12 +79,17 @@ async fn a_swapped_pair_is_served_within_the_poll_period_and_no_call_fails() {
             }
         })
     };
-    eventually("calls before the swap", async || calls.load(Ordering::SeqCst) >= 5).await;
+    eventually("calls before the swap", async || {
+        calls.load(Ordering::SeqCst) >= 5
+    })
+    .await;
 
     let new_pair = served.ca.serving_pair();
     let reads_before = counter("certwatcher_read_certificate_total", "");
     let swapped_at = tokio::time::Instant::now();
-    served.secret.write(new_pair.cert_pem.as_bytes(), new_pair.key_pem.as_bytes());
+    served
+        .secret
+        .write(new_pair.cert_pem.as_bytes(), new_pair.key_pem.as_bytes());
     eventually("the new certificate served", async || {
         let client = Client::connect(addr, &ca_der).await.unwrap();
         client.peer_certificate.as_ref() == Some(&new_pair.der)
@@ -84,11 +101,20 @@ async fn a_swapped_pair_is_served_within_the_poll_period_and_no_call_fails() {
     assert!(counter("certwatcher_read_certificate_total", "") > reads_before);
 
     let calls_at_swap = calls.load(Ordering::SeqCst);
-    eventually("calls after the swap", async || calls.load(Ordering::SeqCst) >= calls_at_swap + 5).await;
+    eventually("calls after the swap", async || {
+        calls.load(Ordering::SeqCst) >= calls_at_swap + 5
+    })
+    .await;
     stop.store(true, Ordering::SeqCst);
     caller.await.unwrap();
-    let failures = failures.lock().unwrap();
-    assert!(failures.is_empty(), "{} of {} calls failed: {:?}", failures.len(), calls.load(Ordering::SeqCst), *failures);
+    let failures = failures.lock().unwrap().clone();
+    assert!(
+        failures.is_empty(),
+        "{} of {} calls failed: {:?}",
+        failures.len(),
+        calls.load(Ordering::SeqCst),
+        failures
+    );
     served.running.check_ready().await.unwrap();
 }
 
@@ -100,7 +126,9 @@ async fn a_bad_new_pair_keeps_the_old_one_and_is_counted() {
 
     // A certificate with another pair's key: both parse, they do not match.
     let other = served.ca.serving_pair();
-    served.secret.write(served.pair.cert_pem.as_bytes(), other.key_pem.as_bytes());
+    served
+        .secret
+        .write(served.pair.cert_pem.as_bytes(), other.key_pem.as_bytes());
     eventually("the mismatch counted", async || {
         counter("certwatcher_read_certificate_errors_total", "") > errors_before
     })
@@ -117,7 +145,10 @@ async fn a_bad_new_pair_keeps_the_old_one_and_is_counted() {
     .await;
     let mut client = Client::connect(addr, &served.ca.der).await.unwrap();
     assert_eq!(client.peer_certificate.as_ref(), Some(&served.pair.der));
-    assert_eq!(client.review("/allow", &a_review()).await["response"]["allowed"], true);
+    assert_eq!(
+        client.review("/allow", &a_review()).await["response"]["allowed"],
+        true
+    );
     served.running.check_ready().await.unwrap();
 }
 
@@ -134,7 +165,10 @@ async fn start_fails_naming_the_files_when_the_pair_is_missing_or_bad() {
         other => panic!("unexpected {other:?}"),
     }
     // Started once is started: a second call is refused.
-    assert!(matches!(server.start().await.unwrap_err(), StartError::AlreadyStarted));
+    assert!(matches!(
+        server.start().await.unwrap_err(),
+        StartError::AlreadyStarted
+    ));
 
     let ca = Ca::new("ca");
     let (a, b) = (ca.serving_pair(), ca.serving_pair());
@@ -143,7 +177,10 @@ async fn start_fails_naming_the_files_when_the_pair_is_missing_or_bad() {
     let server = WebhookServer::new(common::options(secret.path()));
     let error = server.start().await.unwrap_err();
     let text = format!("{}", std::error::Error::source(&error).unwrap());
-    assert!(text.contains("tls.crt") && text.contains("tls.key"), "{text}");
+    assert!(
+        text.contains("tls.crt") && text.contains("tls.key"),
+        "{text}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -157,10 +194,15 @@ async fn check_ready_passes_when_serving_and_fails_without_a_certificate() {
             .bind_address("127.0.0.1:0".parse().unwrap())
             .certificate_store(empty),
     );
-    assert!(matches!(server.start().await.unwrap_err(), StartError::NoCertificate));
+    assert!(matches!(
+        server.start().await.unwrap_err(),
+        StartError::NoCertificate
+    ));
 
     let store = CertificateStore::new();
-    store.set_pem(pair.cert_pem.as_bytes(), pair.key_pem.as_bytes()).unwrap();
+    store
+        .set_pem(pair.cert_pem.as_bytes(), pair.key_pem.as_bytes())
+        .unwrap();
     let server = WebhookServer::new(
         Options::new()
             .bind_address("127.0.0.1:0".parse().unwrap())
@@ -177,13 +219,22 @@ async fn check_ready_passes_when_serving_and_fails_without_a_certificate() {
     // A certificate from a CA the probe has never seen is still the server's own.
     let other_ca = Ca::new("another ca");
     let other = other_ca.serving_pair();
-    store.set_pem(other.cert_pem.as_bytes(), other.key_pem.as_bytes()).unwrap();
+    store
+        .set_pem(other.cert_pem.as_bytes(), other.key_pem.as_bytes())
+        .unwrap();
     running.check_ready().await.unwrap();
-    let mut client = Client::connect(running.local_addr(), &other_ca.der).await.unwrap();
-    assert_eq!(client.review("/allow", &a_review()).await["response"]["allowed"], true);
+    let mut client = Client::connect(running.local_addr(), &other_ca.der)
+        .await
+        .unwrap();
+    assert_eq!(
+        client.review("/allow", &a_review()).await["response"]["allowed"],
+        true
+    );
 
     let addr = running.local_addr();
-    running.stop(Some(tokio::time::Instant::now() + Duration::from_secs(5))).await;
+    running
+        .stop(Some(tokio::time::Instant::now() + Duration::from_secs(5)))
+        .await;
     assert!(Client::connect(addr, &other_ca.der).await.is_err());
 }
 
@@ -192,8 +243,15 @@ fn a_store_refuses_a_key_that_is_not_the_certificates() {
     let ca = Ca::new("ca");
     let (a, b) = (ca.serving_pair(), ca.serving_pair());
     let store = CertificateStore::new();
-    store.set_pem(a.cert_pem.as_bytes(), a.key_pem.as_bytes()).unwrap();
-    let error = store.set_pem(a.cert_pem.as_bytes(), b.key_pem.as_bytes()).unwrap_err();
-    assert!(matches!(error, rudder_webhook::CertificateError::Mismatch(_)), "{error}");
+    store
+        .set_pem(a.cert_pem.as_bytes(), a.key_pem.as_bytes())
+        .unwrap();
+    let error = store
+        .set_pem(a.cert_pem.as_bytes(), b.key_pem.as_bytes())
+        .unwrap_err();
+    assert!(
+        matches!(error, rudder_webhook::CertificateError::Mismatch(_)),
+        "{error}"
+    );
     assert_eq!(store.end_entity().as_ref(), Some(&a.der));
 }

@@ -1,6 +1,11 @@
 //! Conversion over real TLS: a round trip through the hub with a renamed field, order and
 //! metadata kept, failures as `Failure` results, bad bodies as HTTP 400, and the coverage
 //! check at registration.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::needless_pass_by_value
+)]
 
 mod common;
 
@@ -15,7 +20,13 @@ use serde_json::{Value, json};
 
 /// The hub: v2 calls the size `replicas`.
 #[derive(CustomResource, Clone, Debug, Serialize, Deserialize)]
-#[kube(group = "test.rudder.rs", version = "v2", kind = "Widget", namespaced, schema = "disabled")]
+#[kube(
+    group = "test.rudder.rs",
+    version = "v2",
+    kind = "Widget",
+    namespaced,
+    schema = "disabled"
+)]
 pub struct WidgetV2Spec {
     replicas: i64,
     colour: String,
@@ -27,7 +38,13 @@ mod v1 {
 
     /// The old version: v1 called the size `count`.
     #[derive(CustomResource, Clone, Debug, Serialize, Deserialize)]
-    #[kube(group = "test.rudder.rs", version = "v1", kind = "Widget", namespaced, schema = "disabled")]
+    #[kube(
+        group = "test.rudder.rs",
+        version = "v1",
+        kind = "Widget",
+        namespaced,
+        schema = "disabled"
+    )]
     pub struct WidgetV1Spec {
         pub count: i64,
         pub colour: String,
@@ -37,7 +54,9 @@ mod v1 {
 impl Convertible<Widget> for v1::Widget {
     fn to_hub(self) -> Result<Widget, ConversionError> {
         if self.spec.colour == "invisible" {
-            return Err(ConversionError::new("invisible widgets cannot be converted"));
+            return Err(ConversionError::new(
+                "invisible widgets cannot be converted",
+            ));
         }
         Ok(Widget::new(
             "",
@@ -108,7 +127,10 @@ async fn objects_round_trip_through_the_hub_in_order_with_metadata_kept() {
         })
         .collect();
     let answer = client
-        .review(CONVERT_PATH, &conversion_review("test.rudder.rs/v2", originals.clone()))
+        .review(
+            CONVERT_PATH,
+            &conversion_review("test.rudder.rs/v2", originals.clone()),
+        )
         .await;
     assert_eq!(answer["apiVersion"], "apiextensions.k8s.io/v1");
     assert_eq!(answer["kind"], "ConversionReview");
@@ -120,13 +142,22 @@ async fn objects_round_trip_through_the_hub_in_order_with_metadata_kept() {
     for (i, object) in converted.iter().enumerate() {
         assert_eq!(object["apiVersion"], "test.rudder.rs/v2");
         assert_eq!(object["kind"], "Widget");
-        assert_eq!(object["metadata"], originals[i]["metadata"], "metadata untouched");
-        assert_eq!(object["spec"], json!({"replicas": i, "colour": format!("c{i}")}));
+        assert_eq!(
+            object["metadata"], originals[i]["metadata"],
+            "metadata untouched"
+        );
+        assert_eq!(
+            object["spec"],
+            json!({"replicas": i, "colour": format!("c{i}")})
+        );
     }
 
     // And back: v2 to v1 gives the originals exactly.
     let answer = client
-        .review(CONVERT_PATH, &conversion_review("test.rudder.rs/v1", converted))
+        .review(
+            CONVERT_PATH,
+            &conversion_review("test.rudder.rs/v1", converted),
+        )
         .await;
     assert_eq!(answer["response"]["result"]["status"], "Success");
     assert_eq!(answer["response"]["convertedObjects"], json!(originals));
@@ -143,20 +174,31 @@ async fn a_failed_conversion_is_a_failure_result_with_the_message() {
         json!({"apiVersion": "test.rudder.rs/v1", "kind": "Widget", "metadata": metadata("ghost"), "spec": {"count": 1, "colour": "invisible"}}),
     ];
     let answer = client
-        .review(CONVERT_PATH, &conversion_review("test.rudder.rs/v2", objects))
+        .review(
+            CONVERT_PATH,
+            &conversion_review("test.rudder.rs/v2", objects),
+        )
         .await;
     let response = &answer["response"];
     assert_eq!(response["uid"], "conv-1");
     assert_eq!(response["result"]["status"], "Failure");
     let message = response["result"]["message"].as_str().unwrap();
-    assert!(message.contains("invisible widgets cannot be converted"), "{message}");
+    assert!(
+        message.contains("invisible widgets cannot be converted"),
+        "{message}"
+    );
     assert!(message.contains("ghost"), "{message}");
     assert_eq!(response["convertedObjects"], json!([]));
 
     // A kind nobody registered fails the same way.
-    let objects = vec![json!({"apiVersion": "test.rudder.rs/v1", "kind": "Gadget", "metadata": metadata("g"), "spec": {}})];
+    let objects = vec![
+        json!({"apiVersion": "test.rudder.rs/v1", "kind": "Gadget", "metadata": metadata("g"), "spec": {}}),
+    ];
     let answer = client
-        .review(CONVERT_PATH, &conversion_review("test.rudder.rs/v2", objects))
+        .review(
+            CONVERT_PATH,
+            &conversion_review("test.rudder.rs/v2", objects),
+        )
         .await;
     assert_eq!(answer["response"]["result"]["status"], "Failure");
 }
@@ -167,10 +209,17 @@ async fn an_undecodable_conversion_body_is_http_400() {
     let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
         .await
         .unwrap();
-    let (status, _) = client.post(CONVERT_PATH, "application/json", "{]").await.unwrap();
+    let (status, _) = client
+        .post(CONVERT_PATH, "application/json", "{]")
+        .await
+        .unwrap();
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let (status, _) = client
-        .post(CONVERT_PATH, "application/json", r#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview"}"#)
+        .post(
+            CONVERT_PATH,
+            "application/json",
+            r#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview"}"#,
+        )
         .await
         .unwrap();
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -183,7 +232,11 @@ fn registration_fails_unless_every_served_version_is_covered() {
         .register_conversion(KindConversion::<Widget>::hub(), ["v1", "v2"])
         .unwrap_err();
     match &error {
-        RegisterError::UncoveredVersions { kind, hub, versions } => {
+        RegisterError::UncoveredVersions {
+            kind,
+            hub,
+            versions,
+        } => {
             assert_eq!(kind, "Widget.test.rudder.rs");
             assert_eq!(hub, "v2");
             assert_eq!(versions, &["v1"]);
@@ -192,10 +245,19 @@ fn registration_fails_unless_every_served_version_is_covered() {
     }
     assert!(server.is_empty(), "nothing registered on error");
     server
-        .register_conversion(KindConversion::<Widget>::hub().spoke::<v1::Widget>(), ["v1", "v2"])
+        .register_conversion(
+            KindConversion::<Widget>::hub().spoke::<v1::Widget>(),
+            ["v1", "v2"],
+        )
         .unwrap();
     let again = server
-        .register_conversion(KindConversion::<Widget>::hub().spoke::<v1::Widget>(), ["v1", "v2"])
+        .register_conversion(
+            KindConversion::<Widget>::hub().spoke::<v1::Widget>(),
+            ["v1", "v2"],
+        )
         .unwrap_err();
-    assert!(matches!(again, RegisterError::DuplicateConversion { .. }), "{again}");
+    assert!(
+        matches!(again, RegisterError::DuplicateConversion { .. }),
+        "{again}"
+    );
 }

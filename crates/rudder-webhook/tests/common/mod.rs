@@ -1,7 +1,13 @@
 //! What the webhook tests share: test certificates (a CA and serving pairs, written the
 //! way a Secret volume lays them out), HTTPS clients trusting the test CA, a metrics
 //! recorder, and polling.
-#![allow(dead_code, unreachable_pub, clippy::expect_used, clippy::unwrap_used)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::expect_used,
+    clippy::unwrap_used,
+    clippy::needless_pass_by_value
+)]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -230,7 +236,11 @@ impl Client {
     /// POSTs JSON and decodes the JSON answer (HTTP 200 expected).
     pub async fn review(&mut self, path: &str, review: &serde_json::Value) -> serde_json::Value {
         let (status, body) = self
-            .post(path, "application/json", serde_json::to_vec(review).unwrap())
+            .post(
+                path,
+                "application/json",
+                serde_json::to_vec(review).unwrap(),
+            )
             .await
             .unwrap();
         assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
@@ -252,8 +262,7 @@ pub fn counter(name: &str, labels: &str) -> f64 {
     rendered
         .lines()
         .find_map(|line| line.strip_prefix(&prefix))
-        .map(|value| value.trim().parse().unwrap())
-        .unwrap_or(0.0)
+        .map_or(0.0, |value| value.trim().parse().unwrap())
 }
 
 /// Polls `condition` every 10 ms until it holds, or panics after [`WAIT`].
