@@ -29,14 +29,20 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::Patch;
+use kube::core::DynamicObject;
 use kube::core::ObjectMeta;
+use kube::core::admission::{AdmissionRequest, Operation};
 use kube::{CustomResource, CustomResourceExt, Resource, ResourceExt};
+use rudder::WebhookManifests;
 use rudder::client::{ClientError, is_controlled_by, set_controller_reference};
 use rudder::manager::leader_election::LeaderElectionConfig;
 use rudder::prelude::*;
+use rudder::webhook::admission::{Defaulter, Denial, FieldError, Validator, Warnings};
+use rudder::webhook::manifest::ClientConfig;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -306,6 +312,94 @@ fn until(t: Timestamp) -> Duration {
     Duration::try_from(t.duration_since(Timestamp::now())).unwrap_or(Duration::ZERO)
 }
 
+/// Defaults a new ChaosPod (controller-runtime's seed has this webhook too): a missing or
+/// past `spec.nextStop` becomes now plus the period, so every ChaosPod says from its first
+/// version when its Pod stops. Updates are left as they are: setting `nextStop` to now (or
+/// earlier) on a running ChaosPod is how a user stops its Pod early.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChaosPodDefaulter;
+
+impl Defaulter<ChaosPod> for ChaosPodDefaulter {
+    async fn default(
+        &self,
+        chaos: &mut ChaosPod,
+        request: &AdmissionRequest<DynamicObject>,
+    ) -> Result<Warnings, Denial> {
+        let now = Timestamp::now();
+        let stale = chaos.spec.next_stop.as_ref().is_none_or(|t| t.0 <= now);
+        if request.operation == Operation::Create && stale {
+            chaos.spec.next_stop = Some(Time(add(now, chaos.period())));
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// Refuses ChaosPods the controller cannot run: a template without containers, or with a
+/// container without an image (the API server would refuse each Pod, over and over).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChaosPodValidator;
+
+impl ChaosPodValidator {
+    fn check(chaos: &ChaosPod) -> Result<Warnings, Denial> {
+        let containers = (chaos.spec.template.spec.as_ref()).map_or(&[][..], |s| &s.containers);
+        if containers.is_empty() {
+            return Err(Denial::invalid([FieldError::required(
+                "spec.template.spec.containers",
+                "the Pod template needs at least one container",
+            )]));
+        }
+        let missing: Vec<FieldError> = containers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.image.as_deref().is_none_or(str::is_empty))
+            .map(|(i, c)| {
+                FieldError::required(
+                    format!("spec.template.spec.containers[{i}].image"),
+                    format!("container {:?} has no image", c.name),
+                )
+            })
+            .collect();
+        if missing.is_empty() {
+            Ok(Vec::new())
+        } else {
+            Err(Denial::invalid(missing))
+        }
+    }
+}
+
+impl Validator<ChaosPod> for ChaosPodValidator {
+    async fn validate_create(
+        &self,
+        chaos: &ChaosPod,
+        _: &AdmissionRequest<DynamicObject>,
+    ) -> Result<Warnings, Denial> {
+        Self::check(chaos)
+    }
+
+    async fn validate_update(
+        &self,
+        _old: &ChaosPod,
+        chaos: &ChaosPod,
+        _: &AdmissionRequest<DynamicObject>,
+    ) -> Result<Warnings, Denial> {
+        Self::check(chaos)
+    }
+}
+
+/// Declares the ChaosPod webhooks (defaulting and validation) on `manager`; they are served
+/// when the manager starts.
+///
+/// # Errors
+///
+/// As [`rudder::WebhookBuilder::complete`]: declared twice on one manager.
+pub fn add_webhooks(manager: &Manager) -> Result<(), rudder::Error> {
+    rudder::new_webhook(manager)
+        .for_::<ChaosPod>()
+        .defaulter(ChaosPodDefaulter)
+        .validator(ChaosPodValidator)
+        .complete()
+}
+
 /// Declares the ChaosPod controller on `manager`: it reconciles ChaosPods and the Pods they
 /// own.
 ///
@@ -334,16 +428,19 @@ pub struct Options {
     pub metrics_address: Option<SocketAddr>,
     /// Leader election, so that of several replicas one reconciles.
     pub leader_election: Option<LeaderElectionConfig>,
+    /// The webhook server (defaulting and validation), or `None` for no webhooks.
+    pub webhooks: Option<rudder::webhook::Options>,
 }
 
 impl Default for Options {
-    /// The manager's default addresses, all namespaces, no leader election.
+    /// The manager's default addresses, all namespaces, no leader election, no webhooks.
     fn default() -> Self {
         Self {
             namespace: None,
             health_address: Some(rudder::manager::DEFAULT_HEALTH_ADDRESS),
             metrics_address: Some(rudder::manager::DEFAULT_METRICS_ADDRESS),
             leader_election: None,
+            webhooks: None,
         }
     }
 }
@@ -366,7 +463,14 @@ pub async fn manager(client: kube::Client, options: Options) -> Result<Manager, 
     if let Some(election) = options.leader_election {
         builder = builder.leader_election(election);
     }
+    let webhooks = options.webhooks.is_some();
+    if let Some(webhook) = options.webhooks {
+        builder = builder.webhook_options(webhook);
+    }
     let manager = builder.build()?;
+    if webhooks {
+        add_webhooks(&manager)?;
+    }
     add_controller(&manager).await?;
     Ok(manager)
 }
@@ -377,9 +481,12 @@ pub enum SetupError {
     /// The manager refused its settings.
     #[error("cannot build the manager")]
     Manager(#[from] rudder::manager::BuildError),
-    /// The controller could not be declared.
-    #[error("cannot declare the ChaosPod controller")]
+    /// The controller or the webhooks could not be declared.
+    #[error("cannot declare the ChaosPod controller or webhooks")]
     Controller(#[from] rudder::Error),
+    /// The offline client that records webhook registrations could not be made.
+    #[error("cannot make an offline client to render manifests")]
+    Offline,
 }
 
 /// The ChaosPod CRD as YAML, for `kubectl apply -f -`.
@@ -389,6 +496,54 @@ pub enum SetupError {
 /// If it cannot be serialised (it always can).
 pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
     serde_yaml::to_string(&ChaosPod::crd())
+}
+
+/// The ChaosPod CRD and the webhook configurations for its webhooks, reached through
+/// `client` (the operator's Service, or a URL), rendered from what [`add_webhooks`]
+/// registers.
+///
+/// # Errors
+///
+/// If a manager cannot be made to record the registrations (no cluster is contacted).
+pub fn manifests(
+    client: &ClientConfig,
+) -> Result<(CustomResourceDefinition, WebhookManifests), SetupError> {
+    // Only to record the registrations: this client never makes a request.
+    let url = "http://127.0.0.1:9"
+        .parse()
+        .map_err(|_| SetupError::Offline)?;
+    let offline =
+        kube::Client::try_from(kube::Config::new(url)).map_err(|_| SetupError::Offline)?;
+    let manager = Manager::builder(offline)
+        .health_probe_address(None)
+        .metrics_address(None)
+        .build()?;
+    add_webhooks(&manager)?;
+    let mut crds = [ChaosPod::crd()];
+    let webhooks = rudder::webhook_manifests(&manager, CONTROLLER, client, &mut crds);
+    let [crd] = crds;
+    Ok((crd, webhooks))
+}
+
+/// [`manifests`] as multi-document YAML, for `kubectl apply -f -`.
+///
+/// # Errors
+///
+/// As [`manifests`], or if they cannot be serialised (they always can).
+pub fn manifests_yaml(
+    client: &ClientConfig,
+) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+    let (crd, webhooks) = manifests(client)?;
+    let mut yaml = serde_yaml::to_string(&crd)?;
+    if let Some(mutating) = webhooks.mutating {
+        yaml.push_str("---\n");
+        yaml.push_str(&serde_yaml::to_string(&mutating)?);
+    }
+    if let Some(validating) = webhooks.validating {
+        yaml.push_str("---\n");
+        yaml.push_str(&serde_yaml::to_string(&validating)?);
+    }
+    Ok(yaml)
 }
 
 /// Installs (server-side applies) the ChaosPod CRD and waits until the API server serves it.

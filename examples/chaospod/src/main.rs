@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use chaospod::Options;
 use rudder::controller::ErrorChain;
 use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder::webhook::manifest::ClientConfig;
 
 const HELP: &str = "\
 chaospod: runs Pods from ChaosPod resources and stops them on schedule
@@ -18,6 +19,16 @@ chaospod: runs Pods from ChaosPod resources and stops them on schedule
 USAGE: chaospod [FLAGS]
 
   --crd                        print the ChaosPod CRD as YAML and exit
+  --manifests                  print the CRD and the webhook configurations (multi-document
+                               YAML for kubectl apply -f -) and exit; the webhooks are reached
+                               through --webhook-service in --webhook-namespace
+  --webhook-service NAME       the Service in front of the webhook server (default
+                               chaospod-webhook)
+  --webhook-namespace NS       its namespace (default chaospod-system)
+  --webhook-cert-dir DIR       serve the defaulting and validating webhooks with tls.crt and
+                               tls.key from DIR (reloaded when they change); without it, no
+                               webhook server runs
+  --webhook-address ADDR       the webhook server's address (default 0.0.0.0:9443)
   --namespace NS               watch only NS (default: all namespaces)
   --health-address ADDR        probe server address (default 0.0.0.0:8081; 'off' for none)
   --metrics-address ADDR       metrics server address (default 0.0.0.0:8080; 'off' for none)
@@ -51,6 +62,7 @@ async fn main() -> ExitCode {
 
 struct Parsed {
     options: Options,
+    webhook_address: Option<SocketAddr>,
     election_namespace: Option<String>,
     election: bool,
 }
@@ -58,9 +70,12 @@ struct Parsed {
 fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
     let mut parsed = Parsed {
         options: Options::default(),
+        webhook_address: None,
         election_namespace: None,
         election: true,
     };
+    let mut manifests = false;
+    let mut service = ("chaospod-webhook".to_owned(), "chaospod-system".to_owned());
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         let mut value = |flag: &str| {
@@ -78,6 +93,21 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
                 print!("{yaml}");
                 return Ok(None);
             }
+            "--manifests" => manifests = true,
+            "--webhook-service" => service.0 = value(arg)?,
+            "--webhook-namespace" => service.1 = value(arg)?,
+            "--webhook-cert-dir" => {
+                let dir = value(arg)?;
+                let webhooks = parsed.options.webhooks.take().unwrap_or_default();
+                parsed.options.webhooks = Some(webhooks.cert_dir(dir));
+            }
+            "--webhook-address" => {
+                let addr = value(arg)?;
+                let addr = addr
+                    .parse()
+                    .map_err(|e| format!("bad address {addr:?}: {e}"))?;
+                parsed.webhook_address = Some(addr);
+            }
             "--namespace" => parsed.options.namespace = Some(value(arg)?),
             "--health-address" => parsed.options.health_address = address(&value(arg)?)?,
             "--metrics-address" => parsed.options.metrics_address = address(&value(arg)?)?,
@@ -85,6 +115,17 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
             "--no-leader-election" => parsed.election = false,
             other => return Err(format!("unknown argument {other:?}")),
         }
+    }
+    if manifests {
+        let client = ClientConfig::service(service.0, service.1);
+        let yaml = chaospod::manifests_yaml(&client).map_err(|e| e.to_string())?;
+        print!("{yaml}");
+        return Ok(None);
+    }
+    match (parsed.webhook_address, parsed.options.webhooks.take()) {
+        (Some(addr), Some(webhooks)) => parsed.options.webhooks = Some(webhooks.bind_address(addr)),
+        (Some(_), None) => return Err("--webhook-address needs --webhook-cert-dir".to_owned()),
+        (None, webhooks) => parsed.options.webhooks = webhooks,
     }
     Ok(Some(parsed))
 }

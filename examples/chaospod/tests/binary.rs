@@ -23,6 +23,37 @@ fn crd_flag_prints_the_crd() {
         crd.metadata.name.as_deref(),
         Some("chaospods.examples.rudder.dev")
     );
+    // --manifests: the CRD, then the webhook configurations pointing at the Service named.
+    let out = Command::new(env!("CARGO_BIN_EXE_chaospod"))
+        .args([
+            "--manifests",
+            "--webhook-service",
+            "chaos-hooks",
+            "--webhook-namespace",
+            "ops",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .collect();
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "CustomResourceDefinition",
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration"
+        ]
+    );
+    let service = &docs[1]["webhooks"][0]["clientConfig"]["service"];
+    assert_eq!(service["name"].as_str(), Some("chaos-hooks"));
+    assert_eq!(service["namespace"].as_str(), Some("ops"));
+    assert_eq!(
+        service["path"].as_str(),
+        Some("/mutate-examples-rudder-dev-v1-chaospod")
+    );
     let bad = Command::new(env!("CARGO_BIN_EXE_chaospod"))
         .arg("--bogus")
         .output()

@@ -34,6 +34,7 @@ async fn pods_are_created_owned_stopped_on_schedule_and_recreated() {
                 .with_retry_period(Duration::from_millis(500))
                 .with_release_on_cancel(true),
         ),
+        webhooks: None,
     };
     let manager = chaospod::manager(ns.client(), options).await.unwrap();
     let stop = CancellationToken::new();

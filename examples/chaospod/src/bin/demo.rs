@@ -22,6 +22,8 @@ use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube_runtime::watcher;
 use rudder::controller::ErrorChain;
 use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder::webhook::manifest::ClientConfig;
+use rudder_envtest::WebhookOptions;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
 
@@ -161,7 +163,7 @@ async fn run(args: Args) -> Result<bool, BoxError> {
         .await?;
     clock.say(format_args!("created namespace {namespace}"));
 
-    let outcome = demo(&clock, &client, &namespace, args.duration).await;
+    let outcome = demo(&clock, &client, &namespace, args.duration, env.as_ref()).await;
 
     // Clean up whatever happened: on a cluster, the namespace (and everything in it); the
     // local control plane is thrown away whole.
@@ -188,9 +190,40 @@ async fn demo(
     client: &kube::Client,
     namespace: &str,
     duration: Duration,
+    env: Option<&rudder_envtest::TestEnv>,
 ) -> Result<bool, BoxError> {
     let loopback = |port| Some(SocketAddr::from(([127, 0, 0, 1], port)));
+    // The webhooks, on the local control plane: its API server calls this process on
+    // loopback. A cluster's API server could not reach it, so there they are left out.
+    let installed = match env {
+        Some(env) => {
+            let service = ClientConfig::service("chaospod-webhook", "chaospod-system");
+            let (_, hooks) = chaospod::manifests(&service)?;
+            let installed = env
+                .install_webhooks(WebhookOptions {
+                    mutating: hooks.mutating.into_iter().collect(),
+                    validating: hooks.validating.into_iter().collect(),
+                    ..WebhookOptions::default()
+                })
+                .await?;
+            clock.say(format_args!(
+                "installed the defaulting and validating webhook configurations (the API \
+                 server calls https://{})",
+                installed.addr()
+            ));
+            Some(installed)
+        }
+        None => {
+            clock.say("webhooks: left out (a cluster's API server cannot call this process)");
+            None
+        }
+    };
     let options = Options {
+        webhooks: installed.as_ref().map(|installed| {
+            rudder::webhook::Options::new()
+                .bind_address(installed.addr())
+                .cert_dir(installed.cert_dir())
+        }),
         namespace: Some(namespace.to_owned()),
         health_address: loopback(0),
         metrics_address: loopback(0),
@@ -231,7 +264,36 @@ async fn demo(
     let chaospods: Api<ChaosPod> = Api::namespaced(client.clone(), namespace);
     for (name, period) in CHAOSPODS {
         let chaos = ChaosPod::new_with_image(name, IMAGE, Duration::from_secs(period));
-        chaospods.create(&PostParams::default(), &chaos).await?;
+        let created = chaospods.create(&PostParams::default(), &chaos).await?;
+        if installed.is_some() && name == CHAOSPODS[0].0 {
+            let next_stop = created.spec.next_stop.as_ref().map(|t| t.0.to_string());
+            clock.say(format_args!(
+                "webhook defaulted ChaosPod {name}: created without spec.nextStop, stored with \
+                 nextStop {}",
+                next_stop
+                    .as_deref()
+                    .unwrap_or("(none: the defaulter did not run!)")
+            ));
+            if next_stop.is_none() {
+                return Err("the defaulting webhook did not set spec.nextStop".into());
+            }
+        }
+    }
+    if installed.is_some() {
+        let mut empty = ChaosPod::new_with_image("no-containers", IMAGE, Duration::from_secs(5));
+        if let Some(spec) = empty.spec.template.spec.as_mut() {
+            spec.containers.clear();
+        }
+        match chaospods.create(&PostParams::default(), &empty).await {
+            Err(kube::Error::Api(status)) => clock.say(format_args!(
+                "webhook rejected ChaosPod no-containers: {}",
+                status.message
+            )),
+            Ok(_) => {
+                return Err("the validating webhook let a ChaosPod without containers in".into());
+            }
+            Err(other) => return Err(other.into()),
+        }
     }
     clock.say(format_args!(
         "created ChaosPods {} (each Pod stopped after 3, 4, 5 s); watching for {} s",
