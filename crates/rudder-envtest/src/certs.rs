@@ -44,25 +44,58 @@ pub(crate) struct ServingPair {
     pub(crate) cert: String,
     /// The serving certificate's private key, PEM (PKCS#8).
     pub(crate) key: String,
+    /// The CA's name and private key (PEM), to issue more serving pairs from it.
+    ca_name: String,
+    ca_key: String,
 }
 
 impl ServingPair {
     /// Generates a CA named `ca_name` and a certificate named `server_name` signed by it.
     pub(crate) fn generate(ca_name: &str, server_name: &str) -> Result<Self, rcgen::Error> {
         let ca_key = KeyPair::generate()?;
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, ca_name);
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        let ca_params = ca_params(ca_name)?;
         let ca_cert = ca_params.self_signed(&ca_key)?;
+        let ca_key_pem = ca_key.serialize_pem();
         let issuer = Issuer::new(ca_params, ca_key);
+        let (cert, key) = serving_pair(&issuer, server_name)?;
+        Ok(Self {
+            ca_cert: ca_cert.pem(),
+            cert,
+            key,
+            ca_name: ca_name.to_owned(),
+            ca_key: ca_key_pem,
+        })
+    }
 
+    /// Another serving certificate and key (PEM) for `server_name`, signed by the same CA.
+    pub(crate) fn reissue(&self, server_name: &str) -> Result<(String, String), rcgen::Error> {
+        let ca_key = KeyPair::from_pem(&self.ca_key)?;
+        let issuer = Issuer::new(ca_params(&self.ca_name)?, ca_key);
+        serving_pair(&issuer, server_name)
+    }
+}
+
+/// The parameters of a CA named `name`; the same name gives the same subject, so a
+/// certificate issued later chains to the CA certificate made first.
+fn ca_params(name: &str) -> Result<CertificateParams, rcgen::Error> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    Ok(params)
+}
+
+/// A serving certificate for `127.0.0.1` and `localhost` named `server_name`, signed by
+/// `issuer`: (certificate, key), PEM.
+fn serving_pair(
+    issuer: &Issuer<'_, KeyPair>,
+    server_name: &str,
+) -> Result<(String, String), rcgen::Error> {
+    {
         let key = KeyPair::generate()?;
         // rcgen turns a name that parses as an IP address into an IP SAN, which Go's TLS
         // client needs to accept the certificate for https://127.0.0.1.
@@ -76,12 +109,8 @@ impl ServingPair {
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        let cert = serving.signed_by(&key, &issuer)?;
-        Ok(Self {
-            ca_cert: ca_cert.pem(),
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-        })
+        let cert = serving.signed_by(&key, issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
     }
 }
 

@@ -132,6 +132,19 @@ impl InstalledWebhooks {
         &self.cert_dir
     }
 
+    /// A new serving certificate and key (PEM, for `127.0.0.1` and `localhost`) signed by the
+    /// same CA as [`cert_pem`](Self::cert_pem), which the API server trusts: what a test of
+    /// certificate rotation swaps in while the API server keeps calling.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WebhookCertificates`] if the certificate cannot be made.
+    pub fn issue_serving_pair(&self) -> Result<(String, String)> {
+        self.serving
+            .reissue("rudder-envtest-webhook")
+            .map_err(Error::WebhookCertificates)
+    }
+
     /// The names of the installed mutating webhook configurations (with the namespace
     /// appended when installed for a [`TestNamespace`]).
     pub fn mutating_configurations(&self) -> &[String] {

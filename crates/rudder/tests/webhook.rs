@@ -192,6 +192,8 @@ async fn admission_webhooks_default_validate_and_warn() {
     declare_admission(&m);
     let (stop, running) = start(&m).await;
     assert_eq!(m.webhook_address().await, Some(installed.addr()));
+    let (_, verbose) = get(m.health_address().unwrap(), "/readyz?verbose").await;
+    assert!(verbose.contains("[+]webhook ok"), "{verbose}");
 
     let cms: Api<ConfigMap> = ns.api();
     let pp = PostParams::default();
@@ -398,6 +400,162 @@ async fn conversion_between_versions_and_the_start_order() {
     assert!(
         message(failed).contains("a gizmo cannot have a negative size"),
         "the conversion's message reaches the client"
+    );
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
+
+/// A certificate directory laid out as the kubelet lays out a Secret volume: `tls.crt` and
+/// `tls.key` link into `..data`, a link to the current generation, swapped by one rename.
+struct SecretVolume {
+    dir: std::path::PathBuf,
+    generation: u32,
+}
+
+impl SecretVolume {
+    fn new(cert: &str, key: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("rudder-reload-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut volume = Self { dir, generation: 0 };
+        volume.write(cert, key);
+        std::os::unix::fs::symlink("..data/tls.crt", volume.dir.join("tls.crt")).unwrap();
+        std::os::unix::fs::symlink("..data/tls.key", volume.dir.join("tls.key")).unwrap();
+        volume
+    }
+
+    fn write(&mut self, cert: &str, key: &str) {
+        self.generation += 1;
+        let name = format!("..gen{}", self.generation);
+        std::fs::create_dir(self.dir.join(&name)).unwrap();
+        std::fs::write(self.dir.join(&name).join("tls.crt"), cert).unwrap();
+        std::fs::write(self.dir.join(&name).join("tls.key"), key).unwrap();
+        let tmp = self.dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&name, &tmp).unwrap();
+        std::fs::rename(&tmp, self.dir.join("..data")).unwrap();
+    }
+}
+
+impl Drop for SecretVolume {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The certificate (DER) the server at `addr` presents, verified against `ca_pem`.
+async fn served_certificate(addr: SocketAddr, ca_pem: &str) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+fn der(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .unwrap()
+        .to_vec()
+}
+
+/// The serving pair is replaced on disk (a Secret volume's symlink swap) while the API server
+/// keeps calling the webhook: no call fails, and the new certificate is served within the
+/// poll period.
+#[tokio::test]
+async fn a_certificate_swapped_on_disk_is_served_without_a_failed_call() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("webhook-reload").await.unwrap();
+    let installed = ns
+        .install_webhooks(options(declare_admission, &ns))
+        .await
+        .unwrap();
+    let mut volume = SecretVolume::new(installed.cert_pem(), installed.key_pem());
+    let poll = Duration::from_millis(200);
+    let namespace = ns.name().to_owned();
+    let m = Arc::new(
+        Manager::builder(ns.client())
+            .health_probe_address(Some(SocketAddr::from(([127, 0, 0, 1], 0))))
+            .metrics_address(None)
+            .cache(move |c| c.default_namespace(namespace))
+            .webhook_options(
+                rudder::webhook::Options::new()
+                    .bind_address(installed.addr())
+                    .cert_dir(&volume.dir)
+                    .cert_poll_period(poll),
+            )
+            .build()
+            .unwrap(),
+    );
+    declare_admission(&m);
+    let (stop, running) = start(&m).await;
+    assert_eq!(
+        served_certificate(installed.addr(), installed.ca_pem()).await,
+        der(installed.cert_pem())
+    );
+
+    // The API server calls the webhook for every create, on and on.
+    let calling = CancellationToken::new();
+    let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let caller = tokio::spawn({
+        let (cms, calling, calls) = (ns.api::<ConfigMap>(), calling.clone(), Arc::clone(&calls));
+        async move {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            while !calling.is_cancelled() {
+                match cms
+                    .create(&PostParams::default(), &configmap(&format!("c{ok}")))
+                    .await
+                {
+                    Ok(cm) if cm.labels().get("defaulted").is_some() => {
+                        ok += 1;
+                        calls.store(ok, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    Ok(cm) => failed.push(format!("{} was not defaulted", cm.name_any())),
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            (ok, failed)
+        }
+    });
+    let (new_cert, new_key) = installed.issue_serving_pair().unwrap();
+    volume.write(&new_cert, &new_key);
+    let swapped = tokio::time::Instant::now();
+    eventually("the new certificate served", WAIT, async || {
+        (served_certificate(installed.addr(), installed.ca_pem()).await == der(&new_cert))
+            .then_some(())
+    })
+    .await;
+    let took = swapped.elapsed();
+    // A few more calls on the new certificate.
+    let calls_then = calls.load(std::sync::atomic::Ordering::SeqCst);
+    eventually("calls on the new certificate", WAIT, async || {
+        (calls.load(std::sync::atomic::Ordering::SeqCst) > calls_then + 3).then_some(())
+    })
+    .await;
+    calling.cancel();
+    let (ok, failed) = caller.await.unwrap();
+    assert!(
+        failed.is_empty(),
+        "calls failed during the swap: {failed:?}"
+    );
+    assert!(ok > 5, "the API server called the webhook {ok} times");
+    assert!(
+        took < 5 * poll,
+        "the new certificate was served {took:?} after the swap (poll period {poll:?})"
     );
     stop.cancel();
     running.await.unwrap().unwrap();
