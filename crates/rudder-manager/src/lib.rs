@@ -74,9 +74,8 @@ mod server;
 
 pub use health::{HealthChecks, Probe};
 pub use manager::{
-    DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_GRACEFUL_SHUTDOWN, DEFAULT_HEALTH_ADDRESS,
-    BuildError, DEFAULT_METRICS_ADDRESS, Error, ExtraHandler, GracefulShutdown, Manager,
-    ManagerBuilder,
+    BuildError, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_GRACEFUL_SHUTDOWN, DEFAULT_HEALTH_ADDRESS,
+    DEFAULT_METRICS_ADDRESS, Error, ExtraHandler, GracefulShutdown, Manager, ManagerBuilder,
 };
 pub use rudder_controller::Shutdown;
 pub use runnable::{BoxError, Runnable, runnable};

@@ -77,11 +77,13 @@ fn replica(
     )
     .build()
     .unwrap();
-    controller.watch(
-        Kind::<ConfigMap>::from_cache(manager.cache()),
-        EnqueueObject,
-        vec![],
-    ).unwrap();
+    controller
+        .watch(
+            Kind::<ConfigMap>::from_cache(manager.cache()),
+            EnqueueObject,
+            vec![],
+        )
+        .unwrap();
     manager.add_controller(controller);
     let manager = Arc::new(manager);
     let stop = CancellationToken::new();

@@ -91,7 +91,8 @@ async fn probes_metrics_and_a_reconcile() {
         Kind::<ConfigMap>::from_cache(m.cache()),
         EnqueueObject,
         vec![],
-    ).unwrap();
+    )
+    .unwrap();
     m.add_controller(c);
     let stop = CancellationToken::new();
     let running = tokio::spawn({
@@ -179,7 +180,8 @@ async fn not_ready_until_caches_sync() {
     c.watch(source, EnqueueObject, vec![]).unwrap();
     let unsynced = rudder_handler::Synced::new();
     let never = rudder_handler::from_stream_with_sync(futures::stream::pending(), unsynced.clone());
-    c.watch::<ConfigMap, _>(never, EnqueueObject, vec![]).unwrap();
+    c.watch::<ConfigMap, _>(never, EnqueueObject, vec![])
+        .unwrap();
     m.add_controller(c);
     let stop = CancellationToken::new();
     let running = tokio::spawn({
@@ -268,7 +270,8 @@ async fn graceful_shutdown_waits_for_a_reconcile_in_flight() {
         Kind::<ConfigMap>::from_cache(m.cache()),
         EnqueueObject,
         vec![],
-    ).unwrap();
+    )
+    .unwrap();
     m.add_controller(c);
     let stop = CancellationToken::new();
     let running = tokio::spawn({

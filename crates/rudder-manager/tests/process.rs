@@ -32,13 +32,17 @@ async fn signal_child() {
         .metrics_address(None)
         .build()
         .unwrap();
-    m.add(runnable("slow-to-stop", false, move |shutdown| async move {
-        println!("ready");
-        shutdown.stopped().await;
-        println!("stopping");
-        tokio::time::sleep(Duration::from_secs(stop_secs)).await;
-        Ok(())
-    }));
+    m.add(runnable(
+        "slow-to-stop",
+        false,
+        move |shutdown| async move {
+            println!("ready");
+            shutdown.stopped().await;
+            println!("stopping");
+            tokio::time::sleep(Duration::from_secs(stop_secs)).await;
+            Ok(())
+        },
+    ));
     let result = m.start_until_signal().await;
     std::process::exit(if result.is_ok() { 0 } else { 2 });
 }

@@ -182,11 +182,8 @@ pub fn webhook_manifests(
 #[derive(Clone, Debug, Default)]
 pub struct WebhookManifests {
     /// The mutating webhooks, if any.
-    pub mutating: Option<
-        k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
-    >,
+    pub mutating: Option<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>,
     /// The validating webhooks, if any.
-    pub validating: Option<
-        k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
-    >,
+    pub validating:
+        Option<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>,
 }
