@@ -50,8 +50,8 @@ pub struct InformerStats {
     /// `error` with the object's key, and the object skipped: it is neither stored nor sent,
     /// and a stored older version stays (as for a malformed object) until the object is
     /// deleted. With the `metrics` feature each is also counted in
-    /// `rudder_cache_panics_total` (labels `resource`, and `function`: `index` or
-    /// `transform`).
+    /// `rudder_cache_panics_total` (labels `resource`, and `function`: `index`,
+    /// `transform` or `handler`).
     pub panics: u64,
 }
 
@@ -449,6 +449,44 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_counted_and_gets_the_next_event() {
+        use watcher::Event as W;
+        let (tx, informer) = fed_informer(None);
+        let (seen_tx, mut seen) = mpsc::unbounded_channel();
+        informer.add_handler(move |event: Event<Cm>| {
+            let name = event.object().metadata.name.clone().unwrap_or_default();
+            // Panics while making the future for one object, while running it for another.
+            assert_ne!(name, "bad-call", "the handler refuses bad-call");
+            let seen_tx = seen_tx.clone();
+            async move {
+                assert_ne!(name, "bad-run", "the handler's future refuses bad-run");
+                let _ = seen_tx.send(name);
+            }
+        });
+        for event in [
+            W::Init,
+            W::InitApply(cm("a", "1")),
+            W::InitApply(cm("bad-call", "1")),
+            W::InitApply(cm("bad-run", "1")),
+            W::InitApply(cm("c", "1")),
+            W::InitDone,
+        ] {
+            tx.send(event).unwrap();
+        }
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            let name = tokio::time::timeout(Duration::from_secs(5), seen.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            got.push(name);
+        }
+        assert_eq!(got, ["a", "c"], "the handler went on after both panics");
+        assert_eq!(informer.stats().panics, 2);
+        informer.stop().await;
     }
 
     #[tokio::test]

@@ -2,16 +2,19 @@
 //! registration that replays the store first.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use kube::Resource;
 use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
 
 use super::Informer;
+use super::watch_task::record_panic;
+use crate::store::ObjectKey;
 
 /// What a handler is told.
 #[derive(Debug)]
@@ -110,7 +113,11 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
     /// queue: one event at a time, in order, each awaited before the next. A slow handler
     /// delays only itself (see [`subscribe`] for what its backlog costs).
     ///
-    /// On stop the handler finishes the event it is on and gets no more.
+    /// On stop the handler finishes the event it is on and gets no more. A handler that
+    /// panics on an event is caught: the panic is logged with the object's key, counted
+    /// ([`InformerStats::panics`](crate::InformerStats::panics), and with the `metrics`
+    /// feature `rudder_cache_panics_total{function="handler"}`), and the handler goes on with
+    /// the next event.
     ///
     /// [`subscribe`]: Informer::subscribe
     pub fn add_handler<F, Fut>(&self, mut handler: F)
@@ -121,6 +128,7 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
         // The handler's task does not keep the informer running: it ends with it.
         let mut events = self.subscribe_holding(None);
         let token = self.shared.token.clone();
+        let shared = Arc::clone(&self.shared);
         self.shared.tracker.spawn(async move {
             loop {
                 let event = tokio::select! {
@@ -128,9 +136,20 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
                     () = token.cancelled() => break,
                     event = events.next() => event,
                 };
-                match event {
-                    Some(event) => handler(event).await,
-                    None => break,
+                let Some(event) = event else { break };
+                let key = ObjectKey::of(&**event.object());
+                // The handler is the user's: a panic in it (making the future, or running
+                // it) must not end this task, which would silently stop its events. What
+                // the handler mutated is its own; the informer's state is not touched here.
+                let handled = match crate::unwind::catch(|| handler(event)) {
+                    Ok(future) => AssertUnwindSafe(future)
+                        .catch_unwind()
+                        .await
+                        .map_err(|payload| crate::unwind::message(&*payload)),
+                    Err(message) => Err(message),
+                };
+                if let Err(message) = handled {
+                    record_panic(&shared, "handler", &key, &message);
                 }
             }
         });

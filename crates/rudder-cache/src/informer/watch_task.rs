@@ -258,7 +258,12 @@ fn record_index_panic<K>(shared: &Shared<K>, panic: &IndexPanic) {
     count_panic(shared, "index");
 }
 
-fn record_panic<K>(shared: &Shared<K>, function: &'static str, key: &ObjectKey, message: &str) {
+pub(super) fn record_panic<K>(
+    shared: &Shared<K>,
+    function: &'static str,
+    key: &ObjectKey,
+    message: &str,
+) {
     tracing::error!(
         resource = %shared.resource,
         object = %key,
