@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod bench;
+mod bench_webhook;
 mod ci;
 mod demo;
 mod envtest;
@@ -30,6 +31,8 @@ Tasks:
   bench-workqueue [--runs N]
                           Rudder's work queue against client-go's (built from the envtest
                           Kubernetes tree with Go in GOPATH mode) and kube-runtime, N times
+  bench-webhook [--runs N] [--duration S] [--connections C]
+                          the webhook server against Go's net/http under wrk, side by side
   envtest install         install kube-apiserver and etcd for rudder-envtest (idempotent)
       --print-path        only print the directory holding the binaries
   help                    this text
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match args.as_slice() {
         ["bench-workqueue", rest @ ..] => bench::run(rest),
+        ["bench-webhook", rest @ ..] => bench_webhook::run(rest),
         ["ci", rest @ ..] => ci::run(rest),
         ["demo", rest @ ..] => demo::run(rest),
         ["new-controller", rest @ ..] => scaffold::run(rest),
