@@ -165,6 +165,11 @@ impl ReadyQueue {
             let Some(head) = level.entries.front() else {
                 continue;
             };
+            if level.live == self.live {
+                // Every ready key is in this level: no rank to compare.
+                best = Some((i, 0));
+                break;
+            }
             let Some(aging) = self.aging else {
                 // Strict priority: the highest live level wins.
                 best = Some((i, 0));

@@ -17,6 +17,7 @@ use std::collections::BinaryHeap;
 use std::hash::Hash;
 
 use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 
 use crate::ready::{Place, ReadyQueue};
 use crate::waiters::Waiters;
@@ -58,6 +59,34 @@ struct Slot<K> {
     in_flight_pos: u32,
     /// While ready: its place in line, kept when the key moves to a higher priority.
     place: Place,
+}
+
+/// Takes a free slot (or a new one) for `key`; the caller puts it in the index.
+fn alloc<K>(slots: &mut Vec<Slot<K>>, free: &mut Vec<u32>, key: K, hash: u64) -> u32 {
+    let fresh = Slot {
+        key: Some(key),
+        hash,
+        phase: Phase::Free,
+        generation: 0,
+        priority: 0,
+        ready_at: NOW,
+        stamp: 0,
+        in_flight_pos: 0,
+        place: Place::default(),
+    };
+    match free.pop() {
+        Some(slot) => {
+            let s = &mut slots[slot as usize];
+            let generation = s.generation;
+            *s = fresh;
+            s.generation = generation;
+            slot
+        }
+        None => {
+            slots.push(fresh);
+            (slots.len() - 1) as u32
+        }
+    }
 }
 
 /// Delayed heap order: earliest ready time first, then insertion order.
@@ -224,17 +253,23 @@ impl<K: Hash + Eq + Clone> State<K> {
                 now().saturating_add(delay)
             }
         };
+        // One probe finds the key or the place to insert it.
         let slots = &self.slots;
-        let found = self
-            .index
-            .find(hash, |&s| slots[s as usize].key.as_ref() == Some(&key))
-            .copied();
-        let Some(slot) = found else {
-            let slot = self.alloc(key, hash);
-            effect.counted_add = true;
-            let at = ready_at(now);
-            self.enqueue(slot, at, priority, now, &mut effect);
-            return effect;
+        let entry = self.index.entry(
+            hash,
+            |&s| slots[s as usize].key.as_ref() == Some(&key),
+            |&s| slots[s as usize].hash,
+        );
+        let slot = match entry {
+            Entry::Occupied(found) => *found.get(),
+            Entry::Vacant(vacant) => {
+                let slot = alloc(&mut self.slots, &mut self.free, key, hash);
+                vacant.insert(slot);
+                effect.counted_add = true;
+                let at = ready_at(now);
+                self.enqueue(slot, at, priority, now, &mut effect);
+                return effect;
+            }
         };
         let s = &mut self.slots[slot as usize];
         match s.phase {
@@ -373,37 +408,6 @@ impl<K: Hash + Eq + Clone> State<K> {
             }
         }
         self.armed = None;
-    }
-
-    fn alloc(&mut self, key: K, hash: u64) -> u32 {
-        let fresh = Slot {
-            key: Some(key),
-            hash,
-            phase: Phase::Free,
-            generation: 0,
-            priority: 0,
-            ready_at: NOW,
-            stamp: 0,
-            in_flight_pos: 0,
-            place: Place::default(),
-        };
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                let s = &mut self.slots[slot as usize];
-                let generation = s.generation;
-                *s = fresh;
-                s.generation = generation;
-                slot
-            }
-            None => {
-                self.slots.push(fresh);
-                (self.slots.len() - 1) as u32
-            }
-        };
-        let slots = &self.slots;
-        self.index
-            .insert_unique(hash, slot, |&s| slots[s as usize].hash);
-        slot
     }
 
     fn release(&mut self, slot: u32) {

@@ -7,7 +7,9 @@
 //! N u64 keys in one task (default ageing); `cycle-strict` the same with strict priority;
 //! `workers` runs rounds of the bench's multi-worker row (a fresh queue, 2 producers adding
 //! 10,000 keys each, 2 workers) on a two-thread runtime until N keys are done, printing ns
-//! per key.
+//! per key. Built with `--features test-util`, `cycle-test-util` and `workers-test-util` do
+//! the same after pausing a clock elsewhere in the process, as `rudder-workqueue`'s own bench
+//! did: what tokio's `test-util` adds to each clock read.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use std::hint::black_box;
@@ -83,6 +85,19 @@ async fn round(per_producer: u64) {
     }
 }
 
+/// Pauses a clock (in a runtime of its own, as a paused-clock bench or test in the same
+/// process would), after which, with tokio's `test-util` compiled in, every
+/// `tokio::time::Instant::now()` takes the clock mutex of the runtime it runs on.
+#[cfg(feature = "test-util")]
+fn pause_a_clock() {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+        .block_on(async {});
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let n: u64 = args
@@ -93,6 +108,16 @@ fn main() {
         Some("cycle") => cycle(WorkQueue::new(), n),
         Some("cycle-strict") => cycle(WorkQueue::builder().priority_aging(None).build(), n),
         Some("workers") => workers(n),
+        #[cfg(feature = "test-util")]
+        Some("cycle-test-util") => {
+            pause_a_clock();
+            cycle(WorkQueue::new(), n);
+        }
+        #[cfg(feature = "test-util")]
+        Some("workers-test-util") => {
+            pause_a_clock();
+            workers(n);
+        }
         _ => {
             eprintln!("usage: profile cycle|cycle-strict|workers [N]");
             std::process::exit(2);
