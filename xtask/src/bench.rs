@@ -219,6 +219,9 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
     println!("Rudder (production build, real clock) against client-go:");
     println!();
     println!("{}", table(&results, Side::Production));
+    println!("client-go / Rudder by run:");
+    println!();
+    println!("{}", ratios_by_run(&results));
     println!("Rudder against kube-runtime, both on a paused clock (tokio with test-util):");
     println!();
     println!("{}", table(&results, Side::Paused));
@@ -437,10 +440,16 @@ fn table(runs: &[Run], side: Side) -> String {
             }
         }
     }
-    let mut out = String::from(
-        "| shape | client-go ns | Rudder ns | kube-runtime ns | client-go / Rudder | kube-runtime / Rudder |\n\
-         |---|---:|---:|---:|---:|---:|\n",
-    );
+    let mut out = String::from(match side {
+        Side::Production => {
+            "| shape | client-go ns | Rudder ns | kube-runtime ns | client-go / Rudder | kube-runtime / Rudder |\n\
+             |---|---:|---:|---:|---:|---:|\n"
+        }
+        Side::Paused => {
+            "| shape | Rudder ns | kube-runtime ns | kube-runtime / Rudder |\n\
+             |---|---:|---:|---:|\n"
+        }
+    });
     for row in rows {
         let go_name = SHAPES
             .iter()
@@ -464,14 +473,42 @@ fn table(runs: &[Run], side: Side) -> String {
                 kube_ratio.push(k / r);
             }
         }
-        out.push_str(&format!(
-            "| {row} | {} | {} | {} | {} | {} |\n",
-            range(&go, ""),
-            range(&rudder, ""),
-            range(&kube, ""),
-            range(&go_ratio, "x"),
-            range(&kube_ratio, "x"),
-        ));
+        out.push_str(&match side {
+            Side::Production => format!(
+                "| {row} | {} | {} | {} | {} | {} |\n",
+                range(&go, ""),
+                range(&rudder, ""),
+                range(&kube, ""),
+                range(&go_ratio, "x"),
+                range(&kube_ratio, "x"),
+            ),
+            Side::Paused => format!(
+                "| {row} | {} | {} | {} |\n",
+                range(&rudder, ""),
+                range(&kube, ""),
+                range(&kube_ratio, "x"),
+            ),
+        });
+    }
+    out
+}
+
+/// client-go / Rudder (production build) per run, one line per shape, so that a range can be
+/// read with the runs that make it.
+fn ratios_by_run(runs: &[Run]) -> String {
+    let mut out = String::new();
+    for (row, go_name) in SHAPES {
+        let ratios: Vec<String> = runs
+            .iter()
+            .map(|run| {
+                let r = run.production.get(*row).and_then(|(r, _)| *r);
+                match (run.client_go.get(*go_name), r) {
+                    (Some(g), Some(r)) => format!("{:.2}x", g / r),
+                    _ => "-".to_owned(),
+                }
+            })
+            .collect();
+        out.push_str(&format!("- {row}: {}\n", ratios.join(", ")));
     }
     out
 }
@@ -546,9 +583,18 @@ mod tests {
             "| add+get+done, u64 key | 250-300 | 100-125 | 100 | 2.00-3.00x | 0.80-1.00x |"
         );
         assert!(out.contains("| dedup hit (add of a waiting key) | - | - | - | - | - |"));
+        let by_run = ratios_by_run(&runs);
+        assert!(
+            by_run.contains("- add+get+done, u64 key: 3.00x, 2.00x\n"),
+            "{by_run}"
+        );
+        assert!(
+            by_run.contains("- dedup hit (add of a waiting key): -, -\n"),
+            "{by_run}"
+        );
         // The paused bench's table: its own figures, no client-go, only the rows it has.
         let paused = table(&runs, Side::Paused);
-        assert!(paused.contains("| add+get+done, u64 key | - | 50 | 75 | - | 1.50x |"));
+        assert!(paused.contains("| add+get+done, u64 key | 50 | 75 | 1.50x |"));
         assert!(!paused.contains("dedup hit"));
     }
 }
