@@ -557,3 +557,49 @@ async fn aborting_run_stops_its_workers_and_watches() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(calls(&c).len(), 1);
 }
+
+/// A terminal error's message does not repeat its cause: a chain prints it once.
+#[test]
+fn a_terminal_errors_chain_names_its_cause_once() {
+    let error = TerminalError::new("spec.replicas is negative");
+    assert_eq!(
+        rudder_controller::ErrorChain(&error).to_string(),
+        "terminal error: spec.replicas is negative"
+    );
+}
+
+/// A reconciler's error may be a boxed error (or anything converting into one, such as
+/// `anyhow::Error`); a terminal one inside a box is still found.
+#[tokio::test(start_paused = true)]
+async fn a_boxed_reconciler_error_is_retried_and_a_boxed_terminal_one_is_not() {
+    struct Boxed(Mutex<Vec<String>>);
+    impl Reconciler for Boxed {
+        type Error = rudder_controller::BoxError;
+        async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
+            self.0.lock().unwrap().push(request.name().to_owned());
+            if request.name() == "fatal" {
+                return Err(TerminalError::new("cannot ever work").into());
+            }
+            Err("try again".into())
+        }
+    }
+    let c = Controller::builder("boxed", Boxed(Mutex::default()))
+        .build()
+        .unwrap();
+    let (events, stop, task) = start(&c);
+    send(&events, "fatal").await;
+    send(&events, "retried").await;
+    let count = |name: &str| {
+        c.reconciler()
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|n| *n == name)
+            .count()
+    };
+    eventually(Duration::from_secs(5), || count("retried") >= 3).await;
+    assert_eq!(count("fatal"), 1, "a boxed terminal error is not retried");
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
