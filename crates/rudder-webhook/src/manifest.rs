@@ -218,65 +218,56 @@ fn rule(registration: &Registration) -> RuleWithOperations {
     }
 }
 
-/// The `MutatingWebhookConfiguration` named `name` for the mutating registrations, or
-/// `None` if there are none.
-pub fn mutating_configuration(
-    name: &str,
-    registrations: &[Registration],
-    client: &ClientConfig,
-) -> Option<MutatingWebhookConfiguration> {
-    let webhooks: Vec<MutatingWebhook> = registrations
-        .iter()
-        .filter(|r| r.kind == WebhookKind::Mutating)
-        .map(|r| MutatingWebhook {
-            name: r.webhook_name(),
-            admission_review_versions: vec!["v1".to_owned()],
-            client_config: client.for_path(&r.path),
-            failure_policy: Some(client.failure_policy.clone()),
-            side_effects: "None".to_owned(),
-            timeout_seconds: Some(client.timeout_seconds),
-            rules: Some(vec![rule(r)]),
-            ..MutatingWebhook::default()
-        })
-        .collect();
-    (!webhooks.is_empty()).then(|| MutatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        webhooks: Some(webhooks),
-    })
+/// Renders one configuration type: the two admission kinds share every field they set, but
+/// are distinct types in the API.
+macro_rules! configuration {
+    ($fn:ident, $config:ident, $webhook:ident, $kind:expr, $doc:literal) => {
+        #[doc = $doc]
+        pub fn $fn(
+            name: &str,
+            registrations: &[Registration],
+            client: &ClientConfig,
+        ) -> Option<$config> {
+            let webhooks: Vec<$webhook> = registrations
+                .iter()
+                .filter(|r| r.kind == $kind)
+                .map(|r| $webhook {
+                    name: r.webhook_name(),
+                    admission_review_versions: vec!["v1".to_owned()],
+                    client_config: client.for_path(&r.path),
+                    failure_policy: Some(client.failure_policy.clone()),
+                    side_effects: "None".to_owned(),
+                    timeout_seconds: Some(client.timeout_seconds),
+                    rules: Some(vec![rule(r)]),
+                    ..$webhook::default()
+                })
+                .collect();
+            (!webhooks.is_empty()).then(|| $config {
+                metadata: ObjectMeta {
+                    name: Some(name.to_owned()),
+                    ..ObjectMeta::default()
+                },
+                webhooks: Some(webhooks),
+            })
+        }
+    };
 }
 
-/// The `ValidatingWebhookConfiguration` named `name` for the validating registrations, or
-/// `None` if there are none.
-pub fn validating_configuration(
-    name: &str,
-    registrations: &[Registration],
-    client: &ClientConfig,
-) -> Option<ValidatingWebhookConfiguration> {
-    let webhooks: Vec<ValidatingWebhook> = registrations
-        .iter()
-        .filter(|r| r.kind == WebhookKind::Validating)
-        .map(|r| ValidatingWebhook {
-            name: r.webhook_name(),
-            admission_review_versions: vec!["v1".to_owned()],
-            client_config: client.for_path(&r.path),
-            failure_policy: Some(client.failure_policy.clone()),
-            side_effects: "None".to_owned(),
-            timeout_seconds: Some(client.timeout_seconds),
-            rules: Some(vec![rule(r)]),
-            ..ValidatingWebhook::default()
-        })
-        .collect();
-    (!webhooks.is_empty()).then(|| ValidatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        webhooks: Some(webhooks),
-    })
-}
+configuration!(
+    mutating_configuration,
+    MutatingWebhookConfiguration,
+    MutatingWebhook,
+    WebhookKind::Mutating,
+    "The `MutatingWebhookConfiguration` named `name` for the mutating registrations, or `None` if there are none."
+);
+
+configuration!(
+    validating_configuration,
+    ValidatingWebhookConfiguration,
+    ValidatingWebhook,
+    WebhookKind::Validating,
+    "The `ValidatingWebhookConfiguration` named `name` for the validating registrations, or `None` if there are none."
+);
 
 /// Sets `crd`'s conversion to the webhook at [`CONVERT_PATH`] (strategy `Webhook`, review
 /// version v1), if a conversion is registered for its group and kind; returns whether it
