@@ -143,6 +143,18 @@ pub enum Error {
         state: String,
     },
 
+    /// A permission granted to a test user was not in effect within the timeout: the API
+    /// server's authorizer still refused it.
+    #[error("{user} was still not allowed to {what} after {timeout:?}")]
+    NotAuthorized {
+        /// The user's name.
+        user: String,
+        /// The verb and URL checked.
+        what: String,
+        /// How long was waited.
+        timeout: Duration,
+    },
+
     /// The shared control plane was started with other options than this call asks for. Use
     /// the same options everywhere in one test binary.
     #[error(

@@ -158,6 +158,26 @@
 //! # }
 //! ```
 //!
+//! # Users other than the admin
+//!
+//! [`TestNamespace::service_account`] creates a ServiceAccount and returns it as a
+//! [`TestUser`]: its user name, a bearer token from the TokenRequest API, and a client
+//! acting as it, to test what a caller without the admin's rights sees (a `403`, say).
+//! [`TestNamespace::grant_non_resource_urls`] lets such a user `get` `/metrics` (any verbs
+//! on any non-resource URLs), and returns once the API server's authorizer says so.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let env = rudder_envtest::TestEnv::builder().shared().await?;
+//! let ns = env.namespace("scrapes_metrics").await?;
+//! let prometheus = ns.service_account("prometheus").await?;
+//! ns.grant_non_resource_urls(&prometheus, &["get"], &["/metrics"]).await?;
+//! // Scrape with `Authorization: Bearer {prometheus.token()}`.
+//! let _version = prometheus.client().apiserver_version().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Versions
 //!
 //! Any kube-apiserver from 1.20 on. v1.20, which the install builds, lacks CEL validation
@@ -172,6 +192,7 @@ mod error;
 mod namespace;
 mod poll;
 mod process;
+mod users;
 mod webhook;
 
 pub use binaries::{ASSETS_ENV, Version, cache_dir};
@@ -180,4 +201,5 @@ pub use env::{TestEnv, TestEnvBuilder};
 pub use error::{Error, Result};
 pub use namespace::TestNamespace;
 pub use poll::{POLL_INTERVAL, eventually};
+pub use users::{GRANT_TIMEOUT, TEST_TOKEN_LIFETIME, TestUser};
 pub use webhook::{InstalledWebhooks, NAMESPACE_LABEL, PROBE_LABEL, WebhookOptions};

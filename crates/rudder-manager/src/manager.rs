@@ -21,7 +21,8 @@ use crate::leader_election::{
     ConfigError, Error as ElectionError, LeaderElection, LeaderElectionConfig, Leadership,
 };
 use crate::runnable::{BoxError, Runnable};
-use crate::server::{Routes, serve};
+use crate::authz::SecureMetrics;
+use crate::server::{Routes, serve, serve_secure};
 use rudder_server::ServerHandle;
 
 /// The default address of `/healthz` and `/readyz` (all interfaces: the kubelet probes the
@@ -56,6 +57,16 @@ pub enum GracefulShutdown {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The secure metrics server could not start (its certificate is missing or does not
+    /// parse, or its address is taken); nothing else was started.
+    #[error("cannot start the secure metrics server on {addr}")]
+    SecureMetrics {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: crate::server::SecureMetricsError,
+    },
     /// A runnable failed; the manager stopped the others. Whether a restart helps depends on
     /// the runnable's error.
     #[error("{name} failed")]
@@ -142,6 +153,7 @@ pub struct ManagerBuilder {
     cache_sync_timeout: Duration,
     extra: Vec<(String, ExtraHandler)>,
     raise_fd_limit: bool,
+    secure_metrics: Option<SecureMetrics>,
     webhook: rudder_webhook::Options,
 }
 
@@ -244,6 +256,27 @@ impl ManagerBuilder {
             })
         });
         self.extra.push((path.into(), handler));
+        self
+    }
+
+    /// Serves `/metrics` and the extra handlers over HTTPS, only to callers whose bearer
+    /// token the API server authenticates and authorizes for the request's path (`get` on
+    /// the non-resource URL `/metrics`), with cached decisions: see [`SecureMetrics`], which
+    /// also lists the RBAC the operator then needs (create TokenReviews and
+    /// SubjectAccessReviews). The probes stay plain HTTP.
+    ///
+    /// ```no_run
+    /// # fn demo(client: kube::Client) -> Result<(), rudder_manager::BuildError> {
+    /// use rudder_manager::SecureMetrics;
+    ///
+    /// let manager = rudder_manager::Manager::builder(client)
+    ///     .secure_metrics(SecureMetrics::files("/tmp/k8s-metrics-server/metrics-certs"))
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn secure_metrics(mut self, secure: SecureMetrics) -> Self {
+        self.secure_metrics = Some(secure);
         self
     }
 
@@ -363,6 +396,7 @@ impl ManagerBuilder {
             webhook_registrations: Mutex::default(),
             extra: Arc::new(self.extra),
             raise_fd_limit: self.raise_fd_limit,
+            secure_metrics: self.secure_metrics,
             cache_sync_timeout: self.cache_sync_timeout,
             election,
             recorder: Recorder::new(self.client.clone(), reporter),
@@ -403,6 +437,7 @@ struct Bound {
 pub struct Manager {
     extra: Arc<Vec<(String, ExtraHandler)>>,
     raise_fd_limit: bool,
+    secure_metrics: Option<SecureMetrics>,
     webhook: WebhookServer,
     running_webhook: RunningWebhook,
     webhook_registrations: Mutex<Vec<Registration>>,
@@ -450,6 +485,7 @@ impl Manager {
             cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
             extra: Vec::new(),
             raise_fd_limit: true,
+            secure_metrics: None,
             webhook: rudder_webhook::Options::new(),
         }
     }
@@ -609,7 +645,12 @@ impl Manager {
                 handle,
                 extra: Arc::clone(&self.extra),
             };
-            let server = listen("metrics", addr, routes).await?;
+            let server = match &self.secure_metrics {
+                Some(secure) => serve_secure(addr, routes, secure, self.client.clone())
+                    .await
+                    .map_err(|source| Error::SecureMetrics { addr, source })?,
+                None => listen("metrics", addr, routes).await?,
+            };
             self.bound
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)

@@ -1,5 +1,6 @@
 //! The probe and metrics servers: their routes as one tower service, served by rudder-server
-//! with its default limits.
+//! with its default limits; the metrics server optionally over HTTPS behind the
+//! authentication and authorization filter ([`crate::authz`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,8 +14,31 @@ use hyper::body::Bytes;
 use metrics_exporter_prometheus::PrometheusHandle;
 use rudder_server::{BindError, Body, Options, Server, ServerHandle};
 
+use rudder_webhook::{CertificateStore, FileWatcher, Tls};
+use tokio_util::sync::CancellationToken;
+
+use crate::authz::{MetricsCertificate, SecureMetrics};
 use crate::health::HealthChecks;
 use crate::manager::ExtraHandler;
+
+/// Why the secure metrics server could not start; nothing else was started after it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecureMetricsError {
+    /// The certificate files are missing or do not make a serving certificate. Retrying
+    /// helps once they are in place.
+    #[error("cannot load the metrics server's certificate")]
+    Certificate(#[source] rudder_webhook::LoadError),
+    /// The certificate store given holds no certificate yet; fill it before starting.
+    #[error("the metrics certificate store holds no certificate")]
+    NoCertificate,
+    /// rustls refused the TLS configuration (does not happen with the `ring` provider).
+    #[error("cannot configure TLS")]
+    Tls(#[source] rustls::Error),
+    /// The address is in use or not permitted.
+    #[error("cannot listen")]
+    Bind(#[source] std::io::Error),
+}
 
 /// The routes of one of the manager's servers.
 #[derive(Clone)]
@@ -37,6 +61,71 @@ pub(crate) async fn serve(addr: SocketAddr, routes: Routes) -> std::io::Result<S
             other => std::io::Error::other(other),
         })?;
     Ok(server.serve(routes))
+}
+
+/// Binds `addr` and serves `routes` over HTTPS with `secure`'s certificate, behind its
+/// filter (reviews made with `client`).
+///
+/// A file source's watcher runs while the server does: the filter's clones hold a guard
+/// that stops it when the server, stopped, drops the last of them.
+pub(crate) async fn serve_secure(
+    addr: SocketAddr,
+    routes: Routes,
+    secure: &SecureMetrics,
+    client: kube::Client,
+) -> Result<ServerHandle, SecureMetricsError> {
+    let (store, watcher) = match &secure.certificate {
+        MetricsCertificate::Store(store) => {
+            if store.current().is_none() {
+                return Err(SecureMetricsError::NoCertificate);
+            }
+            (store.clone(), None)
+        }
+        MetricsCertificate::Files { cert, key } => {
+            let store = CertificateStore::new();
+            let watcher = FileWatcher::load(cert.clone(), key.clone(), store.clone())
+                .await
+                .map_err(SecureMetricsError::Certificate)?;
+            (store, Some(watcher))
+        }
+    };
+    let tls = Tls::new(&store).map_err(SecureMetricsError::Tls)?;
+    let server = Server::bind(Options::new(addr))
+        .await
+        .map_err(|error| match error {
+            BindError::Bind { source, .. } => SecureMetricsError::Bind(source),
+            other => SecureMetricsError::Bind(std::io::Error::other(other)),
+        })?;
+    let stop = CancellationToken::new();
+    if let Some(watcher) = watcher {
+        tokio::spawn(watcher.run(secure.cert_poll_period, stop.clone()));
+    }
+    let guarded = Guarded {
+        routes,
+        _watcher: Arc::new(stop.drop_guard()),
+    };
+    Ok(server.serve_with(tls, secure.filter(client, guarded)))
+}
+
+/// The routes, holding the certificate watcher's stop guard.
+#[derive(Clone)]
+struct Guarded {
+    routes: Routes,
+    _watcher: Arc<tokio_util::sync::DropGuard>,
+}
+
+impl tower_service::Service<Request<Body>> for Guarded {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response<Full<Bytes>>, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.routes.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        self.routes.call(request)
+    }
 }
 
 impl tower_service::Service<Request<Body>> for Routes {

@@ -35,9 +35,13 @@ pub enum LoadError {
     },
 }
 
-/// Watches one certificate/key pair of files.
+/// Watches one certificate/key pair of files and keeps a [`CertificateStore`] filled with
+/// the newest valid pair: [`load`](Self::load) once, then [`run`](Self::run) until stopped.
+///
+/// The webhook server's file source; the manager's secure metrics server reads its files
+/// with it too. Reads and failures are counted in the `certwatcher_*` metrics.
 #[derive(Debug)]
-pub(crate) struct FileWatcher {
+pub struct FileWatcher {
     cert: PathBuf,
     key: PathBuf,
     store: CertificateStore,
@@ -49,8 +53,8 @@ pub(crate) struct FileWatcher {
 }
 
 impl FileWatcher {
-    /// Reads and loads the pair once; the error names the files.
-    pub(crate) async fn load(
+    /// Reads the pair and sets it in `store`; the error names the files.
+    pub async fn load(
         cert: PathBuf,
         key: PathBuf,
         store: CertificateStore,
@@ -82,8 +86,10 @@ impl FileWatcher {
         result.map(|()| watcher)
     }
 
-    /// Polls every `period` until `stop`.
-    pub(crate) async fn run(mut self, period: Duration, stop: CancellationToken) {
+    /// Reads the pair again every `period` until `stop`, swapping each valid new pair into
+    /// the store; a pair that is missing or invalid is logged and counted, and the one
+    /// loaded is kept.
+    pub async fn run(mut self, period: Duration, stop: CancellationToken) {
         let mut ticker = tokio::time::interval(period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The first tick is immediate; the pair was just loaded.

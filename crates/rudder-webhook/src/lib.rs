@@ -125,7 +125,7 @@ mod tls;
 mod webhook;
 
 pub use certificate::{CertificateError, CertificateStore, parse_pem_pair};
-pub use certwatcher::LoadError;
+pub use certwatcher::{FileWatcher, LoadError};
 pub use conversion::{ConversionError, Convertible, KindConversion};
 pub use options::{
     CertificateSource, DEFAULT_BIND_ADDRESS, DEFAULT_CERT_DIR, DEFAULT_CERT_NAME,
@@ -134,4 +134,5 @@ pub use options::{
 pub use paths::{CONVERT_PATH, mutate_path, path_for, validate_path};
 pub use rudder_server::StopReport;
 pub use server::{RegisterError, RunningWebhookServer, StartError, WebhookServer};
+pub use tls::Tls;
 pub use webhook::Webhook;

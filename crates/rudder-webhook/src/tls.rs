@@ -15,14 +15,29 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::certificate::{CertificateStore, provider};
 
-/// The rudder-server acceptor: a rustls handshake with the store's current certificate.
+/// The [`rudder_server::Acceptor`] for HTTPS: a rustls handshake (the `ring` provider,
+/// TLS 1.2 and 1.3, HTTP/1.1 by ALPN) that serves the certificate the store holds at the
+/// time of each handshake, so a rotated certificate is served without a restart.
+///
+/// The webhook server uses it; any other rudder-server service (the manager's secure
+/// metrics server) can serve HTTPS with it too:
+/// `server.serve_with(Tls::new(&store)?, service)`. A handshake fails while the store is
+/// empty.
 #[derive(Clone)]
-pub(crate) struct Tls {
+pub struct Tls {
     acceptor: TlsAcceptor,
 }
 
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").finish_non_exhaustive()
+    }
+}
+
 impl Tls {
-    pub(crate) fn new(store: &CertificateStore) -> Result<Self, rustls::Error> {
+    /// An acceptor serving `store`'s current certificate. Fails only if rustls rejects the
+    /// protocol versions for the provider, which does not happen with `ring`.
+    pub fn new(store: &CertificateStore) -> Result<Self, rustls::Error> {
         let mut config = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()

@@ -1,0 +1,246 @@
+//! Extra users: [`TestUser`], a ServiceAccount with a token from the TokenRequest API and a
+//! client acting as it; and grants of non-resource URLs (`/metrics`) to one.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, ObjectMeta, PostParams};
+
+use crate::error::{Error, Result};
+use crate::namespace::TestNamespace;
+use crate::poll::POLL_INTERVAL;
+
+/// How long a service account token asked for by [`TestNamespace::service_account`] lives:
+/// longer than any test.
+pub const TEST_TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
+
+/// How long [`TestNamespace::grant_non_resource_urls`] waits for the API server's RBAC
+/// authorizer to see a new binding.
+pub const GRANT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A user the API server authenticates other than the admin: a ServiceAccount in a test
+/// namespace, with a bearer token and a client that sends it.
+///
+/// The token comes from the TokenRequest API (`serviceaccounts/<name>/token`), which the
+/// control plane serves because it runs with `--service-account-issuer` and the signing key;
+/// no controller manager is needed (the legacy token Secrets are not used). Service
+/// accounts rather than extra static token-file entries, because a test can make as many as
+/// it needs at any time on the shared control plane, each named after the test, and they are
+/// the kind of user (Prometheus' service account, an operator's) the tests stand in for.
+/// The user has no permissions until granted some (RBAC), apart from what every
+/// authenticated user has (discovery, `/version`, `/healthz`).
+#[derive(Clone)]
+pub struct TestUser {
+    namespace: String,
+    name: String,
+    token: String,
+    client: kube::Client,
+}
+
+impl std::fmt::Debug for TestUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestUser")
+            .field("username", &self.username())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestUser {
+    /// The user name the API server knows it by:
+    /// `system:serviceaccount:<namespace>:<name>`.
+    pub fn username(&self) -> String {
+        format!("system:serviceaccount:{}:{}", self.namespace, self.name)
+    }
+
+    /// The ServiceAccount's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The ServiceAccount's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The bearer token (valid for [`TEST_TOKEN_LIFETIME`]; audience: the API server's).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// A client acting as this user, whose default namespace is the user's.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+}
+
+impl TestNamespace {
+    /// Creates the ServiceAccount `name` in this namespace, asks the TokenRequest API for a
+    /// token of it, and returns the user with a client acting as it (built on the current
+    /// runtime).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Kube`] if the ServiceAccount cannot be created (it exists already, say), the
+    /// token not issued, or the client not built.
+    pub async fn service_account(&self, name: &str) -> Result<TestUser> {
+        let accounts: Api<ServiceAccount> = self.api();
+        let account = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        };
+        let context = |what: &str| format!("{what} service account {}/{name}", self.name());
+        accounts
+            .create(&PostParams::default(), &account)
+            .await
+            .map_err(|source| Error::Kube {
+                context: context("create"),
+                source,
+            })?;
+        // Built from JSON: these types' fields differ between Kubernetes versions' types.
+        // No audiences: the API server's own, so it authenticates the token.
+        let request: TokenRequest = from_json(serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": { "expirationSeconds": TEST_TOKEN_LIFETIME.as_secs() },
+        }))?;
+        let issued = accounts
+            .create_token_request(name, &PostParams::default(), &request)
+            .await
+            .map_err(|source| Error::Kube {
+                context: context("request a token for"),
+                source,
+            })?;
+        let token = serde_json::to_value(&issued)
+            .ok()
+            .and_then(|issued| issued.pointer("/status/token")?.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let mut config = self.config.clone();
+        config.auth_info = kube::config::AuthInfo {
+            token: Some(token.as_str().into()),
+            ..kube::config::AuthInfo::default()
+        };
+        let client = kube::Client::try_from(config).map_err(|source| Error::Kube {
+            context: "build a client".to_owned(),
+            source,
+        })?;
+        Ok(TestUser {
+            namespace: self.name().to_owned(),
+            name: name.to_owned(),
+            token,
+            client,
+        })
+    }
+
+    /// Lets `user` use `verbs` on the non-resource URLs `urls` (`["get"]` on `["/metrics"]`,
+    /// say): a ClusterRole and a ClusterRoleBinding, both named
+    /// `<namespace>-<user>-non-resource`, and returns once the API server's authorizer
+    /// allows the first verb on the first URL (RBAC changes reach it shortly after the write).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Kube`] if the role or binding cannot be created, or a check fails;
+    /// [`Error::NotAuthorized`] if the grant has no effect within [`GRANT_TIMEOUT`].
+    pub async fn grant_non_resource_urls(
+        &self,
+        user: &TestUser,
+        verbs: &[&str],
+        urls: &[&str],
+    ) -> Result<()> {
+        let name = format!("{}-{}-non-resource", self.name(), user.name());
+        let role: ClusterRole = from_json(serde_json::json!({
+            "metadata": { "name": name },
+            "rules": [{ "nonResourceURLs": urls, "verbs": verbs }],
+        }))?;
+        let binding: ClusterRoleBinding = from_json(serde_json::json!({
+            "metadata": { "name": name },
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{
+                "kind": "ServiceAccount",
+                "name": user.name(),
+                "namespace": user.namespace(),
+            }],
+        }))?;
+        let client = self.client();
+        Api::<ClusterRole>::all(client.clone())
+            .create(&PostParams::default(), &role)
+            .await
+            .map_err(|source| Error::Kube {
+                context: format!("create cluster role {name}"),
+                source,
+            })?;
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .map_err(|source| Error::Kube {
+                context: format!("create cluster role binding {name}"),
+                source,
+            })?;
+        let (Some(verb), Some(url)) = (verbs.first(), urls.first()) else {
+            return Ok(());
+        };
+        let deadline = tokio::time::Instant::now() + GRANT_TIMEOUT;
+        loop {
+            if allowed(&client, user, verb, url).await? {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::NotAuthorized {
+                    user: user.username(),
+                    what: format!("{verb} {url}"),
+                    timeout: GRANT_TIMEOUT,
+                });
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+}
+
+/// Whether the API server's authorizer allows `user` `verb` on the non-resource URL `url`.
+async fn allowed(client: &kube::Client, user: &TestUser, verb: &str, url: &str) -> Result<bool> {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.username()),
+            groups: Some(vec![
+                "system:serviceaccounts".to_owned(),
+                format!("system:serviceaccounts:{}", user.namespace()),
+                "system:authenticated".to_owned(),
+            ]),
+            extra: Some(BTreeMap::new()),
+            non_resource_attributes: Some(NonResourceAttributes {
+                path: Some(url.to_owned()),
+                verb: Some(verb.to_owned()),
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let answer = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .map_err(|source| Error::Kube {
+            context: format!("review whether {} may {verb} {url}", user.username()),
+            source,
+        })?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// An object from its JSON form.
+fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T> {
+    serde_json::from_value(value).map_err(|source| Error::Kube {
+        context: "build a request".to_owned(),
+        source: kube::Error::SerdeError(source),
+    })
+}
