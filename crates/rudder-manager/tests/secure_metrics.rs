@@ -535,3 +535,72 @@ async fn a_missing_certificate_fails_the_start() {
         "{error:?}"
     );
 }
+
+/// The end-entity certificate a fresh TLS connection to `addr` is served.
+async fn served_certificate(addr: SocketAddr, tls: &TlsConnector) -> Option<Vec<u8>> {
+    let tcp = TcpStream::connect(addr).await.ok()?;
+    let stream = tls
+        .connect(ServerName::try_from("localhost").ok()?, tcp)
+        .await
+        .ok()?;
+    let chain = stream.get_ref().1.peer_certificates()?;
+    chain.first().map(|cert| cert.as_ref().to_vec())
+}
+
+/// A new serving pair from a new CA, as PEM, and a connector trusting that CA.
+fn new_pair() -> (String, String, TlsConnector) {
+    let certs = Certificates::new();
+    let cert = std::fs::read_to_string(certs.dir().join("tls.crt")).unwrap();
+    let key = std::fs::read_to_string(certs.dir().join("tls.key")).unwrap();
+    (cert, key, certs.tls())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_certificate_is_served_without_a_restart() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("secure-metrics-rotation").await.unwrap();
+    let prometheus = ns.service_account("prometheus").await.unwrap();
+    ns.grant_non_resource_urls(&prometheus, &["get"], &["/metrics"])
+        .await
+        .unwrap();
+
+    // From a certificate store another source fills (the self-signed source's way in).
+    let (cert, key, first_tls) = new_pair();
+    let store = rudder_webhook::CertificateStore::new();
+    store.set_pem(cert.as_bytes(), key.as_bytes()).unwrap();
+    let running = Running::start(
+        &ns,
+        ns.client(),
+        SecureMetrics::certificate_store(store.clone()),
+    )
+    .await;
+    let mut scraper = Scraper::connect(running.metrics, &first_tls).await;
+    let (status, _, body) = scraper.get("/metrics", Some(prometheus.token())).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (cert, key, second_tls) = new_pair();
+    store.set_pem(cert.as_bytes(), key.as_bytes()).unwrap();
+    let mut scraper = Scraper::connect(running.metrics, &second_tls).await;
+    let (status, _, body) = scraper.get("/metrics", Some(prometheus.token())).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    running.stop().await;
+
+    // From files, read again while the server runs.
+    let certs = Certificates::new();
+    let secure = SecureMetrics::files(certs.dir()).cert_poll_period(Duration::from_millis(50));
+    let running = Running::start(&ns, ns.client(), secure).await;
+    let before = served_certificate(running.metrics, &certs.tls())
+        .await
+        .unwrap();
+    let (cert, key, tls) = new_pair();
+    std::fs::write(certs.dir().join("tls.key"), &key).unwrap();
+    std::fs::write(certs.dir().join("tls.crt"), &cert).unwrap();
+    let after = eventually("the new certificate to be served", WAIT, async || {
+        served_certificate(running.metrics, &tls).await
+    })
+    .await;
+    assert_ne!(before, after);
+    let mut scraper = Scraper::connect(running.metrics, &tls).await;
+    let (status, _, body) = scraper.get("/metrics", Some(prometheus.token())).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    running.stop().await;
+}
