@@ -16,12 +16,12 @@ use rudder_webhook::{RunningWebhookServer, WebhookServer};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::authz::SecureMetrics;
 use crate::health::{HealthChecks, Probe, check};
 use crate::leader_election::{
     ConfigError, Error as ElectionError, LeaderElection, LeaderElectionConfig, Leadership,
 };
 use crate::runnable::{BoxError, Runnable};
-use crate::authz::SecureMetrics;
 use crate::server::{Routes, serve, serve_secure};
 use rudder_server::ServerHandle;
 
@@ -115,6 +115,11 @@ pub enum Error {
     /// or its address is taken); nothing else was started.
     #[error("cannot start the webhook server")]
     Webhook(#[source] rudder_webhook::StartError),
+    /// The self-signed webhook certificates could not be read, created or renewed in their
+    /// Secret ([`ManagerBuilder::self_signed_webhook_certificates`]: RBAC on Secrets, an
+    /// unreachable API server); the webhook server was not started.
+    #[error("cannot load the self-signed webhook certificates")]
+    Certificates(#[source] rudder_certs::Error),
     /// `start` was called twice.
     #[error("the manager was already started")]
     AlreadyStarted,
@@ -155,6 +160,7 @@ pub struct ManagerBuilder {
     raise_fd_limit: bool,
     secure_metrics: Option<SecureMetrics>,
     webhook: rudder_webhook::Options,
+    certificates: Option<rudder_certs::SelfSigned>,
 }
 
 /// An extra handler on the metrics server ([`ManagerBuilder::metrics_extra_handler`]): the
@@ -298,6 +304,24 @@ impl ManagerBuilder {
         self
     }
 
+    /// Serves webhooks with certificates the operator makes itself ([`rudder_certs`]): a
+    /// CA and a serving certificate in one Secret shared by every replica (created if
+    /// missing), renewed before they expire and swapped in without a restart, and the CA
+    /// injected into the configured webhook configurations and CRDs. It replaces the
+    /// certificate source of [`webhook_options`](Self::webhook_options) (whatever order
+    /// the two are called in).
+    ///
+    /// `start` loads the certificate before it starts the webhook server (failing with
+    /// [`Error::Certificates`] if it cannot), and runs the Secret's watch, the renewal
+    /// checks and the injection on every replica (not only the leader) until the stop.
+    pub fn self_signed_webhook_certificates(
+        mut self,
+        config: rudder_certs::SelfSignedConfig,
+    ) -> Self {
+        self.certificates = Some(rudder_certs::SelfSigned::new(config));
+        self
+    }
+
     /// How long `start` waits for the cache's informers to sync before starting runnables
     /// (default [`DEFAULT_CACHE_SYNC_TIMEOUT`]).
     pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
@@ -332,7 +356,10 @@ impl ManagerBuilder {
         };
         let health = HealthChecks::default();
         health.add(Probe::Liveness, "ping", check(|| async { Ok(()) }));
-        let webhook = WebhookServer::new(self.webhook);
+        let webhook = WebhookServer::new(match &self.certificates {
+            Some(certificates) => self.webhook.certificate_store(certificates.store().clone()),
+            None => self.webhook,
+        });
         let synced: SyncProbes = Arc::default();
         let probes = Arc::clone(&synced);
         let cache_probe = cache.clone();
@@ -391,6 +418,8 @@ impl ManagerBuilder {
             }),
         );
         Ok(Manager {
+            certificates: self.certificates,
+            running_certificates: Mutex::default(),
             webhook,
             running_webhook,
             webhook_registrations: Mutex::default(),
@@ -435,6 +464,8 @@ struct Bound {
 /// as controllers. Stop order is the reverse, within the graceful-shutdown timeout. If any
 /// runnable fails, the manager stops the rest and returns that error.
 pub struct Manager {
+    certificates: Option<rudder_certs::SelfSigned>,
+    running_certificates: Mutex<Option<rudder_certs::RunningCertificates>>,
     extra: Arc<Vec<(String, ExtraHandler)>>,
     raise_fd_limit: bool,
     secure_metrics: Option<SecureMetrics>,
@@ -487,6 +518,7 @@ impl Manager {
             raise_fd_limit: true,
             secure_metrics: None,
             webhook: rudder_webhook::Options::new(),
+            certificates: None,
         }
     }
 
@@ -527,6 +559,13 @@ impl Manager {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The self-signed webhook certificates, if
+    /// [`ManagerBuilder::self_signed_webhook_certificates`] turned them on: the store
+    /// served from and the CA bundle clients trust.
+    pub fn webhook_certificates(&self) -> Option<&rudder_certs::SelfSigned> {
+        self.certificates.as_ref()
     }
 
     /// Where the webhook server listens, once it serves.
@@ -607,6 +646,14 @@ impl Manager {
         if let Some(running) = self.running_webhook.write().await.take() {
             running.stop(deadline).await;
         }
+        let certificates = self
+            .running_certificates
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(running) = certificates {
+            running.stop(deadline).await;
+        }
         futures::future::join_all(servers.into_iter().map(|s| s.stop(deadline))).await;
         self.cache_token.cancel();
         self.cache.stop().await;
@@ -661,6 +708,17 @@ impl Manager {
         // The webhook server before the cache: a conversion webhook is on the cache's own
         // path (its lists are converted by it), so waiting for the cache first would never
         // end.
+        // Self-signed certificates before the webhook server: it must have one to serve.
+        if let Some(certificates) = &self.certificates {
+            let running = certificates
+                .start(self.client.clone())
+                .await
+                .map_err(Error::Certificates)?;
+            *self
+                .running_certificates
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(running);
+        }
         if !self.webhook.is_empty() {
             let running = self.webhook.start().await.map_err(Error::Webhook)?;
             tracing::info!(addr = %running.local_addr(), paths = ?self.webhook.paths(), "serving webhooks");

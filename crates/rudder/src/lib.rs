@@ -57,6 +57,7 @@
 //! | [`controller`](mod@controller) | rudder-controller | reconcilers and controllers |
 //! | [`manager`] | rudder-manager | the manager, probes, metrics, leader election |
 //! | [`webhook`] | rudder-webhook | admission and conversion webhooks, their TLS server, manifests |
+//! | [`certs`] | rudder-certs | self-signed webhook certificates: shared, rotated, injected |
 //!
 //! # Client
 //!
@@ -122,6 +123,13 @@ pub use rudder_manager as manager;
 /// manager runs the server; declare webhooks with [`new_webhook`]).
 #[cfg(feature = "manager")]
 pub use rudder_webhook as webhook;
+
+/// Webhook certificates the operator makes itself: a CA and a serving certificate shared
+/// through one Secret, renewed, and injected into webhook configurations and CRDs:
+/// rudder-certs (turn it on with
+/// [`ManagerBuilder::self_signed_webhook_certificates`](manager::ManagerBuilder::self_signed_webhook_certificates)).
+#[cfg(feature = "manager")]
+pub use rudder_certs as certs;
 
 #[cfg(feature = "manager")]
 #[doc(inline)]

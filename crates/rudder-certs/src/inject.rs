@@ -1,0 +1,262 @@
+//! CA injection: keeps `caBundle` equal to the Secret's CA bundle in the named webhook
+//! configurations (every webhook entry) and CRDs (webhook conversion), and puts it back when
+//! someone overwrites it.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube_runtime::WatchStreamExt;
+use kube_runtime::watcher::{self, Event, watcher};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::InjectTargets;
+use crate::source::{ErrorChain, FIELD_MANAGER};
+
+/// The first wait after a failed or conflicting write; doubles up to [`BACKOFF_MAX`].
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Webhooks,
+    Crd,
+}
+
+struct Target {
+    kind: Kind,
+    label: &'static str,
+    name: String,
+    api: Api<DynamicObject>,
+}
+
+/// Runs until `cancel`: one field-selected watch per target; whenever a target or the
+/// bundle changes and they differ, the target is read and replaced with the bundle
+/// (carrying its resourceVersion, so a concurrent edit is never overwritten blindly);
+/// conflicts and failures are retried with backoff.
+pub(crate) async fn run(
+    client: Client,
+    targets: InjectTargets,
+    mut bundle: watch::Receiver<Option<String>>,
+    cancel: CancellationToken,
+) {
+    let mut all = Vec::new();
+    for (kind, label, ar, names) in [
+        (
+            Kind::Webhooks,
+            "MutatingWebhookConfiguration",
+            ApiResource::erase::<MutatingWebhookConfiguration>(&()),
+            &targets.mutating,
+        ),
+        (
+            Kind::Webhooks,
+            "ValidatingWebhookConfiguration",
+            ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+            &targets.validating,
+        ),
+        (
+            Kind::Crd,
+            "CustomResourceDefinition",
+            ApiResource::erase::<CustomResourceDefinition>(&()),
+            &targets.crds,
+        ),
+    ] {
+        for name in names {
+            all.push(Target {
+                kind,
+                label,
+                api: Api::all_with(client.clone(), &ar),
+                name: name.clone(),
+            });
+        }
+    }
+    let targets = all;
+    let streams: Vec<BoxStream<'static, _>> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let fields = format!("metadata.name={}", t.name);
+            watcher(t.api.clone(), watcher::Config::default().fields(&fields))
+                .default_backoff()
+                .map(move |event| (i, event))
+                .boxed()
+        })
+        .collect();
+    let mut events = futures::stream::select_all(streams);
+    let mut pending: BTreeSet<usize> = (0..targets.len()).collect();
+    let mut retry_at = Instant::now();
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let want = bundle.borrow().as_deref().map(encode);
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            changed = bundle.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                pending = (0..targets.len()).collect();
+                retry_at = Instant::now();
+                backoff = BACKOFF_MIN;
+            }
+            Some((i, event)) = events.next() => match event {
+                Ok(Event::Apply(object) | Event::InitApply(object)) => {
+                    let target = &targets[i];
+                    let mut data = object.data;
+                    let differs = want
+                        .as_ref()
+                        .is_some_and(|want| set_bundle(target.kind, &mut data, want));
+                    if differs && pending.insert(i) {
+                        tracing::info!(kind = target.label, name = %target.name, "caBundle differs from the Secret's; injecting");
+                        retry_at = retry_at.min(Instant::now());
+                    }
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    let target = &targets[i];
+                    tracing::warn!(kind = target.label, name = %target.name, error = %ErrorChain(&error), "watch failed; retrying");
+                }
+            },
+            () = tokio::time::sleep_until(retry_at), if !pending.is_empty() && want.is_some() => {
+                let Some(want) = want else { continue };
+                let mut failed = false;
+                for i in std::mem::take(&mut pending) {
+                    let target = &targets[i];
+                    match inject(target, &want).await {
+                        Ok(true) => tracing::info!(kind = target.label, name = %target.name, "injected the CA bundle"),
+                        Ok(false) => {}
+                        Err(kube::Error::Api(status)) if status.code == 409 => {
+                            tracing::debug!(kind = target.label, name = %target.name, "conflict injecting the CA bundle; retrying");
+                            pending.insert(i);
+                            failed = true;
+                        }
+                        Err(error) => {
+                            tracing::warn!(kind = target.label, name = %target.name, error = %ErrorChain(&error), retry_in = ?backoff, "cannot inject the CA bundle; retrying");
+                            pending.insert(i);
+                            failed = true;
+                        }
+                    }
+                }
+                if failed {
+                    retry_at = Instant::now() + backoff;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                } else {
+                    backoff = BACKOFF_MIN;
+                }
+            }
+        }
+    }
+}
+
+/// Reads the target and writes `want` into it if it differs: `Ok(true)` if it wrote,
+/// `Ok(false)` if it was right already or does not exist (its watch reports a creation).
+async fn inject(target: &Target, want: &str) -> kube::Result<bool> {
+    let Some(mut object) = target.api.get_opt(&target.name).await? else {
+        return Ok(false);
+    };
+    if !set_bundle(target.kind, &mut object.data, want) {
+        return Ok(false);
+    }
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    };
+    // The object as read, with its resourceVersion: a concurrent change is a conflict,
+    // retried, never silently undone.
+    target.api.replace(&target.name, &params, &object).await?;
+    Ok(true)
+}
+
+/// The JSON form of a `caBundle`: the PEM, base64-encoded.
+fn encode(pem: &str) -> String {
+    match serde_json::to_value(ByteString(pem.as_bytes().to_vec())) {
+        Ok(Value::String(encoded)) => encoded,
+        // ByteString always serializes as a string.
+        _ => String::new(),
+    }
+}
+
+/// Sets `caBundle` to `want` wherever `kind` keeps it in `data` (the object without its
+/// metadata); whether anything changed.
+fn set_bundle(kind: Kind, data: &mut Value, want: &str) -> bool {
+    let mut changed = false;
+    let mut set = |client_config: &mut Value| {
+        if let Some(config) = client_config.as_object_mut()
+            && config.get("caBundle").and_then(Value::as_str) != Some(want)
+        {
+            config.insert("caBundle".to_owned(), Value::String(want.to_owned()));
+            changed = true;
+        }
+    };
+    match kind {
+        Kind::Webhooks => {
+            if let Some(webhooks) = data.get_mut("webhooks").and_then(Value::as_array_mut) {
+                for webhook in webhooks {
+                    if let Some(client_config) = webhook.get_mut("clientConfig") {
+                        set(client_config);
+                    }
+                }
+            }
+        }
+        Kind::Crd => {
+            let conversion = data.pointer_mut("/spec/conversion");
+            let webhook = conversion
+                .filter(|c| c.get("strategy").and_then(Value::as_str) == Some("Webhook"))
+                .and_then(|c| c.pointer_mut("/webhook/clientConfig"));
+            if let Some(client_config) = webhook {
+                set(client_config);
+            }
+        }
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn every_webhook_entry_gets_the_bundle() {
+        let mut data = json!({"webhooks": [
+            {"name": "a", "clientConfig": {"url": "https://x/a"}},
+            {"name": "b", "clientConfig": {"service": {"name": "s", "namespace": "n"}, "caBundle": "b2xk"}},
+        ]});
+        assert!(set_bundle(Kind::Webhooks, &mut data, "bmV3"));
+        assert_eq!(data["webhooks"][0]["clientConfig"]["caBundle"], "bmV3");
+        assert_eq!(data["webhooks"][1]["clientConfig"]["caBundle"], "bmV3");
+        assert_eq!(data["webhooks"][1]["clientConfig"]["service"]["name"], "s");
+        assert!(!set_bundle(Kind::Webhooks, &mut data, "bmV3"));
+    }
+
+    #[test]
+    fn only_webhook_conversion_gets_the_bundle() {
+        let mut none = json!({"spec": {"conversion": {"strategy": "None"}}});
+        assert!(!set_bundle(Kind::Crd, &mut none, "bmV3"));
+        let mut webhook = json!({"spec": {"conversion": {"strategy": "Webhook", "webhook": {
+            "clientConfig": {"url": "https://x/convert"}, "conversionReviewVersions": ["v1"]}}}});
+        assert!(set_bundle(Kind::Crd, &mut webhook, "bmV3"));
+        assert_eq!(
+            webhook.pointer("/spec/conversion/webhook/clientConfig/caBundle"),
+            Some(&json!("bmV3"))
+        );
+        assert!(!set_bundle(Kind::Crd, &mut webhook, "bmV3"));
+    }
+
+    #[test]
+    fn bundles_are_base64_of_the_pem() {
+        assert_eq!(encode("CA"), "Q0E=");
+    }
+}

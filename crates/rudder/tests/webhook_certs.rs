@@ -1,0 +1,440 @@
+//! Self-signed webhook certificates against a real API server: the manager creates the
+//! Secret, injects the CA into a configuration installed with an empty `caBundle`, and the
+//! API server then calls the webhook; replicas share one CA; an overwritten bundle is put
+//! back; a renewal under load fails no admission call.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    RuleWithOperations, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::core::admission::AdmissionRequest;
+use kube::core::{DynamicObject, ObjectMeta};
+use kube::{Client, ResourceExt};
+use rudder::certs::{CA_BUNDLE, InjectTargets, SelfSignedConfig, TLS_CRT};
+use rudder::prelude::*;
+use rudder::webhook::admission::{Denial, Validator, Warnings};
+use rudder_envtest::{NAMESPACE_LABEL, TestNamespace, eventually};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(30);
+const DENIAL: &str = "forbidden is not a name for a ConfigMap";
+
+/// Refuses ConfigMaps named `forbidden`: a refusal with this message proves the API server
+/// called the webhook over TLS.
+struct Rules;
+
+impl Validator<ConfigMap> for Rules {
+    async fn validate_create(
+        &self,
+        cm: &ConfigMap,
+        _: &AdmissionRequest<DynamicObject>,
+    ) -> Result<Warnings, Denial> {
+        if cm.name_any() == "forbidden" {
+            return Err(Denial::new(DENIAL));
+        }
+        Ok(Vec::new())
+    }
+}
+
+fn certificates(ns: &TestNamespace, configuration: &str) -> SelfSignedConfig {
+    SelfSignedConfig::new("webhook-certs", ns.name(), "webhook-service")
+        .extra_names(["127.0.0.1"])
+        .inject(InjectTargets::new().validating(configuration))
+}
+
+fn manager(ns: &TestNamespace, certs: SelfSignedConfig) -> Arc<Manager> {
+    let namespace = ns.name().to_owned();
+    let manager = Manager::builder(ns.client())
+        .health_probe_address(Some(SocketAddr::from(([127, 0, 0, 1], 0))))
+        .metrics_address(None)
+        .cache(move |c| c.default_namespace(namespace))
+        .webhook_options(
+            rudder::webhook::Options::new().bind_address(SocketAddr::from(([127, 0, 0, 1], 0))),
+        )
+        .self_signed_webhook_certificates(certs)
+        .build()
+        .unwrap();
+    rudder::new_webhook(&manager)
+        .for_::<ConfigMap>()
+        .validator(Rules)
+        .complete()
+        .unwrap();
+    Arc::new(manager)
+}
+
+type Running = tokio::task::JoinHandle<Result<(), rudder::manager::Error>>;
+
+async fn start(m: &Arc<Manager>) -> (CancellationToken, Running) {
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (m, stop) = (Arc::clone(m), stop.clone());
+        async move { m.start(stop).await }
+    });
+    eventually("the webhook server serves", WAIT, async || {
+        assert!(!running.is_finished(), "the manager ended early");
+        m.webhook_address().await
+    })
+    .await;
+    (stop, running)
+}
+
+async fn stop(stop: CancellationToken, running: Running) {
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
+
+/// A validating configuration calling `addr` for ConfigMaps of `ns`, with no `caBundle`.
+async fn install(ns: &TestNamespace, name: &str, addr: SocketAddr) {
+    let configuration = ValidatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        webhooks: Some(vec![ValidatingWebhook {
+            name: "configmaps.certs.rudder.rs".to_owned(),
+            client_config: WebhookClientConfig {
+                url: Some(format!(
+                    "https://{addr}{}",
+                    rudder::webhook::validate_path::<ConfigMap>()
+                )),
+                ca_bundle: None,
+                service: None,
+            },
+            rules: Some(vec![RuleWithOperations {
+                api_groups: Some(vec![String::new()]),
+                api_versions: Some(vec!["v1".to_owned()]),
+                operations: Some(vec!["CREATE".to_owned()]),
+                resources: Some(vec!["configmaps".to_owned()]),
+                scope: None,
+            }]),
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some([(NAMESPACE_LABEL.to_owned(), ns.name().to_owned())].into()),
+                match_expressions: None,
+            }),
+            side_effects: "None".to_owned(),
+            admission_review_versions: vec!["v1".to_owned()],
+            failure_policy: Some("Fail".to_owned()),
+            timeout_seconds: Some(5),
+            ..ValidatingWebhook::default()
+        }]),
+    };
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(ns.client());
+    api.create(&PostParams::default(), &configuration)
+        .await
+        .unwrap();
+}
+
+async fn uninstall(client: Client, name: &str) {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client);
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+}
+
+/// The outcome of one admission call: `Ok` if the webhook was called and refused
+/// `forbidden`, `Err` with what happened otherwise.
+async fn call(ns: &TestNamespace) -> Result<(), String> {
+    let cms: Api<ConfigMap> = ns.api();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("forbidden".to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    match cms.create(&dry_run, &cm).await {
+        Err(kube::Error::Api(status)) if status.message.contains(DENIAL) => Ok(()),
+        Err(other) => Err(other.to_string()),
+        Ok(_) => Err("admitted without the webhook".to_owned()),
+    }
+}
+
+async fn secret(ns: &TestNamespace) -> Secret {
+    ns.api::<Secret>().get("webhook-certs").await.unwrap()
+}
+
+fn value(secret: &Secret, key: &str) -> String {
+    String::from_utf8(secret.data.as_ref().unwrap()[key].0.clone()).unwrap()
+}
+
+/// The caBundle (decoded) of every webhook of configuration `name`.
+async fn bundles(client: Client, name: &str) -> (Vec<Option<String>>, String) {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client);
+    let configuration = api.get(name).await.unwrap();
+    let version = configuration.resource_version().unwrap_or_default();
+    let bundles = configuration
+        .webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .map(|w| {
+            w.client_config
+                .ca_bundle
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        })
+        .collect();
+    (bundles, version)
+}
+
+/// The certificate `addr` presents to a client that trusts only `ca_pem` and checks the
+/// name `127.0.0.1`: the handshake fails unless it chains to that CA and is for that name.
+async fn presented(addr: SocketAddr, ca_pem: &str) -> Result<CertificateDer<'static>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::IpAddress(Ipv4Addr::LOCALHOST.into());
+    let tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let certs = tls.get_ref().1.peer_certificates().unwrap_or_default();
+    certs
+        .first()
+        .cloned()
+        .map(CertificateDer::into_owned)
+        .ok_or_else(|| "no certificate".to_owned())
+}
+
+fn der(pem: &str) -> CertificateDer<'static> {
+    CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
+}
+
+#[tokio::test]
+async fn manager_creates_the_secret_and_injects_the_ca_the_api_server_then_trusts() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("certs-inject").await.unwrap();
+    assert!(
+        ns.api::<Secret>()
+            .get_opt("webhook-certs")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let name = format!("certs-inject-{}", ns.name());
+    let m = manager(&ns, certificates(&ns, &name));
+    let (token, running) = start(&m).await;
+
+    // The manager created the Secret before serving, and serves its certificate.
+    let created = secret(&ns).await;
+    let ca = value(&created, CA_BUNDLE);
+    assert_eq!(
+        m.webhook_certificates().unwrap().ca_bundle(),
+        Some(ca.clone())
+    );
+    let addr = m.webhook_address().await.unwrap();
+    assert_eq!(
+        presented(addr, &ca).await.unwrap(),
+        der(&value(&created, TLS_CRT))
+    );
+
+    // Installed with no caBundle: the injector fills every webhook entry from the Secret.
+    install(&ns, &name, addr).await;
+    eventually("the CA is injected", WAIT, async || {
+        let (bundles, _) = bundles(ns.client(), &name).await;
+        (bundles == [Some(ca.clone())]).then_some(())
+    })
+    .await;
+    eventually("the API server calls the webhook", WAIT, async || {
+        call(&ns).await.ok()
+    })
+    .await;
+    let cms: Api<ConfigMap> = ns.api();
+    let plain = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("plain".to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    cms.create(&PostParams::default(), &plain).await.unwrap();
+
+    stop(token, running).await;
+    uninstall(ns.client(), &name).await;
+}
+
+#[tokio::test]
+async fn an_overwritten_ca_bundle_is_put_back() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("certs-repair").await.unwrap();
+    let name = format!("certs-repair-{}", ns.name());
+    let m = manager(&ns, certificates(&ns, &name));
+    let (token, running) = start(&m).await;
+    install(&ns, &name, m.webhook_address().await.unwrap()).await;
+    let ca = value(&secret(&ns).await, CA_BUNDLE);
+    eventually("the API server calls the webhook", WAIT, async || {
+        call(&ns).await.ok()
+    })
+    .await;
+
+    // Someone (a Helm upgrade, say) writes garbage over the bundle.
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(ns.client());
+    let mut configuration = api.get(&name).await.unwrap();
+    configuration.webhooks.as_mut().unwrap()[0]
+        .client_config
+        .ca_bundle = Some(k8s_openapi::ByteString(b"garbage".to_vec()));
+    let overwritten = api
+        .replace(&name, &PostParams::default(), &configuration)
+        .await
+        .unwrap();
+    let overwritten_version = overwritten.resource_version().unwrap();
+    assert_eq!(
+        overwritten.webhooks.unwrap()[0]
+            .client_config
+            .ca_bundle
+            .as_ref()
+            .unwrap()
+            .0,
+        b"garbage"
+    );
+
+    // A later version carries the Secret's bundle again, and calls succeed.
+    eventually("the CA bundle is put back", WAIT, async || {
+        let (bundles, version) = bundles(ns.client(), &name).await;
+        (version != overwritten_version && bundles == [Some(ca.clone())]).then_some(())
+    })
+    .await;
+    eventually("the API server calls the webhook again", WAIT, async || {
+        call(&ns).await.ok()
+    })
+    .await;
+
+    stop(token, running).await;
+    uninstall(ns.client(), &name).await;
+}
+
+#[tokio::test]
+async fn two_managers_started_at_once_serve_from_one_ca() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("certs-shared").await.unwrap();
+    let name = format!("certs-shared-{}", ns.name());
+    let (a, b) = (
+        manager(&ns, certificates(&ns, &name)),
+        manager(&ns, certificates(&ns, &name)),
+    );
+    let ((stop_a, running_a), (stop_b, running_b)) = tokio::join!(start(&a), start(&b));
+
+    let stored = secret(&ns).await;
+    let ca = value(&stored, CA_BUNDLE);
+    let cert = der(&value(&stored, TLS_CRT));
+    for m in [&a, &b] {
+        assert_eq!(
+            m.webhook_certificates().unwrap().ca_bundle(),
+            Some(ca.clone())
+        );
+        // Each presents the Secret's certificate, which a client trusting only the Secret's
+        // CA accepts for 127.0.0.1.
+        let addr = m.webhook_address().await.unwrap();
+        assert_eq!(presented(addr, &ca).await.unwrap(), cert);
+    }
+
+    stop(stop_a, running_a).await;
+    stop(stop_b, running_b).await;
+}
+
+#[tokio::test]
+async fn renewal_under_load_fails_no_admission_call() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("certs-rotate").await.unwrap();
+    let name = format!("certs-rotate-{}", ns.name());
+    // Valid 10 s: renewed with 5 s left, checked every 200 ms.
+    let config = certificates(&ns, &name)
+        .serving_validity(Duration::from_secs(10))
+        .check_interval(Duration::from_millis(200));
+    let m = manager(&ns, config);
+    let (token, running) = start(&m).await;
+    let addr = m.webhook_address().await.unwrap();
+    install(&ns, &name, addr).await;
+    eventually("the API server calls the webhook", WAIT, async || {
+        call(&ns).await.ok()
+    })
+    .await;
+    let first = secret(&ns).await;
+    let ca = value(&first, CA_BUNDLE);
+    let first_cert = value(&first, TLS_CRT);
+
+    // The API server keeps calling while the certificate is renewed.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let caller = tokio::spawn({
+        let (calls, done, ns_client) = (Arc::clone(&calls), Arc::clone(&done), ns.client());
+        let namespace = ns.name().to_owned();
+        async move {
+            let cms: Api<ConfigMap> = Api::namespaced(ns_client, &namespace);
+            let mut failures = Vec::new();
+            while !done.load(Ordering::SeqCst) {
+                let dry_run = PostParams {
+                    dry_run: true,
+                    ..PostParams::default()
+                };
+                let cm = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some("forbidden".to_owned()),
+                        ..ObjectMeta::default()
+                    },
+                    ..ConfigMap::default()
+                };
+                match cms.create(&dry_run, &cm).await {
+                    Err(kube::Error::Api(status)) if status.message.contains(DENIAL) => {}
+                    other => failures.push(format!("{other:?}")),
+                }
+                calls.fetch_add(1, Ordering::SeqCst);
+            }
+            failures
+        }
+    });
+
+    let renewed = eventually("the serving certificate is renewed", WAIT, async || {
+        let cert = value(&secret(&ns).await, TLS_CRT);
+        (cert != first_cert).then_some(cert)
+    })
+    .await;
+    assert_eq!(value(&secret(&ns).await, CA_BUNDLE), ca, "the CA stays");
+    // The server presents the renewed certificate (or a later renewal: it renews every 5 s).
+    eventually("the renewed certificate is served", WAIT, async || {
+        let current = der(&value(&secret(&ns).await, TLS_CRT));
+        let served = presented(addr, &ca).await.ok()?;
+        (served == current && served != der(&first_cert)).then_some(())
+    })
+    .await;
+    assert_ne!(der(&renewed), der(&first_cert));
+    let at_renewal = calls.load(Ordering::SeqCst);
+    eventually("more calls after the renewal", WAIT, async || {
+        (calls.load(Ordering::SeqCst) >= at_renewal + 20).then_some(())
+    })
+    .await;
+    done.store(true, Ordering::SeqCst);
+    let failures = caller.await.unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of {} calls failed: {failures:?}",
+        failures.len(),
+        calls.load(Ordering::SeqCst)
+    );
+    assert!(calls.load(Ordering::SeqCst) > 20);
+
+    stop(token, running).await;
+    uninstall(ns.client(), &name).await;
+}
