@@ -451,6 +451,7 @@ fn measure(server: &Server, dir: &Path, script: &Path, settings: &Settings) -> R
         .map_err(|e| format!("{}'s answer is wrong: {e}\n{answer}", server.name))?;
     println!("    answer checked: uid echoed, allowed, a JSON patch adding the label");
     let url = format!("https://{addr}/mutate");
+    let cpu_before = cpu_seconds(child.0.id());
     let output = Command::new("wrk")
         .args([
             "-t1".to_owned(),
@@ -464,6 +465,7 @@ fn measure(server: &Server, dir: &Path, script: &Path, settings: &Settings) -> R
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("could not run wrk: {e}"))?;
+    let cpu_after = cpu_seconds(child.0.id());
     let text = String::from_utf8_lossy(&output.stdout);
     // The server's exit status: it must still be serving at the end.
     if let Ok(Some(status)) = child.0.try_wait() {
@@ -474,10 +476,22 @@ fn measure(server: &Server, dir: &Path, script: &Path, settings: &Settings) -> R
         print!("{text}");
         return Err(format!("wrk failed ({})", output.status));
     }
-    let parsed = parse_wrk(&text).map_err(|e| format!("{e}\nwrk printed:\n{text}"))?;
+    let mut parsed = parse_wrk(&text).map_err(|e| format!("{e}\nwrk printed:\n{text}"))?;
+    if let (Some(before), Some(after)) = (cpu_before, cpu_after)
+        && parsed.requests > 0
+    {
+        parsed.cpu_us = Some((after - before) * 1e6 / parsed.requests as f64);
+    }
     println!(
-        "    {:.0} requests/s, p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms ({} requests)",
-        parsed.rps, parsed.p50, parsed.p90, parsed.p99, parsed.requests
+        "    {:.0} requests/s, p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms ({} requests, {} µs of server CPU each)",
+        parsed.rps,
+        parsed.p50,
+        parsed.p90,
+        parsed.p99,
+        parsed.requests,
+        parsed
+            .cpu_us
+            .map_or_else(|| "?".to_owned(), |us| format!("{us:.1}")),
     );
     if parsed.non_2xx > 0 {
         return Err(format!(
@@ -691,6 +705,10 @@ struct Wrk {
     requests: u64,
     non_2xx: u64,
     socket_errors: Option<String>,
+    /// The server's CPU time (user and system, all threads) per request answered, in µs:
+    /// what decides throughput on a shared machine, and less disturbed by other load than
+    /// requests per second.
+    cpu_us: Option<f64>,
 }
 
 /// Reads wrk's `--latency` report.
@@ -744,6 +762,7 @@ fn parse_wrk(text: &str) -> Result<Wrk, String> {
         requests: requests.ok_or("wrk printed no request count")?,
         non_2xx,
         socket_errors,
+        cpu_us: None,
     })
 }
 
@@ -761,6 +780,23 @@ fn millis(value: &str) -> Option<f64> {
         return None;
     };
     number.parse::<f64>().ok().map(|n| n * factor)
+}
+
+/// A process's CPU time so far (user and system, every thread), from /proc/PID/stat.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces) in parentheses: state is
+    // the first, utime and stime the 12th and 13th.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / clock_ticks()?)
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`; std has no sysconf).
+fn clock_ticks() -> Option<f64> {
+    let output = Command::new("getconf").arg("CLK_TCK").output().ok()?;
+    String::from_utf8_lossy(&output.stdout).trim().parse().ok()
 }
 
 /// The 1-minute load average (from /proc/loadavg), when there is one.
@@ -785,14 +821,14 @@ struct Run {
 fn table(runs: &[Run]) -> String {
     let mut out = String::from(
         "| run | order | load (1 min) | Go req/s | Rudder req/s | Rudder/Go req/s \
-         | Go p50 ms | Rudder p50 ms | Go p90 ms | Rudder p90 ms | Go p99 ms | Rudder p99 ms \
-         | Rudder/Go p99 |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         | Go CPU µs/req | Rudder CPU µs/req | Rudder/Go CPU | Go p50 ms | Rudder p50 ms | Go p90 ms | Rudder p90 ms | Go p99 ms | Rudder p99 ms \
+         | Rudder/Go p99 |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let load = |l: Option<f64>| l.map_or_else(|| "-".to_owned(), |l| format!("{l:.2}"));
     for (i, run) in runs.iter().enumerate() {
         let _ = writeln!(
             out,
-            "| {} | {} | {}→{} | {:.0} | {:.0} | {:.2}x | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x |",
+            "| {} | {} | {}→{} | {:.0} | {:.0} | {:.2}x | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2}x |",
             i + 1,
             if run.go_first {
                 "Go, Rudder"
@@ -804,6 +840,9 @@ fn table(runs: &[Run]) -> String {
             run.go.rps,
             run.rudder.rps,
             run.rudder.rps / run.go.rps,
+            range(run.go.cpu_us.as_slice(), 1, ""),
+            range(run.rudder.cpu_us.as_slice(), 1, ""),
+            range(&cpu_ratio(run).into_iter().collect::<Vec<_>>(), 2, "x"),
             run.go.p50,
             run.rudder.p50,
             run.go.p90,
@@ -825,11 +864,29 @@ fn table(runs: &[Run]) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "| range | | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| range | | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             range(&loads, 2, ""),
             col(&|r| r.go.rps, 0, ""),
             col(&|r| r.rudder.rps, 0, ""),
             col(&|r| r.rudder.rps / r.go.rps, 2, "x"),
+            range(
+                &runs.iter().filter_map(|r| r.go.cpu_us).collect::<Vec<_>>(),
+                1,
+                ""
+            ),
+            range(
+                &runs
+                    .iter()
+                    .filter_map(|r| r.rudder.cpu_us)
+                    .collect::<Vec<_>>(),
+                1,
+                ""
+            ),
+            range(
+                &runs.iter().filter_map(cpu_ratio).collect::<Vec<_>>(),
+                2,
+                "x"
+            ),
             col(&|r| r.go.p50, 2, ""),
             col(&|r| r.rudder.p50, 2, ""),
             col(&|r| r.go.p90, 2, ""),
@@ -840,6 +897,11 @@ fn table(runs: &[Run]) -> String {
         );
     }
     out
+}
+
+/// Rudder's CPU per request over Go's, when both were measured.
+fn cpu_ratio(run: &Run) -> Option<f64> {
+    Some(run.rudder.cpu_us? / run.go.cpu_us?)
 }
 
 /// `min-max` (or the one value) with a unit; `-` when there is none.
@@ -931,6 +993,7 @@ Transfer/sec:      3.00MB
             requests: 1,
             non_2xx: 0,
             socket_errors: None,
+            cpu_us: Some(rps / 100.0),
         };
         let runs = [
             Run {
@@ -949,7 +1012,9 @@ Transfer/sec:      3.00MB
             },
         ];
         let out = table(&runs);
-        assert!(out.contains("| 1 | Go, Rudder | 1.00→1.50 | 10000 | 20000 | 2.00x |"));
+        assert!(out.contains(
+            "| 1 | Go, Rudder | 1.00→1.50 | 10000 | 20000 | 2.00x | 100.0 | 200.0 | 2.00x |"
+        ));
         assert!(out.contains("| range | | 1.00-1.50 | 8000-10000 | 20000-24000 | 2.00-3.00x |"));
         assert!(out.trim_end().ends_with("| 0.25-0.50x |"));
     }

@@ -8,7 +8,9 @@ use kube::core::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::admission::{self, AdmissionHandler, Defaulter, Defaulting, Validating, Validator};
+use crate::admission::{
+    self, AdmissionHandler, Defaulter, Defaulting, JsonObjectsHandler, Validating, Validator,
+};
 use crate::conversion::Conversions;
 use crate::server::Answer;
 
@@ -52,7 +54,7 @@ impl Webhook {
         K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Send + Sync + 'static,
         D: Defaulter<K>,
     {
-        Self::admission(Defaulting::new(defaulter))
+        Self::typed(Defaulting::new(defaulter))
     }
 
     /// A validating admission webhook for `K`.
@@ -61,7 +63,15 @@ impl Webhook {
         K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
         V: Validator<K>,
     {
-        Self::admission(Validating::new(validator))
+        Self::typed(Validating::new(validator))
+    }
+
+    /// A typed adapter, served with the objects left as JSON until it decodes them as its
+    /// type (no [`DynamicObject`](kube::core::DynamicObject) in between).
+    fn typed<H: JsonObjectsHandler>(handler: H) -> Self {
+        Self {
+            endpoint: Endpoint::Admission(Arc::new(ErasedJson(Arc::new(handler)))),
+        }
     }
 
     pub(crate) fn conversion(conversions: Conversions) -> Self {
@@ -95,5 +105,13 @@ struct Erased<H>(Arc<H>);
 impl<H: AdmissionHandler> ErasedAdmission for Erased<H> {
     fn call(&self, body: Bytes) -> Answer {
         Box::pin(admission::serve(Arc::clone(&self.0), body))
+    }
+}
+
+struct ErasedJson<H>(Arc<H>);
+
+impl<H: JsonObjectsHandler> ErasedAdmission for ErasedJson<H> {
+    fn call(&self, body: Bytes) -> Answer {
+        Box::pin(admission::serve_json(Arc::clone(&self.0), body))
     }
 }

@@ -10,7 +10,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    AdmissionHandler, Denial, Warnings, allowed, decode_object, defaulting_patch, errored,
+    AdmissionHandler, Denial, JsonObjectsHandler, JsonRequest, Warnings, allowed, decode_object,
+    defaulting_patch, errored,
 };
 
 /// Sets defaults on a `K` being created or updated (a mutating webhook).
@@ -54,24 +55,48 @@ where
     D: Defaulter<K>,
 {
     async fn handle(&self, mut request: AdmissionRequest<DynamicObject>) -> AdmissionResponse {
-        if matches!(request.operation, Operation::Delete | Operation::Connect) {
-            return allowed(&request);
-        }
         request.old_object = None;
-        let Some(object) = request.object.take() else {
-            return allowed(&request);
-        };
-        let original = match serde_json::to_value(&object) {
-            Ok(value) => value,
-            Err(error) => {
+        let object = match request
+            .object
+            .take()
+            .map(|object| serde_json::to_value(&object))
+        {
+            Some(Ok(value)) => Some(value),
+            Some(Err(error)) => {
                 return errored(
                     Some(&request),
                     400,
                     format!("cannot encode the object: {error}"),
                 );
             }
+            None => None,
         };
-        drop(object);
+        self.handle_json(JsonRequest {
+            request,
+            object,
+            old_object: None,
+        })
+        .await
+    }
+}
+
+impl<K, D> JsonObjectsHandler for Defaulting<K, D>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Send + Sync + 'static,
+    D: Defaulter<K>,
+{
+    async fn handle_json(&self, json: JsonRequest) -> AdmissionResponse {
+        let JsonRequest {
+            request,
+            object: original,
+            ..
+        } = json;
+        if matches!(request.operation, Operation::Delete | Operation::Connect) {
+            return allowed(&request);
+        }
+        let Some(original) = original else {
+            return allowed(&request);
+        };
         let mut typed: K = match decode_object(&request, &original, "object") {
             Ok(typed) => typed,
             Err(response) => return *response,

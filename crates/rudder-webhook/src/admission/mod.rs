@@ -45,6 +45,12 @@ pub trait AdmissionHandler: Send + Sync + 'static {
     ) -> impl Future<Output = AdmissionResponse> + Send;
 }
 
+/// What the typed adapters implement besides [`AdmissionHandler`]: the request with its
+/// objects as the JSON received, so that they are decoded once, as `K`.
+pub(crate) trait JsonObjectsHandler: Send + Sync + 'static {
+    fn handle_json(&self, request: JsonRequest) -> impl Future<Output = AdmissionResponse> + Send;
+}
+
 /// An allowing response to `request` (uid and API version copied).
 pub fn allowed<T: kube::core::Resource>(request: &AdmissionRequest<T>) -> AdmissionResponse {
     AdmissionResponse::from(request)
@@ -83,13 +89,54 @@ pub(crate) async fn serve<H: AdmissionHandler>(
     handler: Arc<H>,
     body: Bytes,
 ) -> Result<Bytes, Rejection> {
-    let response = match decode(&body) {
+    answer(decode(&body), |request| async move {
+        handler.handle(request).await
+    })
+    .await
+}
+
+/// [`serve`] for the typed adapters: the objects are handed over as the JSON received,
+/// never decoded as [`DynamicObject`]s (the adapters decode them as `K`, and diff against
+/// the JSON).
+pub(crate) async fn serve_json<H: JsonObjectsHandler>(
+    handler: Arc<H>,
+    body: Bytes,
+) -> Result<Bytes, Rejection> {
+    answer(decode_json(&body), |decoded| async move {
+        handler.handle_json(decoded).await
+    })
+    .await
+}
+
+/// A decoded request: the review's request, and its types and uid for the answer.
+trait Decoded {
+    fn ids(&self) -> (TypeMeta, String);
+}
+
+impl Decoded for AdmissionRequest<DynamicObject> {
+    fn ids(&self) -> (TypeMeta, String) {
+        (self.types.clone(), self.uid.clone())
+    }
+}
+
+impl Decoded for JsonRequest {
+    fn ids(&self) -> (TypeMeta, String) {
+        self.request.ids()
+    }
+}
+
+/// Calls `handle` on a decoded request (catching a panic), or answers why it did not
+/// decode; then encodes the answer.
+async fn answer<R, F, Fut>(decoded: Result<R, Undecodable>, handle: F) -> Result<Bytes, Rejection>
+where
+    R: Decoded,
+    F: FnOnce(R) -> Fut,
+    Fut: Future<Output = AdmissionResponse>,
+{
+    let response = match decoded {
         Ok(request) => {
-            let types = request.types.clone();
-            let uid = request.uid.clone();
-            let handled = AssertUnwindSafe(async move { handler.handle(request).await })
-                .catch_unwind()
-                .await;
+            let (types, uid) = request.ids();
+            let handled = AssertUnwindSafe(handle(request)).catch_unwind().await;
             let mut response = match handled {
                 Ok(response) => response,
                 Err(panic) => {
@@ -150,10 +197,89 @@ enum Undecodable {
 
 /// Decodes a review body into its request, or says what to answer instead.
 fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Undecodable> {
-    let review = match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
-        Ok(review) => review,
-        Err(error) => return Err(diagnose(body, &error)),
+    match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
+        Ok(review) => checked(review),
+        Err(error) => Err(diagnose(body, &error)),
+    }
+}
+
+/// A review's request with its objects as the JSON received (`null` is absent); the
+/// request's own `object` and `old_object` are `None`.
+pub(crate) struct JsonRequest {
+    pub(crate) request: AdmissionRequest<DynamicObject>,
+    pub(crate) object: Option<serde_json::Value>,
+    pub(crate) old_object: Option<serde_json::Value>,
+}
+
+/// Decodes a review body, leaving its objects as JSON: the body is parsed once, the
+/// objects are taken out, and only the rest is decoded into kube's request type.
+fn decode_json(body: &[u8]) -> Result<JsonRequest, Undecodable> {
+    let mut value =
+        serde_json::from_slice::<serde_json::Value>(body).map_err(Undecodable::NotJson)?;
+    let (object, old_object) = match value
+        .get_mut("request")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        Some(request) => (
+            take_object(request, "object"),
+            take_object(request, "oldObject"),
+        ),
+        None => (None, None),
     };
+    // The review's own fields are read directly: kube's `AdmissionReview` flattens its
+    // types, which makes serde buffer the whole review before decoding it.
+    let field = |name: &str| {
+        value
+            .get(name)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let types = TypeMeta {
+        api_version: field("apiVersion"),
+        kind: field("kind"),
+    };
+    let request = match value.get_mut("request").map(serde_json::Value::take) {
+        None | Some(serde_json::Value::Null) => None,
+        Some(request) => {
+            let uid = request
+                .get("uid")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned);
+            match serde_json::from_value::<AdmissionRequest<DynamicObject>>(request) {
+                Ok(request) => Some(request),
+                Err(error) => {
+                    return Err(Undecodable::Review {
+                        types: answer_types(&types),
+                        uid,
+                        message: format!("cannot decode the admission review: {error}"),
+                    });
+                }
+            }
+        }
+    };
+    Ok(JsonRequest {
+        request: checked(AdmissionReview {
+            types,
+            request,
+            response: None,
+        })?,
+        object,
+        old_object,
+    })
+}
+
+fn take_object(
+    request: &mut serde_json::Map<String, serde_json::Value>,
+    key: &str,
+) -> Option<serde_json::Value> {
+    request.remove(key).filter(|object| !object.is_null())
+}
+
+/// The request of a decoded review, if the review is one this server answers.
+fn checked(
+    review: AdmissionReview<DynamicObject>,
+) -> Result<AdmissionRequest<DynamicObject>, Undecodable> {
     let types = answer_types(&review.types);
     if review.types.kind != "AdmissionReview" || !supported(&review.types.api_version) {
         return Err(Undecodable::Review {
@@ -181,10 +307,14 @@ fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Undecodable> {
 /// For a body that did not decode as a review: is it JSON at all, and which uid and
 /// version can still be echoed?
 fn diagnose(body: &[u8], error: &serde_json::Error) -> Undecodable {
-    let value = match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(value) => value,
-        Err(not_json) => return Undecodable::NotJson(not_json),
-    };
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(value) => undecodable_review(&value, error),
+        Err(not_json) => Undecodable::NotJson(not_json),
+    }
+}
+
+/// The answer to JSON that is not a review: the uid and version it has, and why.
+fn undecodable_review(value: &serde_json::Value, error: &serde_json::Error) -> Undecodable {
     let api_version = value
         .get("apiVersion")
         .and_then(serde_json::Value::as_str)
@@ -237,7 +367,7 @@ pub(crate) fn decode_object<K: serde::de::DeserializeOwned>(
     object: &serde_json::Value,
     which: &str,
 ) -> Result<K, Box<AdmissionResponse>> {
-    serde_json::from_value(object.clone()).map_err(|error| {
+    K::deserialize(object).map_err(|error| {
         Box::new(errored(
             Some(request),
             400,

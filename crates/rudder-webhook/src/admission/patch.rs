@@ -1,7 +1,12 @@
 //! The defaulting patch: from the object as received to the defaulted one, touching only
 //! what the defaulter changed, so fields the typed object does not know are kept.
 
-use serde_json::{Map, Value};
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{
+    AddOperation, CopyOperation, MoveOperation, PatchOperation, RemoveOperation, ReplaceOperation,
+    TestOperation,
+};
+use serde_json::Value;
 
 /// The JSON patch that turns `original` (the object as the API server sent it) into the
 /// defaulted object.
@@ -14,47 +19,94 @@ use serde_json::{Map, Value};
 /// changed value comes from `after`. Arrays are merged element by element when the three
 /// have the same length, and replaced by `after`'s otherwise.
 pub fn defaulting_patch(original: &Value, before: &Value, after: &Value) -> json_patch::Patch {
-    let target = overlay(Some(original), Some(before), after);
-    json_patch::diff(original, &target)
+    // The operations are written while walking only what the defaulter changed: the
+    // target is never built, and unchanged subtrees are never copied or compared with the
+    // original.
+    let mut patch = json_patch::Patch(Vec::new());
+    let mut pointer = PointerBuf::root();
+    changes(original, before, after, &mut pointer, &mut patch);
+    patch
 }
 
-fn overlay(original: Option<&Value>, before: Option<&Value>, after: &Value) -> Value {
-    if before == Some(after) {
-        // The defaulter did not touch this value: keep it as it came (or absent).
-        return original.cloned().unwrap_or_else(|| after.clone());
+/// Appends to `patch` the operations at `pointer` that turn `original` into `before`'s
+/// change to `after` laid over `original` (see [`defaulting_patch`]).
+fn changes(
+    original: &Value,
+    before: &Value,
+    after: &Value,
+    pointer: &mut PointerBuf,
+    patch: &mut json_patch::Patch,
+) {
+    if before == after {
+        // The defaulter did not touch this value: it keeps its original form.
+        return;
     }
     match (original, before, after) {
-        (Some(Value::Object(original)), Some(Value::Object(before)), Value::Object(after)) => {
-            let mut merged: Map<String, Value> = original.clone();
+        (Value::Object(original), Value::Object(before), Value::Object(after)) => {
             for (key, after_value) in after {
-                if before.get(key) == Some(after_value) {
+                let before_value = before.get(key);
+                if before_value == Some(after_value) {
                     // Unchanged by the defaulter: whatever the original had stays (a default
                     // the encoding wrote but the original lacked is not added).
                     continue;
                 }
-                let value = overlay(original.get(key), before.get(key), after_value);
-                merged.insert(key.clone(), value);
+                pointer.push_back(key.as_str());
+                match (original.get(key), before_value) {
+                    (Some(original_value), Some(before_value)) => {
+                        changes(original_value, before_value, after_value, pointer, patch);
+                    }
+                    (Some(original_value), None) => {
+                        diff_at(original_value, after_value, pointer, patch);
+                    }
+                    (None, _) => patch.0.push(PatchOperation::Add(AddOperation {
+                        path: pointer.clone(),
+                        value: after_value.clone(),
+                    })),
+                }
+                pointer.pop_back();
             }
             for key in before.keys() {
-                if !after.contains_key(key) {
-                    merged.remove(key);
+                if !after.contains_key(key) && original.contains_key(key) {
+                    pointer.push_back(key.as_str());
+                    patch.0.push(PatchOperation::Remove(RemoveOperation {
+                        path: pointer.clone(),
+                    }));
+                    pointer.pop_back();
                 }
             }
-            Value::Object(merged)
         }
-        (Some(Value::Array(original)), Some(Value::Array(before)), Value::Array(after))
+        (Value::Array(original), Value::Array(before), Value::Array(after))
             if original.len() == before.len() && before.len() == after.len() =>
         {
-            Value::Array(
-                original
-                    .iter()
-                    .zip(before)
-                    .zip(after)
-                    .map(|((original, before), after)| overlay(Some(original), Some(before), after))
-                    .collect(),
-            )
+            for (index, ((original, before), after)) in
+                original.iter().zip(before).zip(after).enumerate()
+            {
+                pointer.push_back(index);
+                changes(original, before, after, pointer, patch);
+                pointer.pop_back();
+            }
         }
-        _ => after.clone(),
+        _ => diff_at(original, after, pointer, patch),
+    }
+}
+
+/// Appends the plain diff from `original` to `after`, both at `pointer`.
+fn diff_at(original: &Value, after: &Value, pointer: &PointerBuf, patch: &mut json_patch::Patch) {
+    for mut operation in json_patch::diff(original, after).0 {
+        match &mut operation {
+            PatchOperation::Add(AddOperation { path, .. })
+            | PatchOperation::Remove(RemoveOperation { path })
+            | PatchOperation::Replace(ReplaceOperation { path, .. })
+            | PatchOperation::Test(TestOperation { path, .. }) => {
+                *path = pointer.concat(path);
+            }
+            PatchOperation::Move(MoveOperation { from, path })
+            | PatchOperation::Copy(CopyOperation { from, path }) => {
+                *from = pointer.concat(from);
+                *path = pointer.concat(path);
+            }
+        }
+        patch.0.push(operation);
     }
 }
 
@@ -63,6 +115,59 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    use serde_json::Map;
+
+    /// The target the patch must reach, built whole: `before`'s change to `after` laid over
+    /// `original` (what the patch was first computed from, with a diff from `original`).
+    fn overlay(original: Option<&Value>, before: Option<&Value>, after: &Value) -> Value {
+        if before == Some(after) {
+            // The defaulter did not touch this value: keep it as it came (or absent).
+            return original.cloned().unwrap_or_else(|| after.clone());
+        }
+        match (original, before, after) {
+            (Some(Value::Object(original)), Some(Value::Object(before)), Value::Object(after)) => {
+                let mut merged: Map<String, Value> = original.clone();
+                for (key, after_value) in after {
+                    if before.get(key) == Some(after_value) {
+                        // Unchanged by the defaulter: whatever the original had stays (a default
+                        // the encoding wrote but the original lacked is not added).
+                        continue;
+                    }
+                    let value = overlay(original.get(key), before.get(key), after_value);
+                    merged.insert(key.clone(), value);
+                }
+                for key in before.keys() {
+                    if !after.contains_key(key) {
+                        merged.remove(key);
+                    }
+                }
+                Value::Object(merged)
+            }
+            (Some(Value::Array(original)), Some(Value::Array(before)), Value::Array(after))
+                if original.len() == before.len() && before.len() == after.len() =>
+            {
+                Value::Array(
+                    original
+                        .iter()
+                        .zip(before)
+                        .zip(after)
+                        .map(|((original, before), after)| {
+                            overlay(Some(original), Some(before), after)
+                        })
+                        .collect(),
+                )
+            }
+            _ => after.clone(),
+        }
+    }
+
+    /// The patch applied to `original` reaches the overlay target.
+    fn check(original: &Value, before: &Value, after: &Value) -> Value {
+        let patched = apply(original, &defaulting_patch(original, before, after));
+        assert_eq!(patched, overlay(Some(original), Some(before), after));
+        patched
+    }
 
     fn apply(original: &Value, patch: &json_patch::Patch) -> Value {
         let mut doc = original.clone();
@@ -88,7 +193,7 @@ mod tests {
             "spec": {"known": 1, "count": 0, "items": [{"n": 5}], "mode": "auto"},
         });
         let patch = defaulting_patch(&original, &before, &after);
-        let patched = apply(&original, &patch);
+        let patched = check(&original, &before, &after);
         assert_eq!(
             patched,
             json!({
@@ -105,7 +210,7 @@ mod tests {
         let original = json!({"spec": {"a": 1, "b": 2, "z": 3}});
         let before = json!({"spec": {"a": 1, "b": 2}});
         let after = json!({"spec": {"a": 1}});
-        let patched = apply(&original, &defaulting_patch(&original, &before, &after));
+        let patched = check(&original, &before, &after);
         assert_eq!(patched, json!({"spec": {"a": 1, "z": 3}}));
     }
 
@@ -114,7 +219,7 @@ mod tests {
         let original = json!({"spec": {}});
         let before = json!({"spec": {"replicas": 0}});
         let after = json!({"spec": {"replicas": 3}});
-        let patched = apply(&original, &defaulting_patch(&original, &before, &after));
+        let patched = check(&original, &before, &after);
         assert_eq!(patched, json!({"spec": {"replicas": 3}}));
     }
 
@@ -123,5 +228,21 @@ mod tests {
         let original = json!({"spec": {"a": 1, "unknown": 2}});
         let before = json!({"spec": {"a": 1}});
         assert!(defaulting_patch(&original, &before, &before).0.is_empty());
+    }
+
+    #[test]
+    fn changes_below_replaced_or_resized_values_reach_the_target() {
+        // A new subtree where the original has another (the typed view had none there).
+        let original = json!({"spec": {"a": {"x": 1, "y": [1, 2]}, "b": [1, 2, 3]}, "z": "keep"});
+        let before = json!({"spec": {"b": [1, 2, 3]}});
+        let after = json!({"spec": {"a": {"x": 2}, "b": [1, 2], "c": null}, "w": {"k/~": 1}});
+        check(&original, &before, &after);
+        // A type change, an array resized, keys with characters a pointer escapes.
+        let original = json!({"m": {"a/b": 1, "t~": [0]}, "n": 5});
+        let before = json!({"m": {"a/b": 1, "t~": [0]}, "n": 5});
+        let after = json!({"m": {"a/b": "one", "t~": [0, 1]}, "n": {"now": "object"}});
+        check(&original, &before, &after);
+        // The whole document replaced.
+        check(&json!([1]), &json!([1]), &json!({"a": 1}));
     }
 }

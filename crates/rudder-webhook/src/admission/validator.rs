@@ -8,7 +8,10 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::{DynamicObject, Resource};
 use serde::de::DeserializeOwned;
 
-use super::{AdmissionHandler, Denial, Warnings, allowed, decode_object, errored};
+use super::{
+    AdmissionHandler, Denial, JsonObjectsHandler, JsonRequest, Warnings, allowed, decode_object,
+    errored,
+};
 
 /// Validates a `K` being created, updated or deleted (a validating webhook).
 ///
@@ -72,7 +75,27 @@ where
 {
     async fn handle(&self, mut request: AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         let object = take_json(&mut request.object);
-        let old = take_json(&mut request.old_object);
+        let old_object = take_json(&mut request.old_object);
+        self.handle_json(JsonRequest {
+            request,
+            object,
+            old_object,
+        })
+        .await
+    }
+}
+
+impl<K, V> JsonObjectsHandler for Validating<K, V>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
+    V: Validator<K>,
+{
+    async fn handle_json(&self, json: JsonRequest) -> AdmissionResponse {
+        let JsonRequest {
+            request,
+            object,
+            old_object: old,
+        } = json;
         let outcome = match request.operation {
             Operation::Create => {
                 let Some(object) = object else {
