@@ -180,7 +180,9 @@ impl SecureMetrics {
     }
 
     /// Reviews sent and decisions cached so far, by every server started with this option
-    /// (or a clone of it).
+    /// or a clone of it. The cache settings ([`cache_ttl`](Self::cache_ttl),
+    /// [`cache_capacity`](Self::cache_capacity)) start a fresh cache, so take the clone to
+    /// watch after them.
     pub fn stats(&self) -> AuthStats {
         AuthStats {
             token_reviews: self.shared.token_reviews.load(Ordering::Relaxed),
@@ -330,7 +332,6 @@ impl Auth {
             return Some(unauthorized());
         };
         let key = self.shared.token_key(token);
-        let token = token.to_owned();
         let authn = self
             .shared
             .tokens
@@ -339,7 +340,7 @@ impl Auth {
                 |authn| self.ttl(matches!(authn, Authn::Authenticated(_))),
                 || {
                     self.shared.token_reviews.fetch_add(1, Ordering::Relaxed);
-                    review_token(self.client.clone(), token, self.timeout).boxed()
+                    review_token(self.client.clone(), token.to_owned(), self.timeout).boxed()
                 },
             )
             .await;
