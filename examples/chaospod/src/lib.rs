@@ -29,6 +29,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -430,6 +433,11 @@ pub struct Options {
     pub leader_election: Option<LeaderElectionConfig>,
     /// The webhook server (defaulting and validation), or `None` for no webhooks.
     pub webhooks: Option<rudder::webhook::Options>,
+    /// Serve the webhooks with certificates the operator makes itself, kept in a Secret and
+    /// injected into the webhook configurations ([`self_signed_certificates`]), instead of
+    /// the certificate source in [`webhooks`](Self::webhooks). Setting it turns the
+    /// webhooks on (with the default server options if `webhooks` is `None`).
+    pub webhook_certificates: Option<rudder::certs::SelfSignedConfig>,
 }
 
 impl Default for Options {
@@ -441,6 +449,7 @@ impl Default for Options {
             metrics_address: Some(rudder::manager::DEFAULT_METRICS_ADDRESS),
             leader_election: None,
             webhooks: None,
+            webhook_certificates: None,
         }
     }
 }
@@ -463,9 +472,12 @@ pub async fn manager(client: kube::Client, options: Options) -> Result<Manager, 
     if let Some(election) = options.leader_election {
         builder = builder.leader_election(election);
     }
-    let webhooks = options.webhooks.is_some();
+    let webhooks = options.webhooks.is_some() || options.webhook_certificates.is_some();
     if let Some(webhook) = options.webhooks {
         builder = builder.webhook_options(webhook);
+    }
+    if let Some(certificates) = options.webhook_certificates {
+        builder = builder.self_signed_webhook_certificates(certificates);
     }
     let manager = builder.build()?;
     if webhooks {
@@ -544,6 +556,140 @@ pub fn manifests_yaml(
         yaml.push_str(&serde_yaml::to_string(&validating)?);
     }
     Ok(yaml)
+}
+
+/// Self-signed certificates for the ChaosPod webhooks: a CA and a serving certificate for
+/// Service `service` in `namespace`, kept in Secret `secret` there (created by the first
+/// replica that starts, renewed before they expire), with the CA injected into the webhook
+/// configurations [`manifests`] renders. The operator needs [`self_signed_rbac`] for it.
+///
+/// # Errors
+///
+/// As [`manifests`] (which names the configurations).
+pub fn self_signed_certificates(
+    secret: &str,
+    service: &str,
+    namespace: &str,
+) -> Result<rudder::certs::SelfSignedConfig, SetupError> {
+    let (_, webhooks) = manifests(&ClientConfig::service(service, namespace))?;
+    let mut targets = rudder::certs::InjectTargets::new();
+    if let Some(name) = webhooks.mutating.and_then(|m| m.metadata.name) {
+        targets = targets.mutating(name);
+    }
+    if let Some(name) = webhooks.validating.and_then(|v| v.metadata.name) {
+        targets = targets.validating(name);
+    }
+    Ok(rudder::certs::SelfSignedConfig::new(secret, namespace, service).inject(targets))
+}
+
+/// What the operator's ServiceAccount `service_account` in `namespace` needs for
+/// [`self_signed_certificates`]: a Role for the certificate Secret in `namespace` (`get`,
+/// `list`, `watch`, `create`, `update` on Secrets) and a ClusterRole for CA injection (`get`,
+/// `list`, `watch`, `patch`, `update` on webhook configurations and CRDs), each with its
+/// binding.
+pub fn self_signed_rbac(namespace: &str, service_account: &str) -> SelfSignedRbac {
+    let name = format!("{CONTROLLER}-webhook-certificates");
+    let verbs = |verbs: &[&str]| verbs.iter().map(|v| (*v).to_owned()).collect::<Vec<_>>();
+    let rule = |group: &str, resources: &[&str], v: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(verbs(resources)),
+        verbs: verbs(v),
+        ..PolicyRule::default()
+    };
+    let subject = Subject {
+        kind: "ServiceAccount".to_owned(),
+        name: service_account.to_owned(),
+        namespace: Some(namespace.to_owned()),
+        ..Subject::default()
+    };
+    let meta = |namespaced: bool| ObjectMeta {
+        name: Some(name.clone()),
+        namespace: namespaced.then(|| namespace.to_owned()),
+        ..ObjectMeta::default()
+    };
+    let injected = ["get", "list", "watch", "patch", "update"];
+    SelfSignedRbac {
+        role: Role {
+            metadata: meta(true),
+            rules: Some(vec![rule(
+                "",
+                &["secrets"],
+                &["get", "list", "watch", "create", "update"],
+            )]),
+        },
+        role_binding: RoleBinding {
+            metadata: meta(true),
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".to_owned()),
+                kind: "Role".to_owned(),
+                name: name.clone(),
+            },
+            subjects: Some(vec![subject.clone()]),
+        },
+        cluster_role: ClusterRole {
+            metadata: meta(false),
+            rules: Some(vec![
+                rule(
+                    "admissionregistration.k8s.io",
+                    &[
+                        "mutatingwebhookconfigurations",
+                        "validatingwebhookconfigurations",
+                    ],
+                    &injected,
+                ),
+                rule(
+                    "apiextensions.k8s.io",
+                    &["customresourcedefinitions"],
+                    &injected,
+                ),
+            ]),
+            ..ClusterRole::default()
+        },
+        cluster_role_binding: ClusterRoleBinding {
+            metadata: meta(false),
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".to_owned()),
+                kind: "ClusterRole".to_owned(),
+                name: name.clone(),
+            },
+            subjects: Some(vec![subject]),
+        },
+    }
+}
+
+/// The RBAC objects of [`self_signed_rbac`].
+#[derive(Clone, Debug)]
+pub struct SelfSignedRbac {
+    /// Secrets in the operator's namespace.
+    pub role: Role,
+    /// Binds [`role`](Self::role) to the operator's ServiceAccount.
+    pub role_binding: RoleBinding,
+    /// Webhook configurations and CRDs, for CA injection.
+    pub cluster_role: ClusterRole,
+    /// Binds [`cluster_role`](Self::cluster_role) to the operator's ServiceAccount.
+    pub cluster_role_binding: ClusterRoleBinding,
+}
+
+impl SelfSignedRbac {
+    /// The four objects as multi-document YAML (each preceded by `---`), for
+    /// `kubectl apply -f -`.
+    ///
+    /// # Errors
+    ///
+    /// If they cannot be serialised (they always can).
+    pub fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
+        let mut yaml = String::new();
+        for doc in [
+            serde_yaml::to_string(&self.role)?,
+            serde_yaml::to_string(&self.role_binding)?,
+            serde_yaml::to_string(&self.cluster_role)?,
+            serde_yaml::to_string(&self.cluster_role_binding)?,
+        ] {
+            yaml.push_str("---\n");
+            yaml.push_str(&doc);
+        }
+        Ok(yaml)
+    }
 }
 
 /// Installs (server-side applies) the ChaosPod CRD and waits until the API server serves it.

@@ -26,8 +26,17 @@ USAGE: chaospod [FLAGS]
                                chaospod-webhook)
   --webhook-namespace NS       its namespace (default chaospod-system)
   --webhook-cert-dir DIR       serve the defaulting and validating webhooks with tls.crt and
-                               tls.key from DIR (reloaded when they change); without it, no
-                               webhook server runs
+                               tls.key from DIR (reloaded when they change); without it (or
+                               --webhook-self-signed), no webhook server runs
+  --webhook-self-signed SECRET serve the webhooks with certificates the operator makes
+                               itself: a CA and a serving certificate for --webhook-service,
+                               kept in Secret SECRET in --webhook-namespace (created if
+                               missing, shared by every replica, renewed before they expire),
+                               and the CA injected into the webhook configurations (no
+                               cert-manager needed). With --manifests, also prints the RBAC
+                               this needs, bound to --service-account
+  --service-account NAME       the operator's ServiceAccount in --webhook-namespace, for the
+                               RBAC --manifests prints (default chaospod)
   --webhook-address ADDR       the webhook server's address (default 0.0.0.0:9443)
   --namespace NS               watch only NS (default: all namespaces)
   --health-address ADDR        probe server address (default 0.0.0.0:8081; 'off' for none)
@@ -75,6 +84,9 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
         election: true,
     };
     let mut manifests = false;
+    let mut self_signed: Option<String> = None;
+    let mut cert_dir = false;
+    let mut service_account = "chaospod".to_owned();
     let mut service = ("chaospod-webhook".to_owned(), "chaospod-system".to_owned());
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -96,7 +108,10 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
             "--manifests" => manifests = true,
             "--webhook-service" => service.0 = value(arg)?,
             "--webhook-namespace" => service.1 = value(arg)?,
+            "--webhook-self-signed" => self_signed = Some(value(arg)?),
+            "--service-account" => service_account = value(arg)?,
             "--webhook-cert-dir" => {
+                cert_dir = true;
                 let dir = value(arg)?;
                 let webhooks = parsed.options.webhooks.take().unwrap_or_default();
                 parsed.options.webhooks = Some(webhooks.cert_dir(dir));
@@ -117,14 +132,34 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
         }
     }
     if manifests {
-        let client = ClientConfig::service(service.0, service.1);
-        let yaml = chaospod::manifests_yaml(&client).map_err(|e| e.to_string())?;
+        let client = ClientConfig::service(&service.0, &service.1);
+        let mut yaml = chaospod::manifests_yaml(&client).map_err(|e| e.to_string())?;
+        if self_signed.is_some() {
+            let rbac = chaospod::self_signed_rbac(&service.1, &service_account);
+            yaml.push_str(&rbac.to_yaml().map_err(|e| e.to_string())?);
+        }
         print!("{yaml}");
         return Ok(None);
     }
+    if let Some(secret) = self_signed {
+        if cert_dir {
+            return Err(
+                "--webhook-self-signed and --webhook-cert-dir exclude each other".to_owned(),
+            );
+        }
+        let certificates = chaospod::self_signed_certificates(&secret, &service.0, &service.1)
+            .map_err(|e| e.to_string())?;
+        parsed.options.webhook_certificates = Some(certificates);
+        let webhooks = parsed.options.webhooks.take().unwrap_or_default();
+        parsed.options.webhooks = Some(webhooks);
+    }
     match (parsed.webhook_address, parsed.options.webhooks.take()) {
         (Some(addr), Some(webhooks)) => parsed.options.webhooks = Some(webhooks.bind_address(addr)),
-        (Some(_), None) => return Err("--webhook-address needs --webhook-cert-dir".to_owned()),
+        (Some(_), None) => {
+            return Err(
+                "--webhook-address needs --webhook-cert-dir or --webhook-self-signed".to_owned(),
+            );
+        }
         (None, webhooks) => parsed.options.webhooks = webhooks,
     }
     Ok(Some(parsed))

@@ -61,6 +61,87 @@ fn crd_flag_prints_the_crd() {
     assert_eq!(bad.status.code(), Some(2));
 }
 
+/// `--manifests --webhook-self-signed`: the CRD, the webhook configurations, then the RBAC the
+/// self-signed mode needs, bound to the ServiceAccount named.
+#[test]
+fn manifests_with_self_signed_certificates_print_their_rbac() {
+    let out = Command::new(env!("CARGO_BIN_EXE_chaospod"))
+        .args([
+            "--manifests",
+            "--webhook-self-signed",
+            "chaos-certs",
+            "--webhook-namespace",
+            "ops",
+            "--service-account",
+            "chaos-operator",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .collect();
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "CustomResourceDefinition",
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+            "Role",
+            "RoleBinding",
+            "ClusterRole",
+            "ClusterRoleBinding",
+        ]
+    );
+    let strings = |v: &serde_yaml::Value| -> Vec<String> {
+        v.as_sequence()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let role = &docs[3];
+    assert_eq!(role["metadata"]["namespace"].as_str(), Some("ops"));
+    assert_eq!(strings(&role["rules"][0]["resources"]), ["secrets"]);
+    assert_eq!(
+        strings(&role["rules"][0]["verbs"]),
+        ["get", "list", "watch", "create", "update"]
+    );
+    let cluster_role = &docs[5];
+    let mut resources = Vec::new();
+    for rule in cluster_role["rules"].as_sequence().unwrap() {
+        assert_eq!(
+            strings(&rule["verbs"]),
+            ["get", "list", "watch", "patch", "update"]
+        );
+        resources.extend(strings(&rule["resources"]));
+    }
+    assert_eq!(
+        resources,
+        [
+            "mutatingwebhookconfigurations",
+            "validatingwebhookconfigurations",
+            "customresourcedefinitions"
+        ]
+    );
+    for binding in [&docs[4], &docs[6]] {
+        let subject = &binding["subjects"][0];
+        assert_eq!(subject["kind"].as_str(), Some("ServiceAccount"));
+        assert_eq!(subject["name"].as_str(), Some("chaos-operator"));
+        assert_eq!(subject["namespace"].as_str(), Some("ops"));
+    }
+    assert_eq!(docs[4]["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(docs[6]["roleRef"]["name"], cluster_role["metadata"]["name"]);
+
+    // Both certificate sources at once is a usage error.
+    let both = Command::new(env!("CARGO_BIN_EXE_chaospod"))
+        .args(["--webhook-self-signed", "s", "--webhook-cert-dir", "/tmp"])
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2));
+}
+
 /// Kills the operator if the test fails before it exits, so no process outlives the test.
 struct KillOnDrop(std::process::Child);
 

@@ -35,6 +35,7 @@ async fn pods_are_created_owned_stopped_on_schedule_and_recreated() {
                 .with_release_on_cancel(true),
         ),
         webhooks: None,
+        webhook_certificates: None,
     };
     let manager = chaospod::manager(ns.client(), options).await.unwrap();
     let stop = CancellationToken::new();

@@ -224,6 +224,7 @@ async fn demo(
                 .bind_address(installed.addr())
                 .cert_dir(installed.cert_dir())
         }),
+        webhook_certificates: None,
         namespace: Some(namespace.to_owned()),
         health_address: loopback(0),
         metrics_address: loopback(0),
