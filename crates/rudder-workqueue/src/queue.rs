@@ -5,12 +5,11 @@ use std::future::{Future, poll_fn};
 use std::hash::{BuildHasher, Hash};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use hashbrown::DefaultHashBuilder;
-use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -42,10 +41,6 @@ impl<K> Clone for WorkQueue<K> {
 }
 
 pub(crate) struct Shared<K> {
-    /// `parking_lot`'s mutex rather than `std`'s: when producers and workers really run at
-    /// once on two threads, `std`'s lock falls into a convoy (once one waiter sleeps, every
-    /// unlock is a futex wake-up and every locker sleeps), where `parking_lot`'s spins and
-    /// yields before parking. Measured in `docs/benchmarks.md`.
     state: Mutex<State<K>>,
     /// Hashes keys before the lock is taken, so hashing a long key holds no one up.
     hasher: DefaultHashBuilder,
@@ -65,7 +60,11 @@ pub(crate) struct Shared<K> {
 
 impl<K> Drop for Shared<K> {
     fn drop(&mut self) {
-        if let Some(task) = self.updater.get_mut().take() {
+        let updater = self
+            .updater
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(task) = updater.take() {
             task.abort();
         }
     }
@@ -146,7 +145,10 @@ where
         });
         if has_metrics && let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let task = runtime.spawn(update_unfinished_work(Arc::downgrade(&shared)));
-            *shared.updater.lock() = Some(task);
+            *shared
+                .updater
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(task);
         }
         WorkQueue { shared }
     }
@@ -478,10 +480,9 @@ pub struct QueueStats {
 
 impl<K> Shared<K> {
     fn lock(&self) -> MutexGuard<'_, State<K>> {
-        // No poisoning: no code path panics with the lock held except on broken invariants;
-        // if a key's own Hash or Eq panicked, the state is still consistent enough to keep
-        // serving others.
-        self.state.lock()
+        // No code path panics with the lock held except on broken invariants; if a key's own
+        // Hash or Eq panicked, the state is still consistent enough to keep serving others.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Locks, with delayed keys that are due moved to the ready queue, as a getter would.

@@ -3,8 +3,9 @@
 //! twice with different counts and divide the difference by the difference in keys).
 //!
 //! `cargo build --release --manifest-path crates/rudder-workqueue/bench/Cargo.toml --example
-//! profile`, then `profile cycle|cycle-strict|workers N`: `cycle` adds, gets and marks done
+//! profile`, then `profile cycle|cycle-strict|dedup|workers N`: `cycle` adds, gets and marks done
 //! N u64 keys in one task (default ageing); `cycle-strict` the same with strict priority;
+//! `dedup` adds N times one of 64 keys that are all waiting;
 //! `workers` runs rounds of the bench's multi-worker row (a fresh queue, 2 producers adding
 //! 10,000 keys each, 2 workers) on a two-thread runtime until N keys are done, printing ns
 //! per key. Built with `--features test-util`, `cycle-test-util` and `workers-test-util` do
@@ -31,6 +32,16 @@ fn cycle(q: WorkQueue<u64>, n: u64) {
             black_box(item.key());
         }
     });
+}
+
+fn dedup(n: u64) {
+    let q = WorkQueue::<u64>::new();
+    for k in 0..64 {
+        q.add(k);
+    }
+    for i in 0..n {
+        q.add(black_box(i & 63));
+    }
 }
 
 fn workers(n: u64) {
@@ -107,6 +118,7 @@ fn main() {
     match args.get(1).map(String::as_str) {
         Some("cycle") => cycle(WorkQueue::new(), n),
         Some("cycle-strict") => cycle(WorkQueue::builder().priority_aging(None).build(), n),
+        Some("dedup") => dedup(n),
         Some("workers") => workers(n),
         #[cfg(feature = "test-util")]
         Some("cycle-test-util") => {
@@ -119,7 +131,7 @@ fn main() {
             workers(n);
         }
         _ => {
-            eprintln!("usage: profile cycle|cycle-strict|workers [N]");
+            eprintln!("usage: profile cycle|cycle-strict|dedup|workers [N]");
             std::process::exit(2);
         }
     }
