@@ -72,7 +72,7 @@ where
             None => None,
         };
         self.handle_json(JsonRequest {
-            request,
+            request: Box::new(request),
             object,
             old_object: None,
         })
@@ -97,8 +97,8 @@ where
         let Some(original) = original else {
             return allowed(&request);
         };
-        let mut typed: K = match decode_object(&request, &original, "object") {
-            Ok(typed) => typed,
+        let mut typed: Box<K> = match decode_object(&request, &original, "object") {
+            Ok(typed) => Box::new(typed),
             Err(response) => return *response,
         };
         let before = match serde_json::to_value(&typed) {

@@ -77,7 +77,7 @@ where
         let object = take_json(&mut request.object);
         let old_object = take_json(&mut request.old_object);
         self.handle_json(JsonRequest {
-            request,
+            request: Box::new(request),
             object,
             old_object,
         })
@@ -101,8 +101,8 @@ where
                 let Some(object) = object else {
                     return missing(&request, "object");
                 };
-                let object: K = match decode_object(&request, &object, "object") {
-                    Ok(object) => object,
+                let object: Box<K> = match decode_object(&request, &object, "object") {
+                    Ok(object) => Box::new(object),
                     Err(response) => return *response,
                 };
                 self.validator.validate_create(&object, &request).await
@@ -111,12 +111,12 @@ where
                 let (Some(object), Some(old)) = (object, old) else {
                     return missing(&request, "object and oldObject");
                 };
-                let new: K = match decode_object(&request, &object, "object") {
-                    Ok(object) => object,
+                let new: Box<K> = match decode_object(&request, &object, "object") {
+                    Ok(object) => Box::new(object),
                     Err(response) => return *response,
                 };
-                let old: K = match decode_object(&request, &old, "old object") {
-                    Ok(object) => object,
+                let old: Box<K> = match decode_object(&request, &old, "old object") {
+                    Ok(object) => Box::new(object),
                     Err(response) => return *response,
                 };
                 self.validator.validate_update(&old, &new, &request).await
@@ -125,8 +125,8 @@ where
                 let Some(old) = old else {
                     return missing(&request, "oldObject");
                 };
-                let old: K = match decode_object(&request, &old, "old object") {
-                    Ok(object) => object,
+                let old: Box<K> = match decode_object(&request, &old, "old object") {
+                    Ok(object) => Box::new(object),
                     Err(response) => return *response,
                 };
                 self.validator.validate_delete(&old, &request).await
