@@ -71,8 +71,7 @@ pub const MAX_TOKEN_LENGTH: usize = 16 * 1024;
 /// The certificate comes from `tls.crt` and `tls.key` in a directory
 /// ([`files`](Self::files), read again every 10 s as the webhook server's are) or from a
 /// [`CertificateStore`] another source fills and rotates
-/// ([`certificate_store`](Self::certificate_store)); it must hold a certificate when the
-/// manager starts. Probes stay on plain HTTP.
+/// ([`certificate_store`](Self::certificate_store)). Probes stay on plain HTTP.
 ///
 /// # RBAC
 ///
@@ -130,7 +129,9 @@ impl SecureMetrics {
     }
 
     /// Serves whatever certificate `store` holds at each handshake (filled and rotated by
-    /// another source, such as a self-signed one). It must hold a certificate at start.
+    /// another source, such as a self-signed one). A store still empty at start is logged
+    /// (a warning), not an error: the source may fill it while the manager starts, after the
+    /// metrics server binds; until then every handshake fails.
     pub fn certificate_store(store: CertificateStore) -> Self {
         Self::new(MetricsCertificate::Store(store))
     }

@@ -29,9 +29,6 @@ pub enum SecureMetricsError {
     /// helps once they are in place.
     #[error("cannot load the metrics server's certificate")]
     Certificate(#[source] rudder_webhook::LoadError),
-    /// The certificate store given holds no certificate yet; fill it before starting.
-    #[error("the metrics certificate store holds no certificate")]
-    NoCertificate,
     /// rustls refused the TLS configuration (does not happen with the `ring` provider).
     #[error("cannot configure TLS")]
     Tls(#[source] rustls::Error),
@@ -77,7 +74,7 @@ pub(crate) async fn serve_secure(
     let (store, watcher) = match &secure.certificate {
         MetricsCertificate::Store(store) => {
             if store.current().is_none() {
-                return Err(SecureMetricsError::NoCertificate);
+                tracing::warn!(%addr, "the metrics certificate store holds no certificate yet; TLS handshakes fail until it does");
             }
             (store.clone(), None)
         }
