@@ -10,6 +10,12 @@ pub const DEFAULT_SERVING_VALIDITY: Duration = Duration::from_secs(365 * 24 * 36
 /// How much time a serving certificate has left when it is renewed, by default: 90 days
 /// (never more than half its validity, see [`SelfSignedConfig::renew_before`]).
 pub const DEFAULT_RENEW_BEFORE: Duration = Duration::from_secs(90 * 24 * 3600);
+/// How much time the CA has left when its rotation begins, by default: one year (never
+/// more than half its validity).
+pub const DEFAULT_CA_RENEW_BEFORE: Duration = Duration::from_secs(365 * 24 * 3600);
+/// How long each step of a CA rotation waits for the changed bundle to reach every client,
+/// by default: one hour.
+pub const DEFAULT_CA_OVERLAP: Duration = Duration::from_secs(3600);
 /// How often each replica checks the Secret's certificates by default: hourly.
 pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(3600);
 
@@ -79,6 +85,8 @@ pub struct SelfSignedConfig {
     pub(crate) ca_validity: Duration,
     pub(crate) serving_validity: Duration,
     pub(crate) renew_before: Duration,
+    pub(crate) ca_renew_before: Duration,
+    pub(crate) ca_overlap: Duration,
     pub(crate) check_interval: Duration,
 }
 
@@ -99,6 +107,8 @@ impl SelfSignedConfig {
             ca_validity: DEFAULT_CA_VALIDITY,
             serving_validity: DEFAULT_SERVING_VALIDITY,
             renew_before: DEFAULT_RENEW_BEFORE,
+            ca_renew_before: DEFAULT_CA_RENEW_BEFORE,
+            ca_overlap: DEFAULT_CA_OVERLAP,
             check_interval: DEFAULT_CHECK_INTERVAL,
         }
     }
@@ -116,9 +126,8 @@ impl SelfSignedConfig {
         self
     }
 
-    /// How long a new CA is valid (default ten years). The CA is not rotated: when it
-    /// expires, a new one is generated and injected, and calls fail until the API server
-    /// sees the new bundle, so keep this long.
+    /// How long a new CA is valid (default ten years). It is rotated before it ends (see
+    /// [`ca_renew_before`](Self::ca_renew_before)).
     pub fn ca_validity(mut self, validity: Duration) -> Self {
         self.ca_validity = validity;
         self
@@ -136,6 +145,24 @@ impl SelfSignedConfig {
     /// halfway instead of on every check.
     pub fn renew_before(mut self, left: Duration) -> Self {
         self.renew_before = left;
+        self
+    }
+
+    /// Begin the CA's rotation when it has less than this left (default one year, at most
+    /// half the CA validity): the next CA is published in the bundle beside the current one,
+    /// signs the serving certificate [`ca_overlap`](Self::ca_overlap) later, and the old CA
+    /// leaves the bundle another `ca_overlap` later. Keep it well above twice `ca_overlap`
+    /// plus the check interval.
+    pub fn ca_renew_before(mut self, left: Duration) -> Self {
+        self.ca_renew_before = left;
+        self
+    }
+
+    /// How long each step of a CA rotation waits for the changed bundle to reach every
+    /// client (injected, and seen by the API server) before the next step relies on it
+    /// (default one hour).
+    pub fn ca_overlap(mut self, overlap: Duration) -> Self {
+        self.ca_overlap = overlap;
         self
     }
 
@@ -188,6 +215,17 @@ impl SelfSignedConfig {
     /// [`renew_before`](Self::renew_before), at most half the serving validity.
     pub fn renewal_threshold(&self) -> Duration {
         self.renew_before.min(self.serving_validity / 2)
+    }
+
+    /// The time left at which the CA's rotation begins: the configured
+    /// [`ca_renew_before`](Self::ca_renew_before), at most half the CA validity.
+    pub fn ca_renewal_threshold(&self) -> Duration {
+        self.ca_renew_before.min(self.ca_validity / 2)
+    }
+
+    /// The CA overlap (see [`ca_overlap`](Self::ca_overlap)).
+    pub fn ca_overlap_value(&self) -> Duration {
+        self.ca_overlap
     }
 
     /// The serving validity (see [`serving_validity`](Self::serving_validity)).

@@ -40,8 +40,8 @@
 //! One Secret (type `kubernetes.io/tls`) holds everything: `tls.crt`/`tls.key` (the
 //! serving certificate and key, for the Service's names `svc`, `svc.ns`, `svc.ns.svc`,
 //! `svc.ns.svc.cluster.local` and any [extra names](SelfSignedConfig::extra_names)),
-//! `ca-signer.crt`/`ca-signer.key` (the CA that signs them) and `ca.crt` (the CA bundle
-//! clients trust, injected as `caBundle`). Keys are ECDSA P-256; the CA is valid ten years,
+//! `ca-signer.crt`/`ca-signer.key` (the CA that signs them), `ca.crt` (the CA bundle
+//! clients trust, injected as `caBundle`), and during a CA rotation the next CA. Keys are ECDSA P-256; the CA is valid ten years,
 //! a serving certificate one year, by default.
 //!
 //! On [`start`](SelfSigned::start) a replica reads the Secret. If it does not exist, the
@@ -63,10 +63,22 @@
 //! volume sync. Connections already open keep the certificate they started with, which is
 //! still valid.
 //!
-//! The CA itself is not rotated. It is valid ten years by default; should it expire (or
-//! become unusable), a replica generates a new CA and serving certificate, and calls fail
-//! until the API server has seen the newly injected bundle (seconds). Keep
-//! [`ca_validity`](SelfSignedConfig::ca_validity) long.
+//! A serving certificate that already ends with its CA is not renewed (a new one would end
+//! there too): the CA's rotation replaces it.
+//!
+//! The CA is rotated in three steps, each a resourceVersion-checked update of the Secret, so
+//! that no call fails on the way. When the CA has less than
+//! [`ca_renew_before`](SelfSignedConfig::ca_renew_before) left (a year, at most half its
+//! validity), a replica generates the next CA and publishes it in the bundle beside the
+//! current one (`ca-next.crt`/`ca-next.key`; serving certificates are still signed by the
+//! current CA), and injection writes both. [`ca_overlap`](SelfSignedConfig::ca_overlap)
+//! later (an hour by default: time for every configuration to be injected and the API server
+//! to see it), the next CA becomes the signer and a new serving certificate is issued from
+//! it; both CAs stay in the bundle, so a replica still serving the old certificate for a
+//! moment is trusted too. Another `ca_overlap` later the old CA leaves the bundle. The
+//! Secret's `ca-bundle-since` records when the bundle last changed. A CA that has expired or
+//! is unusable anyway is replaced at once (new CA and certificate), and calls fail until the
+//! new bundle is injected and seen (seconds).
 //!
 //! # CA injection
 //!
@@ -104,9 +116,12 @@ mod material;
 mod source;
 
 pub use config::{
-    DEFAULT_CA_VALIDITY, DEFAULT_CHECK_INTERVAL, DEFAULT_RENEW_BEFORE, DEFAULT_SERVING_VALIDITY,
-    InjectTargets, SelfSignedConfig,
+    DEFAULT_CA_OVERLAP, DEFAULT_CA_RENEW_BEFORE, DEFAULT_CA_VALIDITY, DEFAULT_CHECK_INTERVAL,
+    DEFAULT_RENEW_BEFORE, DEFAULT_SERVING_VALIDITY, InjectTargets, SelfSignedConfig,
 };
 pub use error::{Error, Result};
-pub use material::{CA_BUNDLE, CA_SIGNER_CRT, CA_SIGNER_KEY, InvalidMaterial, TLS_CRT, TLS_KEY};
+pub use material::{
+    CA_BUNDLE, CA_BUNDLE_SINCE, CA_NEXT_CRT, CA_NEXT_KEY, CA_SIGNER_CRT, CA_SIGNER_KEY,
+    InvalidMaterial, TLS_CRT, TLS_KEY,
+};
 pub use source::{RunningCertificates, SelfSigned};

@@ -26,6 +26,13 @@ pub const CA_BUNDLE: &str = "ca.crt";
 pub const CA_SIGNER_CRT: &str = "ca-signer.crt";
 /// The signing CA's private key (PEM, PKCS#8).
 pub const CA_SIGNER_KEY: &str = "ca-signer.key";
+/// During a CA rotation: the next CA (PEM), already in the bundle, not yet signing.
+pub const CA_NEXT_CRT: &str = "ca-next.crt";
+/// During a CA rotation: the next CA's private key (PEM, PKCS#8).
+pub const CA_NEXT_KEY: &str = "ca-next.key";
+/// When the CA bundle last changed (Unix seconds, decimal text): a step of a CA rotation
+/// waits until the bundle has been published this long.
+pub const CA_BUNDLE_SINCE: &str = "ca-bundle-since";
 
 /// How far back a new certificate's `notBefore` is set, so a peer whose clock is a little
 /// behind accepts it at once.
@@ -51,6 +58,10 @@ pub(crate) struct Material {
     pub(crate) signer_key: String,
     pub(crate) cert: String,
     pub(crate) key: String,
+    /// The next CA (certificate, key) while a CA rotation publishes it.
+    pub(crate) next: Option<(String, String)>,
+    /// When the bundle last changed, Unix seconds.
+    pub(crate) bundle_since: Option<u64>,
 }
 
 /// What a check of the material decided.
@@ -62,6 +73,14 @@ pub(crate) enum Plan {
     Renew(String),
     /// The CA itself cannot be used: generate everything again, for this reason.
     Regenerate(String),
+    /// The CA nears its end: generate the next CA and publish it in the bundle beside the
+    /// current one (serving certificates stay signed by the current one).
+    PublishNextCa,
+    /// The next CA has been in the bundle long enough for every client to trust it: sign
+    /// with it from now on (a new serving certificate), keeping the old CA in the bundle.
+    PromoteNextCa,
+    /// The bundle has held the new signing CA alone in use long enough: drop the others.
+    DropOldCas,
 }
 
 impl Material {
@@ -70,15 +89,85 @@ impl Material {
         config: &SelfSignedConfig,
         now: SystemTime,
     ) -> Result<Self, rcgen::Error> {
+        let (ca_pem, signer_key) = new_ca(config, now)?;
+        let (cert, key) = issue(&ca_pem, &signer_key, config, now)?;
+        Ok(Self {
+            bundle: ca_pem.clone(),
+            signer_cert: ca_pem,
+            signer_key,
+            cert,
+            key,
+            next: None,
+            bundle_since: Some(unix(now)),
+        })
+    }
+
+    /// What `plan` asked for, done: the material to write.
+    pub(crate) fn advance(
+        &self,
+        plan: &Plan,
+        config: &SelfSignedConfig,
+        now: SystemTime,
+    ) -> Result<Self, rcgen::Error> {
+        match plan {
+            Plan::Keep => Ok(self.clone()),
+            Plan::Renew(_) => self.renew(config, now),
+            Plan::Regenerate(_) => Self::generate(config, now),
+            Plan::PublishNextCa => {
+                let (cert, key) = new_ca(config, now)?;
+                // Keep every CA still valid (a signer, an old one not yet dropped), then the
+                // next one.
+                let mut bundle: Vec<String> = pem_blocks(&self.bundle)
+                    .into_iter()
+                    .filter(|block| {
+                        first_pem(block)
+                            .and_then(|pem| {
+                                pem.parse_x509().ok().map(|c| seconds_left(&c, now) > 0)
+                            })
+                            .unwrap_or(false)
+                    })
+                    .collect();
+                bundle.push(cert.clone());
+                Ok(Self {
+                    bundle: bundle.concat(),
+                    next: Some((cert, key)),
+                    bundle_since: Some(unix(now)),
+                    ..self.clone()
+                })
+            }
+            Plan::PromoteNextCa => {
+                let Some((next_cert, next_key)) = &self.next else {
+                    return Ok(self.clone());
+                };
+                let promoted = Self {
+                    signer_cert: next_cert.clone(),
+                    signer_key: next_key.clone(),
+                    next: None,
+                    bundle_since: Some(unix(now)),
+                    ..self.clone()
+                };
+                promoted.renew(config, now)
+            }
+            Plan::DropOldCas => Ok(Self {
+                bundle: self.signer_cert.clone(),
+                bundle_since: Some(unix(now)),
+                ..self.clone()
+            }),
+        }
+    }
+}
+
+/// A new self-signed CA: (certificate, key), PEM.
+fn new_ca(config: &SelfSignedConfig, now: SystemTime) -> Result<(String, String), rcgen::Error> {
+    {
         let ca_key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         // A name of its own per CA (as the API server's self-signed CAs, `name@unix-time`),
         // so a client holding several CAs never confuses two.
-        let unix = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
         params.distinguished_name.push(
             DnType::CommonName,
-            format!("{}-ca@{unix}", config.service()),
+            format!("{}-ca@{}", config.service(), unix(now)),
         );
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
@@ -88,18 +177,11 @@ impl Material {
         params.not_before = (now - BACKDATE).into();
         params.not_after = (now + config.ca_validity_value()).into();
         let ca = params.self_signed(&ca_key)?;
-        let ca_pem = ca.pem();
-        let signer_key = ca_key.serialize_pem();
-        let (cert, key) = issue(&ca_pem, &signer_key, config, now)?;
-        Ok(Self {
-            bundle: ca_pem.clone(),
-            signer_cert: ca_pem,
-            signer_key,
-            cert,
-            key,
-        })
+        Ok((ca.pem(), ca_key.serialize_pem()))
     }
+}
 
+impl Material {
     /// The same CA with a new serving certificate.
     pub(crate) fn renew(
         &self,
@@ -124,26 +206,38 @@ impl Material {
                 .ok_or(InvalidMaterial::Missing(key))?;
             String::from_utf8(value.0.clone()).map_err(|_| InvalidMaterial::NotText(key))
         };
+        let next = match (get(CA_NEXT_CRT), get(CA_NEXT_KEY)) {
+            (Ok(cert), Ok(key)) => Some((cert, key)),
+            _ => None,
+        };
         Ok(Self {
             bundle: get(CA_BUNDLE)?,
             signer_cert: get(CA_SIGNER_CRT)?,
             signer_key: get(CA_SIGNER_KEY)?,
             cert: get(TLS_CRT)?,
             key: get(TLS_KEY)?,
+            next,
+            bundle_since: get(CA_BUNDLE_SINCE)
+                .ok()
+                .and_then(|s| s.trim().parse().ok()),
         })
     }
 
     /// The Secret's data.
     pub(crate) fn to_data(&self) -> BTreeMap<String, ByteString> {
+        let since = self.bundle_since.map(|s| s.to_string());
         [
-            (CA_BUNDLE, &self.bundle),
-            (CA_SIGNER_CRT, &self.signer_cert),
-            (CA_SIGNER_KEY, &self.signer_key),
-            (TLS_CRT, &self.cert),
-            (TLS_KEY, &self.key),
+            (CA_BUNDLE, Some(&self.bundle)),
+            (CA_SIGNER_CRT, Some(&self.signer_cert)),
+            (CA_SIGNER_KEY, Some(&self.signer_key)),
+            (TLS_CRT, Some(&self.cert)),
+            (TLS_KEY, Some(&self.key)),
+            (CA_NEXT_CRT, self.next.as_ref().map(|(cert, _)| cert)),
+            (CA_NEXT_KEY, self.next.as_ref().map(|(_, key)| key)),
+            (CA_BUNDLE_SINCE, since.as_ref()),
         ]
         .into_iter()
-        .map(|(k, v)| (k.to_owned(), ByteString(v.clone().into_bytes())))
+        .filter_map(|(k, v)| Some((k.to_owned(), ByteString(v?.clone().into_bytes()))))
         .collect()
     }
 
@@ -167,6 +261,31 @@ impl Material {
         if !trusted {
             return Plan::Regenerate("the CA bundle does not hold the signing CA".to_owned());
         }
+        let overlap_over = self.bundle_since.is_none_or(|since| {
+            unix(now) >= since.saturating_add(config.ca_overlap_value().as_secs())
+        });
+        let ca_threshold =
+            i64::try_from(config.ca_renewal_threshold().as_secs()).unwrap_or(i64::MAX);
+        match &self.next {
+            Some((next_cert, next_key)) => {
+                let usable = first_pem(next_cert).is_some_and(|pem| {
+                    pem.parse_x509().is_ok_and(|next| {
+                        key_matches(next_key, &next) && seconds_left(&next, now) > 0
+                    }) && pems(&self.bundle)
+                        .iter()
+                        .any(|b| b.contents == pem.contents)
+                });
+                if !usable {
+                    return Plan::PublishNextCa;
+                }
+                if overlap_over {
+                    return Plan::PromoteNextCa;
+                }
+            }
+            None if seconds_left(&signer, now) <= ca_threshold => return Plan::PublishNextCa,
+            None if overlap_over && pems(&self.bundle).len() > 1 => return Plan::DropOldCas,
+            None => {}
+        }
         let Some(serving_pem) = first_pem(&self.cert) else {
             return Plan::Renew("the serving certificate is not PEM".to_owned());
         };
@@ -188,7 +307,11 @@ impl Material {
         }
         let threshold = i64::try_from(config.renewal_threshold().as_secs()).unwrap_or(i64::MAX);
         let left = seconds_left(&serving, now);
-        if left <= threshold {
+        // A certificate that already ends with its CA is not renewed: a new one would end
+        // there too. The CA's rotation renews it.
+        let extends =
+            signer.validity().not_after.timestamp() > serving.validity().not_after.timestamp();
+        if left <= threshold && extends {
             return Plan::Renew(format!("the serving certificate has {left} s left"));
         }
         Plan::Keep
@@ -237,6 +360,22 @@ fn issue(
     params.not_after = not_after.into();
     let cert = params.signed_by(&key, &issuer)?;
     Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// Unix seconds.
+fn unix(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
+/// The `CERTIFICATE` blocks of a PEM bundle, each as PEM text ending in a newline.
+fn pem_blocks(text: &str) -> Vec<String> {
+    const END: &str = "-----END CERTIFICATE-----";
+    text.split_inclusive(END)
+        .filter(|block| block.contains(END))
+        .map(|block| format!("{}\n", block.trim()))
+        .collect()
 }
 
 fn pems(text: &str) -> Vec<Pem> {
@@ -395,6 +534,49 @@ mod tests {
         assert!(
             matches!(material.plan(&config(), after_ca), Plan::Regenerate(r) if r.contains("expired"))
         );
+    }
+
+    #[test]
+    fn ca_rotation_publishes_then_signs_with_then_drops() {
+        let config = config()
+            .ca_validity(Duration::from_secs(1000))
+            .ca_overlap(Duration::from_secs(60));
+        let t0 = SystemTime::now();
+        let at = |secs| t0 + Duration::from_secs(secs);
+        let m0 = Material::generate(&config, t0).unwrap();
+        // The serving certificate ends with the CA: renewing it would not help, so it is kept
+        // although less than half its validity is left.
+        assert_eq!(m0.plan(&config, t0), Plan::Keep);
+        assert_eq!(m0.plan(&config, at(499)), Plan::Keep);
+
+        // Half the CA's validity left: the next CA joins the bundle; nothing signs with it yet.
+        assert_eq!(m0.plan(&config, at(501)), Plan::PublishNextCa);
+        let m1 = m0.advance(&Plan::PublishNextCa, &config, at(501)).unwrap();
+        let (next_cert, _) = m1.next.clone().unwrap();
+        assert_eq!(
+            pem_blocks(&m1.bundle),
+            [m0.signer_cert.clone(), next_cert.clone()]
+        );
+        assert_eq!((&m1.signer_cert, &m1.cert), (&m0.signer_cert, &m0.cert));
+        assert_eq!(m1.plan(&config, at(540)), Plan::Keep);
+
+        // After the overlap the next CA signs a new serving certificate; both stay trusted.
+        assert_eq!(m1.plan(&config, at(562)), Plan::PromoteNextCa);
+        let m2 = m1.advance(&Plan::PromoteNextCa, &config, at(562)).unwrap();
+        assert_eq!(m2.signer_cert, next_cert);
+        assert!(m2.next.is_none());
+        assert_ne!(m2.cert, m0.cert);
+        assert_eq!(m2.bundle, m1.bundle);
+        assert_eq!(m2.plan(&config, at(600)), Plan::Keep);
+
+        // Another overlap later the old CA leaves the bundle.
+        assert_eq!(m2.plan(&config, at(623)), Plan::DropOldCas);
+        let m3 = m2.advance(&Plan::DropOldCas, &config, at(623)).unwrap();
+        assert_eq!(pem_blocks(&m3.bundle), [next_cert]);
+        assert_eq!(m3.plan(&config, at(623)), Plan::Keep);
+        // The new serving certificate outlives the old CA.
+        assert!(m3.serving_not_after().unwrap() > at(1000));
+        assert_eq!(Material::from_data(Some(&m1.to_data())).unwrap(), m1);
     }
 
     const DEFAULT_CA_VALIDITY_FOR_TEST: Duration = crate::config::DEFAULT_CA_VALIDITY;

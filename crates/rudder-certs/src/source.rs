@@ -199,8 +199,10 @@ impl Inner {
         let plan = match Material::from_data(secret.data.as_ref()) {
             Ok(material) => match material.plan(&self.config, now) {
                 Plan::Keep => None,
-                Plan::Renew(reason) => Some((material.renew(&self.config, now), reason)),
-                Plan::Regenerate(reason) => Some((Material::generate(&self.config, now), reason)),
+                plan => Some((
+                    material.advance(&plan, &self.config, now),
+                    format!("{plan:?}"),
+                )),
             },
             Err(invalid) => Some((Material::generate(&self.config, now), invalid.to_string())),
         };

@@ -354,6 +354,66 @@ async fn two_managers_started_at_once_serve_from_one_ca() {
     stop(stop_b, running_b).await;
 }
 
+/// Admission calls made one after another until [`finish`](Self::finish), each of which must
+/// reach the webhook.
+struct Caller {
+    calls: Arc<AtomicUsize>,
+    done: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl Caller {
+    fn start(ns: &TestNamespace) -> Self {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let cms: Api<ConfigMap> = ns.api();
+        let task = tokio::spawn({
+            let (calls, done) = (Arc::clone(&calls), Arc::clone(&done));
+            async move {
+                let mut failures = Vec::new();
+                while !done.load(Ordering::SeqCst) {
+                    let dry_run = PostParams {
+                        dry_run: true,
+                        ..PostParams::default()
+                    };
+                    let cm = ConfigMap {
+                        metadata: ObjectMeta {
+                            name: Some("forbidden".to_owned()),
+                            ..ObjectMeta::default()
+                        },
+                        ..ConfigMap::default()
+                    };
+                    match cms.create(&dry_run, &cm).await {
+                        Err(kube::Error::Api(status)) if status.message.contains(DENIAL) => {}
+                        other => failures.push(format!("{other:?}")),
+                    }
+                    calls.fetch_add(1, Ordering::SeqCst);
+                }
+                failures
+            }
+        });
+        Self { calls, done, task }
+    }
+
+    /// Makes 20 more calls, stops, and asserts that none failed.
+    async fn finish(self) {
+        let now = self.calls.load(Ordering::SeqCst);
+        eventually("20 more calls", WAIT, async || {
+            (self.calls.load(Ordering::SeqCst) >= now + 20).then_some(())
+        })
+        .await;
+        self.done.store(true, Ordering::SeqCst);
+        let failures = self.task.await.unwrap();
+        let calls = self.calls.load(Ordering::SeqCst);
+        assert!(
+            failures.is_empty(),
+            "{} of {calls} calls failed: {failures:?}",
+            failures.len()
+        );
+        assert!(calls > 20, "{calls}");
+    }
+}
+
 #[tokio::test]
 async fn renewal_under_load_fails_no_admission_call() {
     let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
@@ -376,36 +436,7 @@ async fn renewal_under_load_fails_no_admission_call() {
     let first_cert = value(&first, TLS_CRT);
 
     // The API server keeps calling while the certificate is renewed.
-    let calls = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let caller = tokio::spawn({
-        let (calls, done, ns_client) = (Arc::clone(&calls), Arc::clone(&done), ns.client());
-        let namespace = ns.name().to_owned();
-        async move {
-            let cms: Api<ConfigMap> = Api::namespaced(ns_client, &namespace);
-            let mut failures = Vec::new();
-            while !done.load(Ordering::SeqCst) {
-                let dry_run = PostParams {
-                    dry_run: true,
-                    ..PostParams::default()
-                };
-                let cm = ConfigMap {
-                    metadata: ObjectMeta {
-                        name: Some("forbidden".to_owned()),
-                        ..ObjectMeta::default()
-                    },
-                    ..ConfigMap::default()
-                };
-                match cms.create(&dry_run, &cm).await {
-                    Err(kube::Error::Api(status)) if status.message.contains(DENIAL) => {}
-                    other => failures.push(format!("{other:?}")),
-                }
-                calls.fetch_add(1, Ordering::SeqCst);
-            }
-            failures
-        }
-    });
-
+    let caller = Caller::start(&ns);
     let renewed = eventually("the serving certificate is renewed", WAIT, async || {
         let cert = value(&secret(&ns).await, TLS_CRT);
         (cert != first_cert).then_some(cert)
@@ -420,20 +451,65 @@ async fn renewal_under_load_fails_no_admission_call() {
     })
     .await;
     assert_ne!(der(&renewed), der(&first_cert));
-    let at_renewal = calls.load(Ordering::SeqCst);
-    eventually("more calls after the renewal", WAIT, async || {
-        (calls.load(Ordering::SeqCst) >= at_renewal + 20).then_some(())
+    caller.finish().await;
+
+    stop(token, running).await;
+    uninstall(ns.client(), &name).await;
+}
+
+#[tokio::test]
+async fn ca_rotation_under_load_fails_no_admission_call() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("certs-ca-rotate").await.unwrap();
+    let name = format!("certs-ca-rotate-{}", ns.name());
+    // The CA is valid 30 s: its rotation begins with 15 s left; the next CA signs 4 s after
+    // it joined the bundle, and the old one leaves the bundle 4 s after that.
+    let config = certificates(&ns, &name)
+        .ca_validity(Duration::from_secs(30))
+        .ca_overlap(Duration::from_secs(4))
+        .check_interval(Duration::from_millis(200));
+    let m = manager(&ns, config);
+    let (token, running) = start(&m).await;
+    let addr = m.webhook_address().await.unwrap();
+    install(&ns, &name, addr).await;
+    eventually("the API server calls the webhook", WAIT, async || {
+        call(&ns).await.ok()
     })
     .await;
-    done.store(true, Ordering::SeqCst);
-    let failures = caller.await.unwrap();
-    assert!(
-        failures.is_empty(),
-        "{} of {} calls failed: {failures:?}",
-        failures.len(),
-        calls.load(Ordering::SeqCst)
-    );
-    assert!(calls.load(Ordering::SeqCst) > 20);
+    let first = secret(&ns).await;
+    let first_ca = value(&first, CA_BUNDLE);
+
+    let caller = Caller::start(&ns);
+    // Both CAs published together first.
+    let both = eventually("the next CA is published", WAIT, async || {
+        let bundle = value(&secret(&ns).await, CA_BUNDLE);
+        (bundle.starts_with(&first_ca) && bundle.len() > first_ca.len()).then_some(bundle)
+    })
+    .await;
+    eventually("both CAs are injected", WAIT, async || {
+        let (bundles, _) = bundles(ns.client(), &name).await;
+        (bundles == [Some(both.clone())]).then_some(())
+    })
+    .await;
+    // Then the new CA alone, signing what is served.
+    let new_ca = eventually("the old CA is dropped", WAIT, async || {
+        let bundle = value(&secret(&ns).await, CA_BUNDLE);
+        (both.ends_with(&bundle) && bundle != both).then_some(bundle)
+    })
+    .await;
+    assert_ne!(new_ca, first_ca);
+    eventually("a certificate of the new CA is served", WAIT, async || {
+        let current = der(&value(&secret(&ns).await, TLS_CRT));
+        let served = presented(addr, &new_ca).await.ok()?;
+        (served == current).then_some(())
+    })
+    .await;
+    eventually("the new CA alone is injected", WAIT, async || {
+        let (bundles, _) = bundles(ns.client(), &name).await;
+        (bundles == [Some(new_ca.clone())]).then_some(())
+    })
+    .await;
+    caller.finish().await;
 
     stop(token, running).await;
     uninstall(ns.client(), &name).await;
