@@ -87,6 +87,14 @@
 //! # }
 //! ```
 //!
+//! # Webhook certificates
+//!
+//! [`ManagerBuilder::self_signed_webhook_certificates`] serves the webhook server with
+//! certificates the operator makes itself ([`rudder_certs`]): kept in one Secret shared by
+//! every replica, renewed and swapped in without a restart, the CA injected into the named
+//! webhook configurations and CRDs. `start` loads them before the webhook server starts (an
+//! unreadable Secret is [`Error::Certificates`]) and stops their tasks after it.
+//!
 //! # Leader election
 //!
 //! [`leader_election`] elects one leader among replicas with a `coordination.k8s.io/v1`
