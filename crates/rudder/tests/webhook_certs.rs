@@ -21,6 +21,7 @@ use kube::{Client, ResourceExt};
 use rudder::certs::{CA_BUNDLE, InjectTargets, SelfSignedConfig, TLS_CRT};
 use rudder::prelude::*;
 use rudder::webhook::admission::{Denial, Validator, Warnings};
+use rudder::webhook::{ConversionError, Convertible, KindConversion};
 use rudder_envtest::{NAMESPACE_LABEL, TestNamespace, eventually};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -513,4 +514,170 @@ async fn ca_rotation_under_load_fails_no_admission_call() {
 
     stop(token, running).await;
     uninstall(ns.client(), &name).await;
+}
+
+mod v1 {
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+
+    /// A widget's size, in version v1.
+    #[derive(kube::CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+    #[kube(
+        group = "certs.rudder.dev",
+        version = "v1",
+        kind = "Widget",
+        namespaced
+    )]
+    pub(crate) struct WidgetSpec {
+        pub(crate) size: i64,
+    }
+}
+
+mod v2 {
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+
+    /// The same, renamed `length` in v2 (the hub and storage version).
+    #[derive(kube::CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+    #[kube(
+        group = "certs.rudder.dev",
+        version = "v2",
+        kind = "Widget",
+        namespaced
+    )]
+    pub(crate) struct WidgetSpec {
+        pub(crate) length: i64,
+    }
+}
+
+impl Convertible<v2::Widget> for v1::Widget {
+    fn to_hub(self) -> Result<v2::Widget, ConversionError> {
+        Ok(v2::Widget {
+            metadata: self.metadata,
+            spec: v2::WidgetSpec {
+                length: self.spec.size,
+            },
+        })
+    }
+
+    fn from_hub(hub: v2::Widget) -> Result<Self, ConversionError> {
+        Ok(v1::Widget {
+            metadata: hub.metadata,
+            spec: v1::WidgetSpec {
+                size: hub.spec.length,
+            },
+        })
+    }
+}
+
+struct Recorder(tokio::sync::mpsc::UnboundedSender<String>);
+
+impl Reconciler for Recorder {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
+        let _ = self.0.send(request.name().to_owned());
+        Ok(Action::done())
+    }
+}
+
+/// A CRD whose conversion webhook is installed without a `caBundle`, with an object stored
+/// in v2: a controller watching v1 lists through the conversion, so its cache can sync only
+/// once the CA is injected. Injection runs before the cache sync, so the manager starts.
+#[tokio::test]
+async fn conversion_crd_gets_the_ca_before_the_cache_syncs() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        CustomResourceConversion, CustomResourceDefinition, WebhookClientConfig as CrdClient,
+        WebhookConversion,
+    };
+    use kube::CustomResourceExt;
+
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("certs-conversion").await.unwrap();
+    // A port for the webhook server, known before the CRD that calls it is installed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut crd =
+        kube::core::crd::merge_crds(vec![v1::Widget::crd(), v2::Widget::crd()], "v2").unwrap();
+    let crd_name = crd.metadata.name.clone().unwrap();
+    crd.spec.conversion = Some(CustomResourceConversion {
+        strategy: "Webhook".to_owned(),
+        webhook: Some(WebhookConversion {
+            client_config: Some(CrdClient {
+                url: Some(format!("https://{addr}{}", rudder::webhook::CONVERT_PATH)),
+                ca_bundle: None,
+                service: None,
+            }),
+            conversion_review_versions: vec!["v1".to_owned()],
+        }),
+    });
+    env.install_crds([crd.clone()]).await.unwrap();
+    let stored: Api<v2::Widget> = ns.api();
+    stored
+        .create(
+            &PostParams::default(),
+            &v2::Widget::new("w", v2::WidgetSpec { length: 4 }),
+        )
+        .await
+        .unwrap();
+
+    let namespace = ns.name().to_owned();
+    let manager = Manager::builder(ns.client())
+        .health_probe_address(None)
+        .metrics_address(None)
+        .cache(move |c| c.default_namespace(namespace))
+        .webhook_options(rudder::webhook::Options::new().bind_address(addr))
+        .self_signed_webhook_certificates(
+            SelfSignedConfig::new("webhook-certs", ns.name(), "webhook-service")
+                .extra_names(["127.0.0.1"])
+                .inject(InjectTargets::new().crd(&crd_name)),
+        )
+        .build()
+        .unwrap();
+    rudder::new_webhook(&manager)
+        .for_::<v2::Widget>()
+        .conversion(
+            KindConversion::<v2::Widget>::hub().spoke::<v1::Widget>(),
+            &crd,
+        )
+        .complete()
+        .unwrap();
+    let (tx, mut reconciled) = tokio::sync::mpsc::unbounded_channel();
+    rudder::new_controller(&manager)
+        .for_::<v1::Widget>()
+        .named("widget-v1")
+        .complete(Recorder(tx))
+        .await
+        .unwrap();
+    let m = Arc::new(manager);
+    let (token, running) = start(&m).await;
+
+    // The controller on v1 saw the object stored in v2: its cache synced through the
+    // conversion webhook, called with the injected CA.
+    let name = tokio::time::timeout(WAIT, reconciled.recv())
+        .await
+        .expect("the v1 controller reconciled within the wait")
+        .unwrap();
+    assert_eq!(name, "w");
+    let ca = value(&secret(&ns).await, CA_BUNDLE);
+    let crds: Api<CustomResourceDefinition> = Api::all(ns.client());
+    let injected = crds.get(&crd_name).await.unwrap().spec.conversion.unwrap();
+    let bundle = injected
+        .webhook
+        .unwrap()
+        .client_config
+        .unwrap()
+        .ca_bundle
+        .unwrap();
+    assert_eq!(String::from_utf8(bundle.0).unwrap(), ca);
+    let old: Api<v1::Widget> = ns.api();
+    assert_eq!(old.get("w").await.unwrap().spec.size, 4);
+
+    stop(token, running).await;
+    crds.delete(&crd_name, &DeleteParams::default())
+        .await
+        .unwrap();
 }
