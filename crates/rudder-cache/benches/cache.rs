@@ -5,6 +5,11 @@
 //! Run with `cargo bench -p rudder-cache --bench cache` (it needs the envtest binaries, as the
 //! tests do). Heap is counted by a counting global allocator; the relist peak is sampled
 //! every 100 µs by a thread of its own.
+//!
+//! Resident memory (what operators see) is measured apart: 10,000 more ConfigMaps with one
+//! 400-byte value each, synced by each implementation in a process of its own (this bench
+//! re-run as a child), the growth of `VmRSS` in `/proc/self/status` from just before the
+//! informer starts (client built, one request made) to the synced store, divided by 10,000.
 #![allow(
     missing_docs,
     clippy::unwrap_used,
@@ -38,6 +43,158 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 const OBJECTS: usize = 10_000;
 const SHARDS: usize = 1_000;
+
+/// Set in a child process: which implementation syncs for the RSS figure (see [`rss_child`]).
+const RSS_CHILD: &str = "RUDDER_CACHE_BENCH_RSS";
+/// The namespace of the RSS ConfigMaps, for the child.
+const RSS_NAMESPACE: &str = "RUDDER_CACHE_BENCH_RSS_NAMESPACE";
+/// The RSS implementations, as named to the child and in the table.
+const RSS_RUNS: [(&str, &str); 3] = [
+    ("rudder", "rudder informer (default: strip managedFields)"),
+    ("kube-runtime", "kube-runtime reflector (no transform)"),
+    (
+        "kube-runtime-strip",
+        "kube-runtime reflector + strip managedFields",
+    ),
+];
+
+/// Resident set size of this process, in bytes (`VmRSS` in `/proc/self/status`).
+fn rss() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+        .expect("VmRSS in /proc/self/status");
+    kb * 1024
+}
+
+/// A ConfigMap with one 400-byte value, for the RSS runs.
+fn small_config_map(i: usize) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(format!("rss-{i:05}")),
+            ..Default::default()
+        },
+        data: Some([("value".to_owned(), "x".repeat(400))].into()),
+        ..Default::default()
+    }
+}
+
+/// The child's side: sync `OBJECTS` ConfigMaps of the namespace in `RSS_NAMESPACE` with the
+/// implementation `which`, then print the RSS growth per object for the parent.
+async fn rss_child(which: &str) {
+    let namespace = std::env::var(RSS_NAMESPACE).unwrap();
+    let config = kube::Config::infer().await.unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    // One request first, so the connection and the client's own buffers are in the baseline.
+    api.list(&kube::api::ListParams::default().limit(1))
+        .await
+        .unwrap();
+    let base = rss();
+    let synced = match which {
+        "rudder" => {
+            let informer = Informer::builder(api).start();
+            informer
+                .wait_for_sync(Duration::from_secs(300))
+                .await
+                .unwrap();
+            assert_eq!(informer.store().len(), OBJECTS);
+            let synced = rss();
+            drop(informer);
+            synced
+        }
+        "kube-runtime" | "kube-runtime-strip" => {
+            let strip = which == "kube-runtime-strip";
+            let (reader, writer) = reflector::store::<ConfigMap>();
+            let events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .modify(move |cm| {
+                    if strip {
+                        strip_managed_fields(cm);
+                    }
+                });
+            let task = tokio::spawn(reflect(writer, events).for_each(|_| async {}));
+            reader.wait_until_ready().await.unwrap();
+            assert_eq!(reader.state().len(), OBJECTS);
+            let synced = rss();
+            task.abort();
+            synced
+        }
+        other => panic!("unknown implementation {other}"),
+    };
+    println!("rss-per-object {}", (synced - base) as f64 / OBJECTS as f64);
+}
+
+/// Runs this bench as a child syncing with `which`; returns its RSS growth per object.
+fn rss_per_object(env: &TestEnv, namespace: &str, which: &str) -> f64 {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg("--bench")
+        .env(RSS_CHILD, which)
+        .env(RSS_NAMESPACE, namespace)
+        .env("KUBECONFIG", env.kubeconfig_path())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "the {which} child failed");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("rss-per-object "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no figure from the {which} child: {text}"))
+}
+
+/// RSS per object of each implementation, each synced in a process of its own, three
+/// rounds in turn; prints the range of each and the ratios of the medians.
+async fn rss_table(env: &TestEnv) {
+    let ns = env.namespace("rss").await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    futures::stream::iter(0..OBJECTS)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &small_config_map(i))
+                    .await
+                    .unwrap()
+            }
+        })
+        .buffer_unordered(32)
+        .for_each(|_| async {})
+        .await;
+    let sample = api.get("rss-00000").await.unwrap();
+    let json = serde_json::to_vec(&sample).unwrap().len();
+    let mut figures: Vec<Vec<f64>> = vec![Vec::new(); RSS_RUNS.len()];
+    for _ in 0..3 {
+        for (i, (which, _)) in RSS_RUNS.iter().enumerate() {
+            figures[i].push(rss_per_object(env, ns.name(), which));
+        }
+    }
+    println!();
+    println!(
+        "RSS per object, {OBJECTS} ConfigMaps with one 400-byte value ({json} bytes of JSON each \
+         as the server returns them), each implementation synced in its own process, 3 rounds:"
+    );
+    println!();
+    println!("| implementation | RSS per object (3 processes) | median / Rudder's |");
+    println!("|---|---:|---:|");
+    let medians: Vec<f64> = figures
+        .iter_mut()
+        .map(|v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        })
+        .collect();
+    for (i, (_, name)) in RSS_RUNS.iter().enumerate() {
+        let v = &figures[i];
+        println!(
+            "| {name} | {:.2}-{:.2} KB | {:.2}x |",
+            v[0] / 1000.0,
+            v[v.len() - 1] / 1000.0,
+            medians[i] / medians[0]
+        );
+    }
+}
 
 /// Bytes currently allocated.
 fn live() -> isize {
@@ -451,6 +608,7 @@ async fn run() {
         "rudder / kube-runtime, same transform: sync time {sync_min_ratio:.2}x (min), {sync_ratio:.2}x (median), heap per object {mem_ratio:.2}x"
     );
     println!("index lookup is {lookup_ratio:.0}x faster than the state() scan");
+    rss_table(&env).await;
     env.stop().unwrap();
 }
 
@@ -463,5 +621,8 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(run());
+    match std::env::var(RSS_CHILD) {
+        Ok(which) => rt.block_on(rss_child(&which)),
+        Err(_) => rt.block_on(run()),
+    }
 }
