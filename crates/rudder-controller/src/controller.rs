@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{BuildError, ErrorChain, Result, RunError, is_terminal};
+use crate::gate::LeaderGate;
 use crate::metrics::Metrics;
 use crate::options::Options;
 use crate::reconciler::{Action, BoxError, Context, Next, ReconcileId, Reconciler};
@@ -89,6 +90,7 @@ impl<R: Reconciler> Builder<R> {
                 stop_sources: CancellationToken::new(),
                 hard_stop: CancellationToken::new(),
                 watches: Mutex::new(Watches::default()),
+                gate: Mutex::new(LeaderGate::always_open()),
             }),
         })
     }
@@ -136,6 +138,8 @@ struct Inner<R> {
     /// Parent of every reconcile's context: cancelled when the grace period runs out.
     hard_stop: CancellationToken,
     watches: Mutex<Watches>,
+    /// When workers may take requests; read once, when `run` starts.
+    gate: Mutex<LeaderGate>,
 }
 
 impl<R> Drop for Inner<R> {
@@ -225,6 +229,28 @@ impl<R: Reconciler> Controller<R> {
         Ok(())
     }
 
+    /// Gates the workers behind `gate`: they take a request only while it is open (see
+    /// [`LeaderGate`]). Sources start and sync regardless, and their events are queued, so a
+    /// controller gated on leadership can run on a replica that does not lead, keeping its
+    /// queue filled and ready for the moment it does (the manager's warm standby). Without
+    /// a call the gate is [`LeaderGate::always_open`].
+    ///
+    /// # Errors
+    ///
+    /// [`RunError::AlreadyStarted`] if `run` has started: the workers took their gate then.
+    pub fn set_leader_gate(&self, gate: LeaderGate) -> Result<()> {
+        let mut current = self
+            .inner
+            .gate
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.inner.started.load(Ordering::SeqCst) {
+            return Err(RunError::AlreadyStarted(self.inner.name.to_string()));
+        }
+        *current = gate;
+        Ok(())
+    }
+
     /// Whether every source has synced.
     pub fn has_synced(&self) -> bool {
         let watches = self.inner.lock_watches();
@@ -262,9 +288,14 @@ impl<R: Reconciler> Controller<R> {
     /// cannot start, [`RunError::CacheSyncTimeout`] when the sources did not sync in time.
     pub async fn run_until(&self, shutdown: Shutdown) -> Result<()> {
         let inner = &self.inner;
-        if inner.started.swap(true, Ordering::SeqCst) {
-            return Err(RunError::AlreadyStarted(inner.name.to_string()));
-        }
+        let gate = {
+            // Under the gate's lock, so a gate set concurrently is either taken or refused.
+            let gate = inner.gate.lock().unwrap_or_else(PoisonError::into_inner);
+            if inner.started.swap(true, Ordering::SeqCst) {
+                return Err(RunError::AlreadyStarted(inner.name.to_string()));
+            }
+            gate.clone()
+        };
         let started = {
             let mut watches = inner.lock_watches();
             watches.running = true;
@@ -336,7 +367,12 @@ impl<R: Reconciler> Controller<R> {
                 }
             }
         }
-        tracing::info!(controller = %inner.name, workers = inner.workers, "starting workers");
+        if gate.is_open() {
+            tracing::info!(controller = %inner.name, workers = inner.workers, "starting workers");
+        } else {
+            tracing::info!(controller = %inner.name, workers = inner.workers,
+                "starting workers; they wait for leadership (events are queued meanwhile)");
+        }
         inner.metrics.set_max_concurrent(inner.workers);
         let stopping = CancellationToken::new();
         // Owned here: if `run` is dropped (its task aborted), the workers are aborted with it
@@ -344,7 +380,7 @@ impl<R: Reconciler> Controller<R> {
         let _watches = StopOnDrop(inner.stop_sources.clone());
         let mut workers = JoinSet::new();
         for _ in 0..inner.workers {
-            workers.spawn(worker(Arc::clone(inner), stopping.clone()));
+            workers.spawn(worker(Arc::clone(inner), gate.clone(), stopping.clone()));
         }
         let mut ended = Vec::new();
         tokio::select! {
@@ -434,17 +470,51 @@ impl<R> Inner<R> {
     }
 }
 
-/// One worker: takes requests until the controller stops, reconciling each.
-async fn worker<R: Reconciler>(inner: Arc<Inner<R>>, stopping: CancellationToken) {
+/// One worker: takes requests while `gate` is open, until the controller stops, reconciling
+/// each.
+async fn worker<R: Reconciler>(
+    inner: Arc<Inner<R>>,
+    mut gate: LeaderGate,
+    stopping: CancellationToken,
+) {
+    if gate.is_always_open() {
+        loop {
+            let item = tokio::select! {
+                biased;
+                () = stopping.cancelled() => return,
+                item = inner.queue.get() => match item {
+                    Some(item) => item,
+                    None => return,
+                },
+            };
+            process(&inner, item).await;
+        }
+    }
     loop {
+        tokio::select! {
+            biased;
+            () = stopping.cancelled() => return,
+            () = gate.opened() => {}
+        }
         let item = tokio::select! {
             biased;
             () = stopping.cancelled() => return,
+            // Cancelling a `get` loses nothing: the key stays queued.
+            () = gate.closed() => continue,
             item = inner.queue.get() => match item {
                 Some(item) => item,
                 None => return,
             },
         };
+        // The check that counts: the clock at the moment the request is taken. A process
+        // resumed after a freeze can be handed a request before its timers run; the
+        // request then goes back to the queue, not to the reconciler.
+        if !gate.is_open() {
+            let options = AddOptions::new().priority(item.priority());
+            inner.queue.add_with(item.key().clone(), options);
+            drop(item);
+            continue;
+        }
         process(&inner, item).await;
     }
 }

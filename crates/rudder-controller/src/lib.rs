@@ -75,6 +75,21 @@
 //! reconcile is caught, logged, counted and retried (configurable). An optional reconcile
 //! timeout cancels the reconcile's context.
 //!
+//! # Leadership
+//!
+//! A [`LeaderGate`] ([`Controller::set_leader_gate`]) decides when workers may take
+//! requests; by default it is always open. A gate following a leader's validity
+//! (`Some(valid_until)` while leading, `None` otherwise, on a `tokio::sync::watch` channel;
+//! the manager hands its controllers one fed by its Lease) is open only while
+//! `now < valid_until` on tokio's monotonic clock, checked at the moment a worker takes a
+//! request. So a replica that stopped renewing (its API server unreachable, or the whole
+//! process frozen and resumed after its lease ran out) starts no reconcile past
+//! `valid_until`, even before anything has told it that it lost. Sources start and sync
+//! whatever the gate says, and their events wait in the queue (one entry per key), so a
+//! gated controller on a replica that does not lead keeps a warm queue, reconciled as soon
+//! as the gate opens. A request taken as the gate closed goes back to the queue at its
+//! priority; reconciles already running when it closes are not interrupted.
+//!
 //! # Stopping
 //!
 //! [`Controller::run_until`] takes a [`Shutdown`]: a stop signal carrying the deadline the
@@ -93,6 +108,7 @@
 
 mod controller;
 mod error;
+mod gate;
 pub mod metrics;
 mod options;
 mod reconciler;
@@ -100,6 +116,7 @@ mod shutdown;
 
 pub use controller::{Builder, Controller, WatchSpec};
 pub use error::{BuildError, ErrorChain, Result, RunError, TerminalError, is_terminal};
+pub use gate::LeaderGate;
 pub use options::{DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_SHUTDOWN_GRACE, Options};
 pub use reconciler::{Action, BoxError, Context, ReconcileId, Reconciler};
 pub use shutdown::Shutdown;
