@@ -69,9 +69,10 @@ pub const MAX_TOKEN_LENGTH: usize = 16 * 1024;
 /// without bound. [`stats`](Self::stats) counts reviews sent and decisions held.
 ///
 /// The certificate comes from `tls.crt` and `tls.key` in a directory
-/// ([`files`](Self::files), read again every 10 s as the webhook server's are) or from a
+/// ([`files`](Self::files), read again every 10 s as the webhook server's are), from a
 /// [`CertificateStore`] another source fills and rotates
-/// ([`certificate_store`](Self::certificate_store)). Probes stay on plain HTTP.
+/// ([`certificate_store`](Self::certificate_store)), or from the manager's self-signed
+/// certificates ([`self_signed`](Self::self_signed)). Probes stay on plain HTTP.
 ///
 /// # RBAC
 ///
@@ -99,8 +100,16 @@ pub struct SecureMetrics {
 /// Where the secure metrics server's certificate comes from.
 #[derive(Clone, Debug)]
 pub(crate) enum MetricsCertificate {
-    Files { cert: PathBuf, key: PathBuf },
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+    },
     Store(CertificateStore),
+    /// The manager's self-signed source: resolved to its store when the manager is built,
+    /// filled when it starts (after the metrics server binds).
+    SelfSigned,
+    /// The self-signed source's store, resolved.
+    SelfSignedStore(CertificateStore),
 }
 
 /// What the secure metrics filter has done so far ([`SecureMetrics::stats`]).
@@ -134,6 +143,39 @@ impl SecureMetrics {
     /// metrics server binds; until then every handshake fails.
     pub fn certificate_store(store: CertificateStore) -> Self {
         Self::new(MetricsCertificate::Store(store))
+    }
+
+    /// Serves the manager's self-signed certificate
+    /// ([`ManagerBuilder::self_signed_webhook_certificates`], which must be set too, or
+    /// [`build`](crate::ManagerBuilder::build) fails with
+    /// [`BuildError::SecureMetricsWithoutSelfSigned`](crate::BuildError::SecureMetricsWithoutSelfSigned)):
+    /// the serving certificate the webhook server serves, from the CA in the shared Secret,
+    /// renewed and swapped in the same way. Add the metrics Service's names to the
+    /// certificate with [`SelfSignedConfig::extra_names`](rudder_certs::SelfSignedConfig::extra_names)
+    /// (a scraper that checks names needs them); the scraper trusts the Secret's
+    /// `ca.crt`.
+    ///
+    /// The metrics server binds before the certificates are loaded (the first load may
+    /// create the Secret), so until `start` has loaded them, handshakes fail; a load that
+    /// fails ends `start` with [`Error::Certificates`](crate::Error::Certificates).
+    ///
+    /// [`ManagerBuilder::self_signed_webhook_certificates`]: crate::ManagerBuilder::self_signed_webhook_certificates
+    pub fn self_signed() -> Self {
+        Self::new(MetricsCertificate::SelfSigned)
+    }
+
+    /// Resolves [`self_signed`](Self::self_signed) to the manager's self-signed store;
+    /// `false` if it needs one and there is none.
+    pub(crate) fn resolve(&mut self, store: Option<&CertificateStore>) -> bool {
+        if matches!(self.certificate, MetricsCertificate::SelfSigned) {
+            match store {
+                Some(store) => {
+                    self.certificate = MetricsCertificate::SelfSignedStore(store.clone());
+                }
+                None => return false,
+            }
+        }
+        true
     }
 
     fn new(certificate: MetricsCertificate) -> Self {

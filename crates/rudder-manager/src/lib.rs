@@ -60,7 +60,8 @@
 //! # Secure metrics
 //!
 //! With [`ManagerBuilder::secure_metrics`], the metrics server serves HTTPS (a certificate
-//! from files, reloaded when they change, or from any [`rudder_webhook::CertificateStore`])
+//! from files, reloaded when they change, from any [`rudder_webhook::CertificateStore`], or
+//! the manager's self-signed one: [`SecureMetrics::self_signed`])
 //! and lets a request through only if its bearer token is authenticated by the API server
 //! (an `authentication.k8s.io/v1` TokenReview) and the user it names is authorized for the
 //! request's verb on its path as a non-resource URL (an `authorization.k8s.io/v1`
@@ -93,7 +94,9 @@
 //! certificates the operator makes itself ([`rudder_certs`]): kept in one Secret shared by
 //! every replica, renewed and swapped in without a restart, the CA injected into the named
 //! webhook configurations and CRDs. `start` loads them before the webhook server starts (an
-//! unreadable Secret is [`Error::Certificates`]) and stops their tasks after it.
+//! unreadable Secret is [`Error::Certificates`]) and stops their tasks after it. The secure
+//! metrics server can serve the same certificate ([`SecureMetrics::self_signed`]; put the
+//! metrics Service's names in the certificate with `SelfSignedConfig::extra_names`).
 //!
 //! # Leader election
 //!

@@ -143,6 +143,12 @@ pub enum BuildError {
     /// The leader-election settings are inconsistent; fix the configuration.
     #[error("invalid leader election configuration")]
     LeaderElectionConfig(#[source] ConfigError),
+    /// [`SecureMetrics::self_signed`] needs
+    /// [`ManagerBuilder::self_signed_webhook_certificates`] too.
+    #[error(
+        "secure metrics are to use the self-signed certificates, but self_signed_webhook_certificates is not set"
+    )]
+    SecureMetricsWithoutSelfSigned,
 }
 
 /// Builds a [`Manager`].
@@ -337,7 +343,12 @@ impl ManagerBuilder {
     }
 
     /// Builds the manager. Nothing starts until [`Manager::start`].
-    pub fn build(self) -> Result<Manager, BuildError> {
+    pub fn build(mut self) -> Result<Manager, BuildError> {
+        if let Some(secure) = &mut self.secure_metrics
+            && !secure.resolve(self.certificates.as_ref().map(rudder_certs::SelfSigned::store))
+        {
+            return Err(BuildError::SecureMetricsWithoutSelfSigned);
+        }
         let election = self
             .leader_election
             .map(|config| LeaderElection::new(self.client.clone(), config))

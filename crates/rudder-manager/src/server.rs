@@ -35,6 +35,10 @@ pub enum SecureMetricsError {
     /// The address is in use or not permitted.
     #[error("cannot listen")]
     Bind(#[source] std::io::Error),
+    /// [`SecureMetrics::self_signed`] without the manager's self-signed certificates (the
+    /// manager's [`build`](crate::ManagerBuilder::build) refuses this first).
+    #[error("secure metrics from self-signed certificates, but none are configured")]
+    NoSelfSignedSource,
 }
 
 /// The routes of one of the manager's servers.
@@ -78,6 +82,9 @@ pub(crate) async fn serve_secure(
             }
             (store.clone(), None)
         }
+        // Filled by the manager's self-signed source once it loads, after this binds.
+        MetricsCertificate::SelfSignedStore(store) => (store.clone(), None),
+        MetricsCertificate::SelfSigned => return Err(SecureMetricsError::NoSelfSignedSource),
         MetricsCertificate::Files { cert, key } => {
             let store = CertificateStore::new();
             let watcher = FileWatcher::load(cert.clone(), key.clone(), store.clone())

@@ -438,6 +438,12 @@ pub struct Options {
     /// the certificate source in [`webhooks`](Self::webhooks). Setting it turns the
     /// webhooks on (with the default server options if `webhooks` is `None`).
     pub webhook_certificates: Option<rudder::certs::SelfSignedConfig>,
+    /// Serve `/metrics` over HTTPS, only to callers the API server authenticates and
+    /// authorizes for `get` on `/metrics` ([`rudder::manager::SecureMetrics`]: from
+    /// certificate files, or the self-signed certificates of
+    /// [`webhook_certificates`](Self::webhook_certificates)). The operator then needs
+    /// [`secure_metrics_rbac`].
+    pub secure_metrics: Option<rudder::manager::SecureMetrics>,
 }
 
 impl Default for Options {
@@ -450,6 +456,7 @@ impl Default for Options {
             leader_election: None,
             webhooks: None,
             webhook_certificates: None,
+            secure_metrics: None,
         }
     }
 }
@@ -478,6 +485,9 @@ pub async fn manager(client: kube::Client, options: Options) -> Result<Manager, 
     }
     if let Some(certificates) = options.webhook_certificates {
         builder = builder.self_signed_webhook_certificates(certificates);
+    }
+    if let Some(secure) = options.secure_metrics {
+        builder = builder.secure_metrics(secure);
     }
     let manager = builder.build()?;
     if webhooks {
@@ -654,6 +664,72 @@ pub fn self_signed_rbac(namespace: &str, service_account: &str) -> SelfSignedRba
             },
             subjects: Some(vec![subject]),
         },
+    }
+}
+
+/// What the operator's ServiceAccount `service_account` in `namespace` needs for
+/// [`Options::secure_metrics`]: a ClusterRole allowing `create` on TokenReviews and
+/// SubjectAccessReviews (to authenticate and authorize each scraper), with its binding.
+/// The scraper itself needs `get` on the non-resource URL `/metrics`.
+pub fn secure_metrics_rbac(namespace: &str, service_account: &str) -> SecureMetricsRbac {
+    let name = format!("{CONTROLLER}-metrics-auth");
+    let rule = |group: &str, resource: &str| PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(vec![resource.to_owned()]),
+        verbs: vec!["create".to_owned()],
+        ..PolicyRule::default()
+    };
+    let metadata = ObjectMeta {
+        name: Some(name.clone()),
+        ..ObjectMeta::default()
+    };
+    SecureMetricsRbac {
+        cluster_role: ClusterRole {
+            metadata: metadata.clone(),
+            rules: Some(vec![
+                rule("authentication.k8s.io", "tokenreviews"),
+                rule("authorization.k8s.io", "subjectaccessreviews"),
+            ]),
+            ..ClusterRole::default()
+        },
+        cluster_role_binding: ClusterRoleBinding {
+            metadata,
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".to_owned()),
+                kind: "ClusterRole".to_owned(),
+                name,
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".to_owned(),
+                name: service_account.to_owned(),
+                namespace: Some(namespace.to_owned()),
+                ..Subject::default()
+            }]),
+        },
+    }
+}
+
+/// The RBAC objects of [`secure_metrics_rbac`].
+#[derive(Clone, Debug)]
+pub struct SecureMetricsRbac {
+    /// `create` on TokenReviews and SubjectAccessReviews.
+    pub cluster_role: ClusterRole,
+    /// Binds [`cluster_role`](Self::cluster_role) to the operator's ServiceAccount.
+    pub cluster_role_binding: ClusterRoleBinding,
+}
+
+impl SecureMetricsRbac {
+    /// The two objects as multi-document YAML (each preceded by `---`).
+    ///
+    /// # Errors
+    ///
+    /// If they cannot be serialised (they always can).
+    pub fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
+        Ok(format!(
+            "---\n{}---\n{}",
+            serde_yaml::to_string(&self.cluster_role)?,
+            serde_yaml::to_string(&self.cluster_role_binding)?
+        ))
     }
 }
 

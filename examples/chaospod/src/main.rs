@@ -38,6 +38,14 @@ USAGE: chaospod [FLAGS]
   --service-account NAME       the operator's ServiceAccount in --webhook-namespace, for the
                                RBAC --manifests prints (default chaospod)
   --webhook-address ADDR       the webhook server's address (default 0.0.0.0:9443)
+  --metrics-cert-dir DIR       serve /metrics over HTTPS with tls.crt and tls.key from DIR,
+                               only to callers the API server authenticates (TokenReview) and
+                               authorizes for get on /metrics (SubjectAccessReview)
+  --metrics-self-signed        the same with the certificate of --webhook-self-signed, which
+                               then also names --metrics-service. With --manifests, either
+                               also prints the RBAC the reviews need
+  --metrics-service NAME       the Service in front of the metrics server, in
+                               --webhook-namespace (default chaospod-metrics)
   --namespace NS               watch only NS (default: all namespaces)
   --health-address ADDR        probe server address (default 0.0.0.0:8081; 'off' for none)
   --metrics-address ADDR       metrics server address (default 0.0.0.0:8080; 'off' for none)
@@ -87,6 +95,9 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
     let mut self_signed: Option<String> = None;
     let mut cert_dir = false;
     let mut service_account = "chaospod".to_owned();
+    let mut metrics_cert_dir: Option<String> = None;
+    let mut metrics_self_signed = false;
+    let mut metrics_service = "chaospod-metrics".to_owned();
     let mut service = ("chaospod-webhook".to_owned(), "chaospod-system".to_owned());
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -110,6 +121,9 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
             "--webhook-namespace" => service.1 = value(arg)?,
             "--webhook-self-signed" => self_signed = Some(value(arg)?),
             "--service-account" => service_account = value(arg)?,
+            "--metrics-cert-dir" => metrics_cert_dir = Some(value(arg)?),
+            "--metrics-self-signed" => metrics_self_signed = true,
+            "--metrics-service" => metrics_service = value(arg)?,
             "--webhook-cert-dir" => {
                 cert_dir = true;
                 let dir = value(arg)?;
@@ -131,11 +145,22 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
+    if metrics_self_signed && self_signed.is_none() {
+        return Err("--metrics-self-signed needs --webhook-self-signed".to_owned());
+    }
+    if metrics_self_signed && metrics_cert_dir.is_some() {
+        return Err("--metrics-self-signed and --metrics-cert-dir exclude each other".to_owned());
+    }
+    let secure_metrics = metrics_self_signed || metrics_cert_dir.is_some();
     if manifests {
         let client = ClientConfig::service(&service.0, &service.1);
         let mut yaml = chaospod::manifests_yaml(&client).map_err(|e| e.to_string())?;
         if self_signed.is_some() {
             let rbac = chaospod::self_signed_rbac(&service.1, &service_account);
+            yaml.push_str(&rbac.to_yaml().map_err(|e| e.to_string())?);
+        }
+        if secure_metrics {
+            let rbac = chaospod::secure_metrics_rbac(&service.1, &service_account);
             yaml.push_str(&rbac.to_yaml().map_err(|e| e.to_string())?);
         }
         print!("{yaml}");
@@ -147,11 +172,24 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
                 "--webhook-self-signed and --webhook-cert-dir exclude each other".to_owned(),
             );
         }
-        let certificates = chaospod::self_signed_certificates(&secret, &service.0, &service.1)
+        let mut certificates = chaospod::self_signed_certificates(&secret, &service.0, &service.1)
             .map_err(|e| e.to_string())?;
+        if metrics_self_signed {
+            let (name, ns) = (&metrics_service, &service.1);
+            certificates = certificates.extra_names([
+                name.clone(),
+                format!("{name}.{ns}"),
+                format!("{name}.{ns}.svc"),
+                format!("{name}.{ns}.svc.cluster.local"),
+            ]);
+            parsed.options.secure_metrics = Some(rudder::manager::SecureMetrics::self_signed());
+        }
         parsed.options.webhook_certificates = Some(certificates);
         let webhooks = parsed.options.webhooks.take().unwrap_or_default();
         parsed.options.webhooks = Some(webhooks);
+    }
+    if let Some(dir) = metrics_cert_dir {
+        parsed.options.secure_metrics = Some(rudder::manager::SecureMetrics::files(dir));
     }
     match (parsed.webhook_address, parsed.options.webhooks.take()) {
         (Some(addr), Some(webhooks)) => parsed.options.webhooks = Some(webhooks.bind_address(addr)),

@@ -204,3 +204,85 @@ async fn operator_runs_chaospods_and_stops_on_sigterm() {
     .await;
     assert!(status.success(), "exited with {status}");
 }
+
+/// `--manifests` with secure metrics: after the self-signed certificates' RBAC, a ClusterRole
+/// allowing `create` on TokenReviews and SubjectAccessReviews, bound to the ServiceAccount.
+#[test]
+fn manifests_with_secure_metrics_print_the_review_rbac() {
+    let out = Command::new(env!("CARGO_BIN_EXE_chaospod"))
+        .args([
+            "--manifests",
+            "--webhook-self-signed",
+            "chaos-certs",
+            "--metrics-self-signed",
+            "--webhook-namespace",
+            "ops",
+            "--service-account",
+            "chaos-operator",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .collect();
+    let reviews = docs
+        .iter()
+        .find(|d| {
+            d["metadata"]["name"].as_str() == Some("chaospod-metrics-auth")
+                && d["kind"] == "ClusterRole"
+        })
+        .expect("the ClusterRole for the reviews");
+    let rules: Vec<(String, String, String)> = reviews["rules"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let one = |v: &serde_yaml::Value| {
+                let seq = v.as_sequence().unwrap();
+                assert_eq!(seq.len(), 1, "{v:?}");
+                seq[0].as_str().unwrap().to_owned()
+            };
+            (one(&r["apiGroups"]), one(&r["resources"]), one(&r["verbs"]))
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            (
+                "authentication.k8s.io".to_owned(),
+                "tokenreviews".to_owned(),
+                "create".to_owned()
+            ),
+            (
+                "authorization.k8s.io".to_owned(),
+                "subjectaccessreviews".to_owned(),
+                "create".to_owned()
+            ),
+        ]
+    );
+    let binding = docs
+        .iter()
+        .find(|d| {
+            d["metadata"]["name"].as_str() == Some("chaospod-metrics-auth")
+                && d["kind"] == "ClusterRoleBinding"
+        })
+        .expect("its binding");
+    assert_eq!(
+        binding["subjects"][0]["name"].as_str(),
+        Some("chaos-operator")
+    );
+    assert_eq!(binding["subjects"][0]["namespace"].as_str(), Some("ops"));
+
+    // Secure metrics from the self-signed certificates need them configured.
+    let refused = Command::new(env!("CARGO_BIN_EXE_chaospod"))
+        .args(["--manifests", "--metrics-self-signed"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("needs --webhook-self-signed"));
+}

@@ -36,6 +36,7 @@ async fn pods_are_created_owned_stopped_on_schedule_and_recreated() {
         ),
         webhooks: None,
         webhook_certificates: None,
+        secure_metrics: None,
     };
     let manager = chaospod::manager(ns.client(), options).await.unwrap();
     let stop = CancellationToken::new();

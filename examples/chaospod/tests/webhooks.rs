@@ -41,6 +41,7 @@ async fn webhooks_default_next_stop_and_refuse_what_cannot_run() {
                 .cert_dir(installed.cert_dir()),
         ),
         webhook_certificates: None,
+        secure_metrics: None,
     };
     let manager = std::sync::Arc::new(chaospod::manager(ns.client(), options).await.unwrap());
     let stop = CancellationToken::new();

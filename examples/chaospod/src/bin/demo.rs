@@ -225,6 +225,7 @@ async fn demo(
                 .cert_dir(installed.cert_dir())
         }),
         webhook_certificates: None,
+        secure_metrics: None,
         namespace: Some(namespace.to_owned()),
         health_address: loopback(0),
         metrics_address: loopback(0),
