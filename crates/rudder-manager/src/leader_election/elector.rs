@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
 use metrics::Gauge;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
@@ -66,6 +66,7 @@ impl LeaderElection {
                 lease_duration_seconds,
                 config,
                 leading: AtomicBool::new(false),
+                validity: watch::Sender::new(None),
                 status,
                 observed: Mutex::new(Observed::default()),
             }),
@@ -86,6 +87,27 @@ impl LeaderElection {
     /// leadership is lost, released, or its [`Leadership`] dropped.
     pub fn is_leader(&self) -> bool {
         self.shared.leading.load(Ordering::Acquire)
+    }
+
+    /// Until when this candidate's leadership is certain, as a value that changes.
+    ///
+    /// While this candidate leads, the value is `Some(t + lease_duration)`, where `t` is the
+    /// moment (by the monotonic clock, [`tokio::time::Instant`]) the last successful request
+    /// that acquired or renewed the Lease was *sent*. No other candidate can take the Lease
+    /// over before that instant: any of them counts its lease duration from when it saw that
+    /// write, which is after it was sent, and its own write carries the `resourceVersion`, so
+    /// it cannot overtake a write it has not seen. The value is `None` while this candidate
+    /// does not lead; it becomes `None` before a release is written, when leadership is lost
+    /// (including when a renewal finds another holder), and when the [`Leadership`] is
+    /// dropped.
+    ///
+    /// Work that needs leadership checks it at the moment it starts: it may start only while
+    /// `Instant::now() < valid_until`. A process frozen (SIGSTOP, a VM pause) past that instant
+    /// then starts nothing when it resumes, even before its renewing task has run and noticed
+    /// that leadership was lost. The value passes by itself, without a new value being sent:
+    /// compare it with the clock, do not only wait for changes.
+    pub fn validity(&self) -> watch::Receiver<Option<Instant>> {
+        self.shared.validity.subscribe()
     }
 
     /// Waits until this candidate holds the Lease, then starts renewing it in a task.
@@ -122,13 +144,16 @@ impl LeaderElection {
             )
             .await;
             match attempt {
-                Ok(Attempt::Leading) if cancel.is_cancelled() => {
+                Ok(Attempt::Leading(_)) if cancel.is_cancelled() => {
                     if shared.config.release_on_cancel() {
                         shared.release().await;
                     }
                     return Err(shared.cancelled());
                 }
-                Ok(Attempt::Leading) => break,
+                Ok(Attempt::Leading(sent)) => {
+                    shared.renewed(sent);
+                    break;
+                }
                 Ok(Attempt::HeldBy(holder)) => {
                     tracing::debug!(lease = %shared.key(), %holder, "the lease is held by another candidate");
                 }
@@ -250,6 +275,8 @@ struct Shared {
     config: LeaderElectionConfig,
     lease_duration_seconds: i32,
     leading: AtomicBool,
+    /// See [`LeaderElection::validity`].
+    validity: watch::Sender<Option<Instant>>,
     status: Gauge,
     observed: Mutex<Observed>,
 }
@@ -301,8 +328,8 @@ impl Observed {
 
 /// The outcome of one attempt to acquire or renew.
 enum Attempt {
-    /// This candidate holds the Lease, freshly renewed.
-    Leading,
+    /// This candidate holds the Lease, freshly renewed by a request sent at this instant.
+    Leading(Instant),
     /// Another candidate holds an unexpired Lease.
     HeldBy(String),
     /// A request failed (including a conflict: someone else wrote the Lease first).
@@ -326,8 +353,31 @@ impl Shared {
     }
 
     fn set_leading(&self, leading: bool) {
+        if !leading {
+            self.invalidate();
+        }
         self.leading.store(leading, Ordering::Release);
         self.status.set(if leading { 1.0 } else { 0.0 });
+    }
+
+    /// Publishes the validity given by a successful acquire or renew request sent at `sent`.
+    fn renewed(&self, sent: Instant) {
+        let until = sent + self.config.lease_duration();
+        self.validity.send_if_modified(|valid| {
+            // A slow answer must not move the validity back behind a later one.
+            if valid.is_none_or(|v| v < until) {
+                *valid = Some(until);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Ends the validity: this candidate does not, or may no longer, lead.
+    fn invalidate(&self) {
+        self.validity
+            .send_if_modified(|valid| valid.take().is_some());
     }
 
     fn cancelled(&self) -> Error {
@@ -371,10 +421,11 @@ impl Shared {
             let mut desired = self.fresh_record();
             desired.acquire_time = old.acquire_time.or(desired.acquire_time);
             desired.transitions = old.transitions;
+            let sent = Instant::now();
             match self.update(lease, &desired).await {
                 Ok(lease) => {
                     observed.wrote(lease);
-                    return Attempt::Leading;
+                    return Attempt::Leading(sent);
                 }
                 Err(error) => {
                     tracing::debug!(lease = %self.key(), %error, "renewing without a read failed, reading the lease");
@@ -398,10 +449,11 @@ impl Shared {
                 },
                 spec: Some(spec),
             };
+            let sent = Instant::now();
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(lease) => {
                     observed.wrote(lease);
-                    Attempt::Leading
+                    Attempt::Leading(sent)
                 }
                 Err(error) => Attempt::Failed(error),
             };
@@ -417,10 +469,11 @@ impl Shared {
         } else {
             desired.transitions = old.transitions.saturating_add(1);
         }
+        let sent = Instant::now();
         match self.update(lease, &desired).await {
             Ok(lease) => {
                 observed.wrote(lease);
-                Attempt::Leading
+                Attempt::Leading(sent)
             }
             Err(error) => Attempt::Failed(error),
         }
@@ -442,9 +495,17 @@ impl Shared {
         let deadline = Instant::now() + self.config.renew_deadline();
         loop {
             match timeout_at(deadline, self.try_acquire_or_renew()).await {
-                Ok(Attempt::Leading) => return Renewal::Renewed,
+                Ok(Attempt::Leading(sent)) => {
+                    self.renewed(sent);
+                    return Renewal::Renewed;
+                }
                 Ok(Attempt::HeldBy(holder)) => {
-                    tracing::warn!(lease = %self.key(), %holder, "failed to renew: another candidate holds the lease");
+                    // Another candidate wrote the Lease and holds it unexpired: it took over,
+                    // so this one leads no more; waiting out the renew deadline would only
+                    // leave two candidates believing they lead.
+                    tracing::warn!(lease = %self.key(), %holder, "another candidate holds the lease");
+                    self.invalidate();
+                    return Renewal::Failed;
                 }
                 Ok(Attempt::Failed(error)) => {
                     tracing::warn!(lease = %self.key(), %error, "failed to renew the lease");
@@ -475,6 +536,8 @@ impl Shared {
         let (Some(lease), Some(old)) = (observed.lease.clone(), observed.record.clone()) else {
             return;
         };
+        // Nothing may start on the strength of this leadership once the release can be seen.
+        self.invalidate();
         let now = record::now();
         let released = Record {
             holder: String::new(),
@@ -560,7 +623,99 @@ impl<F: FnOnce()> Drop for OnPanic<F> {
 
 #[cfg(test)]
 mod tests {
+    use http::Method;
+
+    use super::super::fake::FakeApi;
     use super::*;
+
+    const LEASE: Duration = Duration::from_secs(3);
+    const LATENCY: Duration = Duration::from_millis(300);
+
+    fn election(fake: &FakeApi, identity: &str) -> LeaderElection {
+        let config = LeaderElectionConfig::new("default", "lock")
+            .with_identity(identity)
+            .with_lease_duration(LEASE)
+            .with_renew_deadline(Duration::from_secs(2))
+            .with_retry_period(Duration::from_millis(500))
+            .with_release_on_cancel(true);
+        let election = LeaderElection::new(fake.client(), config).unwrap();
+        fake.observe(election.validity());
+        election
+    }
+
+    /// The last write the fake saw.
+    fn last_write(fake: &FakeApi) -> super::super::fake::Seen {
+        fake.seen()
+            .into_iter()
+            .rfind(|s| s.method == Method::POST || s.method == Method::PUT)
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn validity_runs_a_lease_duration_from_when_the_last_write_was_sent() {
+        let fake = FakeApi::default();
+        fake.set_latency(LATENCY);
+        let election = election(&fake, "a");
+        let mut validity = election.validity();
+        assert_eq!(*validity.borrow_and_update(), None, "not leading yet");
+
+        let stop = CancellationToken::new();
+        let leadership = election.acquire(stop.clone()).await.unwrap();
+        let create = last_write(&fake);
+        assert_eq!(create.method, Method::POST);
+        // Counted from the send, not from the answer a latency later.
+        assert_eq!(Instant::now(), create.at + LATENCY);
+        assert_eq!(*validity.borrow_and_update(), Some(create.at + LEASE));
+
+        for _ in 0..3 {
+            validity.changed().await.unwrap();
+            let renewal = last_write(&fake);
+            assert_eq!(renewal.method, Method::PUT);
+            assert_eq!(renewal.wrote_holder.as_deref(), Some("a"));
+            assert_eq!(*validity.borrow_and_update(), Some(renewal.at + LEASE));
+            assert!(renewal.validity.flatten().is_some(), "valid while renewing");
+        }
+
+        stop.cancel();
+        leadership.finished().await.unwrap();
+        assert_eq!(*validity.borrow(), None);
+        let release = last_write(&fake);
+        assert_eq!(release.wrote_holder.as_deref(), Some(""));
+        assert_eq!(
+            release.validity,
+            Some(None),
+            "the validity ends before the release is sent"
+        );
+        assert_eq!(fake.holder().as_deref(), Some(""));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_finds_another_holder_is_a_loss_at_once() {
+        let fake = FakeApi::default();
+        let election = election(&fake, "a");
+        let validity = election.validity();
+        let leadership = election.acquire(CancellationToken::new()).await.unwrap();
+        assert!(validity.borrow().is_some());
+
+        // Another candidate overwrites the Lease (as a forced takeover would); the next
+        // renewal, without a read, conflicts, reads the Lease and finds it held.
+        fake.write_holder("b", 3);
+        let written = Instant::now();
+        let lost = leadership.lost().await;
+        assert_eq!(lost.identity, "a");
+        assert!(
+            Instant::now() < written + Duration::from_millis(1100),
+            "lost at the first renewal, not at the renew deadline"
+        );
+        assert_eq!(*validity.borrow(), None);
+        assert!(!election.is_leader());
+        assert_eq!(fake.holder().as_deref(), Some("b"));
+        assert!(
+            fake.seen().iter().all(|s| !s.watch),
+            "no watch while polling only"
+        );
+        assert!(leadership.finished().await.is_err());
+    }
 
     #[tokio::test]
     async fn a_panicking_task_runs_its_on_panic_and_an_ending_one_does_not() {

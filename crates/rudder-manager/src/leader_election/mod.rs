@@ -62,6 +62,8 @@
 mod config;
 mod elector;
 mod error;
+#[cfg(test)]
+mod fake;
 mod record;
 
 pub use config::{JITTER_FACTOR, LeaderElectionConfig, default_identity};
