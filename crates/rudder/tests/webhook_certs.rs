@@ -681,3 +681,103 @@ async fn conversion_crd_gets_the_ca_before_the_cache_syncs() {
         .await
         .unwrap();
 }
+
+/// `GET path` over HTTPS to `addr`, trusting only `ca_pem` and checking the name
+/// `127.0.0.1`, with `token` as the bearer token: the status code.
+async fn https_get(addr: SocketAddr, ca_pem: &str, path: &str, token: Option<&str>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = ServerName::IpAddress(Ipv4Addr::LOCALHOST.into());
+    let mut tls = connector.connect(name, tcp).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n");
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tls.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {answer}"))
+}
+
+#[tokio::test]
+async fn secure_metrics_serve_the_self_signed_certificate() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("certs-metrics").await.unwrap();
+    let prometheus = ns.service_account("prometheus").await.unwrap();
+    ns.grant_non_resource_urls(&prometheus, &["get"], &["/metrics"])
+        .await
+        .unwrap();
+    let namespace = ns.name().to_owned();
+    let loopback = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    // Without the self-signed source, the option is refused when the manager is built.
+    let refused = Manager::builder(ns.client())
+        .metrics_address(loopback)
+        .secure_metrics(rudder::manager::SecureMetrics::self_signed())
+        .build();
+    assert!(
+        matches!(
+            refused,
+            Err(rudder::manager::BuildError::SecureMetricsWithoutSelfSigned)
+        ),
+        "{refused:?}"
+    );
+
+    let m = Arc::new(
+        Manager::builder(ns.client())
+            .health_probe_address(loopback)
+            .metrics_address(loopback)
+            .secure_metrics(rudder::manager::SecureMetrics::self_signed())
+            .cache(move |c| c.default_namespace(namespace))
+            .self_signed_webhook_certificates(
+                SelfSignedConfig::new("webhook-certs", ns.name(), "webhook-service")
+                    .extra_names(["127.0.0.1"]),
+            )
+            .build()
+            .unwrap(),
+    );
+    let token = CancellationToken::new();
+    let running = tokio::spawn({
+        let (m, token) = (Arc::clone(&m), token.clone());
+        async move { m.start(token).await }
+    });
+    let addr = eventually("the metrics server listens", WAIT, async || {
+        assert!(!running.is_finished(), "the manager ended early");
+        m.metrics_address()
+    })
+    .await;
+    // The Secret the manager created holds the CA that the metrics certificate chains to.
+    let created = eventually("the Secret is created", WAIT, async || {
+        ns.api::<Secret>().get_opt("webhook-certs").await.unwrap()
+    })
+    .await;
+    let ca = value(&created, CA_BUNDLE);
+    let served = eventually("the metrics server has its certificate", WAIT, async || {
+        presented(addr, &ca).await.ok()
+    })
+    .await;
+    assert_eq!(served, der(&value(&created, TLS_CRT)));
+    assert_eq!(
+        https_get(addr, &ca, "/metrics", Some(prometheus.token())).await,
+        200
+    );
+    assert_eq!(https_get(addr, &ca, "/metrics", None).await, 401);
+    stop(token, running).await;
+}
