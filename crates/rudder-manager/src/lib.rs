@@ -111,6 +111,7 @@ pub mod health;
 pub mod leader_election;
 mod manager;
 pub mod metrics;
+pub mod rbac;
 mod runnable;
 mod server;
 

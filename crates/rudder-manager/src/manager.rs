@@ -21,6 +21,7 @@ use crate::health::{HealthChecks, Probe, check};
 use crate::leader_election::{
     ConfigError, Error as ElectionError, LeaderElection, LeaderElectionConfig, Leadership,
 };
+use crate::rbac::{Permissions, Rules};
 use crate::runnable::{BoxError, Runnable};
 use crate::server::{Routes, serve, serve_secure};
 use rudder_server::ServerHandle;
@@ -168,6 +169,7 @@ pub struct ManagerBuilder {
     webhook: rudder_webhook::Options,
     certificates: Option<rudder_certs::SelfSigned>,
 }
+    render_only: bool,
 
 /// An extra handler on the metrics server ([`ManagerBuilder::metrics_extra_handler`]): the
 /// request in, the response out, with its own status, headers and body.
@@ -336,6 +338,16 @@ impl ManagerBuilder {
     }
 
     /// Runs leader-only runnables (controllers) only while this replica holds the Lease
+    /// Marks the manager as built only to render its manifests (RBAC, Deployment, webhook
+    /// configurations): the `rudder` builders then record what they declare without asking
+    /// the API server anything (a controller's `complete` skips its check that the watched
+    /// types are served), so the client may point nowhere. Such a manager is not meant to be
+    /// started.
+    pub fn render_only(mut self, render_only: bool) -> Self {
+        self.render_only = render_only;
+        self
+    }
+
     /// `config` names; without this, every replica runs them.
     pub fn leader_election(mut self, config: LeaderElectionConfig) -> Self {
         self.leader_election = Some(config);
@@ -467,6 +479,8 @@ struct Bound {
     health: Option<SocketAddr>,
     metrics: Option<SocketAddr>,
 }
+            permissions: Mutex::default(),
+            render_only: self.render_only,
 
 /// Runs controllers and other runnables as one process: controller-runtime's manager.
 ///
@@ -519,6 +533,8 @@ impl Manager {
             client,
             name: "rudder".to_owned(),
             health_address: Some(DEFAULT_HEALTH_ADDRESS),
+    permissions: Mutex<Rules>,
+    render_only: bool,
             metrics_address: Some(DEFAULT_METRICS_ADDRESS),
             metrics_handle: None,
             graceful_shutdown: GracefulShutdown::After(DEFAULT_GRACEFUL_SHUTDOWN),
@@ -568,6 +584,7 @@ impl Manager {
     pub fn webhook_registrations(&self) -> Vec<Registration> {
         self.webhook_registrations
             .lock()
+            render_only: false,
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
@@ -610,6 +627,66 @@ impl Manager {
             .unwrap_or_else(PoisonError::into_inner)
             .health
     }
+    /// Records permissions the operator needs (resolved where the cache watches each type),
+    /// for rendering its RBAC ([`permissions`](Self::permissions)). The `rudder` controller
+    /// builder records what each controller watches, owns and declares.
+    pub fn record_permissions(&self, permissions: &Permissions) {
+        let rules = permissions.resolve(&self.cache);
+        self.permissions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .merge(&rules);
+    }
+
+    /// Every permission the operator needs: what was recorded with
+    /// [`record_permissions`](Self::record_permissions), and the manager's own: leader
+    /// election (get, create, update on its Lease's namespace's `leases`), secure metrics
+    /// (create `tokenreviews` and `subjectaccessreviews`), self-signed webhook certificates
+    /// (get, list, watch, create, update on Secrets in their namespace; get, list, watch,
+    /// update on the kinds of the configured injection targets).
+    pub fn permissions(&self) -> Rules {
+        let mut rules = self
+            .permissions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        rules.merge(&crate::rbac::manager_rules(
+            self.election.as_ref().map(LeaderElection::config),
+            self.secure_metrics.is_some(),
+            self.certificates
+                .as_ref()
+                .map(rudder_certs::SelfSigned::config),
+        ));
+        rules
+    }
+
+    /// Whether the manager was built with [`ManagerBuilder::render_only`].
+    pub fn is_render_only(&self) -> bool {
+        self.render_only
+    }
+
+    /// Where `/healthz` and `/readyz` are configured to listen (before `start`; see
+    /// [`health_address`](Self::health_address) for where they do).
+    pub fn configured_health_address(&self) -> Option<SocketAddr> {
+        self.health_address
+    }
+
+    /// Where `/metrics` is configured to listen (before `start`; see
+    /// [`metrics_address`](Self::metrics_address) for where it does).
+    pub fn configured_metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics_address
+    }
+
+    /// Whether `/metrics` is served over HTTPS ([`ManagerBuilder::secure_metrics`]).
+    pub fn has_secure_metrics(&self) -> bool {
+        self.secure_metrics.is_some()
+    }
+
+    /// How long runnables get to stop ([`ManagerBuilder::graceful_shutdown`]).
+    pub fn graceful_shutdown(&self) -> GracefulShutdown {
+        self.graceful_shutdown
+    }
+
 
     /// Where the metrics server listens, once started.
     pub fn metrics_address(&self) -> Option<SocketAddr> {

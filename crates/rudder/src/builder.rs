@@ -19,6 +19,7 @@ use rudder_handler::{
     Source,
 };
 use rudder_manager::Manager;
+use rudder_manager::rbac::{Permissions, Verb};
 
 use crate::{Error, Result, Tools};
 
@@ -38,6 +39,7 @@ pub fn new_controller(manager: &Manager) -> ControllerBuilder<'_, ()> {
         global: Vec::new(),
         served: Vec::new(),
         options: Options::default(),
+        permissions: Permissions::new(),
         _primary: PhantomData,
     }
 }
@@ -51,6 +53,7 @@ pub struct ControllerBuilder<'m, K> {
     global: Vec<Arc<dyn MetaPredicate>>,
     served: Vec<ServedCheck>,
     options: Options,
+    permissions: Permissions,
     _primary: PhantomData<fn() -> K>,
 }
 
@@ -88,6 +91,7 @@ impl<'m> ControllerBuilder<'m, ()> {
             global: self.global,
             served: self.served,
             options: self.options,
+            permissions: self.permissions,
             _primary: PhantomData,
         }
     }
@@ -96,13 +100,63 @@ impl<'m> ControllerBuilder<'m, ()> {
 impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// Objects of type `O` that the primary type owns (controller owner reference): their
     /// events queue their owner.
+    ///
+    /// Records the permissions to create, update, patch and delete `O` (besides reading
+    /// it), and to update the primary's `finalizers` subresource, which the API server's
+    /// `OwnerReferencesPermissionEnforcement` admission asks of whoever sets
+    /// `blockOwnerDeletion` (as [`set_controller_reference`](crate::client::set_controller_reference) does).
     pub fn owns<O: Typed>(self) -> Self {
-        self.watch_kind::<O, _>(EnqueueOwner::<K>::new(), None)
+        self.owned::<O>()
+            .watch_kind::<O, _>(EnqueueOwner::<K>::new(), None)
     }
 
     /// [`owns`](Self::owns) with a predicate on the owned type's events.
     pub fn owns_with<O: Typed>(self, predicate: impl Predicate<O> + 'static) -> Self {
-        self.watch_kind::<O, _>(EnqueueOwner::<K>::new(), Some(Box::new(predicate)))
+        self.owned::<O>()
+            .watch_kind::<O, _>(EnqueueOwner::<K>::new(), Some(Box::new(predicate)))
+    }
+
+    fn owned<O: Typed>(mut self) -> Self {
+        self.permissions = std::mem::take(&mut self.permissions)
+            .verbs::<O>(Verb::WRITE)
+            .subresource::<K>("finalizers", [Verb::Update]);
+        self
+    }
+
+    /// Permissions the reconciler needs beyond what the builder sees (it records reading
+    /// every watched type, writing owned ones, and Events about the primary when the
+    /// reconciler is made with [`complete_with`](Self::complete_with)): writes to the
+    /// primary, its status or finalizers, other objects it reads or writes directly. They
+    /// end up in the operator's generated Role or ClusterRole
+    /// ([`Manager::permissions`](rudder_manager::Manager::permissions),
+    /// [`manifests`](crate::manifests)); declare them once, here, next to the reconciler.
+    ///
+    /// ```no_run
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # use rudder::prelude::*;
+    /// # use rudder::rbac::{Permissions, Verb};
+    /// # struct R;
+    /// # impl Reconciler for R {
+    /// #     type Error = std::convert::Infallible;
+    /// #     async fn reconcile(&self, _: Request, _: Context) -> Result<Action, Self::Error> { Ok(Action::done()) }
+    /// # }
+    /// # async fn demo(manager: &Manager) -> rudder::Result<()> {
+    /// rudder::new_controller(manager)
+    ///     .for_::<ConfigMap>()
+    ///     // The reconciler adds a finalizer (a patch) and patches the status.
+    ///     .permissions(
+    ///         Permissions::new()
+    ///             .verbs::<ConfigMap>([Verb::Patch])
+    ///             .subresource::<ConfigMap>("status", [Verb::Patch]),
+    ///     )
+    ///     .complete(R)
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn permissions(mut self, permissions: Permissions) -> Self {
+        self.permissions = std::mem::take(&mut self.permissions).and(permissions);
+        self
     }
 
     /// Objects of type `T` from the manager's shared cache, through `handler` (for example
@@ -201,7 +255,7 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// [`watches_kind`](Self::watches_kind) (a CRD not installed), [`Error::Controller`]
     /// for a duplicate or empty name. Nothing is left behind by a failure.
     pub async fn complete<R: Reconciler>(self, reconciler: R) -> Result<Controller<R>> {
-        self.complete_with(|_| reconciler).await
+        self.finish(|_| reconciler, false).await
     }
 
     /// [`complete`](Self::complete) with a reconciler made from the controller's [`Tools`]:
@@ -211,13 +265,30 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     ///
     /// As [`complete`](Self::complete). `make` is called once the API server is known to
     /// serve every watched type, before the name is checked.
+    ///
+    /// Records the permission to create and patch Events about the primary type where it
+    /// lives (the tools' event recorder).
     pub async fn complete_with<R: Reconciler>(
         self,
         make: impl FnOnce(Tools) -> R,
     ) -> Result<Controller<R>> {
+        self.finish(make, true).await
+    }
+
+    async fn finish<R: Reconciler>(
+        mut self,
+        make: impl FnOnce(Tools) -> R,
+        events: bool,
+    ) -> Result<Controller<R>> {
         let client = self.manager.client().clone();
-        for check in self.served {
-            check(client.clone()).await?;
+        // A manager that only renders manifests has no API server to ask.
+        if !self.manager.is_render_only() {
+            for check in self.served {
+                check(client.clone()).await?;
+            }
+        }
+        if events {
+            self.permissions = std::mem::take(&mut self.permissions).events_about::<K>();
         }
         let name = self.name.unwrap_or_else(|| K::kind(&()).to_lowercase());
         let reconciler = make(Tools::new(self.manager, &name));
@@ -230,6 +301,7 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
             // Before `run`, adding a watch only records it.
             controller.add_watch(watch(&global)).map_err(Error::Watch)?;
         }
+        self.manager.record_permissions(&self.permissions);
         self.manager.add_controller(controller.clone());
         Ok(controller)
     }
@@ -245,6 +317,7 @@ impl<K> ControllerBuilder<'_, K> {
     ) -> Self {
         self.served
             .push(Box::new(|client| Box::pin(served::<T>(client))));
+        self.permissions = std::mem::take(&mut self.permissions).read::<T>();
         let source = Kind::<T>::from_cache(self.manager.cache());
         self.watches.push(pending(source, handler, predicate));
         self

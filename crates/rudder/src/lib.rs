@@ -95,6 +95,8 @@
 mod builder;
 pub mod client;
 #[cfg(feature = "manager")]
+pub mod manifests;
+#[cfg(feature = "manager")]
 mod tools;
 #[cfg(feature = "manager")]
 mod webhook_builder;
@@ -123,6 +125,12 @@ pub use rudder_manager as manager;
 /// manager runs the server; declare webhooks with [`new_webhook`]).
 #[cfg(feature = "manager")]
 pub use rudder_webhook as webhook;
+
+/// RBAC derived from the code: the [`Permissions`](rbac::Permissions) the builders record
+/// and the reconciler declares, resolved into [`Rules`](rbac::Rules) and rendered as Roles
+/// and ClusterRoles (see [`manifests`]).
+#[cfg(feature = "manager")]
+pub use rudder_manager::rbac;
 
 /// Webhook certificates the operator makes itself: a CA and a serving certificate shared
 /// through one Secret, renewed, and injected into webhook configurations and CRDs:

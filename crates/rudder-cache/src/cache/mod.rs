@@ -264,6 +264,20 @@ impl Cache {
         }
     }
 
+    /// The scopes `K`'s informers watch by default: the type's [`ByObject`] scope, or one
+    /// per default namespace, or all namespaces (a cluster-scoped type's scopes never name a
+    /// namespace). What an operator needs permission to list and watch (RBAC rendered from
+    /// the code reads it); nothing is started.
+    pub fn default_scopes<K: Typed>(&self) -> Vec<Scope> {
+        self.typed_scopes::<K>()
+    }
+
+    /// [`default_scopes`](Self::default_scopes) for dynamic objects of `resource`.
+    pub fn default_dynamic_scopes(&self, resource: &ApiResource) -> Vec<Scope> {
+        self.inner
+            .default_scopes::<DynamicObject>(&TypeKey::dynamic(resource))
+    }
+
     /// Stops every informer and waits until all their tasks have ended.
     pub async fn stop(&self) {
         self.inner.token.cancel();
