@@ -132,7 +132,7 @@ impl LeaderElection {
     pub async fn acquire(&self, cancel: CancellationToken) -> Result<Leadership> {
         let shared = &self.shared;
         tracing::info!(lease = %shared.key(), identity = %shared.config.identity(), "attempting to acquire the leader lease");
-        loop {
+        let acquired = loop {
             if cancel.is_cancelled() {
                 return Err(shared.cancelled());
             }
@@ -152,7 +152,7 @@ impl LeaderElection {
                 }
                 Ok(Attempt::Leading(sent)) => {
                     shared.renewed(sent);
-                    break;
+                    break sent;
                 }
                 Ok(Attempt::HeldBy(holder)) => {
                     tracing::debug!(lease = %shared.key(), %holder, "the lease is held by another candidate");
@@ -170,7 +170,7 @@ impl LeaderElection {
                 () = cancel.cancelled() => return Err(shared.cancelled()),
                 () = sleep(wait) => {}
             }
-        }
+        };
         shared.set_leading(true);
         tracing::info!(lease = %shared.key(), identity = %shared.config.identity(), "acquired the leader lease");
         let lost = CancellationToken::new();
@@ -184,7 +184,7 @@ impl LeaderElection {
                 lost.cancel();
             }
         }));
-        let renewing = keep_leading(Arc::clone(shared), cancel, lost.clone());
+        let renewing = keep_leading(Arc::clone(shared), acquired, cancel, lost.clone());
         let task = tokio::spawn(async move {
             let _on_panic = on_panic;
             renewing.await
@@ -219,8 +219,10 @@ impl std::fmt::Debug for Leadership {
 }
 
 impl Leadership {
-    /// Completes when leadership is lost: no renewal succeeded within the renew deadline, or
-    /// the renewing task panicked. Stop everything that needs leadership then, and exit the
+    /// Completes when leadership is lost: no renewal succeeded within the renew deadline
+    /// (counted from when the last successful one was sent, so a process frozen past it
+    /// learns it at once when it resumes, without sending anything), a renewal found another
+    /// candidate holding the Lease, or the renewing task panicked. Stop everything that needs leadership then, and exit the
     /// process.
     ///
     /// It never completes if leadership ends otherwise (cancellation, or this value being
@@ -338,8 +340,12 @@ enum Attempt {
 
 /// How a renewal round ended.
 enum Renewal {
-    Renewed,
+    /// Renewed by a request sent at this instant.
+    Renewed(Instant),
+    /// No renewal succeeded within the renew deadline.
     Failed,
+    /// Another candidate holds the Lease.
+    TakenOver,
     Cancelled,
 }
 
@@ -489,15 +495,20 @@ impl Shared {
     }
 
     /// One renewal round: try at once, then every retry period, until an attempt succeeds or
-    /// the renew deadline passes.
-    async fn renew(&self, cancel: &CancellationToken) -> Renewal {
+    /// the renew deadline passes. The deadline counts from `last`, when the last successful
+    /// acquire or renew request was sent, not from when this round starts: a process that
+    /// was frozen past it gives up at once, without sending anything.
+    async fn renew(&self, cancel: &CancellationToken, last: Instant) -> Renewal {
         let retry = self.config.retry_period();
-        let deadline = Instant::now() + self.config.renew_deadline();
+        let deadline = last + self.config.renew_deadline();
         loop {
+            if Instant::now() >= deadline {
+                return Renewal::Failed;
+            }
             match timeout_at(deadline, self.try_acquire_or_renew()).await {
                 Ok(Attempt::Leading(sent)) => {
                     self.renewed(sent);
-                    return Renewal::Renewed;
+                    return Renewal::Renewed(sent);
                 }
                 Ok(Attempt::HeldBy(holder)) => {
                     // Another candidate wrote the Lease and holds it unexpired: it took over,
@@ -505,7 +516,7 @@ impl Shared {
                     // leave two candidates believing they lead.
                     tracing::warn!(lease = %self.key(), %holder, "another candidate holds the lease");
                     self.invalidate();
-                    return Renewal::Failed;
+                    return Renewal::TakenOver;
                 }
                 Ok(Attempt::Failed(error)) => {
                     tracing::warn!(lease = %self.key(), %error, "failed to renew the lease");
@@ -520,9 +531,6 @@ impl Shared {
                 biased;
                 () = cancel.cancelled() => return Renewal::Cancelled,
                 () = sleep_until(next) => {}
-            }
-            if Instant::now() >= deadline {
-                return Renewal::Failed;
             }
         }
     }
@@ -562,30 +570,44 @@ impl Shared {
 }
 
 /// The renewing task: renew every retry period until cancelled (then release if configured)
-/// or until a renewal round fails (then signal the loss).
+/// or until no renewal succeeded within the renew deadline of the last successful one, sent at
+/// `last` (then signal the loss).
 async fn keep_leading(
     shared: Arc<Shared>,
+    mut last: Instant,
     cancel: CancellationToken,
     lost: CancellationToken,
 ) -> Result<(), LeadershipLost> {
     loop {
+        // Never sleep past the renew deadline: a renewal that answered late leaves less than
+        // a retry period, and the loss must be seen when the deadline passes, not later.
+        let next = (Instant::now() + shared.config.retry_period())
+            .min(last + shared.config.renew_deadline());
         tokio::select! {
             biased;
             () = cancel.cancelled() => break,
-            () = sleep(shared.config.retry_period()) => {}
+            () = sleep_until(next) => {}
         }
-        match shared.renew(&cancel).await {
-            Renewal::Renewed => {
+        let renewal = shared.renew(&cancel, last).await;
+        match renewal {
+            Renewal::Renewed(sent) => {
+                last = sent;
                 tracing::trace!(lease = %shared.key(), "renewed the leader lease");
             }
             Renewal::Cancelled => break,
-            Renewal::Failed => {
+            Renewal::Failed | Renewal::TakenOver => {
                 shared.set_leading(false);
                 tracing::error!(
                     lease = %shared.key(),
                     identity = %shared.config.identity(),
                     renew_deadline = ?shared.config.renew_deadline(),
-                    "leadership lost: no renewal succeeded within the renew deadline"
+                    since_last_renewal = ?last.elapsed(),
+                    "leadership lost: {}",
+                    if matches!(renewal, Renewal::TakenOver) {
+                        "another candidate holds the lease"
+                    } else {
+                        "no renewal succeeded within the renew deadline"
+                    }
                 );
                 lost.cancel();
                 return Err(shared.lost());
@@ -629,13 +651,14 @@ mod tests {
     use super::*;
 
     const LEASE: Duration = Duration::from_secs(3);
+    const RENEW: Duration = Duration::from_secs(2);
     const LATENCY: Duration = Duration::from_millis(300);
 
     fn election(fake: &FakeApi, identity: &str) -> LeaderElection {
         let config = LeaderElectionConfig::new("default", "lock")
             .with_identity(identity)
             .with_lease_duration(LEASE)
-            .with_renew_deadline(Duration::from_secs(2))
+            .with_renew_deadline(RENEW)
             .with_retry_period(Duration::from_millis(500))
             .with_release_on_cancel(true);
         let election = LeaderElection::new(fake.client(), config).unwrap();
@@ -687,6 +710,70 @@ mod tests {
             "the validity ends before the release is sent"
         );
         assert_eq!(fake.holder().as_deref(), Some(""));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failing_renewals_are_a_loss_exactly_at_the_renew_deadline_of_the_last_success() {
+        let fake = FakeApi::default();
+        fake.set_latency(LATENCY);
+        let election = election(&fake, "a");
+        let validity = election.validity();
+        let leadership = election.acquire(CancellationToken::new()).await.unwrap();
+        // Let two renewals succeed, then make the API server fail every request.
+        let mut renewals = election.validity();
+        renewals.changed().await.unwrap();
+        renewals.changed().await.unwrap();
+        fake.set_failing(true);
+        let last = last_write(&fake);
+        assert_eq!(*validity.borrow(), Some(last.at + LEASE));
+        let failures_from = fake.seen().len();
+
+        let lost = leadership.lost().await;
+        assert_eq!(lost.identity, "a");
+        assert_eq!(
+            Instant::now(),
+            last.at + RENEW,
+            "lost exactly at the renew deadline counted from the last successful send"
+        );
+        assert_eq!(*validity.borrow(), None);
+        assert!(!election.is_leader());
+        let failed = fake.seen().len() - failures_from;
+        assert!(
+            failed >= 3,
+            "renewals were retried until the deadline ({failed})"
+        );
+        assert!(leadership.finished().await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_frozen_past_its_lease_sees_the_loss_at_once_and_sends_nothing() {
+        let fake = FakeApi::default();
+        let election = election(&fake, "a");
+        let validity = election.validity();
+        let leadership = election.acquire(CancellationToken::new()).await.unwrap();
+        let mut renewals = election.validity();
+        renewals.changed().await.unwrap();
+        let last = last_write(&fake);
+        let sent_before = fake.seen().len();
+
+        // The process is frozen for 10 s: the clock jumps and every timer fires only after.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let resumed = Instant::now();
+        // Before the renewing task has run, the validity already forbids any new work.
+        let valid_until = validity.borrow().expect("not yet withdrawn");
+        assert_eq!(valid_until, last.at + LEASE);
+        assert!(resumed >= valid_until);
+
+        let lost = leadership.lost().await;
+        assert_eq!(lost.identity, "a");
+        assert_eq!(Instant::now(), resumed, "the loss is seen at once");
+        assert_eq!(*validity.borrow(), None);
+        assert_eq!(
+            fake.seen().len(),
+            sent_before,
+            "no request was sent after resuming"
+        );
+        assert!(leadership.finished().await.is_err());
     }
 
     #[tokio::test(start_paused = true)]

@@ -30,6 +30,7 @@ struct State {
     lease: Option<Lease>,
     version: u64,
     latency: Duration,
+    failing: bool,
     seen: Vec<Seen>,
     validity: Option<tokio::sync::watch::Receiver<Option<Instant>>>,
 }
@@ -58,6 +59,11 @@ impl FakeApi {
     /// Records the elector's validity with every request.
     pub(crate) fn observe(&self, validity: tokio::sync::watch::Receiver<Option<Instant>>) {
         self.with(|s| s.validity = Some(validity));
+    }
+
+    /// Makes every request fail with a 500 (or succeed again).
+    pub(crate) fn set_failing(&self, failing: bool) {
+        self.with(|s| s.failing = failing);
     }
 
     /// The requests seen so far.
@@ -103,7 +109,7 @@ impl FakeApi {
             .ok()
             .and_then(|l| l.spec)
             .and_then(|s| s.holder_identity);
-        let latency = self.with(|s| {
+        let (latency, failing) = self.with(|s| {
             let validity = s.validity.as_ref().map(|v| *v.borrow());
             s.seen.push(Seen {
                 method: method.clone(),
@@ -112,10 +118,10 @@ impl FakeApi {
                 wrote_holder,
                 validity,
             });
-            s.latency
+            (s.latency, s.failing)
         });
         sleep(latency).await;
-        if watch {
+        if failing || watch {
             return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError");
         }
         self.with(|s| match method {
