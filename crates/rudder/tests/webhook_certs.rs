@@ -188,9 +188,8 @@ async fn bundles(client: Client, name: &str) -> (Vec<Option<String>>, String) {
     (bundles, version)
 }
 
-/// The certificate `addr` presents to a client that trusts only `ca_pem` and checks the
-/// name `127.0.0.1`: the handshake fails unless it chains to that CA and is for that name.
-async fn presented(addr: SocketAddr, ca_pem: &str) -> Result<CertificateDer<'static>, String> {
+/// A TLS client that trusts only `ca_pem`.
+fn trusting(ca_pem: &str) -> tokio_rustls::TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
@@ -202,7 +201,13 @@ async fn presented(addr: SocketAddr, ca_pem: &str) -> Result<CertificateDer<'sta
     .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// The certificate `addr` presents to a client that trusts only `ca_pem` and checks the
+/// name `127.0.0.1`: the handshake fails unless it chains to that CA and is for that name.
+async fn presented(addr: SocketAddr, ca_pem: &str) -> Result<CertificateDer<'static>, String> {
+    let connector = trusting(ca_pem);
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| e.to_string())?;
@@ -686,18 +691,7 @@ async fn conversion_crd_gets_the_ca_before_the_cache_syncs() {
 /// `127.0.0.1`, with `token` as the bearer token: the status code.
 async fn https_get(addr: SocketAddr, ca_pem: &str, path: &str, token: Option<&str>) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector = trusting(ca_pem);
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let name = ServerName::IpAddress(Ipv4Addr::LOCALHOST.into());
     let mut tls = connector.connect(name, tcp).await.unwrap();
