@@ -183,7 +183,8 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// Any other source of objects (a [`Kind`] in a scope of your choosing, a channel),
     /// with its own handler; the global predicates apply to it. `complete` cannot check
     /// what a source you made reads from: a `Kind` on a type the server does not serve keeps
-    /// the controller unsynced until its cache-sync timeout.
+    /// the controller unsynced until its cache-sync timeout. Nor can the builder know what
+    /// the source needs permission to read: declare it with [`permissions`](Self::permissions).
     pub fn watches<T, H>(mut self, source: impl Source<T>, handler: H) -> Self
     where
         T: Resource + Send + Sync + 'static,

@@ -40,6 +40,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::{CustomResource, CustomResourceExt, ResourceExt};
 use rudder::client::{self, ClientError, Operation};
 use rudder::prelude::*;
+use rudder::rbac::{Permissions, Verb};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -137,9 +138,97 @@ pub async fn register(manager: &Manager) -> rudder::Result<Controller<Generator>
     rudder::new_controller(manager)
         .for_::<ConfigMapGenerator>()
         .owns::<ConfigMap>()
+        // Beyond what the builder sees: the finalizer is added and removed with a patch of
+        // the generator, and the status written with a patch of its status.
+        .permissions(
+            Permissions::new()
+                .verbs::<ConfigMapGenerator>([Verb::Patch])
+                .subresource::<ConfigMapGenerator>("status", [Verb::Patch]),
+        )
         .named(CONTROLLER_NAME)
         .complete_with(Generator::new)
         .await
+}
+
+/// The name of the Lease the operator's replicas elect a leader with.
+pub const LEASE_NAME: &str = "configmap-generator-leader";
+
+/// How the operator's manager is configured: what the binary's flags set, and what
+/// [`manifests`] renders the Deployment and RBAC from.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The manager's name (events reported by the manager itself).
+    pub name: String,
+    /// Where `/healthz` and `/readyz` listen; `None` for no probe server.
+    pub health: Option<std::net::SocketAddr>,
+    /// Where `/metrics` listens; `None` for no metrics server.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Watch only this namespace (RBAC then is a Role there); `None` for all (a ClusterRole).
+    pub namespace: Option<String>,
+    /// Elect a leader through [`LEASE_NAME`] in this namespace; `None` for no election.
+    pub leader_election_namespace: Option<String>,
+}
+
+impl Default for Settings {
+    /// The manager's default addresses, all namespaces, no leader election.
+    fn default() -> Self {
+        Self {
+            name: CONTROLLER_NAME.to_owned(),
+            health: Some(rudder::manager::DEFAULT_HEALTH_ADDRESS),
+            metrics: Some(rudder::manager::DEFAULT_METRICS_ADDRESS),
+            namespace: None,
+            leader_election_namespace: None,
+        }
+    }
+}
+
+/// The manager `settings` describe, with the generator controller on it; `render_only` for
+/// one that only renders [`manifests`] (no request is sent to `client`).
+///
+/// # Errors
+///
+/// The manager's settings are refused, or the controller cannot be declared (the CRD is
+/// not installed).
+pub async fn manager(
+    client: kube::Client,
+    settings: &Settings,
+    render_only: bool,
+) -> Result<Manager, Box<dyn std::error::Error + Send + Sync>> {
+    let mut builder = Manager::builder(client)
+        .name(settings.name.clone())
+        .health_probe_address(settings.health)
+        .metrics_address(settings.metrics)
+        .render_only(render_only);
+    if let Some(namespace) = settings.namespace.clone() {
+        builder = builder.cache(move |cache| cache.default_namespace(namespace));
+    }
+    if let Some(namespace) = &settings.leader_election_namespace {
+        builder = builder.leader_election(
+            rudder::manager::leader_election::LeaderElectionConfig::new(namespace, LEASE_NAME)
+                .with_release_on_cancel(true),
+        );
+    }
+    let manager = builder.build()?;
+    register(&manager).await?;
+    Ok(manager)
+}
+
+/// Every object needed to run the operator as `settings` configure it (see
+/// [`rudder::manifests::manifests`]): the CRD, ServiceAccount, the RBAC derived from the
+/// controller's declaration, the Deployment.
+///
+/// # Errors
+///
+/// As [`manager`] (no cluster is contacted).
+pub async fn manifests(
+    settings: &Settings,
+    deploy: rudder::manifests::DeployOptions,
+) -> Result<rudder::manifests::Manifests, Box<dyn std::error::Error + Send + Sync>> {
+    let manager = manager(rudder::manifests::offline_client()?, settings, true).await?;
+    Ok(rudder::manifests::manifests(
+        &manager,
+        &deploy.crds([ConfigMapGenerator::crd()]),
+    )?)
 }
 
 /// The CRD as YAML, ready for `kubectl apply -f -`.

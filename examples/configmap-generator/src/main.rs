@@ -4,8 +4,8 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use rudder::Manager;
-use rudder::manager::{DEFAULT_HEALTH_ADDRESS, DEFAULT_METRICS_ADDRESS};
+use configmap_generator::Settings;
+use rudder::manifests::DeployOptions;
 
 const USAGE: &str = "\
 configmap-generator: an operator generating ConfigMaps from ConfigMapGenerator resources
@@ -20,6 +20,17 @@ OPTIONS:
     --health-probe-bind-address ADDR|off  where /healthz and /readyz listen (default: 0.0.0.0:8081)
     --metrics-bind-address ADDR|off       where /metrics listens (default: 0.0.0.0:8080)
     --namespace NAMESPACE                 watch only this namespace (default: all)
+    --leader-election-namespace NAMESPACE elect a leader through the Lease
+                                          configmap-generator-leader there (default: none)
+    --manifests                           print every object needed to run the operator as the
+                                          other flags configure it (CRD, ServiceAccount, RBAC
+                                          derived from the code, Deployment whose container gets
+                                          those flags) as YAML for kubectl apply -f -, and exit
+    --image IMAGE                         the Deployment's image (default:
+                                          configmap-generator:latest)
+    --operator-namespace NAMESPACE        where the operator runs (default:
+                                          configmap-generator-system)
+    --replicas N                          the Deployment's replicas (default: 1)
     -h, --help                            print this help and exit
 
 The cluster is the one the current kubeconfig (or the in-cluster service account) names.
@@ -30,25 +41,36 @@ Logs (level info) go to stderr.";
 enum Command {
     Help,
     Crd,
+    Manifests(Options, Deploy),
     Run(Options),
 }
 
+type Options = Settings;
+
+/// What `--manifests` needs besides the operator's own flags.
 #[derive(Debug)]
-struct Options {
-    name: String,
-    health: Option<SocketAddr>,
-    metrics: Option<SocketAddr>,
-    namespace: Option<String>,
+struct Deploy {
+    image: String,
+    namespace: String,
+    replicas: i32,
+    /// The operator's flags, for the Deployment's container.
+    args: Vec<String>,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Command, String> {
-    let mut options = Options {
-        name: "configmap-generator".to_owned(),
-        health: Some(DEFAULT_HEALTH_ADDRESS),
-        metrics: Some(DEFAULT_METRICS_ADDRESS),
-        namespace: None,
+    let mut options = Options::default();
+    let mut manifests = false;
+    let mut deploy = Deploy {
+        image: "configmap-generator:latest".to_owned(),
+        namespace: "configmap-generator-system".to_owned(),
+        replicas: 1,
+        args: Vec::new(),
     };
     while let Some(arg) = args.next() {
+        let operator_flag = !matches!(
+            arg.split('=').next(),
+            Some("--manifests" | "--image" | "--operator-namespace" | "--replicas")
+        );
         // Both `--flag value` and `--flag=value`.
         let (flag, inline) = match arg.split_once('=') {
             Some((flag, value)) if flag.starts_with("--") => {
@@ -62,15 +84,42 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Command, String> {
                 .or_else(|| args.next())
                 .ok_or_else(|| format!("{flag} needs a value"))
         };
+        let mut taken = None;
+        let mut value = |flag: &str| {
+            let v = value(flag)?;
+            taken = Some(v.clone());
+            Ok::<_, String>(v)
+        };
         match flag.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
             "--crd" => return Ok(Command::Crd),
+            "--manifests" => manifests = true,
+            "--image" => deploy.image = value(&flag)?,
+            "--operator-namespace" => deploy.namespace = value(&flag)?,
+            "--replicas" => {
+                let v = value(&flag)?;
+                deploy.replicas = v
+                    .parse()
+                    .map_err(|e| format!("--replicas: {v:?} is not a number: {e}"))?;
+            }
             "--name" => options.name = value(&flag)?,
             "--health-probe-bind-address" => options.health = address(&flag, &value(&flag)?)?,
             "--metrics-bind-address" => options.metrics = address(&flag, &value(&flag)?)?,
             "--namespace" => options.namespace = Some(value(&flag)?),
+            "--leader-election-namespace" => {
+                options.leader_election_namespace = Some(value(&flag)?);
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
+        if operator_flag {
+            deploy.args.push(flag);
+            if let Some(v) = taken {
+                deploy.args.push(v);
+            }
+        }
+    }
+    if manifests {
+        return Ok(Command::Manifests(options, deploy));
     }
     Ok(Command::Run(options))
 }
@@ -86,17 +135,9 @@ fn address(flag: &str, value: &str) -> Result<Option<SocketAddr>, String> {
         .map_err(|e| format!("{flag}: {value:?} is not an address like 0.0.0.0:8080: {e}"))
 }
 
-async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(options: Options) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let client = kube::Client::try_default().await?;
-    let mut builder = Manager::builder(client)
-        .name(options.name)
-        .health_probe_address(options.health)
-        .metrics_address(options.metrics);
-    if let Some(namespace) = options.namespace {
-        builder = builder.cache(move |cache| cache.default_namespace(namespace));
-    }
-    let manager = builder.build()?;
-    configmap_generator::register(&manager).await?;
+    let manager = configmap_generator::manager(client, &options, false).await?;
     tracing::info!("configmap-generator started; stop with Ctrl-C");
     manager.start_until_signal().await?;
     Ok(())
@@ -128,6 +169,26 @@ async fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Ok(Command::Manifests(options, deploy)) => {
+            let rendered = configmap_generator::manifests(
+                &options,
+                DeployOptions::new("configmap-generator", deploy.namespace, deploy.image)
+                    .replicas(deploy.replicas)
+                    .args(deploy.args),
+            )
+            .await
+            .and_then(|m| Ok(m.to_yaml()?));
+            match rendered {
+                Ok(yaml) => {
+                    say(&mut std::io::stdout(), yaml.trim_end());
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    say(&mut std::io::stderr(), &format!("error: {error}"));
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Ok(Command::Run(options)) => match run(options).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
@@ -180,6 +241,24 @@ mod tests {
         assert_eq!(o.metrics, Some("127.0.0.1:9000".parse().unwrap()));
         assert_eq!(o.health, None);
         assert_eq!(o.namespace, None);
+    }
+
+    #[test]
+    fn manifests_pass_the_operators_own_flags_to_the_deployment() {
+        let Command::Manifests(o, d) = parse(args(
+            "--manifests --namespace apps --image reg/op:1 --leader-election-namespace=ops --replicas 2",
+        ))
+        .unwrap() else {
+            panic!("not manifests");
+        };
+        assert_eq!(o.namespace.as_deref(), Some("apps"));
+        assert_eq!(o.leader_election_namespace.as_deref(), Some("ops"));
+        assert_eq!(d.image, "reg/op:1");
+        assert_eq!(d.replicas, 2);
+        assert_eq!(
+            d.args,
+            ["--namespace", "apps", "--leader-election-namespace", "ops"]
+        );
     }
 
     #[test]
