@@ -26,8 +26,10 @@
 //!
 //! `start` brings up the probe server and the metrics server, waits for the cache's
 //! informers to sync (within [`ManagerBuilder::cache_sync_timeout`]), then the runnables that need
-//! no leadership, then (with [`ManagerBuilder::leader_election`]) waits to be elected, then
-//! starts the leader-only ones (controllers). It stops them in the reverse order, gives up
+//! no leadership, then (with [`ManagerBuilder::leader_election`] and
+//! [warm standby](ManagerBuilder::warm_standby), the default) the controllers, whose workers
+//! wait for leadership, then waits to be elected, then starts the other leader-only
+//! runnables. It stops them in the reverse order, gives up
 //! the Lease only once the leader-only runnables have stopped, and returns. If a runnable
 //! fails, the manager stops the others and returns its error. [`Manager::start_until_signal`]
 //! stops on SIGTERM or SIGINT; a second signal exits at once.
@@ -105,6 +107,25 @@
 //! If this replica loses the Lease, the manager stops its leader-only runnables and returns
 //! [`Error::LeadershipLost`]: the process should then exit, to be restarted as a follower,
 //! since another replica leads now.
+//!
+//! Controllers do not wait to be told: each gets a [`LeaderGate`](rudder_controller::LeaderGate)
+//! fed by the election's [`validity`](leader_election::LeaderElection::validity), and its
+//! workers take a request only while the clock (monotonic) is before the send time of the
+//! last successful acquire or renewal plus the lease duration, and leadership has not been
+//! lost or given up. A leader whose renewals fail stops reconciling at its renew deadline; a
+//! leader frozen past its lease (SIGSTOP, a long stall, a VM pause) starts no reconcile after
+//! it resumes, before its renewing task has even run, and its manager then ends with
+//! [`Error::LeadershipLost`]. Reconciles already running when the gate closes are not
+//! interrupted.
+//!
+//! **Warm standby** ([`ManagerBuilder::warm_standby`], on by default): replicas that do not
+//! lead start their controllers too, so their caches list and keep watching and their work
+//! queues fill (one entry per key), while the workers wait behind the gate: nothing is
+//! reconciled by a replica that does not lead. When one comes to lead, its workers start at
+//! once on what was queued, with no cache to fill first. Every replica then holds the
+//! controllers' caches; turn it off for memory-tight deployments (controllers then start
+//! only on acquire, as before). Other leader-only runnables (closures made with
+//! [`runnable`]`(.., true, ..)`) start only once the replica leads, either way.
 
 mod authz;
 pub mod health;

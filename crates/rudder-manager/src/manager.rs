@@ -10,7 +10,7 @@ use kube::Client;
 use kube_runtime::events::{Recorder, Reporter};
 use metrics_exporter_prometheus::PrometheusHandle;
 use rudder_cache::{Cache, CacheBuilder};
-use rudder_controller::{Controller, ErrorChain, Reconciler, Shutdown};
+use rudder_controller::{Controller, ErrorChain, LeaderGate, Reconciler, Shutdown};
 use rudder_webhook::manifest::Registration;
 use rudder_webhook::{RunningWebhookServer, WebhookServer};
 use tokio::task::JoinSet;
@@ -162,14 +162,15 @@ pub struct ManagerBuilder {
     graceful_shutdown: GracefulShutdown,
     cache: Box<dyn FnOnce(CacheBuilder) -> CacheBuilder + Send>,
     leader_election: Option<LeaderElectionConfig>,
+    warm_standby: bool,
     cache_sync_timeout: Duration,
     extra: Vec<(String, ExtraHandler)>,
     raise_fd_limit: bool,
     secure_metrics: Option<SecureMetrics>,
     webhook: rudder_webhook::Options,
     certificates: Option<rudder_certs::SelfSigned>,
-}
     render_only: bool,
+}
 
 /// An extra handler on the metrics server ([`ManagerBuilder::metrics_extra_handler`]): the
 /// request in, the response out, with its own status, headers and body.
@@ -337,7 +338,6 @@ impl ManagerBuilder {
         self
     }
 
-    /// Runs leader-only runnables (controllers) only while this replica holds the Lease
     /// Marks the manager as built only to render its manifests (RBAC, Deployment, webhook
     /// configurations): the `rudder` builders then record what they declare without asking
     /// the API server anything (a controller's `complete` skips its check that the watched
@@ -348,16 +348,49 @@ impl ManagerBuilder {
         self
     }
 
+    /// Runs leader-only runnables (controllers) only while this replica holds the Lease
     /// `config` names; without this, every replica runs them.
+    ///
+    /// Controllers get a [`LeaderGate`] fed by the election's
+    /// [`validity`](LeaderElection::validity): their workers take a request only while
+    /// `now` is before the last successful acquire or renewal (its send time) plus the
+    /// lease duration, on the monotonic clock, and not after leadership is lost or given up.
+    /// So a leader whose renewals fail stops reconciling by itself, and a leader frozen past
+    /// its lease (SIGSTOP, a VM pause) starts no reconcile after it resumes; its manager then
+    /// ends with [`Error::LeadershipLost`]. With [`warm_standby`](Self::warm_standby) (the
+    /// default) controllers also run on replicas that do not lead.
     pub fn leader_election(mut self, config: LeaderElectionConfig) -> Self {
         self.leader_election = Some(config);
+        self
+    }
+
+    /// With leader election, whether controllers start on every replica, leading or not
+    /// (default `true`; controller-runtime's warm-up). A replica that does not lead then
+    /// starts its controllers' sources, so their informers list and keep watching, and
+    /// their events fill the work queues, while the workers wait behind the
+    /// [`LeaderGate`]: nothing is reconciled by a replica that does not lead. When it comes
+    /// to lead, its workers start at once on what was queued, with no cache to fill on that
+    /// path. Readiness (`cache-sync`) then passes on every replica once its controllers'
+    /// sources have synced.
+    ///
+    /// The price is memory and API-server load: every replica holds the caches and watches
+    /// the controllers need. Turn it off for memory-tight deployments: controllers then
+    /// start only once this replica leads, as other leader-only runnables always do
+    /// (runnables that do not take a [`LeaderGate`], such as
+    /// [`runnable`](crate::runnable) closures with `needs_leader_election`).
+    pub fn warm_standby(mut self, on: bool) -> Self {
+        self.warm_standby = on;
         self
     }
 
     /// Builds the manager. Nothing starts until [`Manager::start`].
     pub fn build(mut self) -> Result<Manager, BuildError> {
         if let Some(secure) = &mut self.secure_metrics
-            && !secure.resolve(self.certificates.as_ref().map(rudder_certs::SelfSigned::store))
+            && !secure.resolve(
+                self.certificates
+                    .as_ref()
+                    .map(rudder_certs::SelfSigned::store),
+            )
         {
             return Err(BuildError::SecureMetricsWithoutSelfSigned);
         }
@@ -446,10 +479,13 @@ impl ManagerBuilder {
             webhook,
             running_webhook,
             webhook_registrations: Mutex::default(),
+            permissions: Mutex::default(),
+            render_only: self.render_only,
             extra: Arc::new(self.extra),
             raise_fd_limit: self.raise_fd_limit,
             secure_metrics: self.secure_metrics,
             cache_sync_timeout: self.cache_sync_timeout,
+            warm_standby: self.warm_standby,
             election,
             recorder: Recorder::new(self.client.clone(), reporter),
             client: self.client,
@@ -479,15 +515,15 @@ struct Bound {
     health: Option<SocketAddr>,
     metrics: Option<SocketAddr>,
 }
-            permissions: Mutex::default(),
-            render_only: self.render_only,
 
 /// Runs controllers and other runnables as one process: controller-runtime's manager.
 ///
 /// Start order: the health and metrics servers, the cache's sync, runnables that need no
-/// leadership, then (with leader election) the election, then the leader-only runnables such
-/// as controllers. Stop order is the reverse, within the graceful-shutdown timeout. If any
-/// runnable fails, the manager stops the rest and returns that error.
+/// leadership, (with leader election and [warm standby](ManagerBuilder::warm_standby))
+/// controllers with their workers held behind the leader gate, then the election, then the
+/// other leader-only runnables (and controllers, without warm standby). Stop order is the
+/// reverse, within the graceful-shutdown timeout. If any runnable fails, the manager stops
+/// the rest and returns that error.
 pub struct Manager {
     certificates: Option<rudder_certs::SelfSigned>,
     running_certificates: Mutex<Option<rudder_certs::RunningCertificates>>,
@@ -497,7 +533,10 @@ pub struct Manager {
     webhook: WebhookServer,
     running_webhook: RunningWebhook,
     webhook_registrations: Mutex<Vec<Registration>>,
+    permissions: Mutex<Rules>,
+    render_only: bool,
     cache_sync_timeout: Duration,
+    warm_standby: bool,
     client: Client,
     election: Option<LeaderElection>,
     cache: Cache,
@@ -533,19 +572,19 @@ impl Manager {
             client,
             name: "rudder".to_owned(),
             health_address: Some(DEFAULT_HEALTH_ADDRESS),
-    permissions: Mutex<Rules>,
-    render_only: bool,
             metrics_address: Some(DEFAULT_METRICS_ADDRESS),
             metrics_handle: None,
             graceful_shutdown: GracefulShutdown::After(DEFAULT_GRACEFUL_SHUTDOWN),
             cache: Box::new(|b| b),
             leader_election: None,
+            warm_standby: true,
             cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
             extra: Vec::new(),
             raise_fd_limit: true,
             secure_metrics: None,
             webhook: rudder_webhook::Options::new(),
             certificates: None,
+            render_only: false,
         }
     }
 
@@ -584,49 +623,10 @@ impl Manager {
     pub fn webhook_registrations(&self) -> Vec<Registration> {
         self.webhook_registrations
             .lock()
-            render_only: false,
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    /// The self-signed webhook certificates, if
-    /// [`ManagerBuilder::self_signed_webhook_certificates`] turned them on: the store
-    /// served from and the CA bundle clients trust.
-    pub fn webhook_certificates(&self) -> Option<&rudder_certs::SelfSigned> {
-        self.certificates.as_ref()
-    }
-
-    /// Where the webhook server listens, once it serves.
-    pub async fn webhook_address(&self) -> Option<SocketAddr> {
-        self.running_webhook
-            .read()
-            .await
-            .as_ref()
-            .map(RunningWebhookServer::local_addr)
-    }
-
-    /// The leader election, if configured.
-    pub fn leader_election(&self) -> Option<&LeaderElection> {
-        self.election.as_ref()
-    }
-
-    /// A recorder for Kubernetes Events, reporting as the manager's name.
-    pub fn event_recorder(&self) -> Recorder {
-        self.recorder.clone()
-    }
-
-    /// The liveness and readiness checks, to add your own.
-    pub fn health_checks(&self) -> &HealthChecks {
-        &self.health
-    }
-
-    /// Where the probe server listens, once started.
-    pub fn health_address(&self) -> Option<SocketAddr> {
-        self.bound
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .health
-    }
     /// Records permissions the operator needs (resolved where the cache watches each type),
     /// for rendering its RBAC ([`permissions`](Self::permissions)). The `rudder` controller
     /// builder records what each controller watches, owns and declares.
@@ -687,6 +687,44 @@ impl Manager {
         self.graceful_shutdown
     }
 
+    /// The self-signed webhook certificates, if
+    /// [`ManagerBuilder::self_signed_webhook_certificates`] turned them on: the store
+    /// served from and the CA bundle clients trust.
+    pub fn webhook_certificates(&self) -> Option<&rudder_certs::SelfSigned> {
+        self.certificates.as_ref()
+    }
+
+    /// Where the webhook server listens, once it serves.
+    pub async fn webhook_address(&self) -> Option<SocketAddr> {
+        self.running_webhook
+            .read()
+            .await
+            .as_ref()
+            .map(RunningWebhookServer::local_addr)
+    }
+
+    /// The leader election, if configured.
+    pub fn leader_election(&self) -> Option<&LeaderElection> {
+        self.election.as_ref()
+    }
+
+    /// A recorder for Kubernetes Events, reporting as the manager's name.
+    pub fn event_recorder(&self) -> Recorder {
+        self.recorder.clone()
+    }
+
+    /// The liveness and readiness checks, to add your own.
+    pub fn health_checks(&self) -> &HealthChecks {
+        &self.health
+    }
+
+    /// Where the probe server listens, once started.
+    pub fn health_address(&self) -> Option<SocketAddr> {
+        self.bound
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .health
+    }
 
     /// Where the metrics server listens, once started.
     pub fn metrics_address(&self) -> Option<SocketAddr> {
@@ -838,7 +876,29 @@ impl Manager {
         for r in plain {
             plain_set.spawn(r, plain_stop.clone());
         }
-        let mut leader = Some(leader);
+        // With an election, every runnable that takes the gate gets it (so a leader whose
+        // leadership runs out stops taking work at once, whatever else is going on); with
+        // warm standby those start now, before this replica leads, and wait on it.
+        let (warm, cold): (Vec<_>, Vec<_>) = match &self.election {
+            Some(election) => {
+                let gate = LeaderGate::new(election.validity());
+                leader
+                    .into_iter()
+                    .map(|mut r| (r.set_leader_gate(gate.clone()) && self.warm_standby, r))
+                    .partition(|(warm, _)| *warm)
+            }
+            None => (Vec::new(), leader.into_iter().map(|r| (false, r)).collect()),
+        };
+        if !warm.is_empty() {
+            tracing::info!(
+                runnables = warm.len(),
+                "warm standby: starting controllers before leading; they reconcile once this replica leads"
+            );
+        }
+        for (_, r) in warm {
+            leader_set.spawn(r, leader_stop.clone());
+        }
+        let mut leader = Some(cold.into_iter().map(|(_, r)| r).collect::<Vec<_>>());
         let mut leadership: Option<Leadership> = None;
         let mut lost: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> =
             Box::pin(std::future::pending());

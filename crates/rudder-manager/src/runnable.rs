@@ -3,7 +3,7 @@
 use std::future::Future;
 
 use futures::future::BoxFuture;
-use rudder_controller::{Controller, Reconciler, Shutdown};
+use rudder_controller::{Controller, LeaderGate, Reconciler, Shutdown};
 
 /// An error a runnable ends with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -28,6 +28,21 @@ pub trait Runnable: Send + 'static {
         true
     }
 
+    /// Offers a leader-only runnable the gate that says when this replica may do
+    /// leader-only work ([`LeaderGate`]: open while its leadership is known to be valid);
+    /// returns whether it takes it. The manager offers it (with leader election) before
+    /// `start`. A runnable that takes it promises to do no leader-only work while the gate
+    /// is closed, so the manager may start it before this replica leads (warm standby,
+    /// [`ManagerBuilder::warm_standby`]); one that does not (the default) starts only once
+    /// this replica leads. Controllers take it: their sources run and queue, their workers
+    /// wait on the gate.
+    ///
+    /// [`ManagerBuilder::warm_standby`]: crate::ManagerBuilder::warm_standby
+    fn set_leader_gate(&mut self, gate: LeaderGate) -> bool {
+        let _ = gate;
+        false
+    }
+
     /// Runs until `shutdown` fires, then stops by its deadline.
     fn start(self: Box<Self>, shutdown: Shutdown) -> BoxFuture<'static, Result<(), BoxError>>;
 }
@@ -35,6 +50,10 @@ pub trait Runnable: Send + 'static {
 impl<R: Reconciler> Runnable for Controller<R> {
     fn name(&self) -> String {
         format!("controller {}", Controller::name(self))
+    }
+
+    fn set_leader_gate(&mut self, gate: LeaderGate) -> bool {
+        Controller::set_leader_gate(self, gate).is_ok()
     }
 
     fn start(self: Box<Self>, shutdown: Shutdown) -> BoxFuture<'static, Result<(), BoxError>> {

@@ -1,0 +1,266 @@
+//! From the old leader's release to the new leader's first reconcile, with thousands of
+//! objects of the controller's type in the cache, with warm standby off (the controller
+//! starts, lists and syncs only once the replica leads) and on (it synced while following).
+//!
+//! Run with `cargo xtask bench-failover [--rounds N] [--objects N]` (or `cargo bench -p
+//! rudder-manager --bench failover_reconcile -- --bench`, with `RUDDER_ENVTEST_ASSETS` set).
+//! One control plane and one namespace of ConfigMaps (5,000 by default, created once) serve
+//! every round; each round runs two managers in this process (lease 15 s, renew 10 s, retry
+//! 2 s, release on cancel), lets the first lead, starts the second, then stops the first
+//! and times three instants: the release (the old leader's validity ends, just before its
+//! release is sent), the new leader holding the Lease (its validity starts), and its first
+//! reconcile. Modes alternate round by round. Without `--bench` in its arguments (as under
+//! `cargo test --benches`) it returns at once.
+#![allow(
+    missing_docs,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout
+)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, PostParams};
+use rudder_controller::{Action, Context, Controller, Reconciler};
+use rudder_envtest::{TestEnv, TestNamespace};
+use rudder_handler::{EnqueueObject, Kind, Request};
+use rudder_manager::leader_election::LeaderElectionConfig;
+use rudder_manager::{Error, Manager, runnable};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const LEASE: Duration = Duration::from_secs(15);
+const RENEW: Duration = Duration::from_secs(10);
+const RETRY: Duration = Duration::from_secs(2);
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Records the first reconcile's start.
+struct First(Arc<Mutex<Option<Instant>>>);
+
+impl Reconciler for First {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, _: Request, _: Context) -> Result<Action, Self::Error> {
+        self.0.lock().unwrap().get_or_insert_with(Instant::now);
+        Ok(Action::done())
+    }
+}
+
+struct Replica {
+    manager: Arc<Manager>,
+    controller: Controller<First>,
+    first: Arc<Mutex<Option<Instant>>>,
+    electing: Arc<AtomicBool>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), Error>>,
+}
+
+fn replica(ns: &TestNamespace, round: usize, who: &str, warm: bool) -> Replica {
+    let namespace = ns.name().to_owned();
+    let election = LeaderElectionConfig::new(ns.name(), format!("failover-{round}"))
+        .with_identity(who)
+        .with_lease_duration(LEASE)
+        .with_renew_deadline(RENEW)
+        .with_retry_period(RETRY)
+        .with_release_on_cancel(true);
+    let manager = Manager::builder(ns.client())
+        .health_probe_address(None)
+        .metrics_address(None)
+        .leader_election(election)
+        .warm_standby(warm)
+        .cache(move |c| c.default_namespace(namespace))
+        .build()
+        .unwrap();
+    let first = Arc::new(Mutex::new(None));
+    let controller =
+        Controller::builder(format!("failover-{round}-{who}"), First(Arc::clone(&first)))
+            .build()
+            .unwrap();
+    controller
+        .watch(
+            Kind::<ConfigMap>::from_cache(manager.cache()),
+            EnqueueObject,
+            vec![],
+        )
+        .unwrap();
+    manager.add_controller(controller.clone());
+    // Plain runnables start right before the election: this one says it has begun.
+    let electing = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&electing);
+    manager.add(runnable("electing", false, move |shutdown| async move {
+        flag.store(true, Ordering::SeqCst);
+        shutdown.stopped().await;
+        Ok(())
+    }));
+    let manager = Arc::new(manager);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (manager, stop) = (Arc::clone(&manager), stop.clone());
+        async move { manager.start(stop).await }
+    });
+    Replica {
+        manager,
+        controller,
+        first,
+        electing,
+        stop,
+        task,
+    }
+}
+
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+struct Round {
+    held: Duration,
+    first: Duration,
+}
+
+async fn round(ns: &TestNamespace, n: usize, warm: bool, objects: usize) -> Round {
+    let a = replica(ns, n, "a", warm);
+    let election_a = a.manager.leader_election().unwrap().clone();
+    until("a to lead", || election_a.is_leader()).await;
+    until("a to reconcile", || a.first.lock().unwrap().is_some()).await;
+    let b = replica(ns, n, "b", warm);
+    until("b to start electing", || b.electing.load(Ordering::SeqCst)).await;
+    if warm {
+        until("b to queue every object", || {
+            b.controller.has_synced() && b.controller.queue().len() >= objects
+        })
+        .await;
+    }
+    assert!(b.first.lock().unwrap().is_none(), "the follower reconciled");
+    let mut validity_a = election_a.validity();
+    let mut validity_b = b.manager.leader_election().unwrap().validity();
+    let released = tokio::spawn(async move {
+        validity_a.wait_for(Option::is_none).await.unwrap();
+        Instant::now()
+    });
+    let held = tokio::spawn(async move {
+        validity_b.wait_for(Option::is_some).await.unwrap();
+        Instant::now()
+    });
+    a.stop.cancel();
+    let released = released.await.unwrap();
+    a.task.await.unwrap().unwrap();
+    let held = tokio::time::timeout(WAIT, held).await.unwrap().unwrap();
+    until("b to reconcile", || b.first.lock().unwrap().is_some()).await;
+    let first = b.first.lock().unwrap().unwrap();
+    b.stop.cancel();
+    b.task.await.unwrap().unwrap();
+    Round {
+        held: held.saturating_duration_since(released),
+        first: first.saturating_duration_since(released),
+    }
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "?".to_owned(),
+        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+    )
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1000.0)
+}
+
+fn summary(label: &str, mut values: Vec<Duration>) -> String {
+    values.sort();
+    let median = values[values.len() / 2];
+    format!(
+        "{label}: min {} / median {} / max {} ms",
+        ms(values[0]),
+        ms(median),
+        ms(values[values.len() - 1])
+    )
+}
+
+fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if !args.iter().any(|a| a == "--bench") {
+        return;
+    }
+    let rounds = arg(&args, "--rounds", 5).max(1);
+    let objects = arg(&args, "--objects", 5000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let env = TestEnv::start().await.unwrap();
+        let ns = env.namespace("failover").await.unwrap();
+        let api: Api<ConfigMap> = ns.api();
+        let created = Instant::now();
+        futures::stream::iter(0..objects)
+            .map(|i| {
+                let api = api.clone();
+                async move {
+                    let cm = ConfigMap {
+                        metadata: ObjectMeta {
+                            name: Some(format!("cm-{i:05}")),
+                            ..ObjectMeta::default()
+                        },
+                        data: Some([("value".to_owned(), "x".repeat(64))].into()),
+                        ..ConfigMap::default()
+                    };
+                    api.create(&PostParams::default(), &cm).await.unwrap();
+                }
+            })
+            .buffer_unordered(32)
+            .collect::<()>()
+            .await;
+        println!(
+            "{objects} ConfigMaps created in {:.1} s; lease {LEASE:?}, renew {RENEW:?}, retry \
+             {RETRY:?}, release on cancel; load {}",
+            created.elapsed().as_secs_f64(),
+            load()
+        );
+        println!("round  warm standby  release->held (ms)  release->first reconcile (ms)  load");
+        let mut results: [Vec<Round>; 2] = [Vec::new(), Vec::new()];
+        for n in 0..rounds * 2 {
+            // Alternate, so that both modes see the same drift in load.
+            let warm = n % 2 == 1;
+            let r = round(&ns, n, warm, objects).await;
+            println!(
+                "{:>5}  {:>12}  {:>18}  {:>29}  {}",
+                n / 2 + 1,
+                if warm { "on" } else { "off" },
+                ms(r.held),
+                ms(r.first),
+                load()
+            );
+            results[usize::from(warm)].push(r);
+        }
+        for (warm, label) in [(false, "off"), (true, "on")] {
+            let rs = &results[usize::from(warm)];
+            println!(
+                "warm standby {label}: {}; {}",
+                summary("release->held", rs.iter().map(|r| r.held).collect()),
+                summary(
+                    "release->first reconcile",
+                    rs.iter().map(|r| r.first).collect()
+                )
+            );
+        }
+        drop(ns);
+        env.stop().unwrap();
+    });
+}

@@ -1,0 +1,590 @@
+//! Warm standby and the leader gate on a real API server: a replica that does not lead keeps
+//! its controllers' caches synced and queues filled but reconciles nothing; a leader whose
+//! renewals fail stops reconciling at the renew deadline; a leader frozen (SIGSTOP) past its
+//! lease and resumed starts no reconcile and ends with `LeadershipLost`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::ObjectMeta;
+use rudder_controller::{Action, Context, Controller, Reconciler};
+use rudder_envtest::{TestEnv, TestNamespace};
+use rudder_handler::{EnqueueObject, Kind, Request};
+use rudder_manager::leader_election::LeaderElectionConfig;
+use rudder_manager::{Error, Manager, runnable};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const LEASE: Duration = Duration::from_secs(3);
+const RENEW: Duration = Duration::from_secs(2);
+const RETRY: Duration = Duration::from_millis(500);
+const WAIT: Duration = Duration::from_secs(30);
+
+/// (replica, start) of every reconcile.
+type Log = Arc<Mutex<Vec<(&'static str, Instant)>>>;
+
+struct Timed {
+    who: &'static str,
+    log: Log,
+    again: Option<Duration>,
+}
+
+impl Reconciler for Timed {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, _: Request, _: Context) -> Result<Action, Self::Error> {
+        self.log.lock().unwrap().push((self.who, Instant::now()));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        Ok(match self.again {
+            Some(after) => Action::requeue_after(after),
+            None => Action::done(),
+        })
+    }
+}
+
+struct Replica {
+    manager: Arc<Manager>,
+    controller: Controller<Timed>,
+    leader_runnable_started: Arc<AtomicUsize>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), Error>>,
+}
+
+struct Setup<'a> {
+    ns: &'a TestNamespace,
+    lease: &'a str,
+    warm: bool,
+    again: Option<Duration>,
+    client: Option<kube::Client>,
+}
+
+fn replica(setup: &Setup<'_>, who: &'static str, log: &Log) -> Replica {
+    let namespace = setup.ns.name().to_owned();
+    let election = LeaderElectionConfig::new(setup.ns.name(), setup.lease)
+        .with_identity(who)
+        .with_lease_duration(LEASE)
+        .with_renew_deadline(RENEW)
+        .with_retry_period(RETRY)
+        .with_release_on_cancel(true);
+    let client = setup.client.clone().unwrap_or_else(|| setup.ns.client());
+    let manager = Manager::builder(client)
+        .health_probe_address(None)
+        .metrics_address(None)
+        .leader_election(election)
+        .warm_standby(setup.warm)
+        .cache(move |c| c.default_namespace(namespace))
+        .build()
+        .unwrap();
+    let controller = Controller::builder(
+        format!("{}-{who}", setup.lease),
+        Timed {
+            who,
+            log: Arc::clone(log),
+            again: setup.again,
+        },
+    )
+    .build()
+    .unwrap();
+    controller
+        .watch(
+            Kind::<ConfigMap>::from_cache(manager.cache()),
+            EnqueueObject,
+            vec![],
+        )
+        .unwrap();
+    manager.add_controller(controller.clone());
+    // A leader-only runnable that takes no gate: it must start only once this replica leads.
+    let leader_runnable_started = Arc::new(AtomicUsize::new(0));
+    let started = Arc::clone(&leader_runnable_started);
+    manager.add(runnable("leader-only", true, move |shutdown| async move {
+        started.fetch_add(1, Ordering::SeqCst);
+        shutdown.stopped().await;
+        Ok(())
+    }));
+    let manager = Arc::new(manager);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (manager, stop) = (Arc::clone(&manager), stop.clone());
+        async move { manager.start(stop).await }
+    });
+    Replica {
+        manager,
+        controller,
+        leader_runnable_started,
+        stop,
+        task,
+    }
+}
+
+fn leads(r: &Replica) -> bool {
+    r.manager.leader_election().is_some_and(|e| e.is_leader())
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn create_config_maps(ns: &TestNamespace, names: impl IntoIterator<Item = String>) {
+    let api: Api<ConfigMap> = ns.api();
+    for name in names {
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+}
+
+fn reconciles_by(log: &Log, who: &str) -> Vec<Instant> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(w, _)| *w == who)
+        .map(|(_, at)| *at)
+        .collect()
+}
+
+/// With warm standby, the follower's controller syncs and queues while it reconciles
+/// nothing; on the leader's release it reconciles what it queued at once. A gateless
+/// leader-only runnable starts only on acquire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_standby_queues_without_reconciling_and_reconciles_on_takeover() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("warm").await.unwrap();
+    create_config_maps(&ns, (0..20).map(|i| format!("cm-{i}"))).await;
+    let log: Log = Arc::default();
+    let setup = Setup {
+        ns: &ns,
+        lease: "warm",
+        warm: true,
+        again: None,
+        client: None,
+    };
+    let a = replica(&setup, "a", &log);
+    eventually("a to lead", || leads(&a)).await;
+    let b = replica(&setup, "b", &log);
+    eventually("b's controller to sync while a leads", || {
+        b.controller.has_synced()
+    })
+    .await;
+    eventually("b to queue every object", || {
+        b.controller.queue().len() >= 20
+    })
+    .await;
+    let queued = b.controller.queue().len();
+    // A change while b follows is queued (one more key), not reconciled.
+    create_config_maps(&ns, ["late".to_owned()]).await;
+    eventually("b to queue the new object", || {
+        b.controller.queue().len() == queued + 1
+    })
+    .await;
+    assert!(leads(&a) && !leads(&b));
+    assert!(
+        reconciles_by(&log, "b").is_empty(),
+        "the follower reconciled"
+    );
+    assert_eq!(b.leader_runnable_started.load(Ordering::SeqCst), 0);
+    assert_eq!(a.leader_runnable_started.load(Ordering::SeqCst), 1);
+
+    let released = Instant::now();
+    a.stop.cancel();
+    a.task.await.unwrap().unwrap();
+    eventually("b to reconcile", || !reconciles_by(&log, "b").is_empty()).await;
+    let first = reconciles_by(&log, "b")[0];
+    println!(
+        "warm standby: release -> first reconcile {:?}",
+        first - released
+    );
+    assert!(
+        reconciles_by(&log, "a").iter().all(|at| *at < released),
+        "a reconciled after it released"
+    );
+    eventually("b to reconcile all it queued", || {
+        reconciles_by(&log, "b").len() > queued
+    })
+    .await;
+    assert_eq!(b.leader_runnable_started.load(Ordering::SeqCst), 1);
+    b.stop.cancel();
+    b.task.await.unwrap().unwrap();
+}
+
+/// Without warm standby, the follower's controller does not start before it leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_warm_standby_controllers_start_on_acquire() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("cold").await.unwrap();
+    create_config_maps(&ns, (0..5).map(|i| format!("cm-{i}"))).await;
+    let log: Log = Arc::default();
+    let setup = Setup {
+        ns: &ns,
+        lease: "cold",
+        warm: false,
+        again: None,
+        client: None,
+    };
+    let a = replica(&setup, "a", &log);
+    eventually("a to lead", || leads(&a)).await;
+    eventually("a to reconcile", || reconciles_by(&log, "a").len() >= 5).await;
+    let b = replica(&setup, "b", &log);
+    // b runs as a follower for a while: its controller never starts.
+    let until = Instant::now() + LEASE;
+    while Instant::now() < until {
+        assert!(!b.controller.has_synced(), "b's controller started");
+        assert!(b.controller.queue().is_empty());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(reconciles_by(&log, "b").is_empty());
+    a.stop.cancel();
+    a.task.await.unwrap().unwrap();
+    eventually("b to reconcile every object", || {
+        reconciles_by(&log, "b").len() >= 5
+    })
+    .await;
+    b.stop.cancel();
+    b.task.await.unwrap().unwrap();
+}
+
+/// A TCP proxy to the API server that can be cut: every connection closed, new ones
+/// refused.
+async fn proxy(target: String, cut: CancellationToken) -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                () = cut.cancelled() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let Ok((mut inbound, _)) = accepted else {
+                continue;
+            };
+            let (target, cut) = (target.clone(), cut.clone());
+            tokio::spawn(async move {
+                let Ok(mut outbound) = TcpStream::connect(&target).await else {
+                    return;
+                };
+                tokio::select! {
+                    () = cut.cancelled() => {}
+                    _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A leader that cannot reach the API server stops reconciling when its renew deadline
+/// (counted from its last successful renewal) passes, though its queue keeps a key that
+/// asks to run every 50 ms, and its manager ends with `LeadershipLost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_renewals_fail_stops_reconciling_at_the_renew_deadline() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("unreachable").await.unwrap();
+    create_config_maps(&ns, ["tick".to_owned()]).await;
+    let url = env.config().cluster_url.clone();
+    let target = format!("{}:{}", url.host().unwrap(), url.port_u16().unwrap_or(443));
+    let cut = CancellationToken::new();
+    let through = proxy(target, cut.clone()).await;
+    let mut config = env.config().clone();
+    config.cluster_url = format!("https://{through}").parse().unwrap();
+    // Requests through a cut proxy fail fast; keep the client's own timeouts short anyway.
+    config.connect_timeout = Some(Duration::from_millis(500));
+    config.read_timeout = Some(Duration::from_secs(1));
+    let client = kube::Client::try_from(config).unwrap();
+    let log: Log = Arc::default();
+    let setup = Setup {
+        ns: &ns,
+        lease: "unreachable",
+        warm: true,
+        again: Some(Duration::from_millis(50)),
+        client: Some(client),
+    };
+    let a = replica(&setup, "a", &log);
+    eventually("a to lead", || leads(&a)).await;
+    eventually("a to reconcile", || reconciles_by(&log, "a").len() >= 5).await;
+    let cut_at = Instant::now();
+    cut.cancel();
+    let Replica { task, .. } = a;
+    let ended = tokio::time::timeout(WAIT, task).await.unwrap().unwrap();
+    assert!(matches!(ended, Err(Error::LeadershipLost)), "{ended:?}");
+    let last = *reconciles_by(&log, "a").last().unwrap();
+    println!(
+        "cut at +0; last reconcile started at {:?} after the cut; manager ended {:?} after",
+        last.saturating_duration_since(cut_at),
+        cut_at.elapsed()
+    );
+    // The last successful renewal was sent before the cut: nothing starts past its renew
+    // deadline (50 ms of slack for one reconcile's scheduling).
+    assert!(
+        last < cut_at + RENEW + Duration::from_millis(50),
+        "reconciled {:?} after the cut",
+        last - cut_at
+    );
+    // And it kept reconciling until close to it: the last successful renewal was sent at
+    // most a retry period (and its jitter) before the cut, so the gate did not close early.
+    assert!(
+        last > cut_at + RENEW - RETRY * 2,
+        "stopped {:?} after the cut",
+        last.saturating_duration_since(cut_at)
+    );
+}
+
+const CHILD: &str = "RUDDER_SPLIT_BRAIN_CHILD";
+
+/// Microseconds since the epoch: one clock for the children's logs and the test.
+fn wall_micros() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros()
+}
+
+/// Writes one line per reconcile start (wall-clock microseconds) to a file.
+struct FileLogged(Mutex<std::fs::File>);
+
+impl Reconciler for FileLogged {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, _: Request, _: Context) -> Result<Action, Self::Error> {
+        let line = format!("{}\n", wall_micros());
+        let mut file = self.0.lock().unwrap();
+        file.write_all(line.as_bytes()).unwrap();
+        file.flush().unwrap();
+        Ok(Action::done())
+    }
+}
+
+/// In the child: a replica (`kubeconfig namespace identity log`) with a ConfigMap controller
+/// that logs each reconcile start; exits 3 on `LeadershipLost`, 0 on a clean stop, 4 on
+/// anything else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_brain_child() {
+    let Ok(spec) = std::env::var(CHILD) else {
+        return; // Only meaningful as the child of the test below.
+    };
+    let [kubeconfig, namespace, who, log]: [&str; 4] =
+        spec.split('|').collect::<Vec<_>>().try_into().unwrap();
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let election = LeaderElectionConfig::new(namespace, "split-brain")
+        .with_identity(who)
+        .with_lease_duration(LEASE)
+        .with_renew_deadline(RENEW)
+        .with_retry_period(RETRY);
+    let ns = namespace.to_owned();
+    let manager = Manager::builder(client)
+        .health_probe_address(None)
+        .metrics_address(None)
+        .leader_election(election)
+        .cache(move |c| c.default_namespace(ns))
+        .build()
+        .unwrap();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let controller = Controller::builder("split-brain", FileLogged(Mutex::new(file)))
+        .build()
+        .unwrap();
+    controller
+        .watch(
+            Kind::<ConfigMap>::from_cache(manager.cache()),
+            EnqueueObject,
+            vec![],
+        )
+        .unwrap();
+    manager.add_controller(controller);
+    println!("started");
+    let result = manager.start_until_signal().await;
+    println!("ended: {result:?}");
+    std::process::exit(match result {
+        Ok(()) => 0,
+        Err(Error::LeadershipLost) => 3,
+        Err(_) => 4,
+    });
+}
+
+/// Kills the child when dropped (a failed assertion must not leave it running).
+struct Kid(Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn spawn_child(env: &TestEnv, ns: &TestNamespace, who: &str, log: &std::path::Path) -> Kid {
+    let spec = format!(
+        "{}|{}|{who}|{}",
+        env.kubeconfig_path().display(),
+        ns.name(),
+        log.display()
+    );
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "split_brain_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, spec)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Keep reading its output (so it never blocks on a full pipe), echoing it.
+    let stdout = child.stdout.take().unwrap();
+    let who = who.to_owned();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            println!("[{who}] {line}");
+        }
+    });
+    Kid(child)
+}
+
+fn read_log(path: &std::path::Path) -> Vec<u128> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect()
+}
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt("split-brain")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+/// The issue's scenario: two replicas (lease 3 s, renew 2 s, retry 0.5 s) on a churning
+/// object, the leader frozen with SIGSTOP for 10 s while the other takes over, then
+/// resumed: it starts no reconcile after resuming, and its manager ends with
+/// `LeadershipLost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_resumed_after_its_lease_reconciles_nothing_and_ends() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("split-brain").await.unwrap();
+    let dir = std::env::temp_dir().join(format!("rudder-split-brain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (log_a, log_b) = (dir.join("a.log"), dir.join("b.log"));
+    let leases: Api<Lease> = ns.api();
+
+    // Churn: an object changing every 100 ms, so whoever leads keeps reconciling.
+    create_config_maps(&ns, ["churn".to_owned()]).await;
+    let churning = CancellationToken::new();
+    let churner = tokio::spawn({
+        let (api, stop) = (ns.api::<ConfigMap>(), churning.clone());
+        async move {
+            let mut i = 0u64;
+            while !stop.is_cancelled() {
+                i += 1;
+                let data = serde_json::json!({ "data": { "i": i.to_string() } });
+                let _ = api
+                    .patch("churn", &PatchParams::default(), &Patch::Merge(&data))
+                    .await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+
+    let mut a = spawn_child(env, &ns, "a", &log_a);
+    let deadline = Instant::now() + WAIT;
+    while !(holder(&leases).await.as_deref() == Some("a") && read_log(&log_a).len() >= 3) {
+        assert!(Instant::now() < deadline, "a never led and reconciled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut b = spawn_child(env, &ns, "b", &log_b);
+    // Let b come up as a warm follower.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(holder(&leases).await.as_deref(), Some("a"));
+    assert!(read_log(&log_b).is_empty(), "the follower reconciled");
+
+    signal(&a.0, "-STOP");
+    let stopped = wall_micros();
+    let frozen = Instant::now();
+    let deadline = frozen + Duration::from_secs(10);
+    while holder(&leases).await.as_deref() != Some("b") {
+        assert!(Instant::now() < deadline, "b did not take over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took_over = frozen.elapsed();
+    // The freeze itself is the scenario: 10 s, then resume.
+    tokio::time::sleep_until(frozen + Duration::from_secs(10)).await;
+    let resumed = wall_micros();
+    signal(&a.0, "-CONT");
+
+    let deadline = Instant::now() + WAIT;
+    let code = loop {
+        if let Some(status) = a.0.try_wait().unwrap() {
+            break status.code();
+        }
+        assert!(Instant::now() < deadline, "a did not exit after resuming");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let ended = Instant::now();
+    let a_log = read_log(&log_a);
+    let after_stop = a_log.iter().filter(|&&t| t >= stopped).count();
+    let after_resume = a_log.iter().filter(|&&t| t >= resumed).count();
+    // b keeps leading and reconciling.
+    let b_before = read_log(&log_b).len();
+    let deadline = Instant::now() + WAIT;
+    while read_log(&log_b).len() <= b_before {
+        assert!(Instant::now() < deadline, "b stopped reconciling");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "b held the Lease {took_over:?} after the freeze; a exited {:?} after resuming with \
+         code {code:?}; a reconciled {} times before the freeze, {after_stop} after it \
+         ({after_resume} after resuming); b {} times",
+        ended - frozen - Duration::from_secs(10),
+        a_log.len() - after_stop,
+        read_log(&log_b).len(),
+    );
+    assert_eq!(after_resume, 0, "the resumed leader reconciled");
+    assert_eq!(after_stop, 0, "the frozen leader reconciled");
+    assert_eq!(code, Some(3), "a did not end with LeadershipLost");
+    assert_eq!(holder(&leases).await.as_deref(), Some("b"));
+
+    churning.cancel();
+    churner.await.unwrap();
+    signal(&b.0, "-TERM");
+    let deadline = Instant::now() + WAIT;
+    while b.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "b did not stop");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop((a, b));
+    let _ = std::fs::remove_dir_all(&dir);
+}
