@@ -166,6 +166,96 @@ async fn release_on_cancel_hands_over_within_a_retry_period() {
     );
 }
 
+/// client-go's default timings (15 s / 10 s / 2 s), with release on cancel.
+fn default_timings(ns: &TestNamespace, identity: &str) -> LeaderElection {
+    let config = LeaderElectionConfig::new(ns.name(), NAME)
+        .with_identity(identity)
+        .with_release_on_cancel(true);
+    LeaderElection::new(ns.client(), config).unwrap()
+}
+
+/// The watch's goal: with client-go's default timings, the successor holds the Lease within
+/// 200 ms of the release, every round; polling alone waits 2 s to 4.4 s for its next retry.
+#[tokio::test]
+async fn a_released_lease_is_taken_over_within_200ms_by_a_watching_candidate() {
+    let ns = namespace("a_released_lease_is_taken_over_within_200ms").await;
+    let mut took = Vec::new();
+    let mut leader = default_timings(&ns, "round-0");
+    let mut stop = CancellationToken::new();
+    let mut leadership = timeout(Duration::from_secs(5), leader.acquire(stop.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    for round in 1..=5 {
+        let successor = default_timings(&ns, &format!("round-{round}"));
+        let stop_successor = CancellationToken::new();
+        let acquiring = spawn_acquire(&successor, &stop_successor);
+        // The successor's first attempt finds the Lease held; its next poll is 2 s to 4.4 s
+        // away, so only the watch can explain a takeover within 200 ms.
+        assert_sole_leader(&ns, &leader, &successor, Duration::from_millis(300)).await;
+
+        let released = Instant::now();
+        stop.cancel();
+        let held = timeout(Duration::from_secs(5), acquiring)
+            .await
+            .expect("the successor acquires")
+            .unwrap()
+            .unwrap();
+        took.push(released.elapsed());
+        leadership.finished().await.unwrap();
+        assert!(!leader.is_leader());
+        assert_eq!(holder(&ns).await.as_deref(), Some(successor.identity()));
+        assert_eq!(lease(&ns).await.lease_transitions, Some(round));
+        (leader, stop, leadership) = (successor, stop_successor, held);
+    }
+    stop.cancel();
+    leadership.finished().await.unwrap();
+    assert!(
+        took.iter().all(|t| *t < Duration::from_millis(200)),
+        "takeovers took {took:?}"
+    );
+}
+
+/// A deleted Lease is tried at once too; the old leader, whose next renewal finds the
+/// successor holding the Lease, loses leadership then.
+#[tokio::test]
+async fn a_deleted_lease_is_taken_over_at_once_by_a_watching_candidate() {
+    let ns = namespace("a_deleted_lease_is_taken_over_at_once").await;
+    let a = default_timings(&ns, "a");
+    let b = default_timings(&ns, "b");
+    let stop_a = CancellationToken::new();
+    let stop_b = CancellationToken::new();
+    let leadership_a = timeout(Duration::from_secs(5), a.acquire(stop_a.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    let acquiring = spawn_acquire(&b, &stop_b);
+    assert_sole_leader(&ns, &a, &b, Duration::from_millis(300)).await;
+
+    let deleted = Instant::now();
+    ns.api::<Lease>()
+        .delete(NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    let leadership_b = timeout(Duration::from_secs(5), acquiring)
+        .await
+        .expect("b acquires")
+        .unwrap()
+        .unwrap();
+    let took = deleted.elapsed();
+    assert!(took < Duration::from_millis(200), "took {took:?}");
+    assert_eq!(holder(&ns).await.as_deref(), Some("b"));
+    // a renews every 2 s; its renewal finds b holding the Lease and it stops at once.
+    timeout(Duration::from_secs(5), leadership_a.lost())
+        .await
+        .expect("a sees the loss at its next renewal");
+    assert!(!a.is_leader());
+    assert_eq!(*a.validity().borrow(), None);
+    assert!(b.is_leader());
+    stop_b.cancel();
+    leadership_b.finished().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_killed_leader_is_replaced_once_its_lease_expires() {
     let ns = namespace("a_killed_leader_is_replaced_once_its_lease_expires").await;

@@ -13,7 +13,8 @@ pub const JITTER_FACTOR: f64 = 1.2;
 ///
 /// The defaults are client-go's and controller-runtime's: lease 15 s, renew deadline 10 s,
 /// retry period 2 s, no release on cancel, and an identity made of the hostname and a random
-/// suffix ([`default_identity`]).
+/// suffix ([`default_identity`]). Beyond client-go, a waiting candidate also watches the Lease
+/// ([`with_watch`](Self::with_watch)).
 #[derive(Clone, Debug)]
 pub struct LeaderElectionConfig {
     lease_name: String,
@@ -23,6 +24,7 @@ pub struct LeaderElectionConfig {
     renew_deadline: Duration,
     retry_period: Duration,
     release_on_cancel: bool,
+    watch: bool,
 }
 
 impl LeaderElectionConfig {
@@ -36,6 +38,7 @@ impl LeaderElectionConfig {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
             release_on_cancel: false,
+            watch: true,
         }
     }
 
@@ -76,6 +79,27 @@ impl LeaderElectionConfig {
     pub fn with_release_on_cancel(mut self, release: bool) -> Self {
         self.release_on_cancel = release;
         self
+    }
+
+    /// Sets whether a candidate that does not lead watches its Lease (on by default), besides
+    /// polling it every retry period. With the watch, a Lease that is released (its holder
+    /// emptied) or deleted is tried at once, so a successor takes over within milliseconds of
+    /// a release instead of at its next retry (up to 2.2 retry periods). The watch changes
+    /// nothing in what is written, so candidates with and without it (and client-go's) share
+    /// a Lease safely; off, the elector polls exactly as client-go's does.
+    ///
+    /// The watch needs the `list` and `watch` verbs on `leases` in the Lease's namespace (a
+    /// field-selected list and watch of the one Lease). Without them, or when the watch fails,
+    /// it is retried with a backoff (0.8 s doubling up to 30 s) and polling goes on meanwhile.
+    #[must_use]
+    pub fn with_watch(mut self, watch: bool) -> Self {
+        self.watch = watch;
+        self
+    }
+
+    /// Whether a candidate that does not lead watches its Lease.
+    pub fn watch(&self) -> bool {
+        self.watch
     }
 
     /// The Lease's name.
@@ -191,6 +215,7 @@ mod tests {
         assert_eq!(config.renew_deadline(), Duration::from_secs(10));
         assert_eq!(config.retry_period(), Duration::from_secs(2));
         assert!(!config.release_on_cancel());
+        assert!(config.watch());
         assert!(config.validate().is_ok());
         assert_eq!(config.lease_duration_seconds(), Some(15));
     }

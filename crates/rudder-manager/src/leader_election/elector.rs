@@ -5,10 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
+use kube_runtime::WatchStreamExt;
+use kube_runtime::watcher;
 use metrics::Gauge;
-use tokio::sync::{Mutex, watch};
+use tokio::sync::{Mutex, Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
@@ -118,6 +121,11 @@ impl LeaderElection {
     /// it saw the change, never by the times written in it. Failed requests are logged and
     /// retried.
     ///
+    /// Meanwhile, unless [`with_watch(false)`](LeaderElectionConfig::with_watch), it watches
+    /// the Lease (a watch selecting its name) and tries at once when it sees it released (an
+    /// empty holder) or deleted, without waiting for the next retry. The watch stops when this
+    /// returns; its failures are retried with a backoff and never stop the polling.
+    ///
     /// When `cancel` fires after this returns, the renewing task stops, first releasing the
     /// Lease if [`release_on_cancel`](LeaderElectionConfig::with_release_on_cancel) is set;
     /// cancel only once everything that needs leadership has stopped.
@@ -132,6 +140,13 @@ impl LeaderElection {
     pub async fn acquire(&self, cancel: CancellationToken) -> Result<Leadership> {
         let shared = &self.shared;
         tracing::info!(lease = %shared.key(), identity = %shared.config.identity(), "attempting to acquire the leader lease");
+        let free = Arc::new(Notify::new());
+        let _watch = shared.config.watch().then(|| {
+            AbortOnDrop(tokio::spawn(watch_for_free(
+                Arc::clone(shared),
+                Arc::clone(&free),
+            )))
+        });
         let acquired = loop {
             if cancel.is_cancelled() {
                 return Err(shared.cancelled());
@@ -157,6 +172,11 @@ impl LeaderElection {
                 Ok(Attempt::HeldBy(holder)) => {
                     tracing::debug!(lease = %shared.key(), %holder, "the lease is held by another candidate");
                 }
+                Ok(Attempt::Failed(error)) if is_conflict(&error) => {
+                    // Another candidate wrote the Lease first, as happens when several try
+                    // a released Lease at once: nothing went wrong.
+                    tracing::debug!(lease = %shared.key(), %error, "another candidate wrote the lease first");
+                }
                 Ok(Attempt::Failed(error)) => {
                     tracing::warn!(lease = %shared.key(), %error, "failed to acquire the lease");
                 }
@@ -168,6 +188,9 @@ impl LeaderElection {
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(shared.cancelled()),
+                () = free.notified() => {
+                    tracing::debug!(lease = %shared.key(), "the lease was released or deleted, trying at once");
+                }
                 () = sleep(wait) => {}
             }
         };
@@ -622,6 +645,77 @@ async fn keep_leading(
     Ok(())
 }
 
+/// Watches the Lease (a list and watch selecting its name, kube-runtime's watcher with its
+/// default backoff) and wakes the acquire loop whenever it is seen free: released (an empty
+/// holder), deleted, or absent when listed. A permit is kept if the loop is busy with an
+/// attempt, so a release seen meanwhile is not missed.
+async fn watch_for_free(shared: Arc<Shared>, free: Arc<Notify>) {
+    let config =
+        watcher::Config::default().fields(&format!("metadata.name={}", shared.config.lease_name()));
+    let events = watcher(shared.api.clone(), config).default_backoff();
+    let mut events = std::pin::pin!(events);
+    let mut listed = false;
+    let mut failing = false;
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => {
+                failing = false;
+                event
+            }
+            Err(error) => {
+                // The first failure in a row is worth a warning (missing RBAC, typically);
+                // the retries after it, with their backoff, are not.
+                if failing {
+                    tracing::debug!(lease = %shared.key(), %error, "watching the lease failed again");
+                } else {
+                    tracing::warn!(lease = %shared.key(), %error, "watching the lease failed; polling it meanwhile");
+                }
+                failing = true;
+                continue;
+            }
+        };
+        let is_free = match event {
+            watcher::Event::Init => {
+                listed = false;
+                false
+            }
+            watcher::Event::InitApply(lease) => {
+                listed = true;
+                is_released(&lease)
+            }
+            watcher::Event::InitDone => !listed,
+            watcher::Event::Apply(lease) => is_released(&lease),
+            watcher::Event::Delete(_) => true,
+        };
+        if is_free {
+            free.notify_one();
+        }
+    }
+}
+
+/// Whether the Lease names no holder (never held, or released).
+fn is_released(lease: &Lease) -> bool {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .is_none_or(str::is_empty)
+}
+
+/// Whether the API server refused a write because the object changed since it was read.
+fn is_conflict(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409)
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// `period` plus a random part of up to [`JITTER_FACTOR`] periods, as client-go's
 /// `wait.Jitter`.
 fn jittered(period: Duration) -> Duration {
@@ -777,6 +871,36 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_failing_watch_backs_off_and_polling_still_takes_an_expired_lease_over() {
+        let fake = FakeApi::default();
+        fake.write_holder("b", 3);
+        let election = election(&fake, "a");
+        let started = Instant::now();
+        let leadership = election.acquire(CancellationToken::new()).await.unwrap();
+        let took = started.elapsed();
+        // Polling: the record is seen at the start, so it expires 3 s later and is taken
+        // over at the first retry after that (retries 0.5 s to 1.1 s apart).
+        assert!(
+            took >= LEASE && took <= LEASE + Duration::from_millis(1100),
+            "{took:?}"
+        );
+        assert_eq!(fake.holder().as_deref(), Some("a"));
+        let watches: Vec<Instant> = fake
+            .seen()
+            .into_iter()
+            .filter(|s| s.list_or_watch)
+            .map(|s| s.at)
+            .collect();
+        assert!(!watches.is_empty(), "the watch was tried");
+        assert!(
+            watches.len() <= 4,
+            "the failing watch backs off (tried {} times in {took:?})",
+            watches.len()
+        );
+        drop(leadership);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_renewal_that_finds_another_holder_is_a_loss_at_once() {
         let fake = FakeApi::default();
         let election = election(&fake, "a");
@@ -797,10 +921,6 @@ mod tests {
         assert_eq!(*validity.borrow(), None);
         assert!(!election.is_leader());
         assert_eq!(fake.holder().as_deref(), Some("b"));
-        assert!(
-            fake.seen().iter().all(|s| !s.watch),
-            "no watch while polling only"
-        );
         assert!(leadership.finished().await.is_err());
     }
 

@@ -1,6 +1,7 @@
 //! A fake API server holding one Lease, for the timed unit tests of the elector: it answers
 //! after a chosen latency (on tokio's clock, so paused-time tests control it) or fails on
-//! demand, which a real API server cannot be made to do at a chosen instant.
+//! demand, which a real API server cannot be made to do at a chosen instant. Lists and
+//! watches always fail.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,7 +18,8 @@ use tokio::time::{Instant, sleep};
 #[derive(Clone, Debug)]
 pub(crate) struct Seen {
     pub(crate) method: Method,
-    pub(crate) watch: bool,
+    /// A list or a watch (any request with a field selector or `watch=true`).
+    pub(crate) list_or_watch: bool,
     pub(crate) at: Instant,
     /// The holder written, for a create or an update.
     pub(crate) wrote_holder: Option<String>,
@@ -97,10 +99,10 @@ impl FakeApi {
 
     async fn answer(self, request: Request<Body>) -> Response<Body> {
         let method = request.method().clone();
-        let watch = request
+        let list_or_watch = request
             .uri()
             .query()
-            .is_some_and(|q| q.contains("watch=true"));
+            .is_some_and(|q| q.contains("watch=true") || q.contains("fieldSelector"));
         let at = Instant::now();
         let Ok(body) = request.into_body().collect_bytes().await else {
             return status(StatusCode::BAD_REQUEST, "BadRequest");
@@ -113,7 +115,7 @@ impl FakeApi {
             let validity = s.validity.as_ref().map(|v| *v.borrow());
             s.seen.push(Seen {
                 method: method.clone(),
-                watch,
+                list_or_watch,
                 at,
                 wrote_holder,
                 validity,
@@ -121,7 +123,8 @@ impl FakeApi {
             (s.latency, s.failing)
         });
         sleep(latency).await;
-        if failing || watch {
+        // The elector's watch is tested on a real API server; here it only fails.
+        if failing || list_or_watch {
             return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError");
         }
         self.with(|s| match method {

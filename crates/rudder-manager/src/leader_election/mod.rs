@@ -1,4 +1,5 @@
-//! Leader election with a `coordination.k8s.io/v1` Lease, compatible with client-go's.
+//! Leader election with a `coordination.k8s.io/v1` Lease, compatible with client-go's, with
+//! takeover in milliseconds and a validity that work needing leadership can check.
 //!
 //! Start with [`LeaderElection::new`] and [`LeaderElection::acquire`]:
 //!
@@ -43,15 +44,43 @@
 //! - **Renew.** The leader writes `renewTime` every retry period, keeping `acquireTime` and
 //!   `leaseTransitions`. Every write carries the `resourceVersion` read, so two candidates
 //!   writing at once cannot both win: the loser's write is a conflict, a failed attempt. If
-//!   no renewal succeeds within the renew deadline, leadership is lost ([`LeadershipLost`]):
-//!   the process should stop its leader-only work and exit.
+//!   no renewal succeeds within the renew deadline, counted from when the last successful
+//!   renewal was sent (not from when the renewing task last ran, so a process frozen past it
+//!   sees the loss as soon as it resumes, without sending anything), or if a renewal finds
+//!   another candidate holding the Lease, leadership is lost ([`LeadershipLost`]): the
+//!   process should stop its leader-only work and exit.
 //! - **Release.** With [`release_on_cancel`](LeaderElectionConfig::with_release_on_cancel),
 //!   a leader that is cancelled writes an empty holder (and `leaseDurationSeconds` 1), so a
-//!   successor takes over at its next retry instead of waiting out the lease.
+//!   successor takes over at once instead of waiting out the lease.
 //!
-//! Defaults: lease 15 s, renew deadline 10 s, retry period 2 s. Without release, a successor
-//! takes over between one lease duration and one lease duration plus 2.2 retry periods after
-//! the leader's last renewal; with release, within 2.2 retry periods.
+//! # Beyond client-go
+//!
+//! - **The watch.** A candidate that does not lead also watches its Lease (a list and watch
+//!   selecting its name), and tries at once when the Lease is released or deleted instead of
+//!   at its next retry. Polling every retry period goes on beside it, with the rules above,
+//!   so an expired Lease is still taken over, and a failing watch (retried with a backoff)
+//!   only costs the speed. [`with_watch(false)`](LeaderElectionConfig::with_watch) turns it
+//!   off. What is written in the Lease is the same either way. Deleting a held Lease is outside
+//!   the protocol, here as in client-go: a candidate then creates it while the old leader
+//!   still believes it leads until its next renewal, and with the watch this happens at once.
+//! - **The validity.** [`LeaderElection::validity`] says until when this process's leadership
+//!   is certain: the instant the last successful acquire or renew request was sent, plus the
+//!   lease duration (monotonic clock). No other candidate can take the Lease over before
+//!   then, so work that needs leadership may start only while `now < valid_until`, checked
+//!   at the moment it starts. This is what keeps a process resumed after a freeze from acting
+//!   before its renewing task has run: the validity passed while it was frozen.
+//!
+//! The monotonic clock (`CLOCK_MONOTONIC` on Linux) stops while the whole machine is
+//! suspended; the rules above, client-go's included, assume the machines' clocks run alike.
+//!
+//! # Timings
+//!
+//! Defaults: lease 15 s, renew deadline 10 s, retry period 2 s. With release, a watching
+//! successor holds the Lease within milliseconds of the release (7-9 ms on a local API
+//! server, `docs/benchmarks.md`); without the watch, within 2.2 retry periods. Without
+//! release (a killed leader), a successor takes over between one lease duration and one lease
+//! duration plus 2.2 retry periods after the leader's last renewal. A leader whose renewals
+//! fail stops leading at most a renew deadline after its last successful renewal was sent.
 //!
 //! # Observability
 //!
