@@ -640,7 +640,8 @@ impl Manager {
 
     /// Every permission the operator needs: what was recorded with
     /// [`record_permissions`](Self::record_permissions), and the manager's own: leader
-    /// election (get, create, update on its Lease's namespace's `leases`), secure metrics
+    /// election (get, create, update on its Lease's namespace's `leases`, and list, watch
+    /// unless its watch is off), secure metrics
     /// (create `tokenreviews` and `subjectaccessreviews`), self-signed webhook certificates
     /// (get, list, watch, create, update on Secrets in their namespace; get, list, watch,
     /// update on the kinds of the configured injection targets).

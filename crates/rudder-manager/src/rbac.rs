@@ -425,8 +425,25 @@ pub(crate) fn manager_rules(
             RuleScope::Namespace(election.lease_namespace().to_owned()),
             "coordination.k8s.io",
             "leases",
-            [Verb::Get, Verb::Create, Verb::Update],
+            // A waiting candidate also watches its Lease (a list and watch selecting its
+            // name), to try a released one at once.
+            [
+                Verb::Get,
+                Verb::List,
+                Verb::Watch,
+                Verb::Create,
+                Verb::Update,
+            ],
         );
+        if election.watch() {
+            // A waiting candidate's watch of its Lease (a list and a watch by name).
+            rules.add(
+                RuleScope::Namespace(election.lease_namespace().to_owned()),
+                "coordination.k8s.io",
+                "leases",
+                [Verb::List, Verb::Watch],
+            );
+        }
     }
     if secure_metrics {
         rules.add(
@@ -588,6 +605,26 @@ mod tests {
             binding.subjects.unwrap()[0].namespace.as_deref(),
             Some("op-system")
         );
+    }
+
+    #[test]
+    fn leader_election_needs_list_and_watch_on_leases_only_with_its_watch() {
+        let scope = RuleScope::Namespace("ops".into());
+        let lease = |verb| {
+            let config = crate::leader_election::LeaderElectionConfig::new("ops", "lock");
+            let on = manager_rules(Some(&config), false, None);
+            let off = manager_rules(Some(&config.with_watch(false)), false, None);
+            (
+                on.allows(&scope, "coordination.k8s.io", "leases", verb),
+                off.allows(&scope, "coordination.k8s.io", "leases", verb),
+            )
+        };
+        for verb in [Verb::Get, Verb::Create, Verb::Update] {
+            assert_eq!(lease(verb), (true, true));
+        }
+        for verb in [Verb::List, Verb::Watch] {
+            assert_eq!(lease(verb), (true, false));
+        }
     }
 
     #[tokio::test]
