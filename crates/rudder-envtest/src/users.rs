@@ -1,12 +1,13 @@
 //! Extra users: [`TestUser`], a ServiceAccount with a token from the TokenRequest API and a
-//! client acting as it; and grants of non-resource URLs (`/metrics`) to one.
+//! client acting as it; grants of non-resource URLs (`/metrics`) to one; and waiting until the
+//! authorizer allows or refuses one a resource verb.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::authorization::v1::{
-    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -208,9 +209,74 @@ impl TestNamespace {
     }
 }
 
-/// Whether the API server's authorizer allows `user` `verb` on the non-resource URL `url`.
-async fn allowed(client: &kube::Client, user: &TestUser, verb: &str, url: &str) -> Result<bool> {
-    let review = SubjectAccessReview {
+impl TestNamespace {
+    /// Waits until the API server's authorizer answers `allowed` for `user` doing `verb` on
+    /// `resource` (plural, with `/subresource` if any) of API `group` (`""` for the core
+    /// group) in this namespace: RBAC changes (a Role applied, replaced or deleted) reach the
+    /// authorizer shortly after the write, and a test acting as the user must not run ahead
+    /// of them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Kube`] if a review fails; [`Error::NotAuthorized`] if the answer is still
+    /// the other one after [`GRANT_TIMEOUT`].
+    pub async fn wait_for_access(
+        &self,
+        user: &TestUser,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        allowed: bool,
+    ) -> Result<()> {
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((resource, sub)) => (resource, Some(sub.to_owned())),
+            None => (resource, None),
+        };
+        let attributes = ResourceAttributes {
+            namespace: Some(self.name().to_owned()),
+            verb: Some(verb.to_owned()),
+            group: Some(group.to_owned()),
+            resource: Some(resource.to_owned()),
+            subresource,
+            ..ResourceAttributes::default()
+        };
+        let client = self.client();
+        let deadline = tokio::time::Instant::now() + GRANT_TIMEOUT;
+        loop {
+            let review = review_for(user, None, Some(attributes.clone()));
+            let answer = Api::<SubjectAccessReview>::all(client.clone())
+                .create(&PostParams::default(), &review)
+                .await
+                .map_err(|source| Error::Kube {
+                    context: format!("review whether {} may {verb} {resource}", user.username()),
+                    source,
+                })?;
+            if answer.status.is_some_and(|s| s.allowed) == allowed {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::NotAuthorized {
+                    user: user.username(),
+                    what: format!(
+                        "{} {verb} {group}/{resource} in {}",
+                        if allowed { "allowed to" } else { "refused" },
+                        self.name()
+                    ),
+                    timeout: GRANT_TIMEOUT,
+                });
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+}
+
+/// A review of what `user` may do (with the groups every ServiceAccount has).
+fn review_for(
+    user: &TestUser,
+    non_resource: Option<NonResourceAttributes>,
+    resource: Option<ResourceAttributes>,
+) -> SubjectAccessReview {
+    SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(user.username()),
             groups: Some(vec![
@@ -219,14 +285,24 @@ async fn allowed(client: &kube::Client, user: &TestUser, verb: &str, url: &str) 
                 "system:authenticated".to_owned(),
             ]),
             extra: Some(BTreeMap::new()),
-            non_resource_attributes: Some(NonResourceAttributes {
-                path: Some(url.to_owned()),
-                verb: Some(verb.to_owned()),
-            }),
+            non_resource_attributes: non_resource,
+            resource_attributes: resource,
             ..SubjectAccessReviewSpec::default()
         },
         ..SubjectAccessReview::default()
-    };
+    }
+}
+
+/// Whether the API server's authorizer allows `user` `verb` on the non-resource URL `url`.
+async fn allowed(client: &kube::Client, user: &TestUser, verb: &str, url: &str) -> Result<bool> {
+    let review = review_for(
+        user,
+        Some(NonResourceAttributes {
+            path: Some(url.to_owned()),
+            verb: Some(verb.to_owned()),
+        }),
+        None,
+    );
     let answer = Api::<SubjectAccessReview>::all(client.clone())
         .create(&PostParams::default(), &review)
         .await

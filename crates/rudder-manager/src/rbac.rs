@@ -425,15 +425,7 @@ pub(crate) fn manager_rules(
             RuleScope::Namespace(election.lease_namespace().to_owned()),
             "coordination.k8s.io",
             "leases",
-            // A waiting candidate also watches its Lease (a list and watch selecting its
-            // name), to try a released one at once.
-            [
-                Verb::Get,
-                Verb::List,
-                Verb::Watch,
-                Verb::Create,
-                Verb::Update,
-            ],
+            [Verb::Get, Verb::Create, Verb::Update],
         );
         if election.watch() {
             // A waiting candidate's watch of its Lease (a list and a watch by name).

@@ -1,0 +1,353 @@
+//! Least privilege, on a real API server with RBAC on (and the
+//! `OwnerReferencesPermissionEnforcement` admission plugin, which asks for the owner's
+//! `finalizers` subresource from whoever sets `blockOwnerDeletion`): the operator runs its
+//! whole flow (scale up, down, up again, delete through the finalizer) as a ServiceAccount
+//! bound only to the Role rendered from its code, with no `forbidden` error logged; then,
+//! for each rule of that Role, the same flow with that rule removed meets a `forbidden`
+//! error, so every rule is needed, not just sufficient.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use configmap_generator::{ConfigMapGenerator, ConfigMapGeneratorSpec, Settings};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{CustomResourceExt, ResourceExt};
+use rudder::manifests::DeployOptions;
+use rudder_envtest::{TestNamespace, TestUser};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::prelude::*;
+
+/// Everything logged, for the `forbidden` errors.
+static LOG: Mutex<String> = Mutex::new(String::new());
+
+struct Capture;
+
+impl std::io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        LOG.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_str(&String::from_utf8_lossy(bytes));
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn forbidden_lines() -> Vec<String> {
+    LOG.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .lines()
+        .filter(|line| line.to_lowercase().contains("forbidden"))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn clear_log() {
+    LOG.lock().unwrap_or_else(PoisonError::into_inner).clear();
+}
+
+/// How a flow ended.
+#[derive(Debug)]
+enum Outcome {
+    /// Every step done, no `forbidden` logged.
+    Completed,
+    /// A `forbidden` error was logged (the first line).
+    Forbidden(String),
+    /// A step did not finish in time (without a `forbidden` error).
+    Stuck(String),
+}
+
+/// How long one step of a flow may take.
+const STEP: Duration = Duration::from_secs(20);
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Completed => f.write_str("completed"),
+            Outcome::Forbidden(line) => write!(f, "forbidden: {line}"),
+            Outcome::Stuck(step) => write!(f, "stuck at {step}, no forbidden error"),
+        }
+    }
+}
+
+/// Waits for `check`, giving up on a `forbidden` log line or after [`STEP`].
+async fn step(what: &str, mut check: impl AsyncFnMut() -> bool) -> Result<(), Outcome> {
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        if let Some(line) = forbidden_lines().into_iter().next() {
+            return Err(Outcome::Forbidden(line));
+        }
+        if check().await {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Outcome::Stuck(what.to_owned()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn generated(cms: &Api<ConfigMap>, name: &str) -> Vec<String> {
+    let prefix = format!("{name}-");
+    let mut names: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|cm| cm.name_any())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The operator's flow for generator `name`, the operator acting as `user`: count 2, 1, 2,
+/// then deletion through the finalizer.
+async fn flow(ns: &TestNamespace, user: &TestUser, settings: &Settings, name: &str) -> Outcome {
+    clear_log();
+    let manager = match configmap_generator::manager(user.client(), settings, false).await {
+        Ok(manager) => Arc::new(manager),
+        Err(error) => return Outcome::Forbidden(format!("setup: {error}")),
+    };
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (manager, stop) = (Arc::clone(&manager), stop.clone());
+        async move { manager.start(stop).await }
+    });
+    let outcome = steps(ns, name).await;
+    stop.cancel();
+    let _ = running.await;
+    match outcome {
+        Ok(()) => match forbidden_lines().into_iter().next() {
+            Some(line) => Outcome::Forbidden(line),
+            None => Outcome::Completed,
+        },
+        Err(outcome) => outcome,
+    }
+}
+
+async fn steps(ns: &TestNamespace, name: &str) -> Result<(), Outcome> {
+    let generators: Api<ConfigMapGenerator> = ns.api();
+    let cms: Api<ConfigMap> = ns.api();
+    let want = |count: u32| {
+        (0..count)
+            .map(|i| format!("{name}-{i}"))
+            .collect::<Vec<_>>()
+    };
+    generators
+        .create(
+            &PostParams::default(),
+            &ConfigMapGenerator::new(
+                name,
+                ConfigMapGeneratorSpec {
+                    data: [("k".to_owned(), "v".to_owned())].into(),
+                    count: 2,
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let status_is = |count: u32| {
+        let generators = generators.clone();
+        async move || {
+            generators
+                .get(name)
+                .await
+                .ok()
+                .and_then(|g| g.status)
+                .is_some_and(|s| s.generated == count)
+        }
+    };
+    step("two ConfigMaps", async || {
+        generated(&cms, name).await == want(2)
+    })
+    .await?;
+    step("status 2", status_is(2)).await?;
+    for count in [1, 2] {
+        generators
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "spec": { "count": count } })),
+            )
+            .await
+            .unwrap();
+        step("scaled", async || {
+            generated(&cms, name).await == want(count)
+        })
+        .await?;
+        step("status follows", status_is(count)).await?;
+    }
+    generators
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+    step("deleted through the finalizer", async || {
+        generators.get_opt(name).await.unwrap().is_none()
+    })
+    .await?;
+    // The last Event (CleanedUp) is recorded before the finalizer goes; a refused one is
+    // logged as it is recorded.
+    Ok(())
+}
+
+/// Leaves nothing of generator `name` behind (as the admin): its finalizer, itself, its
+/// ConfigMaps.
+async fn clean_up(ns: &TestNamespace, name: &str) {
+    let generators: Api<ConfigMapGenerator> = ns.api();
+    if generators.get_opt(name).await.unwrap().is_some() {
+        let _ = generators
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "metadata": { "finalizers": null } })),
+            )
+            .await;
+        let _ = generators.delete(name, &DeleteParams::default()).await;
+    }
+    let cms: Api<ConfigMap> = ns.api();
+    for cm in generated(&cms, name).await {
+        let _ = cms.delete(&cm, &DeleteParams::default()).await;
+    }
+}
+
+fn describe(rule: &PolicyRule) -> String {
+    format!(
+        "{:?} {:?} {:?}",
+        rule.api_groups.as_deref().unwrap_or_default(),
+        rule.resources.as_deref().unwrap_or_default(),
+        rule.verbs
+    )
+}
+
+/// Waits until `user` has exactly `rules`' first verb on each rule's first resource.
+async fn wait_for(ns: &TestNamespace, user: &TestUser, rule: &PolicyRule, allowed: bool) {
+    let group = rule
+        .api_groups
+        .as_ref()
+        .and_then(|g| g.first())
+        .cloned()
+        .unwrap_or_default();
+    let resource = rule
+        .resources
+        .as_ref()
+        .and_then(|r| r.first())
+        .cloned()
+        .unwrap_or_default();
+    ns.wait_for_access(user, &rule.verbs[0], &group, &resource, allowed)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_generated_role_is_sufficient_and_every_rule_is_needed() {
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(|| Capture),
+        )
+        .with(LevelFilter::INFO)
+        .try_init();
+    let env = rudder_envtest::TestEnv::builder()
+        .apiserver_arg("--enable-admission-plugins=OwnerReferencesPermissionEnforcement")
+        .shared()
+        .await
+        .unwrap();
+    env.install_crds([ConfigMapGenerator::crd()]).await.unwrap();
+    let ns = env.namespace("cmgen-rbac").await.unwrap();
+    let user = ns.service_account("operator").await.unwrap();
+    let settings = Settings {
+        health: None,
+        metrics: None,
+        namespace: Some(ns.name().to_owned()),
+        leader_election_namespace: Some(ns.name().to_owned()),
+        ..Settings::default()
+    };
+    let manifests = configmap_generator::manifests(
+        &settings,
+        DeployOptions::new("cmgen", ns.name(), "unused")
+            .service_account(user.name())
+            .create_namespace(false),
+    )
+    .await
+    .unwrap();
+    // Watching one namespace: no ClusterRole, one Role there (Lease included).
+    assert!(manifests.rbac.cluster_role.is_none());
+    let [role]: [Role; 1] = manifests.rbac.roles.clone().try_into().unwrap();
+    let [binding]: [RoleBinding; 1] = manifests.rbac.role_bindings.clone().try_into().unwrap();
+    let rules = role.rules.clone().unwrap();
+    assert!(
+        rules
+            .iter()
+            .all(|r| !r.verbs.iter().any(|v| v.contains('*'))
+                && !r.resources.iter().flatten().any(|v| v.contains('*'))),
+        "{rules:?}"
+    );
+    let roles: Api<Role> = ns.api();
+    let bindings: Api<RoleBinding> = ns.api();
+    roles.create(&PostParams::default(), &role).await.unwrap();
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    for rule in &rules {
+        wait_for(&ns, &user, rule, true).await;
+    }
+
+    // Sufficient: the whole flow, no forbidden error.
+    let outcome = flow(&ns, &user, &settings, "full").await;
+    eprintln!("with the generated Role: {outcome}");
+    assert!(
+        matches!(outcome, Outcome::Completed),
+        "with the generated Role: {outcome}"
+    );
+    clean_up(&ns, "full").await;
+
+    // Needed: each rule removed in turn, and the flow meets a forbidden error.
+    let mut unneeded = Vec::new();
+    for (index, rule) in rules.iter().enumerate() {
+        let mut without = role.clone();
+        without.rules = Some(
+            rules
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != index)
+                .map(|(_, r)| r.clone())
+                .collect(),
+        );
+        let name = role.name_any();
+        let current = roles.get(&name).await.unwrap();
+        without.metadata.resource_version = current.metadata.resource_version;
+        roles
+            .replace(&name, &PostParams::default(), &without)
+            .await
+            .unwrap();
+        wait_for(&ns, &user, rule, false).await;
+        let generator = format!("without-{index}");
+        let outcome = flow(&ns, &user, &settings, &generator).await;
+        eprintln!("without {}: {outcome}", describe(rule));
+        if !matches!(outcome, Outcome::Forbidden(_)) {
+            unneeded.push(format!("{}: {outcome}", describe(rule)));
+        }
+        clean_up(&ns, &generator).await;
+        let current = roles.get(&name).await.unwrap();
+        let mut restored = role.clone();
+        restored.metadata.resource_version = current.metadata.resource_version;
+        roles
+            .replace(&name, &PostParams::default(), &restored)
+            .await
+            .unwrap();
+        wait_for(&ns, &user, rule, true).await;
+    }
+    assert!(
+        unneeded.is_empty(),
+        "rules the flow did not need (removed, yet no forbidden error): {unneeded:#?}"
+    );
+}
