@@ -184,6 +184,7 @@
 //! rules, ValidatingAdmissionPolicy, streaming lists and server-side field validation; for
 //! those, point `RUDDER_ENVTEST_ASSETS` at newer binaries.
 
+mod apply;
 mod binaries;
 mod certs;
 mod crd;
@@ -195,6 +196,7 @@ mod process;
 mod users;
 mod webhook;
 
+pub use apply::APPLY_FIELD_MANAGER;
 pub use binaries::{ASSETS_ENV, Version, cache_dir};
 pub use crd::{crds_from_file, crds_from_yaml};
 pub use env::{TestEnv, TestEnvBuilder};

@@ -44,6 +44,7 @@ use rudder::WebhookManifests;
 use rudder::client::{ClientError, is_controlled_by, set_controller_reference};
 use rudder::manager::leader_election::LeaderElectionConfig;
 use rudder::prelude::*;
+use rudder::rbac::{Permissions, Verb};
 use rudder::webhook::admission::{Defaulter, Denial, FieldError, Validator, Warnings};
 use rudder::webhook::manifest::ClientConfig;
 use schemars::JsonSchema;
@@ -415,6 +416,13 @@ pub async fn add_controller(
     rudder::new_controller(manager)
         .for_::<ChaosPod>()
         .owns::<Pod>()
+        // Beyond what the builder sees: the reconciler patches `spec.nextStop` and the
+        // status.
+        .permissions(
+            Permissions::new()
+                .verbs::<ChaosPod>([Verb::Patch])
+                .subresource::<ChaosPod>("status", [Verb::Patch]),
+        )
         .named(CONTROLLER)
         .complete_with(ChaosPodReconciler::new)
         .await
@@ -469,7 +477,34 @@ impl Default for Options {
 /// [`SetupError`]: the manager's settings were refused, or the controller could not be
 /// declared (the CRD is not installed).
 pub async fn manager(client: kube::Client, options: Options) -> Result<Manager, SetupError> {
+    build_manager(client, options, false).await
+}
+
+/// Every object needed to deploy the operator configured with `options` (see
+/// [`rudder::manifests::manifests`]): the CRD, ServiceAccount, RBAC derived from the code
+/// (controller, leader election, self-signed certificates, secure metrics), Deployment,
+/// and with webhooks their Service and configurations. No cluster is contacted.
+///
+/// # Errors
+///
+/// As [`manager`].
+pub async fn deploy_manifests(
+    options: Options,
+    deploy: rudder::manifests::DeployOptions,
+) -> Result<rudder::manifests::Manifests, SetupError> {
+    let client = rudder::manifests::offline_client().map_err(|_| SetupError::Offline)?;
+    let manager = build_manager(client, options, true).await?;
+    rudder::manifests::manifests(&manager, &deploy.crds([ChaosPod::crd()]))
+        .map_err(|_| SetupError::Offline)
+}
+
+async fn build_manager(
+    client: kube::Client,
+    options: Options,
+    render_only: bool,
+) -> Result<Manager, SetupError> {
     let mut builder = Manager::builder(client)
+        .render_only(render_only)
         .name(CONTROLLER)
         .health_probe_address(options.health_address)
         .metrics_address(options.metrics_address);

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use chaospod::Options;
 use rudder::controller::ErrorChain;
 use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder::manifests::DeployOptions;
 use rudder::webhook::manifest::ClientConfig;
 
 const HELP: &str = "\
@@ -53,6 +54,13 @@ USAGE: chaospod [FLAGS]
                                elect a leader through the Lease chaospod-leader in NS
                                (default: the client's namespace)
   --no-leader-election         run without leader election (one replica only)
+  --deploy IMAGE               print every object needed to deploy the operator running IMAGE
+                               as the other flags configure it (multi-document YAML for
+                               kubectl apply -f -) and exit: the CRD, ServiceAccount
+                               (--service-account), RBAC derived from the code, Deployment in
+                               --webhook-namespace (its container gets the other flags), and
+                               with webhooks their Service (--webhook-service) and
+                               configurations
   --help                       this text
 
 The cluster comes from KUBECONFIG, ~/.kube/config or the in-cluster service account.";
@@ -78,14 +86,42 @@ async fn main() -> ExitCode {
 }
 
 struct Parsed {
+    /// `--deploy`: the image, and the operator's own flags for its container.
+    deploy: Option<Deploy>,
     options: Options,
     webhook_address: Option<SocketAddr>,
     election_namespace: Option<String>,
     election: bool,
 }
 
+struct Deploy {
+    image: String,
+    namespace: String,
+    service_account: String,
+    webhook_service: String,
+    args: Vec<String>,
+}
+
+/// The flags that configure the operator: all but `--deploy IMAGE` and `--manifests`.
+fn operator_args(all: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut args = all.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--deploy" => {
+                args.next();
+            }
+            "--manifests" => {}
+            _ => out.push(arg.clone()),
+        }
+    }
+    out
+}
+
 fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
+    let all = args;
     let mut parsed = Parsed {
+        deploy: None,
         options: Options::default(),
         webhook_address: None,
         election_namespace: None,
@@ -117,6 +153,16 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
                 return Ok(None);
             }
             "--manifests" => manifests = true,
+            "--deploy" => {
+                let image = value(arg)?;
+                parsed.deploy = Some(Deploy {
+                    image,
+                    namespace: String::new(),
+                    service_account: String::new(),
+                    webhook_service: String::new(),
+                    args: operator_args(all),
+                });
+            }
             "--webhook-service" => service.0 = value(arg)?,
             "--webhook-namespace" => service.1 = value(arg)?,
             "--webhook-self-signed" => self_signed = Some(value(arg)?),
@@ -152,7 +198,22 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
         return Err("--metrics-self-signed and --metrics-cert-dir exclude each other".to_owned());
     }
     let secure_metrics = metrics_self_signed || metrics_cert_dir.is_some();
-    if manifests {
+    if let Some(deploy) = &mut parsed.deploy {
+        deploy.namespace = service.1.clone();
+        deploy.service_account = service_account.clone();
+        deploy.webhook_service = service.0.clone();
+        if parsed.election {
+            let namespace = parsed
+                .election_namespace
+                .clone()
+                .unwrap_or_else(|| service.1.clone());
+            parsed.options.leader_election = Some(
+                LeaderElectionConfig::new(namespace, "chaospod-leader")
+                    .with_release_on_cancel(true),
+            );
+        }
+    }
+    if manifests && parsed.deploy.is_none() {
         let client = ClientConfig::service(&service.0, &service.1);
         let mut yaml = chaospod::manifests_yaml(&client).map_err(|e| e.to_string())?;
         if self_signed.is_some() {
@@ -214,6 +275,15 @@ fn address(value: &str) -> Result<Option<SocketAddr>, String> {
 }
 
 async fn run(parsed: Parsed) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    if let Some(deploy) = parsed.deploy {
+        let options = DeployOptions::new(chaospod::CONTROLLER, deploy.namespace, deploy.image)
+            .service_account(deploy.service_account)
+            .webhook_service(deploy.webhook_service)
+            .args(deploy.args);
+        let manifests = chaospod::deploy_manifests(parsed.options, options).await?;
+        print!("{}", manifests.to_yaml()?);
+        return Ok(());
+    }
     let client = kube::Client::try_default().await?;
     let mut options = parsed.options;
     if parsed.election {

@@ -36,6 +36,7 @@ async fn self_signed_webhooks_are_injected_and_called() {
             rudder::webhook::Options::new().bind_address(SocketAddr::from(([127, 0, 0, 1], 0))),
         ),
         webhook_certificates: Some(certificates),
+        secure_metrics: None,
     };
     let manager = std::sync::Arc::new(chaospod::manager(ns.client(), options).await.unwrap());
     let stop = CancellationToken::new();
