@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod bench;
+mod bench_failover;
 mod bench_webhook;
 mod ci;
 mod demo;
@@ -33,6 +34,10 @@ Tasks:
                           Kubernetes tree with Go in GOPATH mode) and kube-runtime, N times
   bench-webhook [--runs N] [--duration S] [--connections C]
                           the webhook server against Go's net/http under wrk, side by side
+  bench-failover [--rounds N] [--objects N]
+                          the old leader's release to the new leader's first reconcile
+                          with N objects (default 5000) in the cache, warm standby off
+                          and on, N rounds each (default 5), on a local control plane
   envtest install         install kube-apiserver and etcd for rudder-envtest (idempotent)
       --print-path        only print the directory holding the binaries
   help                    this text
@@ -44,6 +49,7 @@ fn main() -> ExitCode {
     let result = match args.as_slice() {
         ["bench-workqueue", rest @ ..] => bench::run(rest),
         ["bench-webhook", rest @ ..] => bench_webhook::run(rest),
+        ["bench-failover", rest @ ..] => bench_failover::run(rest),
         ["ci", rest @ ..] => ci::run(rest),
         ["demo", rest @ ..] => demo::run(rest),
         ["new-controller", rest @ ..] => scaffold::run(rest),
