@@ -35,6 +35,10 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
             .args(test_args)
             .env("RUDDER_ENVTEST_ASSETS", &assets))
     })?;
+    step(
+        "cargo xtask new-operator (a project outside the workspace)",
+        || crate::new_operator::ci_check(&assets),
+    )?;
     // The binary the tests built: in the profile they were built in.
     let profile = if test_args.contains(&"--release") {
         "release"

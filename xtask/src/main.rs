@@ -11,6 +11,7 @@ mod bench_webhook;
 mod ci;
 mod demo;
 mod envtest;
+mod new_operator;
 mod scaffold;
 mod util;
 
@@ -29,6 +30,10 @@ Tasks:
   new-controller NAME [--kind KIND] [--group GROUP]
                           scaffold a controller crate in examples/NAME: a custom resource,
                           a reconciler, an operator binary and an envtest test
+  new-operator PATH [--kind KIND] [--group GROUP]
+                          a standalone workspace at PATH for an operator of your own (its
+                          crate, its xtask: test, manifests, run; a README; an envtest
+                          test), depending on this Rudder checkout by path
   bench-workqueue [--runs N]
                           Rudder's work queue against client-go's (built from the envtest
                           Kubernetes tree with Go in GOPATH mode) and kube-runtime, N times
@@ -53,6 +58,7 @@ fn main() -> ExitCode {
         ["ci", rest @ ..] => ci::run(rest),
         ["demo", rest @ ..] => demo::run(rest),
         ["new-controller", rest @ ..] => scaffold::run(rest),
+        ["new-operator", rest @ ..] => new_operator::run(rest),
         ["envtest", rest @ ..] => envtest::run(rest),
         [] | ["help" | "--help" | "-h"] => {
             print!("{HELP}");

@@ -71,19 +71,19 @@ const TAKEN_CRATES: &[&str] = &[
 
 /// The names a scaffold is made of.
 #[derive(Debug, PartialEq, Eq)]
-struct Names {
+pub(crate) struct Names {
     /// The package: `cron-tab`.
-    name: String,
+    pub(crate) name: String,
     /// The crate as Rust names it: `cron_tab`.
-    krate: String,
+    pub(crate) krate: String,
     /// The resource's kind: `CronTab`.
-    kind: String,
+    pub(crate) kind: String,
     /// The API group: `cron-tab.example.com`.
-    group: String,
+    pub(crate) group: String,
 }
 
 impl Names {
-    fn new(name: &str, kind: Option<&str>, group: Option<&str>) -> Result<Self, String> {
+    pub(crate) fn new(name: &str, kind: Option<&str>, group: Option<&str>) -> Result<Self, String> {
         let valid_name = name.len() <= 40
             && name.starts_with(|c: char| c.is_ascii_lowercase())
             && !name.ends_with('-')
@@ -153,7 +153,7 @@ impl Names {
     }
 
     /// `template` with the names filled in.
-    fn render(&self, template: &str) -> String {
+    pub(crate) fn render(&self, template: &str) -> String {
         template
             .replace("{{name}}", &self.name)
             .replace("{{crate}}", &self.krate)
