@@ -371,7 +371,8 @@ impl ManagerBuilder {
     /// [`LeaderGate`]: nothing is reconciled by a replica that does not lead. When it comes
     /// to lead, its workers start at once on what was queued, with no cache to fill on that
     /// path. Readiness (`cache-sync`) then passes on every replica once its controllers'
-    /// sources have synced.
+    /// sources have synced (without warm standby, a replica that does not lead has not
+    /// started its controllers, so it is not ready).
     ///
     /// The price is memory and API-server load: every replica holds the caches and watches
     /// the controllers need. Turn it off for memory-tight deployments: controllers then

@@ -413,7 +413,14 @@ async fn split_brain_child() {
             vec![],
         )
         .unwrap();
-    manager.add_controller(controller);
+    manager.add_controller(controller.clone());
+    // Say when the controller's sources have synced (on a follower: warm standby).
+    tokio::spawn(async move {
+        while !controller.has_synced() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        println!("synced");
+    });
     println!("started");
     let result = manager.start_until_signal().await;
     println!("ended: {result:?}");
@@ -424,8 +431,24 @@ async fn split_brain_child() {
     });
 }
 
-/// Kills the child when dropped (a failed assertion must not leave it running).
-struct Kid(Child);
+/// A child replica, killed when dropped (a failed assertion must not leave it running),
+/// with its output lines.
+struct Kid(Child, std::sync::mpsc::Receiver<String>);
+
+impl Kid {
+    /// Waits (at most `WAIT`) for the child to print a line containing `word`.
+    fn wait_for(&self, word: &str) {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.1.recv_timeout(left) {
+                Ok(line) if line.contains(word) => return,
+                Ok(_) => {}
+                Err(_) => panic!("the child never printed {word}"),
+            }
+        }
+    }
+}
 
 impl Drop for Kid {
     fn drop(&mut self) {
@@ -463,12 +486,14 @@ fn spawn_child(env: &TestEnv, ns: &TestNamespace, who: &str, log: &std::path::Pa
     // Keep reading its output (so it never blocks on a full pipe), echoing it.
     let stdout = child.stdout.take().unwrap();
     let who = who.to_owned();
+    let (lines, received) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             println!("[{who}] {line}");
+            let _ = lines.send(line);
         }
     });
-    Kid(child)
+    Kid(child, received)
 }
 
 fn read_log(path: &std::path::Path) -> Vec<u128> {
@@ -526,8 +551,8 @@ async fn a_leader_resumed_after_its_lease_reconciles_nothing_and_ends() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut b = spawn_child(env, &ns, "b", &log_b);
-    // Let b come up as a warm follower.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // b comes up as a warm follower: its controller syncs while a leads.
+    tokio::task::block_in_place(|| b.wait_for("synced"));
     assert_eq!(holder(&leases).await.as_deref(), Some("a"));
     assert!(read_log(&log_b).is_empty(), "the follower reconciled");
 
