@@ -13,6 +13,23 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
     step("cargo fmt --check", || {
         sh(cargo().args(["fmt", "--all", "--check"]))
     })?;
+    step(
+        "TLS crates only where a feature asks for them",
+        tls_by_feature,
+    )?;
+    step(
+        "cargo check -p rudder --no-default-features --features manager",
+        || {
+            sh(cargo().args([
+                "check",
+                "-p",
+                "rudder",
+                "--no-default-features",
+                "--features",
+                "manager",
+            ]))
+        },
+    )?;
     step("cargo clippy", || {
         sh(cargo().args([
             "clippy",
@@ -47,6 +64,51 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
     };
     step("demo (12 s)", || crate::demo::run_built(profile, 12))?;
     println!("ci: all checks passed");
+    Ok(())
+}
+
+/// The facade's TLS promise: the library crates choose no TLS stack, so the crates of one
+/// appear only with the feature that picks it (`rustls-tls`, `openssl-tls` for the client;
+/// `webhook` for serving, always rustls).
+fn tls_by_feature() -> Result<(), String> {
+    const RUSTLS: &[&str] = &["rustls", "ring", "tokio-rustls", "hyper-rustls"];
+    const OPENSSL: &[&str] = &["openssl", "openssl-sys"];
+    for (features, forbidden) in [
+        ("manager", [RUSTLS, OPENSSL].concat()),
+        ("manager,openssl-tls", RUSTLS.to_vec()),
+        ("manager,rustls-tls", OPENSSL.to_vec()),
+        ("webhook", OPENSSL.to_vec()),
+    ] {
+        let output = cargo()
+            .args([
+                "tree",
+                "-p",
+                "rudder",
+                "--no-default-features",
+                "--features",
+            ])
+            .args([features, "-e", "normal", "--prefix", "none"])
+            .output()
+            .map_err(|e| format!("cannot run cargo tree: {e}"))?;
+        if !output.status.success() {
+            return Err(format!(
+                "cargo tree --features {features} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        let tree = String::from_utf8_lossy(&output.stdout);
+        let found: std::collections::BTreeSet<&str> = tree
+            .lines()
+            .filter_map(|line| line.split(' ').next())
+            .filter(|name| forbidden.contains(name))
+            .collect();
+        if !found.is_empty() {
+            return Err(format!(
+                "rudder with features {features} depends on {found:?}, which no chosen feature asks for"
+            ));
+        }
+        println!("  --features {features}: none of {forbidden:?}");
+    }
     Ok(())
 }
 

@@ -127,6 +127,7 @@
 //! only on acquire, as before). Other leader-only runnables (closures made with
 //! [`runnable`]`(.., true, ..)`) start only once the replica leads, either way.
 
+#[cfg(feature = "webhook")]
 mod authz;
 pub mod health;
 pub mod leader_election;
@@ -135,7 +136,10 @@ pub mod metrics;
 pub mod rbac;
 mod runnable;
 mod server;
+#[cfg(feature = "webhook")]
+mod webhooks;
 
+#[cfg(feature = "webhook")]
 pub use authz::{
     AuthStats, DEFAULT_ALLOWED_TTL, DEFAULT_CACHE_CAPACITY, DEFAULT_DENIED_TTL,
     DEFAULT_REVIEW_TIMEOUT, MAX_TOKEN_LENGTH, SecureMetrics,
@@ -147,4 +151,5 @@ pub use manager::{
 };
 pub use rudder_controller::Shutdown;
 pub use runnable::{BoxError, Runnable, runnable};
+#[cfg(feature = "webhook")]
 pub use server::SecureMetricsError;

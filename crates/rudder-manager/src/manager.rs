@@ -11,19 +11,16 @@ use kube_runtime::events::{Recorder, Reporter};
 use metrics_exporter_prometheus::PrometheusHandle;
 use rudder_cache::{Cache, CacheBuilder};
 use rudder_controller::{Controller, ErrorChain, LeaderGate, Reconciler, Shutdown};
-use rudder_webhook::manifest::Registration;
-use rudder_webhook::{RunningWebhookServer, WebhookServer};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::authz::SecureMetrics;
 use crate::health::{HealthChecks, Probe, check};
 use crate::leader_election::{
     ConfigError, Error as ElectionError, LeaderElection, LeaderElectionConfig, Leadership,
 };
 use crate::rbac::{Permissions, Rules};
 use crate::runnable::{BoxError, Runnable};
-use crate::server::{Routes, serve, serve_secure};
+use crate::server::{Routes, serve};
 use rudder_server::ServerHandle;
 
 /// The default address of `/healthz` and `/readyz` (all interfaces: the kubelet probes the
@@ -60,6 +57,7 @@ pub enum GracefulShutdown {
 pub enum Error {
     /// The secure metrics server could not start (its certificate is missing or does not
     /// parse, or its address is taken); nothing else was started.
+    #[cfg(feature = "webhook")]
     #[error("cannot start the secure metrics server on {addr}")]
     SecureMetrics {
         /// The address.
@@ -114,11 +112,13 @@ pub enum Error {
     },
     /// The webhook server could not start (its certificate is missing or does not parse,
     /// or its address is taken); nothing else was started.
+    #[cfg(feature = "webhook")]
     #[error("cannot start the webhook server")]
     Webhook(#[source] rudder_webhook::StartError),
     /// The self-signed webhook certificates could not be read, created or renewed in their
     /// Secret ([`ManagerBuilder::self_signed_webhook_certificates`]: RBAC on Secrets, an
     /// unreachable API server); the webhook server was not started.
+    #[cfg(feature = "webhook")]
     #[error("cannot load the self-signed webhook certificates")]
     Certificates(#[source] rudder_certs::Error),
     /// `start` was called twice.
@@ -146,6 +146,7 @@ pub enum BuildError {
     LeaderElectionConfig(#[source] ConfigError),
     /// [`SecureMetrics::self_signed`] needs
     /// [`ManagerBuilder::self_signed_webhook_certificates`] too.
+    #[cfg(feature = "webhook")]
     #[error(
         "secure metrics are to use the self-signed certificates, but self_signed_webhook_certificates is not set"
     )]
@@ -166,9 +167,9 @@ pub struct ManagerBuilder {
     cache_sync_timeout: Duration,
     extra: Vec<(String, ExtraHandler)>,
     raise_fd_limit: bool,
-    secure_metrics: Option<SecureMetrics>,
-    webhook: rudder_webhook::Options,
-    certificates: Option<rudder_certs::SelfSigned>,
+    /// The webhook server, self-signed certificates and secure metrics.
+    #[cfg(feature = "webhook")]
+    pub(crate) tls: crate::webhooks::Declared,
     render_only: bool,
 }
 
@@ -274,60 +275,12 @@ impl ManagerBuilder {
         self
     }
 
-    /// Serves `/metrics` and the extra handlers over HTTPS, only to callers whose bearer
-    /// token the API server authenticates and authorizes for the request's path (`get` on
-    /// the non-resource URL `/metrics`), with cached decisions: see [`SecureMetrics`], which
-    /// also lists the RBAC the operator then needs (create TokenReviews and
-    /// SubjectAccessReviews). The probes stay plain HTTP.
-    ///
-    /// ```no_run
-    /// # fn demo(client: kube::Client) -> Result<(), rudder_manager::BuildError> {
-    /// use rudder_manager::SecureMetrics;
-    ///
-    /// let manager = rudder_manager::Manager::builder(client)
-    ///     .secure_metrics(SecureMetrics::files("/tmp/k8s-metrics-server/metrics-certs"))
-    ///     .build()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn secure_metrics(mut self, secure: SecureMetrics) -> Self {
-        self.secure_metrics = Some(secure);
-        self
-    }
-
     /// Whether `start` raises the process's soft file-descriptor limit to its hard limit,
     /// as Go's runtime does (default `true`; [`rudder_server::raise_fd_limit`]). Containers
     /// often start with a soft limit of 1024, which a busy operator can run out of; the
     /// limit is process-wide, so turn this off if the process manages it itself.
     pub fn raise_fd_limit(mut self, raise: bool) -> Self {
         self.raise_fd_limit = raise;
-        self
-    }
-
-    /// How the webhook server serves (default [`rudder_webhook::Options::new`]: port 9443,
-    /// certificates from [`rudder_webhook::DEFAULT_CERT_DIR`], reloaded when they change).
-    /// The server starts only if a webhook is registered on
-    /// [`Manager::webhook_server`].
-    pub fn webhook_options(mut self, options: rudder_webhook::Options) -> Self {
-        self.webhook = options;
-        self
-    }
-
-    /// Serves webhooks with certificates the operator makes itself ([`rudder_certs`]): a
-    /// CA and a serving certificate in one Secret shared by every replica (created if
-    /// missing), renewed before they expire and swapped in without a restart, and the CA
-    /// injected into the configured webhook configurations and CRDs. It replaces the
-    /// certificate source of [`webhook_options`](Self::webhook_options) (whatever order
-    /// the two are called in).
-    ///
-    /// `start` loads the certificate before it starts the webhook server (failing with
-    /// [`Error::Certificates`] if it cannot), and runs the Secret's watch, the renewal
-    /// checks and the injection on every replica (not only the leader) until the stop.
-    pub fn self_signed_webhook_certificates(
-        mut self,
-        config: rudder_certs::SelfSignedConfig,
-    ) -> Self {
-        self.certificates = Some(rudder_certs::SelfSigned::new(config));
         self
     }
 
@@ -385,16 +338,11 @@ impl ManagerBuilder {
     }
 
     /// Builds the manager. Nothing starts until [`Manager::start`].
-    pub fn build(mut self) -> Result<Manager, BuildError> {
-        if let Some(secure) = &mut self.secure_metrics
-            && !secure.resolve(
-                self.certificates
-                    .as_ref()
-                    .map(rudder_certs::SelfSigned::store),
-            )
-        {
-            return Err(BuildError::SecureMetricsWithoutSelfSigned);
-        }
+    pub fn build(self) -> Result<Manager, BuildError> {
+        let health = HealthChecks::default();
+        // Resolved before anything global (the metrics recorder) is installed.
+        #[cfg(feature = "webhook")]
+        let tls = self.tls.build(&health)?;
         let election = self
             .leader_election
             .map(|config| LeaderElection::new(self.client.clone(), config))
@@ -411,16 +359,14 @@ impl ManagerBuilder {
             controller: self.name.clone(),
             instance: std::env::var("HOSTNAME").ok(),
         };
-        let health = HealthChecks::default();
         health.add(Probe::Liveness, "ping", check(|| async { Ok(()) }));
-        let webhook = WebhookServer::new(match &self.certificates {
-            Some(certificates) => self.webhook.certificate_store(certificates.store().clone()),
-            None => self.webhook,
-        });
         let synced: SyncProbes = Arc::default();
         let probes = Arc::clone(&synced);
         let cache_probe = cache.clone();
-        let converting = webhook.clone();
+        #[cfg(feature = "webhook")]
+        let converting = tls.converter();
+        #[cfg(not(feature = "webhook"))]
+        let converting = || false;
         health.add(
             Probe::Readiness,
             "cache-sync",
@@ -429,7 +375,7 @@ impl ManagerBuilder {
                 // could not call its conversion webhook, so the cache (which lists through
                 // that conversion) could never sync: with a conversion webhook, readiness
                 // does not wait on the cache.
-                let converts = converting.has_conversion();
+                let converts = converting();
                 let mut pending = probes
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
@@ -455,36 +401,13 @@ impl ManagerBuilder {
                 }
             }),
         );
-        let running_webhook: RunningWebhook = Arc::default();
-        let probe = Arc::clone(&running_webhook);
-        let registered = webhook.clone();
-        health.add(
-            Probe::Readiness,
-            "webhook",
-            check(move || {
-                let (probe, registered) = (Arc::clone(&probe), registered.clone());
-                async move {
-                    if registered.is_empty() {
-                        return Ok(());
-                    }
-                    match &*probe.read().await {
-                        Some(running) => running.check_ready().await,
-                        None => Err("the webhook server is not serving".to_owned()),
-                    }
-                }
-            }),
-        );
         Ok(Manager {
-            certificates: self.certificates,
-            running_certificates: Mutex::default(),
-            webhook,
-            running_webhook,
-            webhook_registrations: Mutex::default(),
+            #[cfg(feature = "webhook")]
+            tls,
             permissions: Mutex::default(),
             render_only: self.render_only,
             extra: Arc::new(self.extra),
             raise_fd_limit: self.raise_fd_limit,
-            secure_metrics: self.secure_metrics,
             cache_sync_timeout: self.cache_sync_timeout,
             warm_standby: self.warm_standby,
             election,
@@ -506,9 +429,6 @@ impl ManagerBuilder {
     }
 }
 
-/// The webhook server once it serves, shared with its readiness check.
-type RunningWebhook = Arc<tokio::sync::RwLock<Option<RunningWebhookServer>>>;
-
 type SyncProbes = Arc<Mutex<Vec<(String, Box<dyn Fn() -> bool + Send + Sync>)>>>;
 
 #[derive(Default)]
@@ -526,14 +446,10 @@ struct Bound {
 /// reverse, within the graceful-shutdown timeout. If any runnable fails, the manager stops
 /// the rest and returns that error.
 pub struct Manager {
-    certificates: Option<rudder_certs::SelfSigned>,
-    running_certificates: Mutex<Option<rudder_certs::RunningCertificates>>,
+    #[cfg(feature = "webhook")]
+    pub(crate) tls: crate::webhooks::Parts,
     extra: Arc<Vec<(String, ExtraHandler)>>,
     raise_fd_limit: bool,
-    secure_metrics: Option<SecureMetrics>,
-    webhook: WebhookServer,
-    running_webhook: RunningWebhook,
-    webhook_registrations: Mutex<Vec<Registration>>,
     permissions: Mutex<Rules>,
     render_only: bool,
     cache_sync_timeout: Duration,
@@ -582,9 +498,8 @@ impl Manager {
             cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
             extra: Vec::new(),
             raise_fd_limit: true,
-            secure_metrics: None,
-            webhook: rudder_webhook::Options::new(),
-            certificates: None,
+            #[cfg(feature = "webhook")]
+            tls: crate::webhooks::Declared::default(),
             render_only: false,
         }
     }
@@ -597,35 +512,6 @@ impl Manager {
     /// The shared cache: informers created here are shared by every controller.
     pub fn cache(&self) -> &Cache {
         &self.cache
-    }
-
-    /// The webhook server: register admission and conversion webhooks on it (the `rudder`
-    /// facade's `new_webhook` builder does). It starts with the manager, right after the
-    /// probe and metrics servers and before the cache syncs, on every replica (not only the
-    /// leader), and only if a webhook is registered; readiness then includes a `webhook`
-    /// check (a TLS handshake with itself), and with a conversion webhook readiness no
-    /// longer waits on the cache (see [`Manager::start`]).
-    pub fn webhook_server(&self) -> &WebhookServer {
-        &self.webhook
-    }
-
-    /// Records what a webhook registered on [`webhook_server`](Self::webhook_server) needs in
-    /// the cluster (its resource, operations and path), for rendering the webhook
-    /// configurations and CRD conversion stanzas ([`rudder_webhook::manifest`]). The
-    /// `rudder` facade's webhook builder records every webhook it registers.
-    pub fn record_webhook(&self, registration: Registration) {
-        self.webhook_registrations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(registration);
-    }
-
-    /// What [`record_webhook`](Self::record_webhook) recorded, in order.
-    pub fn webhook_registrations(&self) -> Vec<Registration> {
-        self.webhook_registrations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
     }
 
     /// Records permissions the operator needs (resolved where the cache watches each type),
@@ -654,10 +540,10 @@ impl Manager {
             .clone();
         rules.merge(&crate::rbac::manager_rules(
             self.election.as_ref().map(LeaderElection::config),
-            self.secure_metrics.is_some(),
-            self.certificates
-                .as_ref()
-                .map(rudder_certs::SelfSigned::config),
+            #[cfg(feature = "webhook")]
+            self.tls.has_secure_metrics(),
+            #[cfg(feature = "webhook")]
+            self.tls.certificates_config(),
         ));
         rules
     }
@@ -679,30 +565,18 @@ impl Manager {
         self.metrics_address
     }
 
-    /// Whether `/metrics` is served over HTTPS ([`ManagerBuilder::secure_metrics`]).
+    /// Whether `/metrics` is served over HTTPS (`ManagerBuilder::secure_metrics`, with the
+    /// feature `webhook`; always `false` without it).
     pub fn has_secure_metrics(&self) -> bool {
-        self.secure_metrics.is_some()
+        #[cfg(feature = "webhook")]
+        return self.tls.has_secure_metrics();
+        #[cfg(not(feature = "webhook"))]
+        false
     }
 
     /// How long runnables get to stop ([`ManagerBuilder::graceful_shutdown`]).
     pub fn graceful_shutdown(&self) -> GracefulShutdown {
         self.graceful_shutdown
-    }
-
-    /// The self-signed webhook certificates, if
-    /// [`ManagerBuilder::self_signed_webhook_certificates`] turned them on: the store
-    /// served from and the CA bundle clients trust.
-    pub fn webhook_certificates(&self) -> Option<&rudder_certs::SelfSigned> {
-        self.certificates.as_ref()
-    }
-
-    /// Where the webhook server listens, once it serves.
-    pub async fn webhook_address(&self) -> Option<SocketAddr> {
-        self.running_webhook
-            .read()
-            .await
-            .as_ref()
-            .map(RunningWebhookServer::local_addr)
     }
 
     /// The leader election, if configured.
@@ -771,17 +645,8 @@ impl Manager {
         let deadline = self.stop_deadline();
         // The webhook server after the controllers (which may still write objects it is
         // called for), before the probes.
-        if let Some(running) = self.running_webhook.write().await.take() {
-            running.stop(deadline).await;
-        }
-        let certificates = self
-            .running_certificates
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(running) = certificates {
-            running.stop(deadline).await;
-        }
+        #[cfg(feature = "webhook")]
+        self.tls.stop(deadline).await;
         futures::future::join_all(servers.into_iter().map(|s| s.stop(deadline))).await;
         self.cache_token.cancel();
         self.cache.stop().await;
@@ -820,10 +685,15 @@ impl Manager {
                 handle,
                 extra: Arc::clone(&self.extra),
             };
-            let server = match &self.secure_metrics {
-                Some(secure) => serve_secure(addr, routes, secure, self.client.clone())
-                    .await
-                    .map_err(|source| Error::SecureMetrics { addr, source })?,
+            #[cfg(feature = "webhook")]
+            let secure = self
+                .tls
+                .serve_metrics(addr, routes.clone(), &self.client)
+                .await;
+            #[cfg(not(feature = "webhook"))]
+            let secure: Option<Result<ServerHandle, Error>> = None;
+            let server = match secure {
+                Some(served) => served?,
                 None => listen("metrics", addr, routes).await?,
             };
             self.bound
@@ -837,21 +707,8 @@ impl Manager {
         // path (its lists are converted by it), so waiting for the cache first would never
         // end.
         // Self-signed certificates before the webhook server: it must have one to serve.
-        if let Some(certificates) = &self.certificates {
-            let running = certificates
-                .start(self.client.clone())
-                .await
-                .map_err(Error::Certificates)?;
-            *self
-                .running_certificates
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(running);
-        }
-        if !self.webhook.is_empty() {
-            let running = self.webhook.start().await.map_err(Error::Webhook)?;
-            tracing::info!(addr = %running.local_addr(), paths = ?self.webhook.paths(), "serving webhooks");
-            *self.running_webhook.write().await = Some(running);
-        }
+        #[cfg(feature = "webhook")]
+        self.tls.start(&self.client).await?;
 
         // Caches next: informers created so far (by controllers' sources) list first.
         tokio::select! {

@@ -416,8 +416,8 @@ impl Rules {
 /// certificates' Secret and injection targets.
 pub(crate) fn manager_rules(
     election: Option<&crate::leader_election::LeaderElectionConfig>,
-    secure_metrics: bool,
-    certificates: Option<&rudder_certs::SelfSignedConfig>,
+    #[cfg(feature = "webhook")] secure_metrics: bool,
+    #[cfg(feature = "webhook")] certificates: Option<&rudder_certs::SelfSignedConfig>,
 ) -> Rules {
     let mut rules = Rules::default();
     if let Some(election) = election {
@@ -437,6 +437,7 @@ pub(crate) fn manager_rules(
             );
         }
     }
+    #[cfg(feature = "webhook")]
     if secure_metrics {
         rules.add(
             RuleScope::Cluster,
@@ -451,6 +452,7 @@ pub(crate) fn manager_rules(
             [Verb::Create],
         );
     }
+    #[cfg(feature = "webhook")]
     if let Some(config) = certificates {
         rules.add(
             RuleScope::Namespace(config.namespace().to_owned()),

@@ -14,14 +14,18 @@ use hyper::body::Bytes;
 use metrics_exporter_prometheus::PrometheusHandle;
 use rudder_server::{BindError, Body, Options, Server, ServerHandle};
 
+#[cfg(feature = "webhook")]
 use rudder_webhook::{CertificateStore, FileWatcher, Tls};
+#[cfg(feature = "webhook")]
 use tokio_util::sync::CancellationToken;
 
+#[cfg(feature = "webhook")]
 use crate::authz::{MetricsCertificate, SecureMetrics};
 use crate::health::HealthChecks;
 use crate::manager::ExtraHandler;
 
 /// Why the secure metrics server could not start; nothing else was started after it.
+#[cfg(feature = "webhook")]
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SecureMetricsError {
@@ -69,6 +73,7 @@ pub(crate) async fn serve(addr: SocketAddr, routes: Routes) -> std::io::Result<S
 ///
 /// A file source's watcher runs while the server does: the filter's clones hold a guard
 /// that stops it when the server, stopped, drops the last of them.
+#[cfg(feature = "webhook")]
 pub(crate) async fn serve_secure(
     addr: SocketAddr,
     routes: Routes,
@@ -112,12 +117,14 @@ pub(crate) async fn serve_secure(
 }
 
 /// The routes, holding the certificate watcher's stop guard.
+#[cfg(feature = "webhook")]
 #[derive(Clone)]
 struct Guarded {
     routes: Routes,
     _watcher: Arc<tokio_util::sync::DropGuard>,
 }
 
+#[cfg(feature = "webhook")]
 impl tower_service::Service<Request<Body>> for Guarded {
     type Response = Response<Full<Bytes>>;
     type Error = Infallible;

@@ -83,22 +83,28 @@
 //! | `cache` | yes | [`cache`] |
 //! | `handler` | yes | [`handler`] (and `cache`) |
 //! | `controller` | yes | [`controller`](mod@controller) (and `handler`, `workqueue`) |
-//! | `manager` | yes | [`manager`] and the builder (and `controller`) |
+//! | `manager` | yes | [`manager`] and the controller builder (and `controller`) |
+//! | `webhook` | yes | [`webhook`] and its builder, [`certs`], secure metrics, [`manifests`] (and `manager`): TLS on the server side, rustls on `ring` |
 //! | `rustls-tls` | yes | TLS to the API server with rustls, `ring` as its crypto provider |
 //! | `openssl-tls` | no | TLS to the API server with OpenSSL (turn default features off to leave rustls out) |
 //!
-//! The library crates under the facade choose no TLS stack, so an operator compiles only the
-//! one it picks here (or on `kube` itself); with neither, only `http://` API servers can be
-//! reached.
+//! The library crates under the facade choose no TLS stack for the client, so an operator
+//! compiles only the one it picks here (or on `kube` itself); with neither, only `http://` API
+//! servers can be reached. Serving TLS (webhooks, secure metrics) is the `webhook` feature's,
+//! always rustls: an operator without webhooks that talks to its API server through OpenSSL
+//! turns the default features off and picks `manager` and `openssl-tls`, and compiles no
+//! rustls and no `ring`
+//! (`cargo tree -p rudder --no-default-features --features manager,openssl-tls -i rustls`
+//! finds nothing; CI checks it).
 
 #[cfg(feature = "manager")]
 mod builder;
 pub mod client;
-#[cfg(feature = "manager")]
+#[cfg(feature = "webhook")]
 pub mod manifests;
 #[cfg(feature = "manager")]
 mod tools;
-#[cfg(feature = "manager")]
+#[cfg(feature = "webhook")]
 mod webhook_builder;
 
 /// The work queue: rudder-workqueue.
@@ -123,7 +129,7 @@ pub use rudder_manager as manager;
 
 /// Admission and conversion webhooks, their server and manifests: rudder-webhook (the
 /// manager runs the server; declare webhooks with [`new_webhook`]).
-#[cfg(feature = "manager")]
+#[cfg(feature = "webhook")]
 pub use rudder_webhook as webhook;
 
 /// RBAC derived from the code: the [`Permissions`](rbac::Permissions) the builders record
@@ -136,13 +142,13 @@ pub use rudder_manager::rbac;
 /// through one Secret, renewed, and injected into webhook configurations and CRDs:
 /// rudder-certs (turn it on with
 /// [`ManagerBuilder::self_signed_webhook_certificates`](manager::ManagerBuilder::self_signed_webhook_certificates)).
-#[cfg(feature = "manager")]
+#[cfg(feature = "webhook")]
 pub use rudder_certs as certs;
 
 #[cfg(feature = "manager")]
 #[doc(inline)]
 pub use builder::{ControllerBuilder, new_controller};
-#[cfg(feature = "manager")]
+#[cfg(feature = "webhook")]
 #[doc(inline)]
 pub use webhook_builder::{WebhookBuilder, WebhookManifests, new_webhook, webhook_manifests};
 
@@ -211,7 +217,7 @@ pub enum Error {
     Controller(#[source] rudder_controller::BuildError),
     /// A webhook could not be registered: its path is taken (webhooks declared twice for a
     /// type), or a conversion does not cover every served version of its kind.
-    #[cfg(feature = "manager")]
+    #[cfg(feature = "webhook")]
     #[error("cannot register the webhook")]
     Webhook(#[source] rudder_webhook::RegisterError),
     /// A watch could not be added. Before the controller runs, adding a watch only records
