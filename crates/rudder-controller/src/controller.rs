@@ -509,14 +509,21 @@ async fn worker<R: Reconciler>(
         // The check that counts: the clock at the moment the request is taken. A process
         // resumed after a freeze can be handed a request before its timers run; the
         // request then goes back to the queue, not to the reconciler.
-        if !gate.is_open() {
-            let options = AddOptions::new().priority(item.priority());
-            inner.queue.add_with(item.key().clone(), options);
-            drop(item);
-            continue;
+        if let Some(item) = admit(&inner.queue, &gate, item) {
+            process(&inner, item).await;
         }
-        process(&inner, item).await;
     }
+}
+
+/// Hands `item` on if `gate` is open now; otherwise puts its key back in `queue` at its
+/// priority (queued again once the item is dropped, here) and hands nothing on.
+fn admit(queue: &Queue, gate: &LeaderGate, item: WorkItem<Request>) -> Option<WorkItem<Request>> {
+    if gate.is_open() {
+        return Some(item);
+    }
+    let options = AddOptions::new().priority(item.priority());
+    queue.add_with(item.key().clone(), options);
+    None
 }
 
 static NEXT_RECONCILE_ID: AtomicU64 = AtomicU64::new(1);
@@ -749,4 +756,47 @@ fn unregister_name(name: &str) {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .remove(name);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::sync::watch;
+    use tokio::time::Instant;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_taken_as_the_gate_closed_goes_back_at_its_priority() {
+        let queue = Queue::builder().build();
+        queue.add_with(
+            Request::namespaced("ns", "low"),
+            AddOptions::new().priority(-100),
+        );
+        queue.add_with(
+            Request::namespaced("ns", "high"),
+            AddOptions::new().priority(7),
+        );
+        let (validity, receiver) = watch::channel(Some(Instant::now() + Duration::from_secs(1)));
+        let gate = LeaderGate::new(receiver);
+
+        let item = queue.try_get().unwrap();
+        assert_eq!(item.key().name(), "high");
+        let item = admit(&queue, &gate, item).expect("the gate is open");
+        drop(item);
+
+        let item = queue.try_get().unwrap();
+        assert_eq!(item.key().name(), "low");
+        // The gate closes (here: the validity passes) between the get and the check.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(admit(&queue, &gate, item).is_none());
+        assert_eq!(queue.len(), 1, "the request went back to the queue");
+        let again = queue.try_get().unwrap();
+        assert_eq!(again.key().name(), "low");
+        assert_eq!(again.priority(), -100);
+        drop(again);
+        validity.send_replace(None);
+        assert!(queue.is_empty());
+    }
 }
