@@ -144,7 +144,7 @@ pub enum BuildError {
     /// The leader-election settings are inconsistent; fix the configuration.
     #[error("invalid leader election configuration")]
     LeaderElectionConfig(#[source] ConfigError),
-    /// [`SecureMetrics::self_signed`] needs
+    /// [`SecureMetrics::self_signed`](crate::SecureMetrics::self_signed) needs
     /// [`ManagerBuilder::self_signed_webhook_certificates`] too.
     #[cfg(feature = "webhook")]
     #[error(
