@@ -327,6 +327,12 @@ impl ManagerBuilder {
     /// sources have synced (without warm standby, a replica that does not lead has not
     /// started its controllers, so it is not ready).
     ///
+    /// A follower's work queues hold every key its controllers saw (each once), so its
+    /// `workqueue_depth` is the size of what it watches, not a backlog, and the first
+    /// requests a new leader takes report in `workqueue_queue_duration_seconds` the time
+    /// they waited while it followed; alert on the leader's (`leader_election_master_status`
+    /// is 1 there).
+    ///
     /// The price is memory and API-server load: every replica holds the caches and watches
     /// the controllers need. Turn it off for memory-tight deployments: controllers then
     /// start only once this replica leads, as other leader-only runnables always do
