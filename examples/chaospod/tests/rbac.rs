@@ -1,0 +1,411 @@
+//! Least privilege for ChaosPod, on a real API server with RBAC on (and the
+//! `OwnerReferencesPermissionEnforcement` admission plugin): the demo's scenario (webhooks
+//! served with self-signed certificates the operator keeps in a Secret and injects into the
+//! webhook configurations; a ChaosPod defaulted, an invalid one refused; Pods run, stopped
+//! on schedule and run again, counted in the status, with Events; a leader elected) runs as
+//! a ServiceAccount bound only to the Role and ClusterRole rendered from the code, with no
+//! `forbidden` error; then each rule removed in turn makes the scenario meet one.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chaospod::{ChaosPod, ChaosPodSpec, Options};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use rudder::controller::ErrorChain;
+use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder::manifests::DeployOptions;
+use rudder::webhook::manifest::ClientConfig;
+use rudder_envtest::{TestNamespace, TestUser};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::prelude::*;
+
+static LOG: Mutex<String> = Mutex::new(String::new());
+
+struct Capture;
+
+impl std::io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        LOG.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_str(&String::from_utf8_lossy(bytes));
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn first_forbidden() -> Option<String> {
+    LOG.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .lines()
+        .find(|line| line.to_lowercase().contains("forbidden"))
+        .map(str::to_owned)
+}
+
+fn clear_log() {
+    LOG.lock().unwrap_or_else(PoisonError::into_inner).clear();
+}
+
+/// How a scenario ended.
+enum Outcome {
+    Completed,
+    Forbidden(String),
+    Stuck(String),
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Completed => f.write_str("completed"),
+            Outcome::Forbidden(line) => write!(f, "forbidden: {line}"),
+            Outcome::Stuck(step) => write!(f, "stuck at {step}, no forbidden error"),
+        }
+    }
+}
+
+const STEP: Duration = Duration::from_secs(20);
+
+/// Polls `check` until it gives a value, giving up on a `forbidden` log line (or a manager
+/// that ended with one) or after [`STEP`].
+async fn step<T>(
+    what: &str,
+    ended: &Mutex<Option<String>>,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> Result<T, Outcome> {
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        if let Some(line) = first_forbidden() {
+            return Err(Outcome::Forbidden(line));
+        }
+        if let Some(error) = ended.lock().unwrap_or_else(PoisonError::into_inner).clone() {
+            return Err(if error.to_lowercase().contains("forbidden") {
+                Outcome::Forbidden(error)
+            } else {
+                Outcome::Stuck(format!("{what}: the manager ended: {error}"))
+            });
+        }
+        if let Some(value) = check().await {
+            return Ok(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Outcome::Stuck(what.to_owned()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn options(ns: &str, port: u16) -> Options {
+    let certificates = chaospod::self_signed_certificates("chaospod-certs", "chaospod-webhook", ns)
+        .unwrap()
+        .extra_names(["127.0.0.1"]);
+    Options {
+        namespace: Some(ns.to_owned()),
+        health_address: None,
+        metrics_address: None,
+        leader_election: Some(
+            LeaderElectionConfig::new(ns, "chaospod-leader")
+                .with_lease_duration(Duration::from_secs(4))
+                .with_renew_deadline(Duration::from_secs(3))
+                .with_retry_period(Duration::from_millis(500))
+                .with_release_on_cancel(true),
+        ),
+        webhooks: Some(
+            rudder::webhook::Options::new().bind_address(SocketAddr::from(([127, 0, 0, 1], port))),
+        ),
+        webhook_certificates: Some(certificates),
+        secure_metrics: None,
+    }
+}
+
+/// The demo's scenario for ChaosPod `name`, the operator acting as `user`.
+async fn scenario(ns: &TestNamespace, user: &TestUser, port: u16, name: &str) -> Outcome {
+    clear_log();
+    let ended = Arc::new(Mutex::new(None));
+    let manager = match chaospod::manager(user.client(), options(ns.name(), port)).await {
+        Ok(manager) => Arc::new(manager),
+        Err(error) => return Outcome::Forbidden(format!("setup: {}", ErrorChain(&error))),
+    };
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (manager, stop, ended) = (Arc::clone(&manager), stop.clone(), Arc::clone(&ended));
+        async move {
+            if let Err(error) = manager.start(stop).await {
+                *ended.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some(ErrorChain(&error).to_string());
+            }
+        }
+    });
+    let outcome = steps(ns, name, &ended).await;
+    stop.cancel();
+    let _ = running.await;
+    match outcome {
+        Ok(()) => match first_forbidden() {
+            Some(line) => Outcome::Forbidden(line),
+            None => Outcome::Completed,
+        },
+        Err(outcome) => outcome,
+    }
+}
+
+async fn steps(
+    ns: &TestNamespace,
+    name: &str,
+    ended: &Mutex<Option<String>>,
+) -> Result<(), Outcome> {
+    let chaospods: Api<ChaosPod> = ns.api();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    // An invalid ChaosPod is refused by the validating webhook (the API server trusts the
+    // injected CA).
+    let mut empty = ChaosPod::new("empty", ChaosPodSpec::default());
+    empty.spec.period_seconds = Some(5);
+    step(
+        "the validating webhook refuses",
+        ended,
+        async || match chaospods.create(&dry_run, &empty).await {
+            Err(kube::Error::Api(status)) if status.message.contains("denied the request") => {
+                Some(())
+            }
+            _ => None,
+        },
+    )
+    .await?;
+    // A valid one is defaulted (nextStop set) and created.
+    let chaos = ChaosPod::new_with_image(name, "registry.k8s.io/pause:3.9", Duration::from_secs(1));
+    let created = step("created through the defaulter", ended, async || {
+        chaospods.create(&PostParams::default(), &chaos).await.ok()
+    })
+    .await?;
+    if created.spec.next_stop.is_none() {
+        return Err(Outcome::Stuck("the defaulter set no nextStop".to_owned()));
+    }
+    // Run, stopped on schedule, run again: counted in the status.
+    step("two runs and a stop", ended, async || {
+        let status = chaospods.get(name).await.ok()?.status?;
+        (status.runs >= 2 && status.stops >= 1).then_some(())
+    })
+    .await?;
+    let events: Api<k8s_openapi::api::events::v1::Event> = ns.api();
+    step("Started and Stopped events", ended, async || {
+        let list = events.list(&Default::default()).await.ok()?;
+        let reasons: Vec<String> = list
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter_map(|e| e.reason)
+            .collect();
+        (reasons.iter().any(|r| r == "Started") && reasons.iter().any(|r| r == "Stopped"))
+            .then_some(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// Deletes ChaosPod `name` and its Pods (no garbage collector runs here).
+async fn clean_up(ns: &TestNamespace, name: &str) {
+    let chaospods: Api<ChaosPod> = ns.api();
+    let _ = chaospods.delete(name, &DeleteParams::default()).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
+    let _ = pods.delete(name, &DeleteParams::default()).await;
+}
+
+fn describe(rule: &PolicyRule) -> String {
+    format!(
+        "{:?} {:?} {:?}",
+        rule.api_groups.as_deref().unwrap_or_default(),
+        rule.resources.as_deref().unwrap_or_default(),
+        rule.verbs
+    )
+}
+
+/// The SubjectAccessReview answer for `rule`'s first verb and resource: `allowed` or not.
+async fn wait_for(ns: &TestNamespace, user: &TestUser, rule: &PolicyRule, allowed: bool) {
+    let group = rule
+        .api_groups
+        .as_ref()
+        .and_then(|g| g.first())
+        .cloned()
+        .unwrap_or_default();
+    let resource = rule
+        .resources
+        .as_ref()
+        .and_then(|r| r.first())
+        .cloned()
+        .unwrap_or_default();
+    ns.wait_for_access(user, &rule.verbs[0], &group, &resource, allowed)
+        .await
+        .unwrap();
+}
+
+/// One of the rendered roles, whose rules can be replaced.
+enum Roles {
+    Namespaced(Api<Role>, Role),
+    Cluster(Api<ClusterRole>, ClusterRole),
+}
+
+impl Roles {
+    fn rules(&self) -> Vec<PolicyRule> {
+        match self {
+            Roles::Namespaced(_, r) => r.rules.clone().unwrap_or_default(),
+            Roles::Cluster(_, r) => r.rules.clone().unwrap_or_default(),
+        }
+    }
+
+    async fn set_rules(&self, rules: Vec<PolicyRule>) {
+        match self {
+            Roles::Namespaced(api, role) => {
+                let patch = serde_json::json!({ "rules": rules });
+                api.patch(
+                    &role.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .unwrap();
+            }
+            Roles::Cluster(api, role) => {
+                let patch = serde_json::json!({ "rules": rules });
+                api.patch(
+                    &role.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .unwrap();
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_generated_rbac_is_sufficient_and_every_rule_is_needed() {
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(|| Capture),
+        )
+        .with(LevelFilter::INFO)
+        .try_init();
+    let env = rudder_envtest::TestEnv::builder()
+        .apiserver_arg("--enable-admission-plugins=OwnerReferencesPermissionEnforcement")
+        .shared()
+        .await
+        .unwrap();
+    let ns = env.namespace("chaospod-rbac").await.unwrap();
+    chaospod::install_crd(&ns.client()).await.unwrap();
+    let user = ns.service_account("operator").await.unwrap();
+    // A fixed port, so the webhook configurations can point at it before the operator runs.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+
+    let manifests = chaospod::deploy_manifests(
+        options(ns.name(), port),
+        DeployOptions::new(chaospod::CONTROLLER, ns.name(), "unused")
+            .service_account(user.name())
+            .create_namespace(false),
+    )
+    .await
+    .unwrap();
+    let role = manifests.rbac.roles[0].clone();
+    assert_eq!(manifests.rbac.roles.len(), 1);
+    let cluster_role = manifests.rbac.cluster_role.clone().unwrap();
+    let mut rbac: Vec<serde_json::Value> = vec![
+        serde_json::to_value(&role).unwrap(),
+        serde_json::to_value(&cluster_role).unwrap(),
+    ];
+    rbac.extend(
+        manifests
+            .rbac
+            .role_bindings
+            .iter()
+            .map(|b| serde_json::to_value(b).unwrap()),
+    );
+    rbac.push(serde_json::to_value(manifests.rbac.cluster_role_binding.as_ref().unwrap()).unwrap());
+    env.apply(&rbac, false).await.unwrap();
+
+    // The webhook configurations, as rendered for a URL on loopback (no caBundle: the
+    // operator injects it).
+    let (_, hooks) =
+        chaospod::manifests(&ClientConfig::url(format!("https://127.0.0.1:{port}"))).unwrap();
+    let (mutating, validating) = (hooks.mutating.unwrap(), hooks.validating.unwrap());
+    let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(ns.client());
+    let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(ns.client());
+    mutating_api
+        .create(&PostParams::default(), &mutating)
+        .await
+        .unwrap();
+    validating_api
+        .create(&PostParams::default(), &validating)
+        .await
+        .unwrap();
+
+    let roles = [
+        Roles::Namespaced(ns.api(), role.clone()),
+        Roles::Cluster(Api::all(ns.client()), cluster_role.clone()),
+    ];
+    for role in &roles {
+        for rule in role.rules() {
+            wait_for(&ns, &user, &rule, true).await;
+        }
+    }
+
+    let outcome = scenario(&ns, &user, port, "full").await;
+    eprintln!("with the generated roles: {outcome}");
+    assert!(
+        matches!(outcome, Outcome::Completed),
+        "with the generated roles: {outcome}"
+    );
+    clean_up(&ns, "full").await;
+
+    let mut unneeded = Vec::new();
+    let mut run = 0;
+    for role in &roles {
+        let rules = role.rules();
+        for (index, rule) in rules.iter().enumerate() {
+            let without: Vec<PolicyRule> = rules
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != index)
+                .map(|(_, r)| r.clone())
+                .collect();
+            role.set_rules(without).await;
+            wait_for(&ns, &user, rule, false).await;
+            run += 1;
+            let name = format!("without-{run}");
+            let outcome = scenario(&ns, &user, port, &name).await;
+            eprintln!("without {}: {outcome}", describe(rule));
+            if !matches!(outcome, Outcome::Forbidden(_)) {
+                unneeded.push(format!("{}: {outcome}", describe(rule)));
+            }
+            clean_up(&ns, &name).await;
+            role.set_rules(rules.clone()).await;
+            wait_for(&ns, &user, rule, true).await;
+        }
+    }
+    let _ = mutating_api
+        .delete(&mutating.name_any(), &DeleteParams::default())
+        .await;
+    let _ = validating_api
+        .delete(&validating.name_any(), &DeleteParams::default())
+        .await;
+    assert!(
+        unneeded.is_empty(),
+        "rules the scenario did not need (removed, yet no forbidden error): {unneeded:#?}"
+    );
+}
