@@ -75,7 +75,7 @@ fn replica(setup: &Setup<'_>, who: &'static str, log: &Log) -> Replica {
         .with_release_on_cancel(true);
     let client = setup.client.clone().unwrap_or_else(|| setup.ns.client());
     let manager = Manager::builder(client)
-        .health_probe_address(None)
+        .health_probe_address(Some("127.0.0.1:0".parse().unwrap()))
         .metrics_address(None)
         .leader_election(election)
         .warm_standby(setup.warm)
@@ -121,6 +121,22 @@ fn replica(setup: &Setup<'_>, who: &'static str, log: &Log) -> Replica {
         stop,
         task,
     }
+}
+
+/// The status code of `GET path` on the replica's probe server.
+async fn probe(r: &Replica, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = r.manager.health_address().unwrap();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap()
 }
 
 fn leads(r: &Replica) -> bool {
@@ -197,6 +213,8 @@ async fn a_warm_standby_queues_without_reconciling_and_reconciles_on_takeover() 
         reconciles_by(&log, "b").is_empty(),
         "the follower reconciled"
     );
+    // A warm follower is ready: its controller's sources have synced.
+    assert_eq!(probe(&b, "/readyz").await, 200);
     assert_eq!(b.leader_runnable_started.load(Ordering::SeqCst), 0);
     assert_eq!(a.leader_runnable_started.load(Ordering::SeqCst), 1);
 
@@ -240,11 +258,13 @@ async fn without_warm_standby_controllers_start_on_acquire() {
     eventually("a to lead", || leads(&a)).await;
     eventually("a to reconcile", || reconciles_by(&log, "a").len() >= 5).await;
     let b = replica(&setup, "b", &log);
-    // b runs as a follower for a while: its controller never starts.
+    // b runs as a follower for a while: its controller never starts (so b is not ready).
+    eventually("b's probe server", || b.manager.health_address().is_some()).await;
     let until = Instant::now() + LEASE;
     while Instant::now() < until {
         assert!(!b.controller.has_synced(), "b's controller started");
         assert!(b.controller.queue().is_empty());
+        assert_ne!(probe(&b, "/readyz").await, 200);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(reconciles_by(&log, "b").is_empty());
