@@ -386,6 +386,7 @@ impl<R: Reconciler> Controller<R> {
         tokio::select! {
             _ = shutdown.stopped() => {}
             Some(early) = workers.join_next() => ended.push(early),
+            () = announce(&inner.name, gate) => {}
         }
         tracing::info!(controller = %inner.name, "stopping");
         self.stop_watches().await;
@@ -445,6 +446,20 @@ struct StopOnDrop(CancellationToken);
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.cancel();
+    }
+}
+
+/// Logs each time a gated controller's gate opens or closes; never returns for an
+/// always-open gate.
+async fn announce(name: &str, mut gate: LeaderGate) {
+    if gate.is_always_open() {
+        return std::future::pending().await;
+    }
+    loop {
+        gate.opened().await;
+        tracing::info!(controller = %name, "leading: workers take requests");
+        gate.closed().await;
+        tracing::info!(controller = %name, "not leading (or no longer sure of it): workers take no requests");
     }
 }
 
