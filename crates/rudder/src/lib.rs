@@ -75,6 +75,22 @@
 //! [`client::is_controlled_by`], [`client::apply`] (server-side apply with a field owner),
 //! and [`client::apply_crd`] (install a CRD at start and wait until it is served).
 //!
+//! # Deploying: manifests and least-privilege RBAC from the code
+//!
+//! The builders record what the operator needs from the cluster as they declare it:
+//! `for_`, `owns` and `watches_kind` the reads and writes of their types (in the namespaces
+//! the cache watches: a Role per namespace, or a ClusterRole), `complete_with` the Events its
+//! recorder writes, the manager its Lease, secure metrics' reviews and self-signed
+//! certificates; [`ControllerBuilder::permissions`] declares what the reconciler writes
+//! beyond that ([`rbac::Permissions`], whose [`Verb`](rbac::Verb) has no wildcard).
+//! [`manifests::manifests`] renders, from a manager built as the binary builds it (with
+//! [`ManagerBuilder::render_only`](manager::ManagerBuilder::render_only), so no cluster is
+//! needed), every object that runs it: CRDs, ServiceAccount, Roles and ClusterRole with
+//! bindings, the Deployment (probes, metrics and webhook ports, a termination grace period
+//! longer than the graceful shutdown), the webhook Service and configurations; `to_yaml`
+//! gives them to `kubectl apply -f -`. `cargo xtask new-operator` scaffolds a project that
+//! does all this; `docs/deploying-an-operator.md` walks through it.
+//!
 //! # Features
 //!
 //! | feature | default | enables |
