@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod bench;
+mod bench_election;
 mod bench_failover;
 mod bench_webhook;
 mod ci;
@@ -43,6 +44,10 @@ Tasks:
                           the old leader's release to the new leader's first reconcile
                           with N objects (default 5000) in the cache, warm standby off
                           and on, N rounds each (default 5), on a local control plane
+  bench-election [--rounds N] [--scaled]
+                          a leader's release to the new leader holding the Lease:
+                          client-go's elector, Rudder's polling only and with its watch,
+                          N rounds (default 10) at 15 s / 10 s / 2 s (--scaled: 3/2/0.5 s)
   envtest install         install kube-apiserver and etcd for rudder-envtest (idempotent)
       --print-path        only print the directory holding the binaries
   help                    this text
@@ -54,6 +59,7 @@ fn main() -> ExitCode {
     let result = match args.as_slice() {
         ["bench-workqueue", rest @ ..] => bench::run(rest),
         ["bench-webhook", rest @ ..] => bench_webhook::run(rest),
+        ["bench-election", rest @ ..] => bench_election::run(rest),
         ["bench-failover", rest @ ..] => bench_failover::run(rest),
         ["ci", rest @ ..] => ci::run(rest),
         ["demo", rest @ ..] => demo::run(rest),
