@@ -22,6 +22,7 @@ use crate::gate::LeaderGate;
 use crate::metrics::Metrics;
 use crate::options::Options;
 use crate::reconciler::{Action, BoxError, Context, Next, ReconcileId, Reconciler};
+use crate::shard::{KeyLister, ShardGate, ShardPermit};
 use crate::shutdown::Shutdown;
 
 /// How often `run` logs which sources are still not synced while it waits.
@@ -91,6 +92,7 @@ impl<R: Reconciler> Builder<R> {
                 hard_stop: CancellationToken::new(),
                 watches: Mutex::new(Watches::default()),
                 gate: Mutex::new(LeaderGate::always_open()),
+                shard: Mutex::new(None),
             }),
         })
     }
@@ -140,6 +142,8 @@ struct Inner<R> {
     watches: Mutex<Watches>,
     /// When workers may take requests; read once, when `run` starts.
     gate: Mutex<LeaderGate>,
+    /// Which keys this replica may reconcile, when sharded; read once, when `run` starts.
+    shard: Mutex<Option<ShardGate>>,
 }
 
 impl<R> Drop for Inner<R> {
@@ -251,6 +255,41 @@ impl<R: Reconciler> Controller<R> {
         Ok(())
     }
 
+    /// Shards the controller's keys behind `gate` (see [`ShardGate`]): a worker reconciles a
+    /// key it takes from the queue only if the gate admits it (its shard is held by this
+    /// replica and valid now) and drops it otherwise, leaving it to the replica that owns it.
+    /// Each time a shard opens, every key of that shard listed by `keys` (the primary
+    /// objects in the cache) is queued at [`LOW_PRIORITY`](rudder_handler::LOW_PRIORITY),
+    /// so keys dropped before this replica owned them are reconciled. A sharded controller
+    /// runs on every replica and needs no leader gate; if it has one too, both must be
+    /// open.
+    ///
+    /// # Errors
+    ///
+    /// [`RunError::AlreadyStarted`] if `run` has started.
+    pub fn set_shard_gate(&self, gate: ShardGate, keys: KeyLister) -> Result<()> {
+        let mut current = self
+            .inner
+            .shard
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.inner.started.load(Ordering::SeqCst) {
+            return Err(RunError::AlreadyStarted(self.inner.name.to_string()));
+        }
+        gate.set_key_lister(keys);
+        *current = Some(gate);
+        Ok(())
+    }
+
+    /// Whether the controller is sharded ([`set_shard_gate`](Self::set_shard_gate)).
+    pub fn is_sharded(&self) -> bool {
+        self.inner
+            .shard
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
     /// Whether every source has synced.
     pub fn has_synced(&self) -> bool {
         let watches = self.inner.lock_watches();
@@ -288,13 +327,14 @@ impl<R: Reconciler> Controller<R> {
     /// cannot start, [`RunError::CacheSyncTimeout`] when the sources did not sync in time.
     pub async fn run_until(&self, shutdown: Shutdown) -> Result<()> {
         let inner = &self.inner;
-        let gate = {
-            // Under the gate's lock, so a gate set concurrently is either taken or refused.
+        let (gate, shard) = {
+            // Under the gates' locks, so a gate set concurrently is either taken or refused.
             let gate = inner.gate.lock().unwrap_or_else(PoisonError::into_inner);
+            let shard = inner.shard.lock().unwrap_or_else(PoisonError::into_inner);
             if inner.started.swap(true, Ordering::SeqCst) {
                 return Err(RunError::AlreadyStarted(inner.name.to_string()));
             }
-            gate.clone()
+            (gate.clone(), shard.clone())
         };
         let started = {
             let mut watches = inner.lock_watches();
@@ -380,8 +420,21 @@ impl<R: Reconciler> Controller<R> {
         let _watches = StopOnDrop(inner.stop_sources.clone());
         let mut workers = JoinSet::new();
         for _ in 0..inner.workers {
-            workers.spawn(worker(Arc::clone(inner), gate.clone(), stopping.clone()));
+            workers.spawn(worker(
+                Arc::clone(inner),
+                gate.clone(),
+                shard.clone(),
+                stopping.clone(),
+            ));
         }
+        // Queues the keys of each shard as it opens; after the sync, so the cache lists
+        // them all. Aborted with `run`.
+        let _resync = shard
+            .as_ref()
+            .and_then(|shard| Some((shard.clone(), shard.take_opened()?)))
+            .map(|(shard, opened)| {
+                AbortOnDrop(tokio::spawn(resync(shard, opened, inner.queue.clone())))
+            });
         let mut ended = Vec::new();
         tokio::select! {
             _ = shutdown.stopped() => {}
@@ -440,6 +493,37 @@ impl<R: Reconciler> Controller<R> {
     }
 }
 
+/// Aborts a task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Queues every key of each shard `opened` reports, at low priority (old news).
+async fn resync(
+    shard: ShardGate,
+    mut opened: tokio::sync::mpsc::UnboundedReceiver<usize>,
+    queue: Queue,
+) {
+    while let Some(opened) = opened.recv().await {
+        let keys = shard.keys_of(opened);
+        tracing::debug!(
+            shard = opened,
+            keys = keys.len(),
+            "shard opened: queueing its keys"
+        );
+        for key in keys {
+            queue.add_with(
+                key,
+                AddOptions::new().priority(rudder_handler::LOW_PRIORITY),
+            );
+        }
+    }
+}
+
 /// Cancels a token when dropped.
 struct StopOnDrop(CancellationToken);
 
@@ -490,6 +574,7 @@ impl<R> Inner<R> {
 async fn worker<R: Reconciler>(
     inner: Arc<Inner<R>>,
     mut gate: LeaderGate,
+    shard: Option<ShardGate>,
     stopping: CancellationToken,
 ) {
     if gate.is_always_open() {
@@ -502,7 +587,10 @@ async fn worker<R: Reconciler>(
                     None => return,
                 },
             };
-            process(&inner, item).await;
+            if let Some((item, permit)) = admit_shard(&inner.queue, shard.as_ref(), item) {
+                process(&inner, item).await;
+                drop(permit);
+            }
         }
     }
     loop {
@@ -524,8 +612,11 @@ async fn worker<R: Reconciler>(
         // The check that counts: the clock at the moment the request is taken. A process
         // resumed after a freeze can be handed a request before its timers run; the
         // request then goes back to the queue, not to the reconciler.
-        if let Some(item) = admit(&inner.queue, &gate, item) {
+        if let Some(item) = admit(&inner.queue, &gate, item)
+            && let Some((item, permit)) = admit_shard(&inner.queue, shard.as_ref(), item)
+        {
             process(&inner, item).await;
+            drop(permit);
         }
     }
 }
@@ -539,6 +630,27 @@ fn admit(queue: &Queue, gate: &LeaderGate, item: WorkItem<Request>) -> Option<Wo
     let options = AddOptions::new().priority(item.priority());
     queue.add_with(item.key().clone(), options);
     None
+}
+
+/// Hands `item` on with its shard permit if `shard` admits its key (or there is no shard
+/// gate); otherwise drops it, forgetting its retries: the replica owning its shard
+/// reconciles it.
+fn admit_shard(
+    queue: &Queue,
+    shard: Option<&ShardGate>,
+    item: WorkItem<Request>,
+) -> Option<(WorkItem<Request>, Option<ShardPermit>)> {
+    let Some(shard) = shard else {
+        return Some((item, None));
+    };
+    match shard.admit(item.key()) {
+        Some(permit) => Some((item, Some(permit))),
+        None => {
+            tracing::trace!(request = %item.key(), "not this replica's shard: dropped");
+            queue.forget(item.key());
+            None
+        }
+    }
 }
 
 static NEXT_RECONCILE_ID: AtomicU64 = AtomicU64::new(1);

@@ -90,6 +90,16 @@
 //! as the gate opens. A request taken as the gate closed goes back to the queue at its
 //! priority; reconciles already running when it closes are not interrupted.
 //!
+//! # Sharding
+//!
+//! A [`ShardGate`] ([`Controller::set_shard_gate`]) splits a controller's keys among
+//! replicas: keys hash into shards, and a worker reconciles a key only while its shard is
+//! open here (held by this replica and valid by the monotonic clock, as the leader gate);
+//! other keys are dropped as they are taken, and each shard's keys are queued from the cache
+//! when it opens. Each admitted key holds a [`ShardPermit`] while it runs, so a shard can be
+//! closed and drained before it is handed off. The manager's `sharding` module owns the
+//! shards through Leases; see `docs/sharding.md`.
+//!
 //! # Stopping
 //!
 //! [`Controller::run_until`] takes a [`Shutdown`]: a stop signal carrying the deadline the
@@ -112,6 +122,7 @@ mod gate;
 pub mod metrics;
 mod options;
 mod reconciler;
+mod shard;
 mod shutdown;
 
 pub use controller::{Builder, Controller, WatchSpec};
@@ -119,4 +130,5 @@ pub use error::{BuildError, ErrorChain, Result, RunError, TerminalError, is_term
 pub use gate::LeaderGate;
 pub use options::{DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_SHUTDOWN_GRACE, Options};
 pub use reconciler::{Action, BoxError, Context, ReconcileId, Reconciler};
+pub use shard::{KeyAffinity, KeyLister, ShardGate, ShardPermit, fnv1a, fnv1a64, mix};
 pub use shutdown::Shutdown;

@@ -1,0 +1,406 @@
+//! [`ShardGate`]: which keys this replica of a sharded controller may reconcile now, shard by
+//! shard, with the running reconciles of each shard counted so a shard can be handed off.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rudder_handler::Request;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
+
+/// Lists the keys a sharded controller's primary objects have now (from its cache), for the
+/// resync that follows a shard's acquisition and for the keys-owned gauge.
+pub type KeyLister = Arc<dyn Fn() -> Vec<Request> + Send + Sync>;
+
+/// What a key is hashed by to find its shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KeyAffinity {
+    /// `namespace/name`: keys spread evenly (the default).
+    #[default]
+    Name,
+    /// The namespace alone: every key of a namespace lands in one shard, so one replica
+    /// reconciles a whole namespace. Cluster-scoped keys hash by name.
+    Namespace,
+}
+
+/// Which keys a replica of a sharded controller may reconcile, checked as a worker takes a
+/// request from the queue ([`Controller::set_shard_gate`](crate::Controller::set_shard_gate)).
+///
+/// Keys are hashed into a fixed number of shards ([`shard_of`](Self::shard_of): FNV-1a 64,
+/// stable across builds and platforms, so every replica agrees). Whoever owns shards (the
+/// manager's `sharding::Ring`, through Leases) [`open`](Self::open)s a shard with a validity
+/// channel like a [`LeaderGate`](crate::LeaderGate)'s: a key of that shard is admitted only
+/// while the value is `Some(t)` with `now < t` on tokio's monotonic clock, so a shard closes
+/// by itself when its holder stops renewing or was frozen past `t`. An admitted key carries a
+/// [`ShardPermit`] for as long as it is reconciled; [`close`](Self::close) stops admitting a
+/// shard's keys and [`drained`](Self::drained) waits until the shard's permits are gone, which
+/// is when the shard may be handed to another replica.
+///
+/// A key taken while its shard is not open is dropped, not reconciled: whoever owns the shard
+/// reconciles it. When a shard opens, the gate reports it to the controller (once), which
+/// queues every key of the shard from its cache (its *resync*), so keys dropped before the
+/// opening are not lost.
+///
+/// Cloning gives another handle on the same gate.
+#[derive(Clone)]
+pub struct ShardGate {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    seed: u64,
+    affinity: KeyAffinity,
+    slots: Vec<Mutex<Slot>>,
+    /// Wakes [`ShardGate::drained`] when a permit is dropped.
+    released: Notify,
+    /// Shards opened, for the controller's resync.
+    opened_tx: mpsc::UnboundedSender<usize>,
+    opened_rx: Mutex<Option<mpsc::UnboundedReceiver<usize>>>,
+    keys: Mutex<Option<KeyLister>>,
+    /// Keys dropped at take time because their shard was not open here.
+    dropped: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// Set while this replica holds the shard and has not closed it.
+    validity: Option<watch::Receiver<Option<Instant>>>,
+    /// Permits of this shard alive now.
+    in_flight: usize,
+}
+
+impl fmt::Debug for ShardGate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardGate")
+            .field("shards", &self.shards())
+            .field("affinity", &self.shared.affinity)
+            .field("open", &self.open_shards())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShardGate {
+    /// A gate over `shards` shards (at least 1), keys hashed with `seed` (the ring's name
+    /// hashed, so that rings spread keys differently) by `affinity`; every shard closed.
+    pub fn new(shards: usize, seed: u64, affinity: KeyAffinity) -> Self {
+        let shards = shards.max(1);
+        let (opened_tx, opened_rx) = mpsc::unbounded_channel();
+        Self {
+            shared: Arc::new(Shared {
+                seed,
+                affinity,
+                slots: (0..shards).map(|_| Mutex::default()).collect(),
+                released: Notify::new(),
+                opened_tx,
+                opened_rx: Mutex::new(Some(opened_rx)),
+                keys: Mutex::new(None),
+                dropped: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// How many shards keys are hashed into.
+    pub fn shards(&self) -> usize {
+        self.shared.slots.len()
+    }
+
+    /// What keys are hashed by.
+    pub fn affinity(&self) -> KeyAffinity {
+        self.shared.affinity
+    }
+
+    /// The shard of `request`.
+    pub fn shard_of(&self, request: &Request) -> usize {
+        let mut hash = fnv1a(FNV_OFFSET ^ self.shared.seed, b"");
+        match (self.shared.affinity, request.namespace()) {
+            (KeyAffinity::Namespace, Some(namespace)) => {
+                hash = fnv1a(hash, namespace.as_bytes());
+            }
+            (_, namespace) => {
+                hash = fnv1a(hash, namespace.unwrap_or("").as_bytes());
+                hash = fnv1a(hash, b"/");
+                hash = fnv1a(hash, request.name().as_bytes());
+            }
+        }
+        let shards = u64::try_from(self.shards()).unwrap_or(u64::MAX);
+        usize::try_from(mix(hash) % shards).unwrap_or(0)
+    }
+
+    /// Opens `shard` (out of range: ignored) while `validity` holds `Some(t)` with
+    /// `now < t`, and reports it to the controller for its resync.
+    pub fn open(&self, shard: usize, validity: watch::Receiver<Option<Instant>>) {
+        let Some(slot) = self.shared.slots.get(shard) else {
+            return;
+        };
+        lock(slot).validity = Some(validity);
+        // The receiver may be gone (no controller): nothing to resync then.
+        let _ = self.shared.opened_tx.send(shard);
+    }
+
+    /// Closes `shard`: from now on none of its keys is admitted. Reconciles already running
+    /// go on; [`drained`](Self::drained) waits for them.
+    pub fn close(&self, shard: usize) {
+        if let Some(slot) = self.shared.slots.get(shard) {
+            lock(slot).validity = None;
+        }
+    }
+
+    /// Waits until no reconcile of a key of `shard` is running. Call after
+    /// [`close`](Self::close), or keys may be admitted again meanwhile.
+    pub async fn drained(&self, shard: usize) {
+        let Some(slot) = self.shared.slots.get(shard) else {
+            return;
+        };
+        loop {
+            let released = self.shared.released.notified();
+            let mut released = std::pin::pin!(released);
+            released.as_mut().enable();
+            if lock(slot).in_flight == 0 {
+                return;
+            }
+            released.await;
+        }
+    }
+
+    /// Whether keys of `shard` are admitted now.
+    pub fn is_open(&self, shard: usize) -> bool {
+        self.shared
+            .slots
+            .get(shard)
+            .is_some_and(|slot| is_valid(&lock(slot), Instant::now()))
+    }
+
+    /// The shards whose keys are admitted now.
+    pub fn open_shards(&self) -> Vec<usize> {
+        (0..self.shards()).filter(|&s| self.is_open(s)).collect()
+    }
+
+    /// How many reconciles of keys of `shard` are running.
+    pub fn in_flight(&self, shard: usize) -> usize {
+        self.shared
+            .slots
+            .get(shard)
+            .map_or(0, |slot| lock(slot).in_flight)
+    }
+
+    /// Admits `request` if its shard is open now, with a permit to hold while it is
+    /// reconciled; `None` (and counted as dropped) otherwise.
+    pub fn admit(&self, request: &Request) -> Option<ShardPermit> {
+        let shard = self.shard_of(request);
+        let slot = &self.shared.slots[shard];
+        let mut slot = lock(slot);
+        if !is_valid(&slot, Instant::now()) {
+            drop(slot);
+            self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        slot.in_flight += 1;
+        Some(ShardPermit {
+            shared: Arc::clone(&self.shared),
+            shard,
+        })
+    }
+
+    /// How many keys were dropped at take time because their shard was not open here.
+    pub fn dropped(&self) -> usize {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Sets how to list the controller's keys (the controller sets it with the gate).
+    pub fn set_key_lister(&self, keys: KeyLister) {
+        *self
+            .shared
+            .keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(keys);
+    }
+
+    /// The keys of the open shards, from the key lister (`None` without one).
+    pub fn owned_keys(&self) -> Option<Vec<Request>> {
+        let keys = self
+            .shared
+            .keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()?;
+        let open = self.open_shards();
+        Some(
+            keys()
+                .into_iter()
+                .filter(|key| open.contains(&self.shard_of(key)))
+                .collect(),
+        )
+    }
+
+    /// The keys of `shard`, from the key lister (empty without one).
+    pub(crate) fn keys_of(&self, shard: usize) -> Vec<Request> {
+        let keys = self
+            .shared
+            .keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        keys.map(|keys| {
+            keys()
+                .into_iter()
+                .filter(|key| self.shard_of(key) == shard)
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+
+    /// The stream of opened shards; only the first caller gets it.
+    pub(crate) fn take_opened(&self) -> Option<mpsc::UnboundedReceiver<usize>> {
+        self.shared
+            .opened_rx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+/// Held while an admitted key is reconciled; dropping it lets [`ShardGate::drained`] return
+/// once its shard has none left.
+pub struct ShardPermit {
+    shared: Arc<Shared>,
+    shard: usize,
+}
+
+impl ShardPermit {
+    /// The shard of the admitted key.
+    pub fn shard(&self) -> usize {
+        self.shard
+    }
+}
+
+impl fmt::Debug for ShardPermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardPermit")
+            .field("shard", &self.shard)
+            .finish()
+    }
+}
+
+impl Drop for ShardPermit {
+    fn drop(&mut self) {
+        let mut slot = lock(&self.shared.slots[self.shard]);
+        slot.in_flight = slot.in_flight.saturating_sub(1);
+        drop(slot);
+        self.shared.released.notify_waiters();
+    }
+}
+
+fn lock(slot: &Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn is_valid(slot: &Slot, now: Instant) -> bool {
+    slot.validity
+        .as_ref()
+        .is_some_and(|validity| validity.borrow().is_some_and(|until| now < until))
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// FNV-1a 64 of `bytes`, continuing from `hash`: a hash whose value is fixed by its
+/// definition, so every replica, whatever built it, computes the same.
+pub fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
+    for byte in bytes {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(FNV_PRIME);
+    }
+    hash
+}
+
+/// FNV-1a 64 of `bytes` from the standard offset basis.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    fnv1a(FNV_OFFSET, bytes)
+}
+
+/// A finaliser (splitmix64's) spreading FNV's weak low bits over the whole word.
+pub fn mix(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn fnv1a_matches_its_published_vectors() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn namespace_affinity_puts_a_namespace_in_one_shard() {
+        let gate = ShardGate::new(32, 7, KeyAffinity::Namespace);
+        let shard = gate.shard_of(&Request::namespaced("team-a", "x"));
+        for i in 0..100 {
+            let key = Request::namespaced("team-a", &format!("object-{i}"));
+            assert_eq!(gate.shard_of(&key), shard);
+        }
+        let by_name = ShardGate::new(32, 7, KeyAffinity::Name);
+        let spread: std::collections::HashSet<_> = (0..100)
+            .map(|i| by_name.shard_of(&Request::namespaced("team-a", &format!("object-{i}"))))
+            .collect();
+        assert!(
+            spread.len() > 20,
+            "100 names fell in {} shards",
+            spread.len()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_are_admitted_only_while_their_shard_is_valid() {
+        let gate = ShardGate::new(4, 0, KeyAffinity::Name);
+        let key = Request::namespaced("ns", "a");
+        let shard = gate.shard_of(&key);
+        assert!(gate.admit(&key).is_none(), "closed at first");
+        let (validity, rx) = watch::channel(Some(Instant::now() + Duration::from_secs(3)));
+        gate.open(shard, rx);
+        let mut opened = gate.take_opened().unwrap();
+        assert_eq!(opened.try_recv().unwrap(), shard);
+        let permit = gate.admit(&key).expect("open");
+        assert_eq!(permit.shard(), shard);
+        assert_eq!(gate.in_flight(shard), 1);
+        drop(permit);
+        // The validity passes by itself: a frozen holder admits nothing once resumed.
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert!(gate.admit(&key).is_none());
+        validity.send_replace(Some(Instant::now() + Duration::from_secs(3)));
+        assert!(gate.admit(&key).is_some());
+        gate.close(shard);
+        assert!(gate.admit(&key).is_none());
+        assert_eq!(gate.dropped(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drained_waits_for_the_running_reconciles_of_its_shard() {
+        let gate = ShardGate::new(1, 0, KeyAffinity::Name);
+        let (_validity, rx) = watch::channel(Some(Instant::now() + Duration::from_secs(60)));
+        gate.open(0, rx);
+        let first = gate.admit(&Request::namespaced("ns", "a")).unwrap();
+        let second = gate.admit(&Request::namespaced("ns", "b")).unwrap();
+        gate.close(0);
+        let start = Instant::now();
+        let releaser = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            drop(first);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            drop(second);
+        });
+        gate.drained(0).await;
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+        releaser.await.unwrap();
+    }
+}
