@@ -287,7 +287,9 @@ impl Rules {
         self.verbs.is_empty()
     }
 
-    /// Adds `verbs` on `resource` of `group` in `scope` (nothing for no verbs).
+    /// Adds `verbs` on `resource` of `group` in `scope` (nothing for no verbs). A group or
+    /// resource with a `*`, or an empty resource, is refused: logged at `error` and left
+    /// out, never rendered.
     pub fn add(
         &mut self,
         scope: RuleScope,
@@ -297,6 +299,16 @@ impl Rules {
     ) {
         let verbs: BTreeSet<Verb> = verbs.into_iter().collect();
         if verbs.is_empty() {
+            return;
+        }
+        // No wildcard ever: a `*` in a group or resource (only `Permissions::resource` and
+        // this method take free text) is refused, loudly, rather than rendered.
+        if group.contains('*') || resource.contains('*') || resource.is_empty() {
+            tracing::error!(
+                group,
+                resource,
+                "refusing an RBAC rule with a wildcard or no resource; name the resource"
+            );
             return;
         }
         self.verbs
@@ -619,6 +631,18 @@ mod tests {
         for verb in [Verb::List, Verb::Watch] {
             assert_eq!(lease(verb), (true, false));
         }
+    }
+
+    #[test]
+    fn a_wildcard_resource_or_group_is_refused() {
+        let mut rules = Rules::new();
+        rules.add(RuleScope::Cluster, "*", "pods", [Verb::Get]);
+        rules.add(RuleScope::Cluster, "", "*", [Verb::Get]);
+        rules.add(RuleScope::Cluster, "", "pods/*", [Verb::Get]);
+        rules.add(RuleScope::Cluster, "", "", [Verb::Get]);
+        assert!(rules.is_empty());
+        rules.add(RuleScope::Cluster, "", "pods", [Verb::Get]);
+        assert!(!rules.is_empty());
     }
 
     #[tokio::test]
