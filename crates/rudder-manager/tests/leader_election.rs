@@ -355,6 +355,110 @@ async fn assert_lost_within_renew_deadline(
     assert_eq!(leadership.finished().await, Err(lost));
 }
 
+/// A TCP proxy to the API server that can turn into a black hole: connections open, nothing
+/// answered, as when the API server is unreachable.
+struct Proxy {
+    addr: std::net::SocketAddr,
+    cut: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = CancellationToken::new();
+        let task = tokio::spawn({
+            let cut = cut.clone();
+            async move {
+                let mut held = Vec::new();
+                loop {
+                    let Ok((mut inbound, _)) = listener.accept().await else {
+                        return;
+                    };
+                    if cut.is_cancelled() {
+                        held.push(inbound);
+                        continue;
+                    }
+                    let (upstream, cut) = (upstream.clone(), cut.clone());
+                    tokio::spawn(async move {
+                        let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await
+                        else {
+                            return;
+                        };
+                        // Cutting drops both sides of every forwarded connection.
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                            () = cut.cancelled() => {}
+                        }
+                    });
+                }
+            }
+        });
+        Self { addr, cut, task }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// With the API server unreachable, leadership is lost exactly at the renew deadline
+/// counted from when the last successful renewal was sent.
+#[tokio::test]
+async fn an_unreachable_api_server_is_a_loss_at_the_renew_deadline_of_the_last_renewal() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("an_unreachable_api_server").await.unwrap();
+    let mut client_config = env.config().clone();
+    let upstream = client_config.cluster_url.authority().unwrap().to_string();
+    let proxy = Proxy::start(upstream).await;
+    client_config.cluster_url = format!("https://{}", proxy.addr).parse().unwrap();
+    let a = LeaderElection::new(
+        kube::Client::try_from(client_config).unwrap(),
+        config(&ns, "a"),
+    )
+    .unwrap();
+    let leadership = a.acquire(CancellationToken::new()).await.unwrap();
+    // Follow the validity: its last value before the loss gives the last successful send.
+    let mut validity = a.validity();
+    let last = std::sync::Arc::new(std::sync::Mutex::new(*validity.borrow()));
+    let follower = tokio::spawn({
+        let last = std::sync::Arc::clone(&last);
+        async move {
+            while validity.changed().await.is_ok() {
+                if let Some(until) = *validity.borrow_and_update() {
+                    *last.lock().unwrap() = Some(until);
+                }
+            }
+        }
+    });
+    // Two renewals through the proxy, then it goes silent.
+    let mut renewals = a.validity();
+    renewals.changed().await.unwrap();
+    renewals.changed().await.unwrap();
+    proxy.cut.cancel();
+
+    let lost = timeout(RENEW * 2, leadership.lost()).await.expect("lost");
+    let at = Instant::now();
+    let sent = last.lock().unwrap().expect("renewed") - LEASE;
+    assert_eq!(lost.identity, "a");
+    assert!(
+        at >= sent + RENEW,
+        "lost {:?} before the deadline",
+        sent + RENEW - at
+    );
+    assert!(
+        at <= sent + RENEW + Duration::from_millis(100),
+        "lost {:?} after the deadline",
+        at - (sent + RENEW)
+    );
+    assert!(!a.is_leader());
+    assert_eq!(*a.validity().borrow(), None);
+    follower.abort();
+}
+
 #[tokio::test]
 async fn renewals_keep_leadership_and_an_overwritten_lease_is_lost_within_the_renew_deadline() {
     let ns = namespace("renewals_keep_leadership_and_an_overwritten_lease_is_lost").await;
