@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use kube::core::PartialObjectMeta;
 use rudder::handler::EnqueueObject;
 use rudder::manager::leader_election::LeaderElectionConfig;
 use rudder::manifests::{DeployOptions, manifests, offline_client};
@@ -39,6 +40,8 @@ async fn each_declaration_records_its_permissions_where_the_cache_watches() {
         .for_::<ConfigMap>()
         .owns::<Pod>()
         .watches_kind::<Namespace, _>(EnqueueObject)
+        // A metadata-only watch needs the same reads as a full one.
+        .watches_kind::<PartialObjectMeta<Secret>, _>(EnqueueObject)
         .permissions(Permissions::new().status::<ConfigMap>())
         .complete_with(|_| Noop)
         .await
@@ -50,6 +53,7 @@ async fn each_declaration_records_its_permissions_where_the_cache_watches() {
         assert!(rules.allows(&apps, "", "pods", verb));
         // Namespaces are cluster-scoped: read cluster-wide.
         assert!(rules.allows(&RuleScope::Cluster, "", "namespaces", verb));
+        assert!(rules.allows(&apps, "", "secrets", verb));
     }
     for verb in Verb::WRITE {
         assert!(rules.allows(&apps, "", "pods", verb), "{verb}");
