@@ -259,8 +259,8 @@ impl<R: Reconciler> Controller<R> {
     /// key it takes from the queue only if the gate admits it (its shard is held by this
     /// replica and valid now) and drops it otherwise, leaving it to the replica that owns it.
     /// Each time a shard opens, every key of that shard listed by `keys` (the primary
-    /// objects in the cache) is queued at [`LOW_PRIORITY`](rudder_handler::LOW_PRIORITY),
-    /// so keys dropped before this replica owned them are reconciled. A sharded controller
+    /// objects in the cache) is queued at the default priority (0), so keys dropped before
+    /// this replica owned them are reconciled. A sharded controller
     /// runs on every replica and needs no leader gate; if it has one too, both must be
     /// open.
     ///
@@ -502,7 +502,8 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Queues every key of each shard `opened` reports, at low priority (old news).
+/// Queues every key of each shard `opened` reports, at the default priority: a shard
+/// handed over is news to this replica, and its keys have waited through the hand-off.
 async fn resync(
     shard: ShardGate,
     mut opened: tokio::sync::mpsc::UnboundedReceiver<usize>,
@@ -516,10 +517,7 @@ async fn resync(
             "shard opened: queueing its keys"
         );
         for key in keys {
-            queue.add_with(
-                key,
-                AddOptions::new().priority(rudder_handler::LOW_PRIORITY),
-            );
+            queue.add(key);
         }
     }
 }

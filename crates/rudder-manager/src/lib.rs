@@ -136,6 +136,7 @@ pub mod metrics;
 pub mod rbac;
 mod runnable;
 mod server;
+pub mod sharding;
 #[cfg(feature = "webhook")]
 mod webhooks;
 

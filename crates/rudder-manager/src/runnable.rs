@@ -52,6 +52,11 @@ impl<R: Reconciler> Runnable for Controller<R> {
         format!("controller {}", Controller::name(self))
     }
 
+    /// A sharded controller ([`Controller::set_shard_gate`]) runs on every replica.
+    fn needs_leader_election(&self) -> bool {
+        !self.is_sharded()
+    }
+
     fn set_leader_gate(&mut self, gate: LeaderGate) -> bool {
         Controller::set_leader_gate(self, gate).is_ok()
     }

@@ -94,7 +94,7 @@ mod elector;
 mod error;
 #[cfg(test)]
 mod fake;
-mod record;
+pub(crate) mod record;
 
 pub use config::{JITTER_FACTOR, LeaderElectionConfig, default_identity};
 pub use elector::{LeaderElection, Leadership};

@@ -1,0 +1,338 @@
+//! Sharding on a real API server: three managers in this process split 300 ConfigMaps by
+//! shard Leases; every key is reconciled by the replica its shard belongs to, and the
+//! recorded reconcile intervals of a key never overlap across replicas, while a member stops
+//! cleanly, one joins, and one is killed (its Leases left to expire).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use kube::core::ObjectMeta;
+use rudder_controller::{Action, Context, Controller, KeyLister, Options, Reconciler};
+use rudder_envtest::{TestEnv, TestNamespace};
+use rudder_handler::{EnqueueObject, Kind, Request};
+use rudder_manager::sharding::{Ring, RingStatus, ShardingConfig, owner};
+use rudder_manager::{Error, Manager};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const OBJECTS: usize = 300;
+const SHARDS: usize = 16;
+const RING: &str = "cms";
+const WAIT: Duration = Duration::from_secs(40);
+
+/// One reconcile: who ran it, the key, when it started and when it returned.
+#[derive(Clone, Debug)]
+struct Interval {
+    who: &'static str,
+    key: String,
+    start: Instant,
+    end: Instant,
+}
+
+type Log = Arc<Mutex<Vec<Interval>>>;
+
+struct Recording {
+    who: &'static str,
+    log: Log,
+}
+
+impl Reconciler for Recording {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
+        let start = Instant::now();
+        // Long enough for an overlap to be seen if two replicas ran a key at once.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        self.log.lock().unwrap().push(Interval {
+            who: self.who,
+            key: request.name().to_owned(),
+            start,
+            end: Instant::now(),
+        });
+        // Keep every key busy, so hand-offs happen while its keys are being reconciled.
+        Ok(Action::requeue_after(Duration::from_secs(1)))
+    }
+}
+
+struct Replica {
+    who: &'static str,
+    status: watch::Receiver<RingStatus>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), Error>>,
+}
+
+fn replica(ns: &TestNamespace, who: &'static str, log: &Log) -> Replica {
+    let namespace = ns.name().to_owned();
+    let manager = Manager::builder(ns.client())
+        .health_probe_address(None)
+        .metrics_address(None)
+        .cache(move |c| c.default_namespace(namespace))
+        .build()
+        .unwrap();
+    let ring = Ring::new(
+        ns.client(),
+        ShardingConfig::new(ns.name(), RING)
+            .with_identity(who)
+            .with_shards(SHARDS)
+            .with_lease_duration(Duration::from_secs(3))
+            .with_renew_deadline(Duration::from_secs(2))
+            .with_retry_period(Duration::from_millis(500)),
+    )
+    .unwrap();
+    let controller = Controller::builder(
+        format!("sharded-{who}"),
+        Recording {
+            who,
+            log: Arc::clone(log),
+        },
+    )
+    .options(Options::new().workers(2))
+    .build()
+    .unwrap();
+    controller
+        .watch(
+            Kind::<ConfigMap>::from_cache(manager.cache()),
+            EnqueueObject,
+            vec![],
+        )
+        .unwrap();
+    let cache = manager.cache().clone();
+    let keys: KeyLister = Arc::new(move || {
+        cache
+            .informers::<ConfigMap>()
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|informer| informer.store().list())
+            .filter_map(|cm| Request::from_object(&*cm))
+            .collect()
+    });
+    controller.set_shard_gate(ring.gate(), keys).unwrap();
+    let status = ring.status();
+    manager.add(ring);
+    manager.add_controller(controller);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { manager.start(stop).await }
+    });
+    Replica {
+        who,
+        status,
+        stop,
+        task,
+    }
+}
+
+/// Waits until every replica in `live` sees exactly `live` as members and holds exactly
+/// its shards; returns then.
+async fn settled(replicas: &[&Replica]) -> Vec<String> {
+    let mut expected: Vec<String> = replicas.iter().map(|r| r.who.to_owned()).collect();
+    expected.sort();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let all = replicas.iter().all(|r| {
+            let status = r.status.borrow();
+            status.settled && status.members == expected
+        });
+        if all {
+            // Every shard is held by exactly one of them.
+            let mut held = HashSet::new();
+            for r in replicas {
+                for shard in &r.status.borrow().held {
+                    assert!(held.insert(*shard), "shard {shard} held twice");
+                }
+            }
+            assert_eq!(held.len(), SHARDS, "every shard is held");
+            return expected;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {expected:?} to settle: {:?}",
+            replicas
+                .iter()
+                .map(|r| (r.who, r.status.borrow().clone()))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until every key has a reconcile started after `since`, then checks that every
+/// reconcile started after `since` ran on the key's owner among `members`.
+async fn every_key_on_its_owner(
+    log: &Log,
+    since: Instant,
+    members: &[String],
+    names: &[String],
+    namespace: &str,
+) {
+    let gate = rudder_controller::ShardGate::new(
+        SHARDS,
+        rudder_controller::fnv1a64(RING.as_bytes()),
+        rudder_controller::KeyAffinity::Name,
+    );
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let seen: HashSet<String> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|i| i.start >= since)
+            .map(|i| i.key.clone())
+            .collect();
+        if names.iter().all(|n| seen.contains(n)) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let log = log.lock().unwrap();
+            for name in names.iter().filter(|n| !seen.contains(*n)) {
+                let shard = gate.shard_of(&Request::namespaced(namespace, name));
+                let last: Vec<_> = log
+                    .iter()
+                    .filter(|i| &i.key == name)
+                    .map(|i| (i.who, i.start))
+                    .collect();
+                println!(
+                    "missing {name} shard {shard} owner {:?} since {since:?} history {last:?}",
+                    owner(RING, shard, members)
+                );
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} keys reconciled after the members settled",
+            seen.len(),
+            names.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = log.lock().unwrap();
+    let mut checked = 0;
+    for interval in log.iter().filter(|i| i.start >= since) {
+        let shard = gate.shard_of(&Request::namespaced(namespace, &interval.key));
+        let expected = owner(RING, shard, members).unwrap();
+        assert_eq!(
+            interval.who, expected,
+            "{} (shard {shard}) reconciled by {} instead of its owner {expected}",
+            interval.key, interval.who
+        );
+        checked += 1;
+    }
+    println!("{checked} reconciles after the settle, each on its key's owner among {members:?}");
+}
+
+/// Checks that no two reconciles of one key overlap in time (whoever ran them).
+fn no_overlap(log: &Log) -> usize {
+    let log = log.lock().unwrap();
+    let mut by_key: HashMap<&str, Vec<&Interval>> = HashMap::new();
+    for interval in log.iter() {
+        by_key.entry(&interval.key).or_default().push(interval);
+    }
+    let mut crossings = 0;
+    for (key, mut intervals) in by_key {
+        intervals.sort_by_key(|i| i.start);
+        for pair in intervals.windows(2) {
+            assert!(
+                pair[0].end <= pair[1].start,
+                "{key}: {} ran {:?}..{:?} and {} started at {:?}",
+                pair[0].who,
+                pair[0].start,
+                pair[0].end,
+                pair[1].who,
+                pair[1].start
+            );
+            if pair[0].who != pair[1].who {
+                crossings += 1;
+            }
+        }
+    }
+    crossings
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_split_the_keys_by_shard_leases_without_overlap_as_members_change() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("sharding").await.unwrap();
+    let api: Api<ConfigMap> = ns.api();
+    let names: Vec<String> = (0..OBJECTS).map(|i| format!("cm-{i}")).collect();
+    for chunk in names.chunks(50) {
+        join_all(chunk.iter().map(|name| {
+            let api = api.clone();
+            async move {
+                let cm = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    ..ConfigMap::default()
+                };
+                api.create(&PostParams::default(), &cm).await.unwrap();
+            }
+        }))
+        .await;
+    }
+    let log: Log = Arc::default();
+
+    // Three replicas.
+    let started = Instant::now();
+    let a = replica(&ns, "a", &log);
+    let b = replica(&ns, "b", &log);
+    let c = replica(&ns, "c", &log);
+    let members = settled(&[&a, &b, &c]).await;
+    println!("3 replicas settled in {:?}", started.elapsed());
+    let since = Instant::now();
+    every_key_on_its_owner(&log, since, &members, &names, ns.name()).await;
+
+    // One stops cleanly: its shards are drained, released and taken by the others.
+    let change = Instant::now();
+    c.stop.cancel();
+    c.task.await.unwrap().unwrap();
+    let members = settled(&[&a, &b]).await;
+    println!("c stopped: a and b settled in {:?}", change.elapsed());
+    let since = Instant::now();
+    every_key_on_its_owner(&log, since, &members, &names, ns.name()).await;
+
+    // One joins: it takes about a third of the shards.
+    let change = Instant::now();
+    let d = replica(&ns, "d", &log);
+    let members = settled(&[&a, &b, &d]).await;
+    println!(
+        "d joined: settled in {:?}, d holds {:?}",
+        change.elapsed(),
+        d.status.borrow().held
+    );
+    let since = Instant::now();
+    every_key_on_its_owner(&log, since, &members, &names, ns.name()).await;
+
+    // One is killed: nothing is released, its Leases expire, the others take its shards.
+    let change = Instant::now();
+    a.task.abort();
+    let _ = a.task.await;
+    let members = settled(&[&b, &d]).await;
+    let took = change.elapsed();
+    println!("a killed: b and d settled in {took:?}");
+    assert!(
+        took >= Duration::from_secs(2),
+        "a's shards were taken before its leases could expire: {took:?}"
+    );
+    let since = Instant::now();
+    every_key_on_its_owner(&log, since, &members, &names, ns.name()).await;
+
+    let crossings = no_overlap(&log);
+    let total = log.lock().unwrap().len();
+    println!(
+        "{total} reconciles, {crossings} hand-offs of a key between replicas, none overlapping"
+    );
+    assert!(crossings > 0, "keys moved between replicas");
+
+    for r in [b, d] {
+        r.stop.cancel();
+        r.task.await.unwrap().unwrap();
+    }
+    drop(a.stop);
+}
