@@ -13,13 +13,14 @@ use kube::Client;
 use kube::Resource;
 use kube::core::GroupVersionKind;
 use rudder_cache::Typed;
-use rudder_controller::{Controller, Options, Reconciler, WatchSpec};
+use rudder_controller::{Controller, KeyLister, Options, Reconciler, WatchSpec};
 use rudder_handler::{
     EnqueueObject, EnqueueOwner, EventHandler, Kind, MetaPredicate, MetaPredicates, Predicate,
-    Source,
+    Request, Source,
 };
 use rudder_manager::Manager;
 use rudder_manager::rbac::{Permissions, Verb};
+use rudder_manager::sharding::{Ring, ShardingConfig};
 
 use crate::{Error, Result, Tools};
 
@@ -40,6 +41,7 @@ pub fn new_controller(manager: &Manager) -> ControllerBuilder<'_, ()> {
         served: Vec::new(),
         options: Options::default(),
         permissions: Permissions::new(),
+        sharding: None,
         _primary: PhantomData,
     }
 }
@@ -54,6 +56,7 @@ pub struct ControllerBuilder<'m, K> {
     served: Vec<ServedCheck>,
     options: Options,
     permissions: Permissions,
+    sharding: Option<ShardingConfig>,
     _primary: PhantomData<fn() -> K>,
 }
 
@@ -92,6 +95,7 @@ impl<'m> ControllerBuilder<'m, ()> {
             served: self.served,
             options: self.options,
             permissions: self.permissions,
+            sharding: self.sharding,
             _primary: PhantomData,
         }
     }
@@ -247,6 +251,20 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         self
     }
 
+    /// Shards the controller's primary objects across the replicas of the ring `config`
+    /// names, coordinated by Leases (`docs/sharding.md`): each replica reconciles only the
+    /// keys of the shards it holds, and the controller runs on every replica instead of only
+    /// on the leader. At `complete`, a [`Ring`] is added to the manager and the controller is
+    /// gated on it, its resync listing the primary objects from the manager's cache
+    /// (queue-filter mode: the cache still holds every object).
+    ///
+    /// The ring's Leases need get, list, watch, create and update on `leases` in the ring's
+    /// namespace; this is not yet recorded in the rendered RBAC.
+    pub fn sharded(mut self, config: ShardingConfig) -> Self {
+        self.sharding = Some(config);
+        self
+    }
+
     /// Builds the controller around `reconciler` and adds it to the manager.
     ///
     /// # Errors
@@ -254,7 +272,8 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// [`Error::NotServed`] if the API server does not serve a type watched with
     /// [`for_`](ControllerBuilder::for_), [`owns`](Self::owns) or
     /// [`watches_kind`](Self::watches_kind) (a CRD not installed), [`Error::Controller`]
-    /// for a duplicate or empty name. Nothing is left behind by a failure.
+    /// for a duplicate or empty name, [`Error::Sharding`] for a ring's invalid Lease
+    /// timings. Nothing is left behind by a failure.
     pub async fn complete<R: Reconciler>(self, reconciler: R) -> Result<Controller<R>> {
         self.finish(|_| reconciler, false).await
     }
@@ -291,6 +310,11 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         if events {
             self.permissions = std::mem::take(&mut self.permissions).events_about::<K>();
         }
+        let ring = self
+            .sharding
+            .map(|config| Ring::new(client.clone(), config))
+            .transpose()
+            .map_err(Error::Sharding)?;
         let name = self.name.unwrap_or_else(|| K::kind(&()).to_lowercase());
         let reconciler = make(Tools::new(self.manager, &name));
         let controller = Controller::builder(name, reconciler)
@@ -301,6 +325,22 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         for watch in self.watches {
             // Before `run`, adding a watch only records it.
             controller.add_watch(watch(&global)).map_err(Error::Watch)?;
+        }
+        if let Some(ring) = ring {
+            let cache = self.manager.cache().clone();
+            let keys: KeyLister = Arc::new(move || {
+                cache
+                    .informers::<K>()
+                    .unwrap_or_default()
+                    .iter()
+                    .flat_map(|informer| informer.store().list())
+                    .filter_map(|object| Request::from_object(&*object))
+                    .collect()
+            });
+            controller
+                .set_shard_gate(ring.gate(), keys)
+                .map_err(Error::Watch)?;
+            self.manager.add(ring);
         }
         self.manager.record_permissions(&self.permissions);
         self.manager.add_controller(controller.clone());

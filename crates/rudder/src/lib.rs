@@ -241,6 +241,12 @@ pub enum Error {
     #[cfg(feature = "controller")]
     #[error("cannot add a watch to the controller")]
     Watch(#[source] rudder_controller::RunError),
+    /// A sharded controller's ring has invalid Lease timings or names
+    /// ([`ControllerBuilder::sharded`](crate::ControllerBuilder::sharded)); fix the
+    /// configuration.
+    #[cfg(feature = "manager")]
+    #[error("invalid sharding configuration")]
+    Sharding(#[source] rudder_manager::leader_election::ConfigError),
 }
 
 /// The result of the builder API.

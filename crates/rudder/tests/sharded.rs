@@ -1,0 +1,168 @@
+//! The builder's `sharded` option against a real API server: two managers each declare the
+//! same controller with `.sharded(..)`; the keys end up split between them, each on its
+//! owner, and no key is ever reconciled by both at once.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use kube::core::ObjectMeta;
+use rudder::controller::{KeyAffinity, ShardGate, fnv1a64};
+use rudder::manager::sharding::{ShardingConfig, owner};
+use rudder::prelude::*;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const SHARDS: usize = 8;
+const RING: &str = "builder-ring";
+
+/// (who, key, start, end) of every reconcile.
+type Log = Arc<Mutex<Vec<(&'static str, String, Instant, Instant)>>>;
+
+struct Recording {
+    who: &'static str,
+    log: Log,
+}
+
+impl Reconciler for Recording {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
+        let start = Instant::now();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        self.log
+            .lock()
+            .unwrap()
+            .push((self.who, request.name().to_owned(), start, Instant::now()));
+        Ok(Action::requeue_after(Duration::from_millis(300)))
+    }
+}
+
+#[tokio::test]
+async fn sharded_controllers_split_the_keys_between_replicas() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("sharded").await.unwrap();
+    let api: Api<ConfigMap> = ns.api();
+    let names: Vec<String> = (0..40).map(|i| format!("cm-{i}")).collect();
+    for name in &names {
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let log: Log = Arc::default();
+    let mut running = Vec::new();
+    for who in ["a", "b"] {
+        let namespace = ns.name().to_owned();
+        let manager = Arc::new(
+            Manager::builder(ns.client())
+                .health_probe_address(None)
+                .metrics_address(None)
+                .cache(move |c| c.default_namespace(namespace))
+                .build()
+                .unwrap(),
+        );
+        let controller = rudder::new_controller(&manager)
+            .for_::<ConfigMap>()
+            .named(format!("sharded-{who}"))
+            .sharded(
+                ShardingConfig::new(ns.name(), RING)
+                    .with_identity(who)
+                    .with_shards(SHARDS)
+                    .with_lease_duration(Duration::from_secs(3))
+                    .with_renew_deadline(Duration::from_secs(2))
+                    .with_retry_period(Duration::from_millis(500)),
+            )
+            .complete(Recording {
+                who,
+                log: Arc::clone(&log),
+            })
+            .await
+            .unwrap();
+        assert!(controller.is_sharded());
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let (manager, stop) = (Arc::clone(&manager), stop.clone());
+            async move { manager.start(stop).await }
+        });
+        running.push((stop, task));
+    }
+
+    let gate = ShardGate::new(SHARDS, fnv1a64(RING.as_bytes()), KeyAffinity::Name);
+    let members = vec!["a".to_owned(), "b".to_owned()];
+    let owner_of = |name: &str| {
+        owner(
+            RING,
+            gate.shard_of(&Request::namespaced(ns.name(), name)),
+            &members,
+        )
+    };
+    // Until every key has been reconciled by its owner: both replicas hold their shards.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let by_owner: HashSet<String> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(who, key, _, _)| owner_of(key) == Some(*who))
+            .map(|(_, key, _, _)| key.clone())
+            .collect();
+        if names.iter().all(|n| by_owner.contains(n)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} keys reconciled by their owner",
+            by_owner.len(),
+            names.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // From then on, every key is reconciled again, and only by its owner.
+    let since = Instant::now();
+    loop {
+        let again: HashSet<String> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, _, start, _)| *start >= since)
+            .map(|(_, key, _, _)| key.clone())
+            .collect();
+        if names.iter().all(|n| again.contains(n)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "keys not reconciled again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (stop, task) in running {
+        stop.cancel();
+        task.await.unwrap().unwrap();
+    }
+    let log = log.lock().unwrap();
+    let mut per_replica: HashMap<&str, usize> = HashMap::new();
+    let mut by_key: HashMap<&str, Vec<(Instant, Instant)>> = HashMap::new();
+    for (who, key, start, end) in log.iter() {
+        if *start >= since {
+            assert_eq!(owner_of(key), Some(*who), "{key} reconciled by {who}");
+            *per_replica.entry(who).or_default() += 1;
+        }
+        by_key.entry(key).or_default().push((*start, *end));
+    }
+    assert_eq!(
+        per_replica.len(),
+        2,
+        "both replicas reconciled: {per_replica:?}"
+    );
+    for (key, mut intervals) in by_key {
+        intervals.sort();
+        for pair in intervals.windows(2) {
+            assert!(pair[0].1 <= pair[1].0, "{key}: reconciles overlap");
+        }
+    }
+}
