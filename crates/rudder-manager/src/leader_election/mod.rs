@@ -70,6 +70,12 @@
 //!   at the moment it starts. This is what keeps a process resumed after a freeze from acting
 //!   before its renewing task has run: the validity passed while it was frozen.
 //!
+//! Candidates with and without the watch, and client-go's, share one Lease safely: what is
+//! written and how expiry is judged are the same (the interop test runs them together and
+//! checks that their leading intervals never overlap). What Rudder cannot fix is on
+//! client-go's side: its elector, resumed after a freeze past its lease, believes it leads
+//! for up to its renew deadline (measured with client-go 1.20.2 in `docs/benchmarks.md`).
+//!
 //! The monotonic clock (`CLOCK_MONOTONIC` on Linux) stops while the whole machine is
 //! suspended; the rules above, client-go's included, assume the machines' clocks run alike.
 //!
