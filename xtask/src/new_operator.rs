@@ -21,6 +21,8 @@ const MAIN_RS: &str = include_str!("../templates/operator/main.rs.tmpl");
 const TEST_RS: &str = include_str!("../templates/operator/test.rs.tmpl");
 const XTASK_CARGO: &str = include_str!("../templates/operator/xtask-Cargo.toml.tmpl");
 const XTASK_MAIN: &str = include_str!("../templates/operator/xtask-main.rs.tmpl");
+const WEBHOOK_RS: &str = include_str!("../templates/operator/webhook.rs.tmpl");
+const WEBHOOK_TEST_RS: &str = include_str!("../templates/operator/webhook-test.rs.tmpl");
 
 /// The external dependencies the operator uses, with Rudder's own version requirements.
 const DEPENDENCIES: &[&str] = &[
@@ -35,7 +37,7 @@ const DEPENDENCIES: &[&str] = &[
 ];
 
 const HELP: &str = "\
-cargo xtask new-operator PATH [--kind KIND] [--group GROUP]
+cargo xtask new-operator PATH [--kind KIND] [--group GROUP] [--webhook]
 
 Creates a Cargo workspace at PATH (which must not exist) for an operator of your own: the
 crate operator/ (a custom resource KIND, default the last part of PATH in PascalCase, in
@@ -43,11 +45,16 @@ API group GROUP, default NAME.example.com; its reconciler; a manager with probes
 and leader election; the manifests it renders), xtask/ (cargo xtask test | manifests |
 run), a README and a test against a real API server. It depends on this Rudder checkout by
 path, and starts from Rudder's Cargo.lock so it builds with the versions Rudder is tested
-with.";
+with.
+
+With --webhook, the operator also has a defaulting and a validating webhook for KIND
+(operator/src/webhook.rs), served with certificates it makes itself when deployed (a Secret
+in its namespace, the CA injected into the webhook configurations its manifests render),
+and a test of them called by the real API server.";
 
 /// Entry point for `cargo xtask new-operator PATH [--kind KIND] [--group GROUP]`.
 pub(crate) fn run(args: &[&str]) -> Result<(), String> {
-    let (mut path, mut kind, mut group) = (None, None, None);
+    let (mut path, mut kind, mut group, mut webhook) = (None, None, None, false);
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match *arg {
@@ -57,6 +64,7 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
             }
             "--kind" => kind = Some(*args.next().ok_or("--kind needs a value")?),
             "--group" => group = Some(*args.next().ok_or("--group needs a value")?),
+            "--webhook" => webhook = true,
             other if other.starts_with('-') => {
                 return Err(format!("unknown flag {other:?}\n\n{HELP}"));
             }
@@ -65,7 +73,7 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
         }
     }
     let path = path.ok_or_else(|| format!("a path is needed\n\n{HELP}"))?;
-    let dir = create(Path::new(path), kind, group)?;
+    let dir = create(Path::new(path), kind, group, webhook)?;
     println!(
         "created {dir}\n\nnext, in {dir}:\n  \
          cargo xtask test                                   # the operator against a real API server\n  \
@@ -75,12 +83,29 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-/// Creates the project at `path` (which must not exist) and formats it; returns its
-/// absolute directory.
+/// Keeps what `{{#webhook}}` ... `{{/webhook}}` (each on a line of its own) enclose when
+/// `webhook`, drops it otherwise; the marker lines go either way.
+fn sections(template: &str, webhook: bool) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut inside = false;
+    for line in template.split_inclusive('\n') {
+        match line.trim() {
+            "{{#webhook}}" => inside = true,
+            "{{/webhook}}" => inside = false,
+            _ if inside && !webhook => {}
+            _ => out.push_str(line),
+        }
+    }
+    out
+}
+
+/// Creates the project at `path` (which must not exist), with the webhooks if `webhook`,
+/// and formats it; returns its absolute directory.
 pub(crate) fn create(
     path: &Path,
     kind: Option<&str>,
     group: Option<&str>,
+    webhook: bool,
 ) -> Result<PathBuf, String> {
     if path.exists() {
         return Err(format!("{} already exists", path.display()));
@@ -93,7 +118,7 @@ pub(crate) fn create(
     let root = workspace_root();
     let deps = dependency_lines(&root)?;
     let rudder = root.display().to_string();
-    let files = [
+    let mut files = vec![
         ("Cargo.toml", WORKSPACE),
         (".cargo/config.toml", CARGO_CONFIG),
         (".gitignore", GITIGNORE),
@@ -105,6 +130,10 @@ pub(crate) fn create(
         ("xtask/Cargo.toml", XTASK_CARGO),
         ("xtask/src/main.rs", XTASK_MAIN),
     ];
+    if webhook {
+        files.push(("operator/src/webhook.rs", WEBHOOK_RS));
+        files.push(("operator/tests/webhook.rs", WEBHOOK_TEST_RS));
+    }
     for (file, template) in files {
         let target = path.join(file);
         if let Some(parent) = target.parent() {
@@ -112,7 +141,7 @@ pub(crate) fn create(
                 .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
         }
         let text = names
-            .render(template)
+            .render(&sections(template, webhook))
             .replace("{{rudder}}", &rudder)
             .replace("{{deps}}", &deps);
         if let Some(at) = text.find("{{") {
@@ -133,15 +162,45 @@ pub(crate) fn create(
     Ok(dir)
 }
 
-/// For CI: scaffolds a project into a temporary directory outside the workspace, runs its
-/// own test command (`cargo xtask test`, against the control plane in `assets`) and renders
-/// its manifests, then removes it. It builds into Rudder's target directory from Rudder's
-/// Cargo.lock, so no crate version Rudder's build did not compile is compiled again.
+/// For CI: scaffolds two projects (without and with webhooks) into a temporary directory
+/// outside the workspace, runs each one's own test command (`cargo xtask test`, against the
+/// control plane in `assets`) and renders its manifests, then removes them. They build into
+/// Rudder's target directory from Rudder's Cargo.lock, so no crate version Rudder's build
+/// did not compile is compiled again.
 pub(crate) fn ci_check(assets: &Path) -> Result<(), String> {
     let parent = std::env::temp_dir().join(format!("rudder-ci-{}", std::process::id()));
     let _ = fs::remove_dir_all(&parent);
     let guard = RemoveOnDrop(parent.clone());
-    let dir = create(&parent.join("ci-operator"), None, None)?;
+    let plain = [
+        "kind: CustomResourceDefinition",
+        "kind: ServiceAccount",
+        "kind: ClusterRole",
+        "kind: Deployment",
+    ];
+    check_project(&parent.join("ci-operator"), false, assets, &plain)?;
+    let webhooks = [
+        &plain[..],
+        &[
+            "kind: Service",
+            "kind: MutatingWebhookConfiguration",
+            "kind: ValidatingWebhookConfiguration",
+            "- secrets",
+        ],
+    ]
+    .concat();
+    check_project(&parent.join("ci-webhook-operator"), true, assets, &webhooks)?;
+    drop(guard);
+    Ok(())
+}
+
+/// Scaffolds one project at `path`, runs its tests and checks its manifests hold `expected`.
+fn check_project(
+    path: &Path,
+    webhook: bool,
+    assets: &Path,
+    expected: &[&str],
+) -> Result<(), String> {
+    let dir = create(path, None, None, webhook)?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| workspace_root().join("target"), PathBuf::from);
     let with_env = |mut cmd: Command| {
@@ -161,22 +220,16 @@ pub(crate) fn ci_check(assets: &Path) -> Result<(), String> {
             String::from_utf8_lossy(&output.stderr)
         ));
     }
-    for kind in [
-        "kind: CustomResourceDefinition",
-        "kind: ServiceAccount",
-        "kind: ClusterRole",
-        "kind: Deployment",
-    ] {
-        if !yaml.contains(kind) {
-            return Err(format!("the project's manifests lack {kind}:\n{yaml}"));
+    for line in expected {
+        if !yaml.contains(line) {
+            return Err(format!("the project's manifests lack {line:?}:\n{yaml}"));
         }
     }
     println!(
-        "new-operator: {} scaffolded, tested, {} manifest documents rendered",
+        "new-operator: {} scaffolded (webhooks: {webhook}), tested, {} manifest documents rendered",
         dir.display(),
         yaml.matches("---\n").count()
     );
-    drop(guard);
     Ok(())
 }
 
@@ -222,6 +275,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sections_are_kept_or_dropped_with_their_markers() {
+        let template = "a\n{{#webhook}}\nb\n  {{/webhook}}\nc\n";
+        assert_eq!(sections(template, true), "a\nb\nc\n");
+        assert_eq!(sections(template, false), "a\nc\n");
+    }
+
+    #[test]
     fn the_dependencies_come_from_rudders_workspace() {
         let lines = dependency_lines(&workspace_root()).unwrap();
         assert_eq!(lines.lines().count(), DEPENDENCIES.len());
@@ -232,7 +292,11 @@ mod tests {
     fn an_existing_path_is_refused_and_every_placeholder_filled() {
         let dir = std::env::temp_dir().join(format!("rudder-new-operator-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
-        assert!(create(&dir, None, None).unwrap_err().contains("exists"));
+        assert!(
+            create(&dir, None, None, false)
+                .unwrap_err()
+                .contains("exists")
+        );
         let names = Names::new("my-op", None, None).unwrap();
         for template in [
             WORKSPACE,
@@ -242,12 +306,16 @@ mod tests {
             MAIN_RS,
             TEST_RS,
             XTASK_MAIN,
+            WEBHOOK_RS,
+            WEBHOOK_TEST_RS,
         ] {
-            let text = names
-                .render(template)
-                .replace("{{rudder}}", "/r")
-                .replace("{{deps}}", "");
-            assert!(!text.contains("{{"), "{text}");
+            for webhook in [false, true] {
+                let text = names
+                    .render(&sections(template, webhook))
+                    .replace("{{rudder}}", "/r")
+                    .replace("{{deps}}", "");
+                assert!(!text.contains("{{"), "{text}");
+            }
         }
         fs::remove_dir_all(&dir).unwrap();
     }
