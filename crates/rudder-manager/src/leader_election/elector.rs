@@ -25,8 +25,10 @@ use super::record::{self, Record};
 /// client-go's rules, so Rudder and Go controllers can compete for the same Lease.
 ///
 /// Call [`acquire`](Self::acquire); once it returns, this candidate leads and a task keeps
-/// renewing the Lease until the token passed to `acquire` is cancelled or a renewal fails for
-/// a whole renew deadline, which [`Leadership::lost`] reports.
+/// renewing the Lease until the token passed to `acquire` is cancelled, or until no renewal
+/// succeeded within the renew deadline of the last successful one (or a renewal finds another
+/// holder), which [`Leadership::lost`] reports. Work that needs leadership checks
+/// [`validity`](Self::validity) as it starts.
 ///
 /// Cloning gives another handle to the same candidate.
 #[derive(Clone)]
