@@ -21,7 +21,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-const OBJECTS: usize = 300;
+/// How many ConfigMaps (300; `RUDDER_SHARDING_OBJECTS` sets another number for a longer run).
+fn objects() -> usize {
+    std::env::var("RUDDER_SHARDING_OBJECTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(300)
+}
 const SHARDS: usize = 16;
 const RING: &str = "cms";
 const WAIT: Duration = Duration::from_secs(40);
@@ -259,7 +265,7 @@ async fn three_replicas_split_the_keys_by_shard_leases_without_overlap_as_member
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("sharding").await.unwrap();
     let api: Api<ConfigMap> = ns.api();
-    let names: Vec<String> = (0..OBJECTS).map(|i| format!("cm-{i}")).collect();
+    let names: Vec<String> = (0..objects()).map(|i| format!("cm-{i}")).collect();
     for chunk in names.chunks(50) {
         join_all(chunk.iter().map(|name| {
             let api = api.clone();
