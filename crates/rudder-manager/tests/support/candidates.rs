@@ -337,10 +337,12 @@ impl Candidate {
         self.signal(Signal::STOP);
     }
 
-    /// Resumes it (SIGCONT) and returns the monotonic time after.
+    /// Resumes it (SIGCONT) and returns the monotonic time just before the signal (the
+    /// candidate may run before this process reads the clock again).
     pub(crate) fn resume(&self) -> i64 {
+        let at = mono();
         self.signal(Signal::CONT);
-        mono()
+        at
     }
 
     /// Waits for it to exit (after a release or a loss).
