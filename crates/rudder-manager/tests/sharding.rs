@@ -205,7 +205,7 @@ async fn every_key_on_its_owner(
                     .collect();
                 println!(
                     "missing {name} shard {shard} owner {:?} since {since:?} history {last:?}",
-                    owner(RING, shard, members)
+                    owner(RING, SHARDS, shard, members)
                 );
             }
         }
@@ -221,7 +221,7 @@ async fn every_key_on_its_owner(
     let mut checked = 0;
     for interval in log.iter().filter(|i| i.start >= since) {
         let shard = gate.shard_of(&Request::namespaced(namespace, &interval.key));
-        let expected = owner(RING, shard, members).unwrap();
+        let expected = owner(RING, SHARDS, shard, members).unwrap();
         assert_eq!(
             interval.who, expected,
             "{} (shard {shard}) reconciled by {} instead of its owner {expected}",

@@ -99,6 +99,7 @@ async fn sharded_controllers_split_the_keys_between_replicas() {
     let owner_of = |name: &str| {
         owner(
             RING,
+            SHARDS,
             gate.shard_of(&Request::namespaced(ns.name(), name)),
             &members,
         )
