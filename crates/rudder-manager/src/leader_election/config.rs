@@ -73,7 +73,9 @@ impl LeaderElectionConfig {
     }
 
     /// Sets whether the leader clears the Lease's holder when it is cancelled, so that a
-    /// successor takes over at its next retry instead of waiting out the lease. Only safe when
+    /// successor takes over at once (one that watches the Lease, see
+    /// [`with_watch`](Self::with_watch)) or at its next retry (one that only polls) instead
+    /// of waiting out the lease. Only safe when
     /// everything that needs leadership has stopped before the cancellation.
     #[must_use]
     pub fn with_release_on_cancel(mut self, release: bool) -> Self {
