@@ -102,6 +102,7 @@
 //! | `manager` | yes | [`manager`] and the controller builder (and `controller`) |
 //! | `webhook` | yes | [`webhook`] and its builder, [`certs`], secure metrics, [`manifests`] (and `manager`): TLS on the server side, rustls on `ring` |
 //! | `rustls-tls` | yes | TLS to the API server with rustls, `ring` as its crypto provider |
+//! | `envtest` | no | `rudder::envtest` (rudder-envtest): the test control plane, for dev-dependencies |
 //! | `openssl-tls` | no | TLS to the API server with OpenSSL (turn default features off to leave rustls out) |
 //!
 //! The library crates under the facade choose no TLS stack for the client, so an operator
@@ -160,6 +161,11 @@ pub use rudder_manager::rbac;
 /// [`ManagerBuilder::self_signed_webhook_certificates`](manager::ManagerBuilder::self_signed_webhook_certificates)).
 #[cfg(feature = "webhook")]
 pub use rudder_certs as certs;
+
+/// The test control plane: a real kube-apiserver and etcd for tests, rudder-envtest (feature
+/// `envtest`, for dev-dependencies).
+#[cfg(feature = "envtest")]
+pub use rudder_envtest as envtest;
 
 #[cfg(feature = "manager")]
 #[doc(inline)]
