@@ -452,7 +452,7 @@ impl Runnable for Ring {
 /// pairs are taken from the highest score down, a shard going to the member of its pair
 /// unless the shard is taken or the member already has `ceil(shards / members)` shards. So
 /// no member gets more than its fair share rounded up (plain rendezvous hashing gave one
-/// of 3 members 14 of 32 shards, which made it the bottleneck), while a member joining or
+/// of 3 members 16 of 32 shards, which made it the bottleneck), while a member joining or
 /// leaving still moves few shards beyond its own share (in the unit tests, with 32 or 256
 /// shards and 2 to 6 members, between 1.03 and 1.3 times the least possible). The result depends only on the set of members, not their order.
 pub fn assign(ring: &str, shards: usize, members: &[String]) -> Vec<Option<usize>> {
