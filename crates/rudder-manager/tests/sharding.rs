@@ -1,12 +1,15 @@
 //! Sharding on a real API server: three managers in this process split 300 ConfigMaps by
 //! shard Leases; every key is reconciled by the replica its shard belongs to, and the
 //! recorded reconcile intervals of a key never overlap across replicas, while a member stops
-//! cleanly, one joins, and one is killed (its Leases left to expire).
+//! cleanly, one joins, and one is killed (its Leases left to expire). A replica in a child
+//! process frozen (SIGSTOP) past its leases and resumed starts no reconcile.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -32,13 +35,22 @@ const SHARDS: usize = 16;
 const RING: &str = "cms";
 const WAIT: Duration = Duration::from_secs(40);
 
-/// One reconcile: who ran it, the key, when it started and when it returned.
+/// One reconcile: who ran it, the key, when it started and when it returned (tokio's clock,
+/// and the wall clock for comparisons with child processes).
 #[derive(Clone, Debug)]
 struct Interval {
     who: &'static str,
     key: String,
     start: Instant,
     end: Instant,
+    wall: (u128, u128),
+}
+
+fn wall_micros() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros()
 }
 
 type Log = Arc<Mutex<Vec<Interval>>>;
@@ -52,6 +64,7 @@ impl Reconciler for Recording {
     type Error = std::convert::Infallible;
     async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
         let start = Instant::now();
+        let wall = wall_micros();
         // Long enough for an overlap to be seen if two replicas ran a key at once.
         tokio::time::sleep(Duration::from_millis(5)).await;
         self.log.lock().unwrap().push(Interval {
@@ -59,6 +72,7 @@ impl Reconciler for Recording {
             key: request.name().to_owned(),
             start,
             end: Instant::now(),
+            wall: (wall, wall_micros()),
         });
         // Keep every key busy, so hand-offs happen while its keys are being reconciled.
         Ok(Action::requeue_after(Duration::from_secs(1)))
@@ -73,6 +87,10 @@ struct Replica {
 }
 
 fn replica(ns: &TestNamespace, who: &'static str, log: &Log) -> Replica {
+    replica_in(ns, RING, who, log)
+}
+
+fn replica_in(ns: &TestNamespace, ring_name: &str, who: &'static str, log: &Log) -> Replica {
     let namespace = ns.name().to_owned();
     let manager = Manager::builder(ns.client())
         .health_probe_address(None)
@@ -82,7 +100,7 @@ fn replica(ns: &TestNamespace, who: &'static str, log: &Log) -> Replica {
         .unwrap();
     let ring = Ring::new(
         ns.client(),
-        ShardingConfig::new(ns.name(), RING)
+        ShardingConfig::new(ns.name(), ring_name)
             .with_identity(who)
             .with_shards(SHARDS)
             .with_lease_duration(Duration::from_secs(3))
@@ -91,7 +109,7 @@ fn replica(ns: &TestNamespace, who: &'static str, log: &Log) -> Replica {
     )
     .unwrap();
     let controller = Controller::builder(
-        format!("sharded-{who}"),
+        format!("{ring_name}-{who}"),
         Recording {
             who,
             log: Arc::clone(log),
@@ -341,4 +359,264 @@ async fn three_replicas_split_the_keys_by_shard_leases_without_overlap_as_member
         r.task.await.unwrap().unwrap();
     }
     drop(a.stop);
+}
+
+const CHILD: &str = "RUDDER_SHARDING_CHILD";
+const FROZEN_RING: &str = "frozen";
+
+/// Appends `key start end` (wall-clock microseconds) for each reconcile to a file.
+struct FileLogged(Mutex<std::fs::File>);
+
+impl Reconciler for FileLogged {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
+        let start = wall_micros();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let line = format!("{} {start} {}\n", request.name(), wall_micros());
+        self.0.lock().unwrap().write_all(line.as_bytes()).unwrap();
+        Ok(Action::requeue_after(Duration::from_millis(300)))
+    }
+}
+
+/// The child replica of the test below (a no-op otherwise): one sharded manager in the ring
+/// `frozen`, logging its reconciles to a file, until it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_child() {
+    let Ok(spec) = std::env::var(CHILD) else {
+        return;
+    };
+    let [kubeconfig, namespace, log]: [&str; 3] =
+        spec.split('|').collect::<Vec<_>>().try_into().unwrap();
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let ns = namespace.to_owned();
+    let manager = Manager::builder(client.clone())
+        .health_probe_address(None)
+        .metrics_address(None)
+        .cache(move |c| c.default_namespace(ns))
+        .build()
+        .unwrap();
+    let ring = Ring::new(
+        client,
+        ShardingConfig::new(namespace, FROZEN_RING)
+            .with_identity("f")
+            .with_shards(SHARDS)
+            .with_lease_duration(Duration::from_secs(3))
+            .with_renew_deadline(Duration::from_secs(2))
+            .with_retry_period(Duration::from_millis(500)),
+    )
+    .unwrap();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let controller = Controller::builder("frozen-f", FileLogged(Mutex::new(file)))
+        .build()
+        .unwrap();
+    controller
+        .watch(
+            Kind::<ConfigMap>::from_cache(manager.cache()),
+            EnqueueObject,
+            vec![],
+        )
+        .unwrap();
+    let cache = manager.cache().clone();
+    let keys: KeyLister = Arc::new(move || {
+        cache
+            .informers::<ConfigMap>()
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|informer| informer.store().list())
+            .filter_map(|cm| Request::from_object(&*cm))
+            .collect()
+    });
+    controller.set_shard_gate(ring.gate(), keys).unwrap();
+    manager.add(ring);
+    manager.add_controller(controller);
+    println!("started");
+    let result = manager.start_until_signal().await;
+    println!("ended: {result:?}");
+    std::process::exit(if result.is_ok() { 0 } else { 4 });
+}
+
+/// A child replica, killed when dropped.
+struct Kid(Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// `(key, start, end)` of every reconcile the child logged.
+fn read_log(path: &std::path::Path) -> Vec<(String, u128, u128)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split(' ');
+            let key = parts.next()?.to_owned();
+            let start = parts.next()?.parse().ok()?;
+            let end = parts.next()?.parse().ok()?;
+            Some((key, start, end))
+        })
+        .collect()
+}
+
+/// The issue's scenario: a replica frozen with SIGSTOP past its leases while another takes
+/// its shards, then resumed: it starts no reconcile after resuming (it owns nothing then),
+/// and its manager ends (its member Lease's renew deadline passed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_frozen_past_its_leases_starts_nothing_when_resumed() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("sharding-frozen").await.unwrap();
+    let api: Api<ConfigMap> = ns.api();
+    let names: Vec<String> = (0..60).map(|i| format!("cm-{i}")).collect();
+    join_all(names.iter().map(|name| {
+        let api = api.clone();
+        async move {
+            let cm = ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            };
+            api.create(&PostParams::default(), &cm).await.unwrap();
+        }
+    }))
+    .await;
+    let dir = std::env::temp_dir().join(format!("rudder-sharding-frozen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let child_log = dir.join("f.log");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sharded_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            CHILD,
+            format!(
+                "{}|{}|{}",
+                env.kubeconfig_path().display(),
+                ns.name(),
+                child_log.display()
+            ),
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            println!("[f] {line}");
+        }
+    });
+    let mut f = Kid(child);
+    let log: Log = Arc::default();
+    let a = replica_in(&ns, FROZEN_RING, "a", &log);
+
+    // Both hold their shards, and f reconciles its keys.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let status = a.status.borrow().clone();
+        let f_keys: HashSet<String> = read_log(&child_log).into_iter().map(|l| l.0).collect();
+        if status.settled && status.members == ["a", "f"] && f_keys.len() >= 10 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a and f never shared the ring: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    signal(&f.0, "-STOP");
+    let stopped = wall_micros();
+    let frozen = Instant::now();
+    // a sees f's member Lease expire and takes over every shard once its Leases expire.
+    let deadline = frozen + WAIT;
+    loop {
+        let status = a.status.borrow().clone();
+        if status.settled && status.members == ["a"] && status.held.len() == SHARDS {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a never took f's shards: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took_over = frozen.elapsed();
+    // Every key is reconciled by a.
+    let since = Instant::now();
+    let deadline = since + WAIT;
+    loop {
+        let seen: HashSet<String> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|i| i.start >= since)
+            .map(|i| i.key.clone())
+            .collect();
+        if seen.len() == names.len() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a did not reconcile every key");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let resumed = wall_micros();
+    signal(&f.0, "-CONT");
+    // f's member Lease missed its renew deadline while frozen: its ring, and its manager, end.
+    let deadline = Instant::now() + WAIT;
+    let code = loop {
+        if let Some(status) = f.0.try_wait().unwrap() {
+            break status.code();
+        }
+        assert!(Instant::now() < deadline, "f did not end after resuming");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let f_log = read_log(&child_log);
+    let after_resume = f_log.iter().filter(|l| l.1 >= resumed).count();
+    let during = f_log.iter().filter(|l| l.1 >= stopped).count();
+    // Reconciles f had started before the freeze and finished after it (not interrupted:
+    // the documented limit) whose key a reconciled meanwhile.
+    let a_log = log.lock().unwrap().clone();
+    let overlapping = f_log
+        .iter()
+        .filter(|(key, start, end)| {
+            a_log
+                .iter()
+                .any(|i| &i.key == key && i.wall.0 < *end && *start < i.wall.1)
+        })
+        .count();
+    println!(
+        "a held every shard {took_over:?} after the freeze; f reconciled {} times, {during} \
+         started after the freeze ({after_resume} after resuming), {overlapping} overlapping \
+         one of a's; f ended with code {code:?}",
+        f_log.len()
+    );
+    assert_eq!(during, 0, "the frozen replica started a reconcile");
+    assert_eq!(after_resume, 0, "the resumed replica started a reconcile");
+    assert_ne!(code, Some(0), "f's manager ended without an error");
+    a.stop.cancel();
+    a.task.await.unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }
