@@ -135,7 +135,23 @@ impl Generator {
 ///
 /// [`rudder::Error::NotServed`] if the CRD is not installed; the builder's other errors.
 pub async fn register(manager: &Manager) -> rudder::Result<Controller<Generator>> {
-    rudder::new_controller(manager)
+    register_with(manager, CONTROLLER_NAME, None).await
+}
+
+/// [`register`] with the controller called `name` (unique in the process: several replicas
+/// in one test process need a name each) and, with `sharding`, its generators split among
+/// the replicas of that ring (`docs/sharding.md`): each replica reconciles the generators
+/// of the shards it holds, on every replica instead of only a leader.
+///
+/// # Errors
+///
+/// As [`register`]; [`rudder::Error::Sharding`] for invalid ring timings.
+pub async fn register_with(
+    manager: &Manager,
+    name: &str,
+    sharding: Option<rudder::manager::sharding::ShardingConfig>,
+) -> rudder::Result<Controller<Generator>> {
+    let builder = rudder::new_controller(manager)
         .for_::<ConfigMapGenerator>()
         .owns::<ConfigMap>()
         // Beyond what the builder sees: the finalizer is added and removed with a patch of
@@ -145,9 +161,12 @@ pub async fn register(manager: &Manager) -> rudder::Result<Controller<Generator>
                 .verbs::<ConfigMapGenerator>([Verb::Patch])
                 .subresource::<ConfigMapGenerator>("status", [Verb::Patch]),
         )
-        .named(CONTROLLER_NAME)
-        .complete_with(Generator::new)
-        .await
+        .named(name);
+    let builder = match sharding {
+        Some(config) => builder.sharded(config),
+        None => builder,
+    };
+    builder.complete_with(Generator::new).await
 }
 
 /// The name of the Lease the operator's replicas elect a leader with.
