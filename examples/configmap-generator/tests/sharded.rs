@@ -1,7 +1,7 @@
 //! The generator sharded across 3 replicas in one process, on a real API server: every
 //! generator gets its ConfigMaps and its status, and the ring's shard Leases are held by the
 //! three replicas.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
