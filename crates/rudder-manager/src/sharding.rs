@@ -147,6 +147,11 @@ impl ShardingConfig {
         self
     }
 
+    /// The namespace of the ring's Leases.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// The ring's name.
     pub fn ring(&self) -> &str {
         &self.ring

@@ -19,7 +19,7 @@ use rudder_handler::{
     Request, Source,
 };
 use rudder_manager::Manager;
-use rudder_manager::rbac::{Permissions, Verb};
+use rudder_manager::rbac::{Permissions, RuleScope, Verb};
 use rudder_manager::sharding::{Ring, ShardingConfig};
 
 use crate::{Error, Result, Tools};
@@ -258,8 +258,8 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// gated on it, its resync listing the primary objects from the manager's cache
     /// (queue-filter mode: the cache still holds every object).
     ///
-    /// The ring's Leases need get, list, watch, create and update on `leases` in the ring's
-    /// namespace; this is not yet recorded in the rendered RBAC.
+    /// Records the permissions the ring's Leases need: get, list, watch, create and update on
+    /// `leases` in the ring's namespace.
     pub fn sharded(mut self, config: ShardingConfig) -> Self {
         self.sharding = Some(config);
         self
@@ -309,6 +309,20 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         }
         if events {
             self.permissions = std::mem::take(&mut self.permissions).events_about::<K>();
+        }
+        if let Some(config) = &self.sharding {
+            self.permissions = std::mem::take(&mut self.permissions).resource(
+                RuleScope::Namespace(config.namespace().to_owned()),
+                "coordination.k8s.io",
+                "leases",
+                [
+                    Verb::Get,
+                    Verb::List,
+                    Verb::Watch,
+                    Verb::Create,
+                    Verb::Update,
+                ],
+            );
         }
         let ring = self
             .sharding

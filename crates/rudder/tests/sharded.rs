@@ -13,6 +13,7 @@ use kube::core::ObjectMeta;
 use rudder::controller::{KeyAffinity, ShardGate, fnv1a64};
 use rudder::manager::sharding::{ShardingConfig, owner};
 use rudder::prelude::*;
+use rudder::rbac::Verb;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -86,6 +87,19 @@ async fn sharded_controllers_split_the_keys_between_replicas() {
             .await
             .unwrap();
         assert!(controller.is_sharded());
+        // The ring's Leases are in the rendered RBAC.
+        let rules = manager.permissions();
+        let scope = rudder::rbac::RuleScope::Namespace(ns.name().to_owned());
+        for verb in [
+            Verb::Get,
+            Verb::List,
+            Verb::Watch,
+            Verb::Create,
+            Verb::Update,
+        ] {
+            assert!(rules.allows(&scope, "coordination.k8s.io", "leases", verb));
+        }
+        assert!(!rules.allows(&scope, "coordination.k8s.io", "leases", Verb::Delete));
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let (manager, stop) = (Arc::clone(&manager), stop.clone());
