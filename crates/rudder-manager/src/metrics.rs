@@ -12,8 +12,9 @@ const WORKQUEUE_BUCKETS: &[f64] = &[1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.
 /// The process-wide Prometheus recorder, installed on first use.
 ///
 /// Installs `metrics-exporter-prometheus` as the global `metrics` recorder, with
-/// controller-runtime's buckets for the reconcile-time histogram and client-go's for the work
-/// queue's. Fails if another global recorder was installed first; pass that recorder's
+/// controller-runtime's buckets for the reconcile-time histogram, client-go's for the work
+/// queue's, and [`REBALANCE_BUCKETS`](crate::sharding::REBALANCE_BUCKETS) for a sharding
+/// ring's rebalance time. Fails if another global recorder was installed first; pass that recorder's
 /// handle to the manager instead.
 pub fn prometheus() -> Result<PrometheusHandle, BuildError> {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -26,6 +27,10 @@ pub fn prometheus() -> Result<PrometheusHandle, BuildError> {
             RECONCILE_TIME_BUCKETS,
         )?
         .set_buckets_for_metric(Matcher::Prefix("workqueue_".into()), WORKQUEUE_BUCKETS)?
+        .set_buckets_for_metric(
+            Matcher::Full("rudder_shard_rebalance_seconds".into()),
+            crate::sharding::REBALANCE_BUCKETS,
+        )?
         .install_recorder()?;
     Ok(HANDLE.get_or_init(|| handle).clone())
 }

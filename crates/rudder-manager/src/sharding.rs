@@ -74,6 +74,11 @@ use crate::runnable::{BoxError, Runnable};
 /// The label naming the ring on every member Lease.
 pub const RING_LABEL: &str = "rudder.dev/ring";
 
+/// The buckets of the `rudder_shard_rebalance_seconds` histogram in the manager's
+/// Prometheus recorder (50 ms to 2 minutes).
+pub const REBALANCE_BUCKETS: &[f64] =
+    &[0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
+
 /// The number of shards by default.
 pub const DEFAULT_SHARDS: usize = 32;
 

@@ -484,6 +484,8 @@ fn read_log(path: &std::path::Path) -> Vec<(String, u128, u128)> {
 /// and its manager ends (its member Lease's renew deadline passed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_frozen_past_its_leases_starts_nothing_when_resumed() {
+    // The process's recorder, before any ring registers its metrics.
+    let metrics = rudder_manager::metrics::prometheus().unwrap();
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("sharding-frozen").await.unwrap();
     let api: Api<ConfigMap> = ns.api();
@@ -565,6 +567,47 @@ async fn a_replica_frozen_past_its_leases_starts_nothing_when_resumed() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let took_over = frozen.elapsed();
+    // a's metrics say so (the ring `frozen` has no other replica in this process).
+    let deadline = Instant::now() + WAIT;
+    let wanted = [
+        "rudder_shard_members{ring=\"frozen\"} 1\n".to_owned(),
+        format!("rudder_shard_shards_owned{{ring=\"frozen\"}} {SHARDS}\n"),
+        format!(
+            "rudder_shard_keys_owned{{ring=\"frozen\"}} {}\n",
+            names.len()
+        ),
+    ];
+    loop {
+        let body = metrics.render();
+        let acquired = body
+            .lines()
+            .find(|l| {
+                l.starts_with("rudder_shard_handoffs_total{")
+                    && l.contains("ring=\"frozen\"")
+                    && l.contains("direction=\"acquired\"")
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+        let rebalances = body
+            .lines()
+            .find(|l| l.starts_with("rudder_shard_rebalance_seconds_count{ring=\"frozen\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+        let ok = wanted.iter().all(|w| body.contains(w.as_str()))
+            && acquired.is_some_and(|n| n >= SHARDS as f64)
+            && rebalances.is_some_and(|n| n >= 2.0)
+            && body.contains("rudder_shard_rebalance_seconds_bucket{ring=\"frozen\",le=\"120\"}");
+        if ok {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a's ring metrics: {}",
+            body.lines()
+                .filter(|l| l.contains("rudder_shard"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Every key is reconciled by a.
     let since = Instant::now();
     let deadline = since + WAIT;
