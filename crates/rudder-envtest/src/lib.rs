@@ -190,6 +190,7 @@ mod certs;
 mod crd;
 mod env;
 mod error;
+pub mod least_privilege;
 mod namespace;
 mod poll;
 mod process;

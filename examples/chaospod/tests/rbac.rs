@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use chaospod::{ChaosPod, ChaosPodSpec, Options};
@@ -22,56 +22,14 @@ use rudder::controller::ErrorChain;
 use rudder::manager::leader_election::LeaderElectionConfig;
 use rudder::manifests::DeployOptions;
 use rudder::webhook::manifest::ClientConfig;
+use rudder_envtest::least_privilege::{LogCapture, Outcome, describe_rule};
 use rudder_envtest::{TestNamespace, TestUser};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::prelude::*;
 
-static LOG: Mutex<String> = Mutex::new(String::new());
-
-struct Capture;
-
-impl std::io::Write for Capture {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        LOG.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push_str(&String::from_utf8_lossy(bytes));
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn first_forbidden() -> Option<String> {
-    LOG.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .lines()
-        .find(|line| line.to_lowercase().contains("forbidden"))
-        .map(str::to_owned)
-}
-
-fn clear_log() {
-    LOG.lock().unwrap_or_else(PoisonError::into_inner).clear();
-}
-
-/// How a scenario ended.
-enum Outcome {
-    Completed,
-    Forbidden(String),
-    Stuck(String),
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Outcome::Completed => f.write_str("completed"),
-            Outcome::Forbidden(line) => write!(f, "forbidden: {line}"),
-            Outcome::Stuck(step) => write!(f, "stuck at {step}, no forbidden error"),
-        }
-    }
-}
+/// Everything logged, for the `forbidden` errors.
+static LOG: LazyLock<LogCapture> = LazyLock::new(LogCapture::new);
 
 const STEP: Duration = Duration::from_secs(20);
 
@@ -84,7 +42,7 @@ async fn step<T>(
 ) -> Result<T, Outcome> {
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
-        if let Some(line) = first_forbidden() {
+        if let Some(line) = LOG.forbidden_lines().into_iter().next() {
             return Err(Outcome::Forbidden(line));
         }
         if let Some(error) = ended.lock().unwrap_or_else(PoisonError::into_inner).clone() {
@@ -129,7 +87,7 @@ fn options(ns: &str, port: u16) -> Options {
 
 /// The demo's scenario for ChaosPod `name`, the operator acting as `user`.
 async fn scenario(ns: &TestNamespace, user: &TestUser, port: u16, name: &str) -> Outcome {
-    clear_log();
+    LOG.clear();
     let ended = Arc::new(Mutex::new(None));
     let manager = match chaospod::manager(user.client(), options(ns.name(), port)).await {
         Ok(manager) => Arc::new(manager),
@@ -149,7 +107,7 @@ async fn scenario(ns: &TestNamespace, user: &TestUser, port: u16, name: &str) ->
     stop.cancel();
     let _ = running.await;
     match outcome {
-        Ok(()) => match first_forbidden() {
+        Ok(()) => match LOG.forbidden_lines().into_iter().next() {
             Some(line) => Outcome::Forbidden(line),
             None => Outcome::Completed,
         },
@@ -221,34 +179,6 @@ async fn clean_up(ns: &TestNamespace, name: &str) {
     let _ = pods.delete(name, &DeleteParams::default()).await;
 }
 
-fn describe(rule: &PolicyRule) -> String {
-    format!(
-        "{:?} {:?} {:?}",
-        rule.api_groups.as_deref().unwrap_or_default(),
-        rule.resources.as_deref().unwrap_or_default(),
-        rule.verbs
-    )
-}
-
-/// The SubjectAccessReview answer for `rule`'s first verb and resource: `allowed` or not.
-async fn wait_for(ns: &TestNamespace, user: &TestUser, rule: &PolicyRule, allowed: bool) {
-    let group = rule
-        .api_groups
-        .as_ref()
-        .and_then(|g| g.first())
-        .cloned()
-        .unwrap_or_default();
-    let resource = rule
-        .resources
-        .as_ref()
-        .and_then(|r| r.first())
-        .cloned()
-        .unwrap_or_default();
-    ns.wait_for_access(user, &rule.verbs[0], &group, &resource, allowed)
-        .await
-        .unwrap();
-}
-
 /// One of the rendered roles, whose rules can be replaced.
 enum Roles {
     Namespaced(Api<Role>, Role),
@@ -295,7 +225,7 @@ async fn the_generated_rbac_is_sufficient_and_every_rule_is_needed() {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_ansi(false)
-                .with_writer(|| Capture),
+                .with_writer(|| LOG.clone()),
         )
         .with(LevelFilter::INFO)
         .try_init();
@@ -361,7 +291,7 @@ async fn the_generated_rbac_is_sufficient_and_every_rule_is_needed() {
     ];
     for role in &roles {
         for rule in role.rules() {
-            wait_for(&ns, &user, &rule, true).await;
+            ns.wait_for_rule(&user, &rule, true).await.unwrap();
         }
     }
 
@@ -385,17 +315,17 @@ async fn the_generated_rbac_is_sufficient_and_every_rule_is_needed() {
                 .map(|(_, r)| r.clone())
                 .collect();
             role.set_rules(without).await;
-            wait_for(&ns, &user, rule, false).await;
+            ns.wait_for_rule(&user, rule, false).await.unwrap();
             run += 1;
             let name = format!("without-{run}");
             let outcome = scenario(&ns, &user, port, &name).await;
-            eprintln!("without {}: {outcome}", describe(rule));
+            eprintln!("without {}: {outcome}", describe_rule(rule));
             if !matches!(outcome, Outcome::Forbidden(_)) {
-                unneeded.push(format!("{}: {outcome}", describe(rule)));
+                unneeded.push(format!("{}: {outcome}", describe_rule(rule)));
             }
             clean_up(&ns, &name).await;
             role.set_rules(rules.clone()).await;
-            wait_for(&ns, &user, rule, true).await;
+            ns.wait_for_rule(&user, rule, true).await.unwrap();
         }
     }
     let _ = mutating_api

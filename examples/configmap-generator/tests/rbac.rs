@@ -7,80 +7,32 @@
 //! error, so every rule is needed, not just sufficient.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use configmap_generator::{ConfigMapGenerator, ConfigMapGeneratorSpec, Settings};
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{CustomResourceExt, ResourceExt};
 use rudder::manifests::DeployOptions;
+use rudder_envtest::least_privilege::{LogCapture, Outcome, describe_rule};
 use rudder_envtest::{TestNamespace, TestUser};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::prelude::*;
 
 /// Everything logged, for the `forbidden` errors.
-static LOG: Mutex<String> = Mutex::new(String::new());
-
-struct Capture;
-
-impl std::io::Write for Capture {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        LOG.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push_str(&String::from_utf8_lossy(bytes));
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn forbidden_lines() -> Vec<String> {
-    LOG.lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .lines()
-        .filter(|line| line.to_lowercase().contains("forbidden"))
-        .map(str::to_owned)
-        .collect()
-}
-
-fn clear_log() {
-    LOG.lock().unwrap_or_else(PoisonError::into_inner).clear();
-}
-
-/// How a flow ended.
-#[derive(Debug)]
-enum Outcome {
-    /// Every step done, no `forbidden` logged.
-    Completed,
-    /// A `forbidden` error was logged (the first line).
-    Forbidden(String),
-    /// A step did not finish in time (without a `forbidden` error).
-    Stuck(String),
-}
+static LOG: LazyLock<LogCapture> = LazyLock::new(LogCapture::new);
 
 /// How long one step of a flow may take.
 const STEP: Duration = Duration::from_secs(20);
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Outcome::Completed => f.write_str("completed"),
-            Outcome::Forbidden(line) => write!(f, "forbidden: {line}"),
-            Outcome::Stuck(step) => write!(f, "stuck at {step}, no forbidden error"),
-        }
-    }
-}
 
 /// Waits for `check`, giving up on a `forbidden` log line or after [`STEP`].
 async fn step(what: &str, mut check: impl AsyncFnMut() -> bool) -> Result<(), Outcome> {
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
-        if let Some(line) = forbidden_lines().into_iter().next() {
+        if let Some(line) = LOG.forbidden_lines().into_iter().next() {
             return Err(Outcome::Forbidden(line));
         }
         if check().await {
@@ -110,7 +62,7 @@ async fn generated(cms: &Api<ConfigMap>, name: &str) -> Vec<String> {
 /// The operator's flow for generator `name`, the operator acting as `user`: count 2, 1, 2,
 /// then deletion through the finalizer.
 async fn flow(ns: &TestNamespace, user: &TestUser, settings: &Settings, name: &str) -> Outcome {
-    clear_log();
+    LOG.clear();
     let manager = match configmap_generator::manager(user.client(), settings, false).await {
         Ok(manager) => Arc::new(manager),
         Err(error) => return Outcome::Forbidden(format!("setup: {error}")),
@@ -124,7 +76,7 @@ async fn flow(ns: &TestNamespace, user: &TestUser, settings: &Settings, name: &s
     stop.cancel();
     let _ = running.await;
     match outcome {
-        Ok(()) => match forbidden_lines().into_iter().next() {
+        Ok(()) => match LOG.forbidden_lines().into_iter().next() {
             Some(line) => Outcome::Forbidden(line),
             None => Outcome::Completed,
         },
@@ -217,41 +169,13 @@ async fn clean_up(ns: &TestNamespace, name: &str) {
     }
 }
 
-fn describe(rule: &PolicyRule) -> String {
-    format!(
-        "{:?} {:?} {:?}",
-        rule.api_groups.as_deref().unwrap_or_default(),
-        rule.resources.as_deref().unwrap_or_default(),
-        rule.verbs
-    )
-}
-
-/// Waits until `user` has exactly `rules`' first verb on each rule's first resource.
-async fn wait_for(ns: &TestNamespace, user: &TestUser, rule: &PolicyRule, allowed: bool) {
-    let group = rule
-        .api_groups
-        .as_ref()
-        .and_then(|g| g.first())
-        .cloned()
-        .unwrap_or_default();
-    let resource = rule
-        .resources
-        .as_ref()
-        .and_then(|r| r.first())
-        .cloned()
-        .unwrap_or_default();
-    ns.wait_for_access(user, &rule.verbs[0], &group, &resource, allowed)
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn the_generated_role_is_sufficient_and_every_rule_is_needed() {
     let _ = tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()
                 .with_ansi(false)
-                .with_writer(|| Capture),
+                .with_writer(|| LOG.clone()),
         )
         .with(LevelFilter::INFO)
         .try_init();
@@ -298,7 +222,7 @@ async fn the_generated_role_is_sufficient_and_every_rule_is_needed() {
         .await
         .unwrap();
     for rule in &rules {
-        wait_for(&ns, &user, rule, true).await;
+        ns.wait_for_rule(&user, rule, true).await.unwrap();
     }
 
     // Sufficient: the whole flow, no forbidden error.
@@ -329,12 +253,12 @@ async fn the_generated_role_is_sufficient_and_every_rule_is_needed() {
             .replace(&name, &PostParams::default(), &without)
             .await
             .unwrap();
-        wait_for(&ns, &user, rule, false).await;
+        ns.wait_for_rule(&user, rule, false).await.unwrap();
         let generator = format!("without-{index}");
         let outcome = flow(&ns, &user, &settings, &generator).await;
-        eprintln!("without {}: {outcome}", describe(rule));
+        eprintln!("without {}: {outcome}", describe_rule(rule));
         if !matches!(outcome, Outcome::Forbidden(_)) {
-            unneeded.push(format!("{}: {outcome}", describe(rule)));
+            unneeded.push(format!("{}: {outcome}", describe_rule(rule)));
         }
         clean_up(&ns, &generator).await;
         let current = roles.get(&name).await.unwrap();
@@ -344,7 +268,7 @@ async fn the_generated_role_is_sufficient_and_every_rule_is_needed() {
             .replace(&name, &PostParams::default(), &restored)
             .await
             .unwrap();
-        wait_for(&ns, &user, rule, true).await;
+        ns.wait_for_rule(&user, rule, true).await.unwrap();
     }
     assert!(
         unneeded.is_empty(),
