@@ -336,6 +336,7 @@ impl Ring {
                             tracing::warn!(ring = %self.config.ring, %error, "failed to list the ring's members");
                         }
                     }
+                    self.observe_shards(&api).await;
                     if let Some(keys) = self.gate.owned_keys() {
                         metrics.keys.set(keys.len() as f64);
                     }
@@ -401,6 +402,33 @@ impl Ring {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
             Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Lists the namespace's Leases and hands each of this ring's shard Leases to its
+    /// election as an observation, so that when a shard comes to this replica (its holder
+    /// was killed and dropped from the view a lease duration later), the election already
+    /// knows how long the Lease has not changed and takes it over at once instead of
+    /// waiting another lease duration from its own first read.
+    async fn observe_shards(&self, api: &Api<Lease>) {
+        let leases = match api.list(&ListParams::default()).await {
+            Ok(leases) => leases,
+            Err(error) => {
+                tracing::debug!(ring = %self.config.ring, %error, "failed to list the shard leases");
+                return;
+            }
+        };
+        let prefix = format!("{}-shard-", self.config.ring);
+        for lease in leases {
+            let shard = lease
+                .metadata
+                .name
+                .as_deref()
+                .and_then(|name| name.strip_prefix(&prefix))
+                .and_then(|n| n.parse::<usize>().ok());
+            if let Some(election) = shard.and_then(|shard| self.elections.get(shard)) {
+                election.observe(&lease);
+            }
         }
     }
 

@@ -344,6 +344,12 @@ async fn three_replicas_split_the_keys_by_shard_leases_without_overlap_as_member
         took >= Duration::from_secs(2),
         "a's shards were taken before its leases could expire: {took:?}"
     );
+    // The shard Leases were observed all along: taken over about a lease duration (3 s) after
+    // the kill, not two.
+    assert!(
+        took < Duration::from_secs(6),
+        "a's shards were taken {took:?} after the kill"
+    );
     let since = Instant::now();
     every_key_on_its_owner(&log, since, &members, &names, ns.name()).await;
 

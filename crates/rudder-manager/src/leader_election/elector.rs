@@ -115,6 +115,21 @@ impl LeaderElection {
         self.shared.validity.subscribe()
     }
 
+    /// Records `lease`, read elsewhere (a sharding ring lists its shard Leases), as an
+    /// attempt's read would: the expiry clock restarts only if its record changed. Skipped
+    /// while this candidate leads or an attempt holds the observation. A candidate that
+    /// starts trying later then counts the lease duration from when the record was first
+    /// seen unchanged, not from its own first read. It can only make expiry later than a
+    /// fresh read would (a stale copy that differs restarts the clock), never earlier.
+    pub(crate) fn observe(&self, lease: &Lease) {
+        if self.is_leader() {
+            return;
+        }
+        if let Ok(mut observed) = self.shared.observed.try_lock() {
+            observed.read(lease);
+        }
+    }
+
     /// Waits until this candidate holds the Lease, then starts renewing it in a task.
     ///
     /// It tries at once, then after each retry period plus a random jitter of up to 1.2 retry
