@@ -3,13 +3,16 @@
 //!
 //! [`LogCapture`] collects what a tracing subscriber writes (give it to the subscriber as its
 //! writer); [`Outcome`] says how a flow ended; [`TestNamespace::wait_for_rule`] waits until a
-//! rule's grant (or its removal) reached the authorizer.
+//! rule's grant (or its removal) reached the authorizer; [`TestNamespace::unneeded_rules`]
+//! takes the granted [roles](GrantedRole) apart rule by rule and says which rules a flow did
+//! not need.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use kube::api::{Api, Patch, PatchParams};
 
-use crate::{Result, TestNamespace, TestUser};
+use crate::{Error, Result, TestNamespace, TestUser};
 
 /// Everything written to it, searchable for `forbidden` errors. Clones share one buffer, so
 /// a clone can go to the subscriber (`.with_writer(move || capture.clone())`, or a `static`
@@ -113,6 +116,93 @@ impl TestNamespace {
         let resource = first(rule.resources.as_ref());
         self.wait_for_access(user, &verb, &group, &resource, allowed)
             .await
+    }
+}
+
+/// A role granted to the user under test (already applied, with its binding), whose rules
+/// [`TestNamespace::unneeded_rules`] takes away one at a time.
+#[derive(Clone, Debug)]
+pub enum GrantedRole {
+    /// A Role, in its own namespace.
+    Namespaced(Role),
+    /// A ClusterRole.
+    Cluster(ClusterRole),
+}
+
+impl GrantedRole {
+    /// Its rules, as rendered.
+    pub fn rules(&self) -> Vec<PolicyRule> {
+        match self {
+            GrantedRole::Namespaced(role) => role.rules.clone(),
+            GrantedRole::Cluster(role) => role.rules.clone(),
+        }
+        .unwrap_or_default()
+    }
+
+    /// Replaces its rules on the API server (a merge patch of `rules`).
+    async fn set_rules(&self, client: &kube::Client, rules: &[PolicyRule]) -> Result<()> {
+        let patch = Patch::Merge(serde_json::json!({ "rules": rules }));
+        let params = PatchParams::default();
+        let (name, result) = match self {
+            GrantedRole::Namespaced(role) => {
+                let name = role.metadata.name.clone().unwrap_or_default();
+                let namespace = role.metadata.namespace.clone().unwrap_or_default();
+                let api: Api<Role> = Api::namespaced(client.clone(), &namespace);
+                let result = api.patch(&name, &params, &patch).await.map(drop);
+                (name, result)
+            }
+            GrantedRole::Cluster(role) => {
+                let name = role.metadata.name.clone().unwrap_or_default();
+                let api: Api<ClusterRole> = Api::all(client.clone());
+                let result = api.patch(&name, &params, &patch).await.map(drop);
+                (name, result)
+            }
+        };
+        result.map_err(|source| Error::Kube {
+            context: format!("replace the rules of role {name}"),
+            source,
+        })
+    }
+}
+
+impl TestNamespace {
+    /// The rules of `roles` that `flow` does not need, described by [`describe_rule`]: each
+    /// rule is removed in turn (its role patched without it, the authorizer waited for), the
+    /// flow run as `user` under a fresh name (`without-1`, `without-2`, ...: the flow should
+    /// use it for what it creates, and clean up after itself), and the rule put back. A rule
+    /// is needed when the flow then ends in [`Outcome::Forbidden`]. The roles must already be
+    /// granted to `user`, and the flow pass with all of them.
+    ///
+    /// # Errors
+    ///
+    /// If a role cannot be patched, or the authorizer does not follow a change within
+    /// [`GRANT_TIMEOUT`](crate::GRANT_TIMEOUT).
+    pub async fn unneeded_rules(
+        &self,
+        user: &TestUser,
+        roles: &[GrantedRole],
+        mut flow: impl AsyncFnMut(&str) -> Outcome,
+    ) -> Result<Vec<String>> {
+        let client = self.client();
+        let mut unneeded = Vec::new();
+        let mut run = 0;
+        for role in roles {
+            let rules = role.rules();
+            for (index, rule) in rules.iter().enumerate() {
+                let mut without = rules.clone();
+                without.remove(index);
+                role.set_rules(&client, &without).await?;
+                self.wait_for_rule(user, rule, false).await?;
+                run += 1;
+                let outcome = flow(&format!("without-{run}")).await;
+                if !matches!(outcome, Outcome::Forbidden(_)) {
+                    unneeded.push(format!("{}: {outcome}", describe_rule(rule)));
+                }
+                role.set_rules(&client, &rules).await?;
+                self.wait_for_rule(user, rule, true).await?;
+            }
+        }
+        Ok(unneeded)
     }
 }
 

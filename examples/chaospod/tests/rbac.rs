@@ -15,14 +15,13 @@ use chaospod::{ChaosPod, ChaosPodSpec, Options};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use rudder::controller::ErrorChain;
 use rudder::manager::leader_election::LeaderElectionConfig;
 use rudder::manifests::DeployOptions;
 use rudder::webhook::manifest::ClientConfig;
-use rudder_envtest::least_privilege::{LogCapture, Outcome, describe_rule};
+use rudder_envtest::least_privilege::{GrantedRole, LogCapture, Outcome};
 use rudder_envtest::{TestNamespace, TestUser};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::filter::LevelFilter;
@@ -179,46 +178,6 @@ async fn clean_up(ns: &TestNamespace, name: &str) {
     let _ = pods.delete(name, &DeleteParams::default()).await;
 }
 
-/// One of the rendered roles, whose rules can be replaced.
-enum Roles {
-    Namespaced(Api<Role>, Role),
-    Cluster(Api<ClusterRole>, ClusterRole),
-}
-
-impl Roles {
-    fn rules(&self) -> Vec<PolicyRule> {
-        match self {
-            Roles::Namespaced(_, r) => r.rules.clone().unwrap_or_default(),
-            Roles::Cluster(_, r) => r.rules.clone().unwrap_or_default(),
-        }
-    }
-
-    async fn set_rules(&self, rules: Vec<PolicyRule>) {
-        match self {
-            Roles::Namespaced(api, role) => {
-                let patch = serde_json::json!({ "rules": rules });
-                api.patch(
-                    &role.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .unwrap();
-            }
-            Roles::Cluster(api, role) => {
-                let patch = serde_json::json!({ "rules": rules });
-                api.patch(
-                    &role.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .unwrap();
-            }
-        }
-    }
-}
-
 #[tokio::test]
 async fn the_generated_rbac_is_sufficient_and_every_rule_is_needed() {
     let _ = tracing_subscriber::registry()
@@ -286,8 +245,8 @@ async fn the_generated_rbac_is_sufficient_and_every_rule_is_needed() {
         .unwrap();
 
     let roles = [
-        Roles::Namespaced(ns.api(), role.clone()),
-        Roles::Cluster(Api::all(ns.client()), cluster_role.clone()),
+        GrantedRole::Namespaced(role.clone()),
+        GrantedRole::Cluster(cluster_role.clone()),
     ];
     for role in &roles {
         for rule in role.rules() {
@@ -303,31 +262,15 @@ async fn the_generated_rbac_is_sufficient_and_every_rule_is_needed() {
     );
     clean_up(&ns, "full").await;
 
-    let mut unneeded = Vec::new();
-    let mut run = 0;
-    for role in &roles {
-        let rules = role.rules();
-        for (index, rule) in rules.iter().enumerate() {
-            let without: Vec<PolicyRule> = rules
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != index)
-                .map(|(_, r)| r.clone())
-                .collect();
-            role.set_rules(without).await;
-            ns.wait_for_rule(&user, rule, false).await.unwrap();
-            run += 1;
-            let name = format!("without-{run}");
-            let outcome = scenario(&ns, &user, port, &name).await;
-            eprintln!("without {}: {outcome}", describe_rule(rule));
-            if !matches!(outcome, Outcome::Forbidden(_)) {
-                unneeded.push(format!("{}: {outcome}", describe_rule(rule)));
-            }
-            clean_up(&ns, &name).await;
-            role.set_rules(rules.clone()).await;
-            ns.wait_for_rule(&user, rule, true).await.unwrap();
-        }
-    }
+    let unneeded = ns
+        .unneeded_rules(&user, &roles, async |name| {
+            let outcome = scenario(&ns, &user, port, name).await;
+            eprintln!("{name}: {outcome}");
+            clean_up(&ns, name).await;
+            outcome
+        })
+        .await
+        .unwrap();
     let _ = mutating_api
         .delete(&mutating.name_any(), &DeleteParams::default())
         .await;

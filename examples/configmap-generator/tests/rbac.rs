@@ -16,7 +16,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{CustomResourceExt, ResourceExt};
 use rudder::manifests::DeployOptions;
-use rudder_envtest::least_privilege::{LogCapture, Outcome, describe_rule};
+use rudder_envtest::least_privilege::{GrantedRole, LogCapture, Outcome};
 use rudder_envtest::{TestNamespace, TestUser};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::filter::LevelFilter;
@@ -235,41 +235,15 @@ async fn the_generated_role_is_sufficient_and_every_rule_is_needed() {
     clean_up(&ns, "full").await;
 
     // Needed: each rule removed in turn, and the flow meets a forbidden error.
-    let mut unneeded = Vec::new();
-    for (index, rule) in rules.iter().enumerate() {
-        let mut without = role.clone();
-        without.rules = Some(
-            rules
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != index)
-                .map(|(_, r)| r.clone())
-                .collect(),
-        );
-        let name = role.name_any();
-        let current = roles.get(&name).await.unwrap();
-        without.metadata.resource_version = current.metadata.resource_version;
-        roles
-            .replace(&name, &PostParams::default(), &without)
-            .await
-            .unwrap();
-        ns.wait_for_rule(&user, rule, false).await.unwrap();
-        let generator = format!("without-{index}");
-        let outcome = flow(&ns, &user, &settings, &generator).await;
-        eprintln!("without {}: {outcome}", describe_rule(rule));
-        if !matches!(outcome, Outcome::Forbidden(_)) {
-            unneeded.push(format!("{}: {outcome}", describe_rule(rule)));
-        }
-        clean_up(&ns, &generator).await;
-        let current = roles.get(&name).await.unwrap();
-        let mut restored = role.clone();
-        restored.metadata.resource_version = current.metadata.resource_version;
-        roles
-            .replace(&name, &PostParams::default(), &restored)
-            .await
-            .unwrap();
-        ns.wait_for_rule(&user, rule, true).await.unwrap();
-    }
+    let unneeded = ns
+        .unneeded_rules(&user, &[GrantedRole::Namespaced(role)], async |name| {
+            let outcome = flow(&ns, &user, &settings, name).await;
+            eprintln!("{name}: {outcome}");
+            clean_up(&ns, name).await;
+            outcome
+        })
+        .await
+        .unwrap();
     assert!(
         unneeded.is_empty(),
         "rules the flow did not need (removed, yet no forbidden error): {unneeded:#?}"
