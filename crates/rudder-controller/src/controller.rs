@@ -428,13 +428,13 @@ impl<R: Reconciler> Controller<R> {
             ));
         }
         // Queues the keys of each shard as it opens; after the sync, so the cache lists
-        // them all. Aborted with `run`.
-        let _resync = shard
-            .as_ref()
-            .and_then(|shard| Some((shard.clone(), shard.take_opened()?)))
-            .map(|(shard, opened)| {
-                AbortOnDrop(tokio::spawn(resync(shard, opened, inner.queue.clone())))
-            });
+        // them all. Aborted with `run` (a `JoinSet` aborts its tasks when dropped).
+        let mut resyncs = JoinSet::new();
+        if let Some(shard) = &shard
+            && let Some(opened) = shard.take_opened()
+        {
+            resyncs.spawn(resync(shard.clone(), opened, inner.queue.clone()));
+        }
         let mut ended = Vec::new();
         tokio::select! {
             _ = shutdown.stopped() => {}
@@ -493,28 +493,24 @@ impl<R: Reconciler> Controller<R> {
     }
 }
 
-/// Aborts a task when dropped.
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// Queues every key of each shard `opened` reports, at the default priority: a shard
 /// handed over is news to this replica, and its keys have waited through the hand-off.
+/// Shards reported together share one listing of the keys.
 async fn resync(
     shard: ShardGate,
     mut opened: tokio::sync::mpsc::UnboundedReceiver<usize>,
     queue: Queue,
 ) {
-    while let Some(opened) = opened.recv().await {
-        let keys = shard.keys_of(opened);
+    while let Some(first) = opened.recv().await {
+        let mut shards = vec![first];
+        while let Ok(more) = opened.try_recv() {
+            shards.push(more);
+        }
+        let keys = shard.keys_of(&shards);
         tracing::debug!(
-            shard = opened,
+            ?shards,
             keys = keys.len(),
-            "shard opened: queueing its keys"
+            "shards opened: queueing their keys"
         );
         for key in keys {
             queue.add(key);
@@ -575,22 +571,8 @@ async fn worker<R: Reconciler>(
     shard: Option<ShardGate>,
     stopping: CancellationToken,
 ) {
-    if gate.is_always_open() {
-        loop {
-            let item = tokio::select! {
-                biased;
-                () = stopping.cancelled() => return,
-                item = inner.queue.get() => match item {
-                    Some(item) => item,
-                    None => return,
-                },
-            };
-            if let Some((item, permit)) = admit_shard(&inner.queue, shard.as_ref(), item) {
-                process(&inner, item).await;
-                drop(permit);
-            }
-        }
-    }
+    // An always-open gate goes through the same loop: `opened` returns at once and `closed`
+    // never does.
     loop {
         tokio::select! {
             biased;

@@ -9,6 +9,8 @@ use rudder_handler::Request;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
+use crate::gate::LeaderGate;
+
 /// Lists the keys a sharded controller's primary objects have now (from its cache), for the
 /// resync that follows a shard's acquisition and for the keys-owned gauge.
 pub type KeyLister = Arc<dyn Fn() -> Vec<Request> + Send + Sync>;
@@ -64,8 +66,9 @@ struct Shared {
 
 #[derive(Default)]
 struct Slot {
-    /// Set while this replica holds the shard and has not closed it.
-    validity: Option<watch::Receiver<Option<Instant>>>,
+    /// Set while this replica holds the shard and has not closed it: open while its
+    /// validity is, by the leader gate's rule.
+    validity: Option<LeaderGate>,
     /// Permits of this shard alive now.
     in_flight: usize,
 }
@@ -133,7 +136,7 @@ impl ShardGate {
         let Some(slot) = self.shared.slots.get(shard) else {
             return;
         };
-        lock(slot).validity = Some(validity);
+        lock(slot).validity = Some(LeaderGate::new(validity));
         // The receiver may be gone (no controller): nothing to resync then.
         let _ = self.shared.opened_tx.send(shard);
     }
@@ -209,45 +212,34 @@ impl ShardGate {
 
     /// Sets how to list the controller's keys (the controller sets it with the gate).
     pub fn set_key_lister(&self, keys: KeyLister) {
-        *self
-            .shared
+        *self.lock_keys() = Some(keys);
+    }
+
+    fn lock_keys(&self) -> std::sync::MutexGuard<'_, Option<KeyLister>> {
+        self.shared
             .keys
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(keys);
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The keys of the open shards, from the key lister (`None` without one).
     pub fn owned_keys(&self) -> Option<Vec<Request>> {
-        let keys = self
-            .shared
-            .keys
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()?;
-        let open = self.open_shards();
+        self.keys_in(&self.open_shards())
+    }
+
+    /// The keys of `shards`, from one listing of the key lister (empty without one).
+    pub(crate) fn keys_of(&self, shards: &[usize]) -> Vec<Request> {
+        self.keys_in(shards).unwrap_or_default()
+    }
+
+    fn keys_in(&self, shards: &[usize]) -> Option<Vec<Request>> {
+        let keys = self.lock_keys().clone()?;
         Some(
             keys()
                 .into_iter()
-                .filter(|key| open.contains(&self.shard_of(key)))
+                .filter(|key| shards.contains(&self.shard_of(key)))
                 .collect(),
         )
-    }
-
-    /// The keys of `shard`, from the key lister (empty without one).
-    pub(crate) fn keys_of(&self, shard: usize) -> Vec<Request> {
-        let keys = self
-            .shared
-            .keys
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        keys.map(|keys| {
-            keys()
-                .into_iter()
-                .filter(|key| self.shard_of(key) == shard)
-                .collect()
-        })
-        .unwrap_or_default()
     }
 
     /// The stream of opened shards; only the first caller gets it.
@@ -298,7 +290,7 @@ fn lock(slot: &Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
 fn is_valid(slot: &Slot, now: Instant) -> bool {
     slot.validity
         .as_ref()
-        .is_some_and(|validity| validity.borrow().is_some_and(|until| now < until))
+        .is_some_and(|validity| validity.is_open_at(now))
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
