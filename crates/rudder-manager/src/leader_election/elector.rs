@@ -262,8 +262,8 @@ impl Leadership {
     /// Completes when leadership is lost: no renewal succeeded within the renew deadline
     /// (counted from when the last successful one was sent, so a process frozen past it
     /// learns it at once when it resumes, without sending anything), a renewal found another
-    /// candidate holding the Lease, or the renewing task panicked. Stop everything that needs leadership then, and exit the
-    /// process.
+    /// candidate holding the Lease, or the renewing task panicked. Stop everything that needs
+    /// leadership then, and exit the process.
     ///
     /// It never completes if leadership ends otherwise (cancellation, or this value being
     /// dropped); select it against your own shutdown signal.
@@ -337,10 +337,7 @@ impl Observed {
     /// by this process's clock.
     fn valid(&self, now: Instant) -> bool {
         match (&self.record, self.time) {
-            (Some(record), Some(time)) => {
-                let duration = u64::try_from(record.lease_duration_seconds).unwrap_or(0);
-                time + Duration::from_secs(duration) > now
-            }
+            (Some(record), Some(time)) => time + record.lease_duration() > now,
             _ => false,
         }
     }
@@ -554,8 +551,8 @@ impl Shared {
                     // Another candidate wrote the Lease and holds it unexpired: it took over,
                     // so this one leads no more; waiting out the renew deadline would only
                     // leave two candidates believing they lead.
+                    // (The renewing task withdraws the validity as it ends.)
                     tracing::warn!(lease = %self.key(), %holder, "another candidate holds the lease");
-                    self.invalidate();
                     return Renewal::TakenOver;
                 }
                 Ok(Attempt::Failed(error)) => {
@@ -710,13 +707,9 @@ async fn watch_for_free(shared: Arc<Shared>, free: Arc<Notify>) {
     }
 }
 
-/// Whether the Lease names no holder (never held, or released).
+/// Whether the Lease names no holder (never held, or released), read as an attempt reads it.
 fn is_released(lease: &Lease) -> bool {
-    lease
-        .spec
-        .as_ref()
-        .and_then(|s| s.holder_identity.as_deref())
-        .is_none_or(str::is_empty)
+    Record::from_spec(lease.spec.as_ref()).is_free()
 }
 
 /// Whether the API server refused a write because the object changed since it was read.

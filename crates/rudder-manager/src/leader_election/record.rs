@@ -1,6 +1,6 @@
 //! The leader election record as client-go reads and writes it in a Lease's spec.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::LeaseSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -38,6 +38,17 @@ impl Record {
             renew_time: spec.renew_time.clone(),
             transitions: spec.lease_transitions.unwrap_or(0),
         }
+    }
+
+    /// How long others wait, after last seeing this record change, before taking the Lease
+    /// over (a negative `leaseDurationSeconds` reads as zero: expired at once).
+    pub(crate) fn lease_duration(&self) -> Duration {
+        Duration::from_secs(u64::try_from(self.lease_duration_seconds).unwrap_or(0))
+    }
+
+    /// Whether the record names no holder (never held, or released).
+    pub(crate) fn is_free(&self) -> bool {
+        self.holder.is_empty()
     }
 
     fn empty() -> Self {
