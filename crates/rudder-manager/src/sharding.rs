@@ -293,14 +293,13 @@ impl Ring {
             _ = shutdown.stopped() => return Ok(()),
         };
         tracing::info!(ring = %self.config.ring, identity = %self.config.identity, "joined the ring");
-        let (view_tx, view_rx) = watch::channel(Vec::<String>::new());
+        let (view_tx, view_rx) = watch::channel(View::default());
         let changed = Arc::new(Notify::new());
         let shards_stop = CancellationToken::new();
         let mut shards = JoinSet::new();
         for (shard, election) in self.elections.iter().enumerate() {
             shards.spawn(hold_shard(ShardTask {
                 shard,
-                shards: self.config.shards,
                 election: election.clone(),
                 gate: self.gate.clone(),
                 ring: self.config.ring.clone(),
@@ -325,11 +324,11 @@ impl Ring {
                     next_list = Instant::now() + self.config.retry_period;
                     match self.list_members(&api, &mut observed).await {
                         Ok(members) => {
-                            if *view_tx.borrow() != members {
+                            if view_tx.borrow().members != members {
                                 tracing::info!(ring = %self.config.ring, ?members, "the ring's membership changed");
                                 metrics.members.set(members.len() as f64);
                                 view_changed_at = Some(Instant::now());
-                                view_tx.send_replace(members);
+                                view_tx.send_replace(View::new(&self.config.ring, self.config.shards, members));
                             }
                         }
                         Err(error) => {
@@ -342,14 +341,14 @@ impl Ring {
                     }
                 }
             }
-            let members = view_tx.borrow().clone();
+            let (members, desired) = {
+                let view = view_tx.borrow();
+                let desired: Vec<usize> = (0..self.config.shards)
+                    .filter(|&shard| view.gives(shard, &self.config.identity))
+                    .collect();
+                (view.members.clone(), desired)
+            };
             let held = self.gate.open_shards();
-            let owners = assign(&self.config.ring, self.config.shards, &members);
-            let desired: Vec<usize> = (0..self.config.shards)
-                .filter(|&s| {
-                    owners[s].map(|m| members[m].as_str()) == Some(self.config.identity.as_str())
-                })
-                .collect();
             let settled = !members.is_empty() && held == desired;
             metrics.shards.set(held.len() as f64);
             if settled && let Some(at) = view_changed_at.take() {
@@ -566,14 +565,37 @@ impl RingMetrics {
     }
 }
 
+/// The ring as this replica sees it: the live members, sorted, and the shards' owners
+/// ([`assign`]), computed once per change and shared by the shard tasks.
+#[derive(Default)]
+struct View {
+    members: Vec<String>,
+    owners: Vec<Option<usize>>,
+}
+
+impl View {
+    fn new(ring: &str, shards: usize, members: Vec<String>) -> Self {
+        let owners = assign(ring, shards, &members);
+        Self { members, owners }
+    }
+
+    /// Whether this view gives `shard` to `identity`.
+    fn gives(&self, shard: usize, identity: &str) -> bool {
+        self.owners
+            .get(shard)
+            .copied()
+            .flatten()
+            .is_some_and(|member| self.members[member] == identity)
+    }
+}
+
 struct ShardTask {
     shard: usize,
-    shards: usize,
     election: LeaderElection,
     gate: ShardGate,
     ring: String,
     identity: String,
-    view: watch::Receiver<Vec<String>>,
+    view: watch::Receiver<View>,
     stop: CancellationToken,
     changed: Arc<Notify>,
     metrics: RingMetrics,
@@ -581,8 +603,9 @@ struct ShardTask {
 
 impl ShardTask {
     fn desired(&mut self) -> bool {
-        let view = self.view.borrow_and_update();
-        owner(&self.ring, self.shards, self.shard, &view) == Some(self.identity.as_str())
+        self.view
+            .borrow_and_update()
+            .gives(self.shard, &self.identity)
     }
 }
 
