@@ -192,20 +192,15 @@ impl TestNamespace {
         let (Some(verb), Some(url)) = (verbs.first(), urls.first()) else {
             return Ok(());
         };
-        let deadline = tokio::time::Instant::now() + GRANT_TIMEOUT;
-        loop {
-            if allowed(&client, user, verb, url).await? {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(Error::NotAuthorized {
-                    user: user.username(),
-                    what: format!("{verb} {url}"),
-                    timeout: GRANT_TIMEOUT,
-                });
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+        let review = review_for(
+            user,
+            Some(NonResourceAttributes {
+                path: Some((*url).to_owned()),
+                verb: Some((*verb).to_owned()),
+            }),
+            None,
+        );
+        wait_for_answer(&client, user, &review, true, &format!("{verb} {url}")).await
     }
 }
 
@@ -240,33 +235,14 @@ impl TestNamespace {
             subresource,
             ..ResourceAttributes::default()
         };
-        let client = self.client();
-        let deadline = tokio::time::Instant::now() + GRANT_TIMEOUT;
-        loop {
-            let review = review_for(user, None, Some(attributes.clone()));
-            let answer = Api::<SubjectAccessReview>::all(client.clone())
-                .create(&PostParams::default(), &review)
-                .await
-                .map_err(|source| Error::Kube {
-                    context: format!("review whether {} may {verb} {resource}", user.username()),
-                    source,
-                })?;
-            if answer.status.is_some_and(|s| s.allowed) == allowed {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(Error::NotAuthorized {
-                    user: user.username(),
-                    what: format!(
-                        "{} {verb} {group}/{resource} in {}",
-                        if allowed { "allowed to" } else { "refused" },
-                        self.name()
-                    ),
-                    timeout: GRANT_TIMEOUT,
-                });
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+        let review = review_for(user, None, Some(attributes));
+        let what = format!("{verb} {group}/{resource} in {}", self.name());
+        let what = if allowed {
+            what
+        } else {
+            format!("be refused {what}")
+        };
+        wait_for_answer(&self.client(), user, &review, allowed, &what).await
     }
 }
 
@@ -293,24 +269,36 @@ fn review_for(
     }
 }
 
-/// Whether the API server's authorizer allows `user` `verb` on the non-resource URL `url`.
-async fn allowed(client: &kube::Client, user: &TestUser, verb: &str, url: &str) -> Result<bool> {
-    let review = review_for(
-        user,
-        Some(NonResourceAttributes {
-            path: Some(url.to_owned()),
-            verb: Some(verb.to_owned()),
-        }),
-        None,
-    );
-    let answer = Api::<SubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .map_err(|source| Error::Kube {
-            context: format!("review whether {} may {verb} {url}", user.username()),
-            source,
-        })?;
-    Ok(answer.status.is_some_and(|s| s.allowed))
+/// Asks the API server's authorizer `review` until its answer is `allowed`, polling for up
+/// to [`GRANT_TIMEOUT`]; `what` names the access in errors.
+async fn wait_for_answer(
+    client: &kube::Client,
+    user: &TestUser,
+    review: &SubjectAccessReview,
+    allowed: bool,
+    what: &str,
+) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + GRANT_TIMEOUT;
+    loop {
+        let answer = Api::<SubjectAccessReview>::all(client.clone())
+            .create(&PostParams::default(), review)
+            .await
+            .map_err(|source| Error::Kube {
+                context: format!("ask the authorizer about {} ({what})", user.username()),
+                source,
+            })?;
+        if answer.status.is_some_and(|s| s.allowed) == allowed {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Error::NotAuthorized {
+                user: user.username(),
+                what: what.to_owned(),
+                timeout: GRANT_TIMEOUT,
+            });
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
 }
 
 /// An object from its JSON form.
