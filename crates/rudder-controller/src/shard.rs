@@ -113,7 +113,9 @@ impl ShardGate {
         self.shared.affinity
     }
 
-    /// The shard of `request`.
+    /// The shard of `request`: FNV-1a 64 from the offset basis xor-ed with the seed, over
+    /// `namespace/name` (the namespace alone with [`KeyAffinity::Namespace`] for a
+    /// namespaced key), passed through [`mix`], modulo the number of shards.
     pub fn shard_of(&self, request: &Request) -> usize {
         let mut hash = fnv1a(FNV_OFFSET ^ self.shared.seed, b"");
         match (self.shared.affinity, request.namespace()) {
