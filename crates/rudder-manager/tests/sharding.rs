@@ -5,21 +5,26 @@
 //! process frozen (SIGSTOP) past its leases and resumed starts no reconcile.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+#[path = "support/fixtures.rs"]
+mod fixtures;
 
-use futures::future::join_all;
+use fixtures::{
+    Kid, client_from_kubeconfig, config_map, config_map_keys, create_config_maps, manager_builder,
+    sharding, start, wall_micros, watch_config_maps,
+};
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams};
-use kube::core::ObjectMeta;
-use rudder_controller::{Action, Context, Controller, KeyLister, Options, Reconciler};
+use kube::api::Api;
+use rudder_controller::{Action, Context, Controller, Options, Reconciler};
 use rudder_envtest::{TestEnv, TestNamespace};
-use rudder_handler::{EnqueueObject, Kind, Request};
-use rudder_manager::sharding::{Ring, RingStatus, ShardingConfig, owner};
-use rudder_manager::{Error, Manager};
+use rudder_handler::Request;
+use rudder_manager::Error;
+use rudder_manager::sharding::{Ring, RingStatus, owner};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -44,13 +49,6 @@ struct Interval {
     start: Instant,
     end: Instant,
     wall: (u128, u128),
-}
-
-fn wall_micros() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros()
 }
 
 type Log = Arc<Mutex<Vec<Interval>>>;
@@ -91,23 +89,8 @@ fn replica(ns: &TestNamespace, who: &'static str, log: &Log) -> Replica {
 }
 
 fn replica_in(ns: &TestNamespace, ring_name: &str, who: &'static str, log: &Log) -> Replica {
-    let namespace = ns.name().to_owned();
-    let manager = Manager::builder(ns.client())
-        .health_probe_address(None)
-        .metrics_address(None)
-        .cache(move |c| c.default_namespace(namespace))
-        .build()
-        .unwrap();
-    let ring = Ring::new(
-        ns.client(),
-        ShardingConfig::new(ns.name(), ring_name)
-            .with_identity(who)
-            .with_shards(SHARDS)
-            .with_lease_duration(Duration::from_secs(3))
-            .with_renew_deadline(Duration::from_secs(2))
-            .with_retry_period(Duration::from_millis(500)),
-    )
-    .unwrap();
+    let manager = manager_builder(ns.client(), ns.name()).build().unwrap();
+    let ring = Ring::new(ns.client(), sharding(ns.name(), ring_name, who, SHARDS)).unwrap();
     let controller = Controller::builder(
         format!("{ring_name}-{who}"),
         Recording {
@@ -118,32 +101,14 @@ fn replica_in(ns: &TestNamespace, ring_name: &str, who: &'static str, log: &Log)
     .options(Options::new().workers(2))
     .build()
     .unwrap();
+    watch_config_maps(&manager, &controller);
     controller
-        .watch(
-            Kind::<ConfigMap>::from_cache(manager.cache()),
-            EnqueueObject,
-            vec![],
-        )
+        .set_shard_gate(ring.gate(), config_map_keys(&manager))
         .unwrap();
-    let cache = manager.cache().clone();
-    let keys: KeyLister = Arc::new(move || {
-        cache
-            .informers::<ConfigMap>()
-            .unwrap_or_default()
-            .iter()
-            .flat_map(|informer| informer.store().list())
-            .filter_map(|cm| Request::from_object(&*cm))
-            .collect()
-    });
-    controller.set_shard_gate(ring.gate(), keys).unwrap();
     let status = ring.status();
     manager.add(ring);
     manager.add_controller(controller);
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let stop = stop.clone();
-        async move { manager.start(stop).await }
-    });
+    let (stop, task) = start(manager);
     Replica {
         who,
         status,
@@ -284,22 +249,7 @@ async fn three_replicas_split_the_keys_by_shard_leases_without_overlap_as_member
     let ns = env.namespace("sharding").await.unwrap();
     let api: Api<ConfigMap> = ns.api();
     let names: Vec<String> = (0..objects()).map(|i| format!("cm-{i}")).collect();
-    for chunk in names.chunks(50) {
-        join_all(chunk.iter().map(|name| {
-            let api = api.clone();
-            async move {
-                let cm = ConfigMap {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    ..ConfigMap::default()
-                };
-                api.create(&PostParams::default(), &cm).await.unwrap();
-            }
-        }))
-        .await;
-    }
+    create_config_maps(&api, names.iter().map(config_map), 50).await;
     let log: Log = Arc::default();
 
     // Three replicas.
@@ -393,31 +343,9 @@ async fn sharded_child() {
     };
     let [kubeconfig, namespace, log]: [&str; 3] =
         spec.split('|').collect::<Vec<_>>().try_into().unwrap();
-    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
-    let ns = namespace.to_owned();
-    let manager = Manager::builder(client.clone())
-        .health_probe_address(None)
-        .metrics_address(None)
-        .cache(move |c| c.default_namespace(ns))
-        .build()
-        .unwrap();
-    let ring = Ring::new(
-        client,
-        ShardingConfig::new(namespace, FROZEN_RING)
-            .with_identity("f")
-            .with_shards(SHARDS)
-            .with_lease_duration(Duration::from_secs(3))
-            .with_renew_deadline(Duration::from_secs(2))
-            .with_retry_period(Duration::from_millis(500)),
-    )
-    .unwrap();
+    let client = client_from_kubeconfig(kubeconfig).await;
+    let manager = manager_builder(client.clone(), namespace).build().unwrap();
+    let ring = Ring::new(client, sharding(namespace, FROZEN_RING, "f", SHARDS)).unwrap();
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -426,48 +354,16 @@ async fn sharded_child() {
     let controller = Controller::builder("frozen-f", FileLogged(Mutex::new(file)))
         .build()
         .unwrap();
+    watch_config_maps(&manager, &controller);
     controller
-        .watch(
-            Kind::<ConfigMap>::from_cache(manager.cache()),
-            EnqueueObject,
-            vec![],
-        )
+        .set_shard_gate(ring.gate(), config_map_keys(&manager))
         .unwrap();
-    let cache = manager.cache().clone();
-    let keys: KeyLister = Arc::new(move || {
-        cache
-            .informers::<ConfigMap>()
-            .unwrap_or_default()
-            .iter()
-            .flat_map(|informer| informer.store().list())
-            .filter_map(|cm| Request::from_object(&*cm))
-            .collect()
-    });
-    controller.set_shard_gate(ring.gate(), keys).unwrap();
     manager.add(ring);
     manager.add_controller(controller);
     println!("started");
     let result = manager.start_until_signal().await;
     println!("ended: {result:?}");
     std::process::exit(if result.is_ok() { 0 } else { 4 });
-}
-
-/// A child replica, killed when dropped.
-struct Kid(Child);
-
-impl Drop for Kid {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn signal(child: &Child, signal: &str) {
-    let status = Command::new("kill")
-        .args([signal, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 /// `(key, start, end)` of every reconcile the child logged.
@@ -496,49 +392,17 @@ async fn a_replica_frozen_past_its_leases_starts_nothing_when_resumed() {
     let ns = env.namespace("sharding-frozen").await.unwrap();
     let api: Api<ConfigMap> = ns.api();
     let names: Vec<String> = (0..60).map(|i| format!("cm-{i}")).collect();
-    join_all(names.iter().map(|name| {
-        let api = api.clone();
-        async move {
-            let cm = ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..ObjectMeta::default()
-                },
-                ..ConfigMap::default()
-            };
-            api.create(&PostParams::default(), &cm).await.unwrap();
-        }
-    }))
-    .await;
+    create_config_maps(&api, names.iter().map(config_map), names.len()).await;
     let dir = std::env::temp_dir().join(format!("rudder-sharding-frozen-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let child_log = dir.join("f.log");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "sharded_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(
-            CHILD,
-            format!(
-                "{}|{}|{}",
-                env.kubeconfig_path().display(),
-                ns.name(),
-                child_log.display()
-            ),
-        )
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            println!("[f] {line}");
-        }
-    });
-    let mut f = Kid(child);
+    let spec = format!(
+        "{}|{}|{}",
+        env.kubeconfig_path().display(),
+        ns.name(),
+        child_log.display()
+    );
+    let mut f = Kid::spawn("sharded_child", CHILD, spec, "f");
     let log: Log = Arc::default();
     let a = replica_in(&ns, FROZEN_RING, "a", &log);
 
@@ -556,7 +420,7 @@ async fn a_replica_frozen_past_its_leases_starts_nothing_when_resumed() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    signal(&f.0, "-STOP");
+    f.signal("-STOP");
     let stopped = wall_micros();
     let frozen = Instant::now();
     // a sees f's member Lease expire and takes over every shard once its Leases expire.
@@ -632,16 +496,9 @@ async fn a_replica_frozen_past_its_leases_starts_nothing_when_resumed() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let resumed = wall_micros();
-    signal(&f.0, "-CONT");
+    f.signal("-CONT");
     // f's member Lease missed its renew deadline while frozen: its ring, and its manager, end.
-    let deadline = Instant::now() + WAIT;
-    let code = loop {
-        if let Some(status) = f.0.try_wait().unwrap() {
-            break status.code();
-        }
-        assert!(Instant::now() < deadline, "f did not end after resuming");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let code = f.exit_code(WAIT, "f did not end after resuming").await;
     let f_log = read_log(&child_log);
     let after_resume = f_log.iter().filter(|l| l.1 >= resumed).count();
     let during = f_log.iter().filter(|l| l.1 >= stopped).count();

@@ -4,20 +4,25 @@
 //! lease and resumed starts no reconcile and ends with `LeadershipLost`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{
+    Kid, client_from_kubeconfig, config_map, holder, manager_builder, start_shared, until,
+    wall_micros, watch_config_maps,
+};
+
+use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::core::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams};
 use rudder_controller::{Action, Context, Controller, Reconciler};
 use rudder_envtest::{TestEnv, TestNamespace};
-use rudder_handler::{EnqueueObject, Kind, Request};
-use rudder_manager::leader_election::LeaderElectionConfig;
+use rudder_handler::Request;
 use rudder_manager::{Error, Manager, runnable};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
@@ -27,6 +32,7 @@ const LEASE: Duration = Duration::from_secs(3);
 const RENEW: Duration = Duration::from_secs(2);
 const RETRY: Duration = Duration::from_millis(500);
 const WAIT: Duration = Duration::from_secs(30);
+const TIMINGS: (Duration, Duration, Duration) = (LEASE, RENEW, RETRY);
 
 /// (replica, start) of every reconcile.
 type Log = Arc<Mutex<Vec<(&'static str, Instant)>>>;
@@ -66,20 +72,13 @@ struct Setup<'a> {
 }
 
 fn replica(setup: &Setup<'_>, who: &'static str, log: &Log) -> Replica {
-    let namespace = setup.ns.name().to_owned();
-    let election = LeaderElectionConfig::new(setup.ns.name(), setup.lease)
-        .with_identity(who)
-        .with_lease_duration(LEASE)
-        .with_renew_deadline(RENEW)
-        .with_retry_period(RETRY)
-        .with_release_on_cancel(true);
+    let election =
+        fixtures::election(setup.ns.name(), setup.lease, who, TIMINGS).with_release_on_cancel(true);
     let client = setup.client.clone().unwrap_or_else(|| setup.ns.client());
-    let manager = Manager::builder(client)
+    let manager = manager_builder(client, setup.ns.name())
         .health_probe_address(Some("127.0.0.1:0".parse().unwrap()))
-        .metrics_address(None)
         .leader_election(election)
         .warm_standby(setup.warm)
-        .cache(move |c| c.default_namespace(namespace))
         .build()
         .unwrap();
     let controller = Controller::builder(
@@ -92,13 +91,7 @@ fn replica(setup: &Setup<'_>, who: &'static str, log: &Log) -> Replica {
     )
     .build()
     .unwrap();
-    controller
-        .watch(
-            Kind::<ConfigMap>::from_cache(manager.cache()),
-            EnqueueObject,
-            vec![],
-        )
-        .unwrap();
+    watch_config_maps(&manager, &controller);
     manager.add_controller(controller.clone());
     // A leader-only runnable that takes no gate: it must start only once this replica leads.
     let leader_runnable_started = Arc::new(AtomicUsize::new(0));
@@ -109,11 +102,7 @@ fn replica(setup: &Setup<'_>, who: &'static str, log: &Log) -> Replica {
         Ok(())
     }));
     let manager = Arc::new(manager);
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let (manager, stop) = (Arc::clone(&manager), stop.clone());
-        async move { manager.start(stop).await }
-    });
+    let (stop, task) = start_shared(&manager);
     Replica {
         manager,
         controller,
@@ -140,29 +129,16 @@ async fn probe(r: &Replica, path: &str) -> u16 {
 }
 
 fn leads(r: &Replica) -> bool {
-    r.manager.leader_election().is_some_and(|e| e.is_leader())
+    fixtures::leads(&r.manager)
 }
 
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+async fn eventually(what: &str, check: impl FnMut() -> bool) {
+    until(what, WAIT, Duration::from_millis(10), check).await;
 }
 
+/// Creates empty ConfigMaps named `names`, one after the other.
 async fn create_config_maps(ns: &TestNamespace, names: impl IntoIterator<Item = String>) {
-    let api: Api<ConfigMap> = ns.api();
-    for name in names {
-        let cm = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        };
-        api.create(&PostParams::default(), &cm).await.unwrap();
-    }
+    fixtures::create_config_maps(&ns.api(), names.into_iter().map(config_map), 1).await;
 }
 
 fn reconciles_by(log: &Log, who: &str) -> Vec<Instant> {
@@ -369,14 +345,6 @@ async fn a_leader_whose_renewals_fail_stops_reconciling_at_the_renew_deadline() 
 
 const CHILD: &str = "RUDDER_SPLIT_BRAIN_CHILD";
 
-/// Microseconds since the epoch: one clock for the children's logs and the test.
-fn wall_micros() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros()
-}
-
 /// Writes one line per reconcile start (wall-clock microseconds) to a file.
 struct FileLogged(Mutex<std::fs::File>);
 
@@ -401,25 +369,9 @@ async fn split_brain_child() {
     };
     let [kubeconfig, namespace, who, log]: [&str; 4] =
         spec.split('|').collect::<Vec<_>>().try_into().unwrap();
-    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
-    let election = LeaderElectionConfig::new(namespace, "split-brain")
-        .with_identity(who)
-        .with_lease_duration(LEASE)
-        .with_renew_deadline(RENEW)
-        .with_retry_period(RETRY);
-    let ns = namespace.to_owned();
-    let manager = Manager::builder(client)
-        .health_probe_address(None)
-        .metrics_address(None)
-        .leader_election(election)
-        .cache(move |c| c.default_namespace(ns))
+    let client = client_from_kubeconfig(kubeconfig).await;
+    let manager = manager_builder(client, namespace)
+        .leader_election(fixtures::election(namespace, "split-brain", who, TIMINGS))
         .build()
         .unwrap();
     let file = std::fs::OpenOptions::new()
@@ -430,13 +382,7 @@ async fn split_brain_child() {
     let controller = Controller::builder("split-brain", FileLogged(Mutex::new(file)))
         .build()
         .unwrap();
-    controller
-        .watch(
-            Kind::<ConfigMap>::from_cache(manager.cache()),
-            EnqueueObject,
-            vec![],
-        )
-        .unwrap();
+    watch_config_maps(&manager, &controller);
     manager.add_controller(controller.clone());
     // Say when the controller's sources have synced (on a follower: warm standby).
     tokio::spawn(async move {
@@ -455,40 +401,6 @@ async fn split_brain_child() {
     });
 }
 
-/// A child replica, killed when dropped (a failed assertion must not leave it running),
-/// with its output lines.
-struct Kid(Child, std::sync::mpsc::Receiver<String>);
-
-impl Kid {
-    /// Waits (at most `WAIT`) for the child to print a line containing `word`.
-    fn wait_for(&self, word: &str) {
-        let deadline = std::time::Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.1.recv_timeout(left) {
-                Ok(line) if line.contains(word) => return,
-                Ok(_) => {}
-                Err(_) => panic!("the child never printed {word}"),
-            }
-        }
-    }
-}
-
-impl Drop for Kid {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn signal(child: &Child, signal: &str) {
-    let status = Command::new("kill")
-        .args([signal, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 fn spawn_child(env: &TestEnv, ns: &TestNamespace, who: &str, log: &std::path::Path) -> Kid {
     let spec = format!(
         "{}|{}|{who}|{}",
@@ -496,28 +408,7 @@ fn spawn_child(env: &TestEnv, ns: &TestNamespace, who: &str, log: &std::path::Pa
         ns.name(),
         log.display()
     );
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "split_brain_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, spec)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Keep reading its output (so it never blocks on a full pipe), echoing it.
-    let stdout = child.stdout.take().unwrap();
-    let who = who.to_owned();
-    let (lines, received) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            println!("[{who}] {line}");
-            let _ = lines.send(line);
-        }
-    });
-    Kid(child, received)
+    Kid::spawn("split_brain_child", CHILD, spec, who)
 }
 
 fn read_log(path: &std::path::Path) -> Vec<u128> {
@@ -526,15 +417,6 @@ fn read_log(path: &std::path::Path) -> Vec<u128> {
         .lines()
         .filter_map(|l| l.parse().ok())
         .collect()
-}
-
-async fn holder(leases: &Api<Lease>) -> Option<String> {
-    leases
-        .get_opt("split-brain")
-        .await
-        .unwrap()
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
 }
 
 /// The scenario: two replicas (lease 3 s, renew 2 s, retry 0.5 s) on a churning
@@ -570,21 +452,23 @@ async fn a_leader_resumed_after_its_lease_reconciles_nothing_and_ends() {
 
     let mut a = spawn_child(env, &ns, "a", &log_a);
     let deadline = Instant::now() + WAIT;
-    while !(holder(&leases).await.as_deref() == Some("a") && read_log(&log_a).len() >= 3) {
+    while !(holder(&leases, "split-brain").await.as_deref() == Some("a")
+        && read_log(&log_a).len() >= 3)
+    {
         assert!(Instant::now() < deadline, "a never led and reconciled");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut b = spawn_child(env, &ns, "b", &log_b);
     // b comes up as a warm follower: its controller syncs while a leads.
-    tokio::task::block_in_place(|| b.wait_for("synced"));
-    assert_eq!(holder(&leases).await.as_deref(), Some("a"));
+    tokio::task::block_in_place(|| b.wait_for("synced", WAIT));
+    assert_eq!(holder(&leases, "split-brain").await.as_deref(), Some("a"));
     assert!(read_log(&log_b).is_empty(), "the follower reconciled");
 
-    signal(&a.0, "-STOP");
+    a.signal("-STOP");
     let stopped = wall_micros();
     let frozen = Instant::now();
     let deadline = frozen + Duration::from_secs(10);
-    while holder(&leases).await.as_deref() != Some("b") {
+    while holder(&leases, "split-brain").await.as_deref() != Some("b") {
         assert!(Instant::now() < deadline, "b did not take over");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -592,16 +476,9 @@ async fn a_leader_resumed_after_its_lease_reconciles_nothing_and_ends() {
     // The freeze itself is the scenario: 10 s, then resume.
     tokio::time::sleep_until(frozen + Duration::from_secs(10)).await;
     let resumed = wall_micros();
-    signal(&a.0, "-CONT");
+    a.signal("-CONT");
 
-    let deadline = Instant::now() + WAIT;
-    let code = loop {
-        if let Some(status) = a.0.try_wait().unwrap() {
-            break status.code();
-        }
-        assert!(Instant::now() < deadline, "a did not exit after resuming");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let code = a.exit_code(WAIT, "a did not exit after resuming").await;
     let ended = Instant::now();
     let a_log = read_log(&log_a);
     let after_stop = a_log.iter().filter(|&&t| t >= stopped).count();
@@ -624,16 +501,12 @@ async fn a_leader_resumed_after_its_lease_reconciles_nothing_and_ends() {
     assert_eq!(after_resume, 0, "the resumed leader reconciled");
     assert_eq!(after_stop, 0, "the frozen leader reconciled");
     assert_eq!(code, Some(3), "a did not end with LeadershipLost");
-    assert_eq!(holder(&leases).await.as_deref(), Some("b"));
+    assert_eq!(holder(&leases, "split-brain").await.as_deref(), Some("b"));
 
     churning.cancel();
     churner.await.unwrap();
-    signal(&b.0, "-TERM");
-    let deadline = Instant::now() + WAIT;
-    while b.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "b did not stop");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    b.signal("-TERM");
+    b.exit_code(WAIT, "b did not stop").await;
     drop((a, b));
     let _ = std::fs::remove_dir_all(&dir);
 }

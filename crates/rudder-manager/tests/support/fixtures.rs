@@ -1,0 +1,281 @@
+//! Fixtures shared by rudder-manager's tests and benches on a real API server: managers
+//! confined to a test namespace, ConfigMap controllers and their keys, ring and election
+//! settings, ConfigMap creation, polling with a deadline, Lease inspection, replicas in child
+//! processes (the calling test binary run again), and the benches' argument and load helpers.
+//!
+//! Included with `#[path = "support/fixtures.rs"] mod fixtures;` (tests) or
+//! `#[path = "../tests/support/fixtures.rs"] mod fixtures;` (benches): each binary uses only
+//! part of it.
+#![allow(dead_code, clippy::unwrap_used, clippy::print_stdout)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, PostParams};
+use rudder_controller::{Controller, KeyLister, Reconciler};
+use rudder_handler::{EnqueueObject, Kind, Request};
+use rudder_manager::leader_election::LeaderElectionConfig;
+use rudder_manager::sharding::ShardingConfig;
+use rudder_manager::{Error, Manager, ManagerBuilder};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Microseconds since the epoch: one clock for child processes' logs and the test.
+pub(crate) fn wall_micros() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros()
+}
+
+/// A manager builder with no probe or metrics server, its cache confined to `namespace`.
+pub(crate) fn manager_builder(client: kube::Client, namespace: &str) -> ManagerBuilder {
+    let namespace = namespace.to_owned();
+    Manager::builder(client)
+        .health_probe_address(None)
+        .metrics_address(None)
+        .cache(move |c| c.default_namespace(namespace))
+}
+
+/// Leader election on the Lease `lease` in `namespace` as `who`, with the given lease
+/// duration, renew deadline and retry period.
+pub(crate) fn election(
+    namespace: &str,
+    lease: impl Into<String>,
+    who: &str,
+    (lease_duration, renew, retry): (Duration, Duration, Duration),
+) -> LeaderElectionConfig {
+    LeaderElectionConfig::new(namespace, lease)
+        .with_identity(who)
+        .with_lease_duration(lease_duration)
+        .with_renew_deadline(renew)
+        .with_retry_period(retry)
+}
+
+/// A ring's settings as the sharding tests and bench use them: `shards` shards, leases
+/// 3 s, renew deadline 2 s, retry period 0.5 s.
+pub(crate) fn sharding(
+    namespace: &str,
+    ring: impl Into<String>,
+    who: impl Into<String>,
+    shards: usize,
+) -> ShardingConfig {
+    ShardingConfig::new(namespace, ring)
+        .with_identity(who)
+        .with_shards(shards)
+        .with_lease_duration(Duration::from_secs(3))
+        .with_renew_deadline(Duration::from_secs(2))
+        .with_retry_period(Duration::from_millis(500))
+}
+
+/// Makes `controller` watch the ConfigMaps in `manager`'s cache, each enqueuing itself.
+pub(crate) fn watch_config_maps<R: Reconciler>(manager: &Manager, controller: &Controller<R>) {
+    controller
+        .watch(
+            Kind::<ConfigMap>::from_cache(manager.cache()),
+            EnqueueObject,
+            vec![],
+        )
+        .unwrap();
+}
+
+/// The keys of every ConfigMap in `manager`'s cache (a sharded controller's key lister).
+pub(crate) fn config_map_keys(manager: &Manager) -> KeyLister {
+    let cache = manager.cache().clone();
+    Arc::new(move || {
+        cache
+            .informers::<ConfigMap>()
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|informer| informer.store().list())
+            .filter_map(|cm| Request::from_object(&*cm))
+            .collect()
+    })
+}
+
+/// Starts `manager` on a task of its own; cancel the token to stop it.
+pub(crate) fn start(manager: Manager) -> (CancellationToken, JoinHandle<Result<(), Error>>) {
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { manager.start(stop).await }
+    });
+    (stop, task)
+}
+
+/// Starts a shared `manager` on a task of its own; cancel the token to stop it.
+pub(crate) fn start_shared(
+    manager: &Arc<Manager>,
+) -> (CancellationToken, JoinHandle<Result<(), Error>>) {
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (manager, stop) = (Arc::clone(manager), stop.clone());
+        async move { manager.start(stop).await }
+    });
+    (stop, task)
+}
+
+/// Whether `manager` elects a leader and leads now.
+pub(crate) fn leads(manager: &Manager) -> bool {
+    manager.leader_election().is_some_and(|e| e.is_leader())
+}
+
+/// An empty ConfigMap named `name`.
+pub(crate) fn config_map(name: impl Into<String>) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
+/// Creates `config_maps` in `api`, `concurrency` at a time (1: one after the other, in
+/// order).
+pub(crate) async fn create_config_maps(
+    api: &Api<ConfigMap>,
+    config_maps: impl IntoIterator<Item = ConfigMap>,
+    concurrency: usize,
+) {
+    futures::stream::iter(config_maps)
+        .map(|cm| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &cm).await.unwrap();
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect::<()>()
+        .await;
+}
+
+/// Polls `check` every `every` until it holds; fails the test after `wait`.
+pub(crate) async fn until(
+    what: &str,
+    wait: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> bool,
+) {
+    let deadline = Instant::now() + wait;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// The holder of the Lease `name` in `leases`' namespace (`None` if there is no such Lease
+/// or it names no holder).
+pub(crate) async fn holder(leases: &Api<Lease>, name: &str) -> Option<String> {
+    leases
+        .get_opt(name)
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+/// A client from the kubeconfig file at `path` (in a child process).
+pub(crate) async fn client_from_kubeconfig(path: &str) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// A child process, killed when dropped (a failed assertion must not leave it running),
+/// with its output lines.
+pub(crate) struct Kid(pub(crate) Child, Receiver<String>);
+
+impl Kid {
+    /// Runs the test `test` of this test binary in a child process, with `spec` in the
+    /// environment variable `var`; its output is echoed, each line prefixed with `[label]`.
+    pub(crate) fn spawn(test: &str, var: &str, spec: String, label: &str) -> Kid {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(var, spec)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Keep reading its output (so it never blocks on a full pipe), echoing it.
+        let stdout = child.stdout.take().unwrap();
+        let label = label.to_owned();
+        let (lines, received) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                println!("[{label}] {line}");
+                let _ = lines.send(line);
+            }
+        });
+        Kid(child, received)
+    }
+
+    /// Waits (at most `wait`) for the child to print a line containing `word`.
+    pub(crate) fn wait_for(&self, word: &str, wait: Duration) {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.1.recv_timeout(left) {
+                Ok(line) if line.contains(word) => return,
+                Ok(_) => {}
+                Err(_) => panic!("the child never printed {word}"),
+            }
+        }
+    }
+
+    /// Sends `signal` (`kill`'s form: `-STOP`, `-CONT`, `-TERM`) to the child.
+    pub(crate) fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Polls (every 20 ms, at most `wait`) until the child exits; its exit code.
+    pub(crate) async fn exit_code(&mut self, wait: Duration, what: &str) -> Option<i32> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The 1, 5 and 15 minute load averages (`?` if unreadable).
+pub(crate) fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "?".to_owned(),
+        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+    )
+}
+
+/// The number after `name` in a bench's arguments, or `default`.
+pub(crate) fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
