@@ -2,16 +2,19 @@
 //! configured.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{config_map, holder, manager_builder, start_shared, watch_config_maps};
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::core::ObjectMeta;
 use rudder_controller::{Action, Context, Controller, Reconciler};
 use rudder_envtest::{TestEnv, TestNamespace};
-use rudder_handler::{EnqueueObject, Kind, Request};
-use rudder_manager::leader_election::LeaderElectionConfig;
+use rudder_handler::Request;
 use rudder_manager::{Error, Manager};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -54,18 +57,10 @@ fn replica(
     release: bool,
     log: &Log,
 ) -> Replica {
-    let namespace = ns.name().to_owned();
-    let election = LeaderElectionConfig::new(ns.name(), lease)
-        .with_identity(who)
-        .with_lease_duration(LEASE)
-        .with_renew_deadline(RENEW)
-        .with_retry_period(RETRY)
+    let election = fixtures::election(ns.name(), lease, who, (LEASE, RENEW, RETRY))
         .with_release_on_cancel(release);
-    let manager = Manager::builder(ns.client())
-        .health_probe_address(None)
-        .metrics_address(None)
+    let manager = manager_builder(ns.client(), ns.name())
         .leader_election(election)
-        .cache(move |c| c.default_namespace(namespace))
         .build()
         .unwrap();
     let controller = Controller::builder(
@@ -77,20 +72,10 @@ fn replica(
     )
     .build()
     .unwrap();
-    controller
-        .watch(
-            Kind::<ConfigMap>::from_cache(manager.cache()),
-            EnqueueObject,
-            vec![],
-        )
-        .unwrap();
+    watch_config_maps(&manager, &controller);
     manager.add_controller(controller);
     let manager = Arc::new(manager);
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let (manager, stop) = (Arc::clone(&manager), stop.clone());
-        async move { manager.start(stop).await }
-    });
+    let (stop, task) = start_shared(&manager);
     Replica {
         manager,
         stop,
@@ -99,21 +84,16 @@ fn replica(
 }
 
 fn leads(r: &Replica) -> bool {
-    r.manager.leader_election().is_some_and(|e| e.is_leader())
+    fixtures::leads(&r.manager)
 }
 
 /// Keeps changing a ConfigMap so that whoever leads keeps reconciling.
 fn churn(ns: &TestNamespace, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
     let api: Api<ConfigMap> = Api::namespaced(ns.client(), ns.name());
     tokio::spawn(async move {
-        let cm = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some("churn".into()),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        };
-        api.create(&PostParams::default(), &cm).await.unwrap();
+        api.create(&PostParams::default(), &config_map("churn"))
+            .await
+            .unwrap();
         let mut i = 0u64;
         while !stop.is_cancelled() {
             i += 1;
@@ -290,10 +270,8 @@ async fn losing_the_lease_stops_the_controller_and_ends_the_manager() {
         "{took:?}"
     );
     assert!(!manager.leader_election().unwrap().is_leader());
-    let lease = leases.get("lost").await.unwrap();
-    let holder = lease.spec.and_then(|s| s.holder_identity);
     assert_eq!(
-        holder.as_deref(),
+        holder(&leases, "lost").await.as_deref(),
         Some("intruder"),
         "the loser did not write it back"
     );
