@@ -27,7 +27,8 @@
 //!
 //! - Each replica holds a member Lease `<ring>-m-<identity>` labelled
 //!   [`RING_LABEL`]`=<ring>`, acquired and renewed by a [`LeaderElection`]. Every retry
-//!   period it lists the ring's member Leases; a member is live while its Lease has a holder
+//!   period it lists the namespace's Leases (one list, also used for the shard Leases'
+//!   observations, below) and picks the ring's member Leases by that label; a member is live while its Lease has a holder
 //!   and changed less than its `leaseDurationSeconds` ago by this replica's clock, from when
 //!   it saw the change (client-go's rule). The sorted live identities are its *view*.
 //! - Keys hash into [`ShardingConfig::with_shards`] shards ([`ShardGate::shard_of`]); shards
@@ -322,8 +323,12 @@ impl Ring {
                 () = changed.notified() => {}
                 () = sleep_until(next_list) => {
                     next_list = Instant::now() + self.config.retry_period;
-                    match self.list_members(&api, &mut observed).await {
-                        Ok(members) => {
+                    // One list serves both: the member Leases (by label) and the shard Leases'
+                    // observations.
+                    match api.list(&ListParams::default()).await {
+                        Ok(leases) => {
+                            self.observe_shards(&leases.items);
+                            let members = self.live_members(&leases.items, &mut observed);
                             if view_tx.borrow().members != members {
                                 tracing::info!(ring = %self.config.ring, ?members, "the ring's membership changed");
                                 metrics.members.set(members.len() as f64);
@@ -332,10 +337,9 @@ impl Ring {
                             }
                         }
                         Err(error) => {
-                            tracing::warn!(ring = %self.config.ring, %error, "failed to list the ring's members");
+                            tracing::warn!(ring = %self.config.ring, %error, "failed to list the ring's leases");
                         }
                     }
-                    self.observe_shards(&api).await;
                     if let Some(keys) = self.gate.owned_keys() {
                         metrics.keys.set(keys.len() as f64);
                     }
@@ -404,19 +408,12 @@ impl Ring {
         }
     }
 
-    /// Lists the namespace's Leases and hands each of this ring's shard Leases to its
-    /// election as an observation, so that when a shard comes to this replica (its holder
+    /// Hands each of this ring's shard Leases among `leases` (the namespace's, just listed)
+    /// to its election as an observation, so that when a shard comes to this replica (its holder
     /// was killed and dropped from the view a lease duration later), the election already
     /// knows how long the Lease has not changed and takes it over at once instead of
     /// waiting another lease duration from its own first read.
-    async fn observe_shards(&self, api: &Api<Lease>) {
-        let leases = match api.list(&ListParams::default()).await {
-            Ok(leases) => leases,
-            Err(error) => {
-                tracing::debug!(ring = %self.config.ring, %error, "failed to list the shard leases");
-                return;
-            }
-        };
+    fn observe_shards(&self, leases: &[Lease]) {
         let prefix = format!("{}-shard-", self.config.ring);
         for lease in leases {
             let shard = lease
@@ -426,25 +423,30 @@ impl Ring {
                 .and_then(|name| name.strip_prefix(&prefix))
                 .and_then(|n| n.parse::<usize>().ok());
             if let Some(election) = shard.and_then(|shard| self.elections.get(shard)) {
-                election.observe(&lease);
+                election.observe(lease);
             }
         }
     }
 
-    /// Lists the ring's member Leases and returns the live holders, sorted; `observed` keeps
-    /// each Lease's record and when this replica saw it change.
-    async fn list_members(
+    /// The live holders of the ring's member Leases (labelled [`RING_LABEL`]`=<ring>`) among
+    /// `leases` (the namespace's, just listed), sorted; `observed` keeps each member Lease's
+    /// record and when this replica saw it change.
+    fn live_members(
         &self,
-        api: &Api<Lease>,
+        leases: &[Lease],
         observed: &mut HashMap<String, (Record, Instant)>,
-    ) -> kube::Result<Vec<String>> {
-        let selector = format!("{RING_LABEL}={}", self.config.ring);
-        let leases = api.list(&ListParams::default().labels(&selector)).await?;
+    ) -> Vec<String> {
         let now = Instant::now();
         let mut seen = BTreeSet::new();
         let mut live = BTreeSet::new();
         for lease in leases {
-            let Some(name) = lease.metadata.name.clone() else {
+            let in_ring = lease
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get(RING_LABEL))
+                .is_some_and(|ring| *ring == self.config.ring);
+            let Some(name) = lease.metadata.name.clone().filter(|_| in_ring) else {
                 continue;
             };
             let record = Record::from_spec(lease.spec.as_ref());
@@ -465,7 +467,7 @@ impl Ring {
         observed.retain(|name, _| seen.contains(name));
         // This replica holds its own Lease while it runs here.
         live.insert(self.config.identity.clone());
-        Ok(live.into_iter().collect())
+        live.into_iter().collect()
     }
 }
 
