@@ -260,9 +260,12 @@ impl<R: Reconciler> Controller<R> {
     /// replica and valid now) and drops it otherwise, leaving it to the replica that owns it.
     /// Each time a shard opens, every key of that shard listed by `keys` (the primary
     /// objects in the cache) is queued at the default priority (0), so keys dropped before
-    /// this replica owned them are reconciled. A sharded controller
-    /// runs on every replica and needs no leader gate; if it has one too, both must be
-    /// open.
+    /// this replica owned them are reconciled. A sharded controller runs on every replica
+    /// and needs no leader gate; if it has one too, both must be open.
+    ///
+    /// A gate (and its clones) serves one controller: a second controller given it replaces
+    /// the first one's key lister, and only the first of them to run queues the keys of the
+    /// shards that open. Give each sharded controller a ring of its own.
     ///
     /// # Errors
     ///
