@@ -2,6 +2,9 @@
 //! a Lease written as client-go writes it, renewal and loss, the status metric.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -35,11 +38,7 @@ async fn namespace(test: &str) -> TestNamespace {
 }
 
 fn config(ns: &TestNamespace, identity: &str) -> LeaderElectionConfig {
-    LeaderElectionConfig::new(ns.name(), NAME)
-        .with_identity(identity)
-        .with_lease_duration(LEASE)
-        .with_renew_deadline(RENEW)
-        .with_retry_period(RETRY)
+    fixtures::election(ns.name(), NAME, identity, (LEASE, RENEW, RETRY))
 }
 
 fn elector(ns: &TestNamespace, identity: &str, release: bool) -> LeaderElection {
@@ -65,12 +64,7 @@ async fn lease(ns: &TestNamespace) -> LeaseSpec {
 }
 
 async fn holder(ns: &TestNamespace) -> Option<String> {
-    ns.api::<Lease>()
-        .get_opt(NAME)
-        .await
-        .unwrap()
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
+    fixtures::holder(&ns.api(), NAME).await
 }
 
 /// Checks for `window` that `leader` leads, `waiting` does not, and the Lease names `leader`.
