@@ -14,7 +14,8 @@ pub const APPLY_FIELD_MANAGER: &str = "rudder-envtest";
 impl TestEnv {
     /// Server-side applies every object in order, each resolved by discovery from its
     /// `apiVersion` and `kind` (so a CRD applied earlier in the list must be served before
-    /// an object of its kind). With `dry_run`, the API server validates, defaults and
+    /// an object of its kind; a namespaced object without a namespace goes to the client's
+    /// default namespace). With `dry_run`, the API server validates, defaults and
     /// admits each object (webhooks and RBAC included) without storing it.
     ///
     /// # Errors
