@@ -457,9 +457,7 @@ impl Ring {
                 *entry = (record, now);
             }
             let (record, since) = &*entry;
-            let duration =
-                Duration::from_secs(u64::try_from(record.lease_duration_seconds).unwrap_or(0));
-            if !record.holder.is_empty() && now < *since + duration {
+            if !record.is_free() && now < *since + record.lease_duration() {
                 live.insert(record.holder.clone());
             }
             seen.insert(name);
