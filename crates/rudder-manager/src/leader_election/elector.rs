@@ -238,7 +238,8 @@ impl LeaderElection {
 }
 
 /// Leadership held by a [`LeaderElection`], renewed by a task until the token given to
-/// [`acquire`](LeaderElection::acquire) is cancelled or a renewal fails.
+/// [`acquire`](LeaderElection::acquire) is cancelled or leadership is lost (see
+/// [`lost`](Self::lost)).
 ///
 /// Dropping it aborts the renewing task without releasing the Lease (as a killed process
 /// would): the others take over once the lease expires. To stop cleanly, cancel the token and
@@ -286,7 +287,7 @@ impl Leadership {
     ///
     /// # Errors
     ///
-    /// [`LeadershipLost`] if it ended because renewals failed.
+    /// [`LeadershipLost`] if it ended because leadership was lost (see [`lost`](Self::lost)).
     pub async fn finished(mut self) -> Result<(), LeadershipLost> {
         let Some(task) = self.task.take() else {
             return Ok(());
