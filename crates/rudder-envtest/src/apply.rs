@@ -8,7 +8,7 @@ use kube::discovery::pinned_kind;
 use crate::env::TestEnv;
 use crate::error::{Error, Result};
 
-/// The field manager the applies are made as.
+/// The field manager of every server-side apply rudder-envtest makes: [`TestEnv::apply`](crate::TestEnv::apply), the CRDs it installs and the webhook configurations.
 pub const APPLY_FIELD_MANAGER: &str = "rudder-envtest";
 
 impl TestEnv {

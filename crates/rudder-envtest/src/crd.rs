@@ -10,9 +10,6 @@ use serde::Deserialize;
 use crate::env::TestEnv;
 use crate::error::{Error, Result};
 
-/// The field manager of the server-side apply that installs CRDs.
-const FIELD_MANAGER: &str = "rudder-envtest";
-
 /// Parses every CustomResourceDefinition in a YAML string (documents separated by `---`;
 /// empty documents are skipped).
 ///
@@ -101,7 +98,7 @@ pub(crate) async fn apply_crds(
     timeout: Duration,
 ) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let params = PatchParams::apply(crate::APPLY_FIELD_MANAGER).force();
     let mut installed = Vec::new();
     for mut crd in crds {
         let name = crd.metadata.name.clone().unwrap_or_default();

@@ -143,12 +143,18 @@ pub enum Error {
         state: String,
     },
 
-    /// A permission granted to a test user was not in effect within the timeout: the API
-    /// server's authorizer still refused it.
-    #[error("{user} was still not allowed to {what} after {timeout:?}")]
+    /// A change of a test user's permissions was not in effect within the timeout: the API
+    /// server's authorizer still refused what was granted (`allowed`), or still allowed
+    /// what was taken away (not `allowed`).
+    #[error(
+        "the authorizer still {} {user} to {what} after {timeout:?}",
+        if *allowed { "did not allow" } else { "allowed" }
+    )]
     NotAuthorized {
         /// The user's name.
         user: String,
+        /// The answer waited for: `true` for a grant, `false` for a removal.
+        allowed: bool,
         /// The verb and URL checked.
         what: String,
         /// How long was waited.

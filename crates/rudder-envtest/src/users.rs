@@ -293,6 +293,7 @@ async fn wait_for_answer(
         if tokio::time::Instant::now() >= deadline {
             return Err(Error::NotAuthorized {
                 user: user.username(),
+                allowed,
                 what: what.to_owned(),
                 timeout: GRANT_TIMEOUT,
             });

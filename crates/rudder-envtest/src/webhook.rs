@@ -39,9 +39,6 @@ pub const NAMESPACE_LABEL: &str = "envtest.rudder.rs/namespace";
 /// `objectSelector` requirement `envtest.rudder.rs/probe DoesNotExist`.
 pub const PROBE_LABEL: &str = "envtest.rudder.rs/probe";
 
-/// The field manager of the server-side applies that install webhook configurations.
-const FIELD_MANAGER: &str = "rudder-envtest";
-
 /// The path the probe webhooks point at (on a port that refuses connections).
 const PROBE_PATH: &str = "/rudder-envtest-probe";
 
@@ -728,7 +725,7 @@ async fn install(
     }
 
     let client = client(config)?;
-    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let params = PatchParams::apply(crate::APPLY_FIELD_MANAGER).force();
     let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     for cfg in options.mutating {
         let name = rewrite.name("MutatingWebhookConfiguration", &cfg.metadata)?;

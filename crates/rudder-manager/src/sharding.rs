@@ -191,6 +191,25 @@ impl ShardingConfig {
         format!("{}-shard-{shard}", self.ring)
     }
 
+    /// What a replica of the ring needs: get, list, watch, create and update on `leases` in
+    /// the ring's namespace (its member Lease and the shard Leases it holds, the list of the
+    /// ring's Leases, the shard Leases' watch).
+    pub fn permissions(&self) -> crate::rbac::Permissions {
+        use crate::rbac::{RuleScope, Verb};
+        crate::rbac::Permissions::new().resource(
+            RuleScope::Namespace(self.namespace.clone()),
+            "coordination.k8s.io",
+            "leases",
+            [
+                Verb::Get,
+                Verb::List,
+                Verb::Watch,
+                Verb::Create,
+                Verb::Update,
+            ],
+        )
+    }
+
     fn election(&self, lease: String, watch: bool) -> LeaderElectionConfig {
         LeaderElectionConfig::new(&self.namespace, lease)
             .with_identity(&self.identity)

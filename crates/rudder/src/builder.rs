@@ -19,7 +19,7 @@ use rudder_handler::{
     Request, Source,
 };
 use rudder_manager::Manager;
-use rudder_manager::rbac::{Permissions, RuleScope, Verb};
+use rudder_manager::rbac::{Permissions, Verb};
 use rudder_manager::sharding::{Ring, ShardingConfig};
 
 use crate::{Error, Result, Tools};
@@ -311,18 +311,7 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
             self.permissions = std::mem::take(&mut self.permissions).events_about::<K>();
         }
         if let Some(config) = &self.sharding {
-            self.permissions = std::mem::take(&mut self.permissions).resource(
-                RuleScope::Namespace(config.namespace().to_owned()),
-                "coordination.k8s.io",
-                "leases",
-                [
-                    Verb::Get,
-                    Verb::List,
-                    Verb::Watch,
-                    Verb::Create,
-                    Verb::Update,
-                ],
-            );
+            self.permissions = std::mem::take(&mut self.permissions).and(config.permissions());
         }
         let ring = self
             .sharding

@@ -566,11 +566,7 @@ pub fn manifests(
     client: &ClientConfig,
 ) -> Result<(CustomResourceDefinition, WebhookManifests), SetupError> {
     // Only to record the registrations: this client never makes a request.
-    let url = "http://127.0.0.1:9"
-        .parse()
-        .map_err(|_| SetupError::Offline)?;
-    let offline =
-        kube::Client::try_from(kube::Config::new(url)).map_err(|_| SetupError::Offline)?;
+    let offline = rudder::manifests::offline_client().map_err(|_| SetupError::Offline)?;
     let manager = Manager::builder(offline)
         .health_probe_address(None)
         .metrics_address(None)
