@@ -68,7 +68,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::leader_election::record::Record;
+use crate::leader_election::record::{Record, Sighting};
 use crate::leader_election::{ConfigError, LeaderElection, LeaderElectionConfig, default_identity};
 use crate::runnable::{BoxError, Runnable};
 
@@ -332,7 +332,7 @@ impl Ring {
         }
         let lost = membership.lost();
         let mut lost = std::pin::pin!(lost);
-        let mut observed: HashMap<String, (Record, Instant)> = HashMap::new();
+        let mut observed: HashMap<String, Sighting> = HashMap::new();
         let mut view_changed_at: Option<Instant> = None;
         let mut next_list = Instant::now();
         let result = loop {
@@ -453,7 +453,7 @@ impl Ring {
     fn live_members(
         &self,
         leases: &[Lease],
-        observed: &mut HashMap<String, (Record, Instant)>,
+        observed: &mut HashMap<String, Sighting>,
     ) -> Vec<String> {
         let now = Instant::now();
         let mut seen = BTreeSet::new();
@@ -469,16 +469,11 @@ impl Ring {
                 continue;
             };
             let record = Record::from_spec(lease.spec.as_ref());
-            let entry = observed
-                .entry(name.clone())
-                .or_insert_with(|| (record.clone(), now));
-            if entry.0 != record {
-                *entry = (record, now);
+            let sighting = Sighting::after(observed.remove(&name), record, now);
+            if !sighting.record.is_free() && sighting.valid(now) {
+                live.insert(sighting.record.holder.clone());
             }
-            let (record, since) = &*entry;
-            if !record.is_free() && now < *since + record.lease_duration() {
-                live.insert(record.holder.clone());
-            }
+            observed.insert(name.clone(), sighting);
             seen.insert(name);
         }
         observed.retain(|name, _| seen.contains(name));

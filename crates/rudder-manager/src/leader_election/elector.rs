@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::{JITTER_FACTOR, LeaderElectionConfig};
 use super::error::{ConfigError, Error, LeadershipLost, Result};
 use super::random_u64;
-use super::record::{self, Record};
+use super::record::{self, Record, Sighting};
 
 /// Elects one leader among candidates sharing a `coordination.k8s.io/v1` Lease, with
 /// client-go's rules, so Rudder and Go controllers can compete for the same Lease.
@@ -328,8 +328,7 @@ struct Shared {
 /// `resourceVersion` the next update carries.
 #[derive(Default)]
 struct Observed {
-    record: Option<Record>,
-    time: Option<Instant>,
+    sighting: Option<Sighting>,
     lease: Option<Lease>,
 }
 
@@ -337,30 +336,36 @@ impl Observed {
     /// Whether the observed record is unexpired: it changed less than its lease duration ago,
     /// by this process's clock.
     fn valid(&self, now: Instant) -> bool {
-        match (&self.record, self.time) {
-            (Some(record), Some(time)) => time + record.lease_duration() > now,
-            _ => false,
-        }
+        self.sighting.as_ref().is_some_and(|s| s.valid(now))
+    }
+
+    /// The record last read or written.
+    fn record(&self) -> Option<&Record> {
+        self.sighting.as_ref().map(|s| &s.record)
     }
 
     fn held_by(&self, identity: &str) -> bool {
-        self.record.as_ref().is_some_and(|r| r.holder == identity)
+        self.record().is_some_and(|r| r.holder == identity)
     }
 
     /// Records a Lease this candidate just wrote.
     fn wrote(&mut self, lease: Lease) {
-        self.record = Some(Record::from_spec(lease.spec.as_ref()));
-        self.time = Some(Instant::now());
+        let record = Record::from_spec(lease.spec.as_ref());
+        self.sighting = Some(Sighting {
+            record,
+            since: Instant::now(),
+        });
         self.lease = Some(lease);
     }
 
     /// Records a Lease just read, restarting the expiry clock only if the record changed.
     fn read(&mut self, lease: &Lease) -> Record {
         let record = Record::from_spec(lease.spec.as_ref());
-        if self.record.as_ref() != Some(&record) {
-            self.record = Some(record.clone());
-            self.time = Some(Instant::now());
-        }
+        self.sighting = Some(Sighting::after(
+            self.sighting.take(),
+            record.clone(),
+            Instant::now(),
+        ));
         self.lease = Some(lease.clone());
         record
     }
@@ -460,7 +465,7 @@ impl Shared {
         // reading it first; if that fails (someone else wrote it), read it and try again.
         if observed.held_by(identity)
             && observed.valid(Instant::now())
-            && let (Some(lease), Some(old)) = (observed.lease.clone(), observed.record.clone())
+            && let (Some(lease), Some(old)) = (observed.lease.clone(), observed.record().cloned())
         {
             let mut desired = self.fresh_record();
             desired.acquire_time = old.acquire_time.or(desired.acquire_time);
@@ -579,7 +584,7 @@ impl Shared {
         if !observed.held_by(self.config.identity()) {
             return;
         }
-        let (Some(lease), Some(old)) = (observed.lease.clone(), observed.record.clone()) else {
+        let (Some(lease), Some(old)) = (observed.lease.clone(), observed.record().cloned()) else {
             return;
         };
         // Nothing may start on the strength of this leadership once the release can be seen.

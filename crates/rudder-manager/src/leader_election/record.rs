@@ -6,6 +6,37 @@ use k8s_openapi::api::coordination::v1::LeaseSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 
+/// A record as this process saw it, and when it last saw it change: client-go's expiry rule
+/// judges a Lease by the local clock from that moment, never by the times written in it.
+#[derive(Clone, Debug)]
+pub(crate) struct Sighting {
+    /// The record last read or written.
+    pub(crate) record: Record,
+    /// When this process saw it change (or wrote it).
+    pub(crate) since: tokio::time::Instant,
+}
+
+impl Sighting {
+    /// `record` seen at `now`, after `previous`: the clock restarts only if the record
+    /// changed.
+    pub(crate) fn after(
+        previous: Option<Sighting>,
+        record: Record,
+        now: tokio::time::Instant,
+    ) -> Sighting {
+        match previous {
+            Some(previous) if previous.record == record => previous,
+            _ => Sighting { record, since: now },
+        }
+    }
+
+    /// Whether the record is unexpired at `now`: it changed less than its lease duration
+    /// before.
+    pub(crate) fn valid(&self, now: tokio::time::Instant) -> bool {
+        now < self.since + self.record.lease_duration()
+    }
+}
+
 /// client-go's `LeaderElectionRecord`, the part of a Lease that leader election uses.
 ///
 /// Two records are compared field by field to tell whether the Lease changed since it was last
