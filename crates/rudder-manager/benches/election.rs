@@ -21,10 +21,13 @@
 
 #[path = "../tests/support/candidates.rs"]
 mod candidates;
+#[path = "../tests/support/fixtures.rs"]
+mod fixtures;
 
 use std::time::Duration;
 
 use candidates::{Candidate, Kind, Line, Target, Timings};
+use fixtures::load as loadavg;
 use rudder_envtest::TestEnv;
 
 const MODES: [(Kind, &str); 3] = [
@@ -163,10 +166,4 @@ fn random_fraction() -> f64 {
     let bits =
         std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now());
     (bits >> 11) as f64 / (1u64 << 53) as f64
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }

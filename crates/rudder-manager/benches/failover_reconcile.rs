@@ -18,17 +18,20 @@
     clippy::print_stdout
 )]
 
+#[path = "../tests/support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{arg, config_map, load, manager_builder, start_shared, watch_config_maps};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::Api;
 use rudder_controller::{Action, Context, Controller, Reconciler};
 use rudder_envtest::{TestEnv, TestNamespace};
-use rudder_handler::{EnqueueObject, Kind, Request};
-use rudder_manager::leader_election::LeaderElectionConfig;
+use rudder_handler::Request;
 use rudder_manager::{Error, Manager, runnable};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -59,19 +62,16 @@ struct Replica {
 }
 
 fn replica(ns: &TestNamespace, round: usize, who: &str, warm: bool) -> Replica {
-    let namespace = ns.name().to_owned();
-    let election = LeaderElectionConfig::new(ns.name(), format!("failover-{round}"))
-        .with_identity(who)
-        .with_lease_duration(LEASE)
-        .with_renew_deadline(RENEW)
-        .with_retry_period(RETRY)
-        .with_release_on_cancel(true);
-    let manager = Manager::builder(ns.client())
-        .health_probe_address(None)
-        .metrics_address(None)
+    let election = fixtures::election(
+        ns.name(),
+        format!("failover-{round}"),
+        who,
+        (LEASE, RENEW, RETRY),
+    )
+    .with_release_on_cancel(true);
+    let manager = manager_builder(ns.client(), ns.name())
         .leader_election(election)
         .warm_standby(warm)
-        .cache(move |c| c.default_namespace(namespace))
         .build()
         .unwrap();
     let first = Arc::new(Mutex::new(None));
@@ -79,13 +79,7 @@ fn replica(ns: &TestNamespace, round: usize, who: &str, warm: bool) -> Replica {
         Controller::builder(format!("failover-{round}-{who}"), First(Arc::clone(&first)))
             .build()
             .unwrap();
-    controller
-        .watch(
-            Kind::<ConfigMap>::from_cache(manager.cache()),
-            EnqueueObject,
-            vec![],
-        )
-        .unwrap();
+    watch_config_maps(&manager, &controller);
     manager.add_controller(controller.clone());
     // Plain runnables start right before the election: this one says it has begun.
     let electing = Arc::new(AtomicBool::new(false));
@@ -96,11 +90,7 @@ fn replica(ns: &TestNamespace, round: usize, who: &str, warm: bool) -> Replica {
         Ok(())
     }));
     let manager = Arc::new(manager);
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let (manager, stop) = (Arc::clone(&manager), stop.clone());
-        async move { manager.start(stop).await }
-    });
+    let (stop, task) = start_shared(&manager);
     Replica {
         manager,
         controller,
@@ -111,12 +101,8 @@ fn replica(ns: &TestNamespace, round: usize, who: &str, warm: bool) -> Replica {
     }
 }
 
-async fn until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+async fn until(what: &str, check: impl FnMut() -> bool) {
+    fixtures::until(what, WAIT, Duration::from_millis(5), check).await;
 }
 
 struct Round {
@@ -162,13 +148,6 @@ async fn round(ns: &TestNamespace, n: usize, warm: bool, objects: usize) -> Roun
     }
 }
 
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg").map_or_else(
-        |_| "?".to_owned(),
-        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
-    )
-}
-
 fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1000.0)
 }
@@ -182,14 +161,6 @@ fn summary(label: &str, mut values: Vec<Duration>) -> String {
         ms(median),
         ms(values[values.len() - 1])
     )
-}
-
-fn arg(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn main() {
@@ -209,24 +180,11 @@ fn main() {
         let ns = env.namespace("failover").await.unwrap();
         let api: Api<ConfigMap> = ns.api();
         let created = Instant::now();
-        futures::stream::iter(0..objects)
-            .map(|i| {
-                let api = api.clone();
-                async move {
-                    let cm = ConfigMap {
-                        metadata: ObjectMeta {
-                            name: Some(format!("cm-{i:05}")),
-                            ..ObjectMeta::default()
-                        },
-                        data: Some([("value".to_owned(), "x".repeat(64))].into()),
-                        ..ConfigMap::default()
-                    };
-                    api.create(&PostParams::default(), &cm).await.unwrap();
-                }
-            })
-            .buffer_unordered(32)
-            .collect::<()>()
-            .await;
+        let config_maps = (0..objects).map(|i| ConfigMap {
+            data: Some([("value".to_owned(), "x".repeat(64))].into()),
+            ..config_map(format!("cm-{i:05}"))
+        });
+        fixtures::create_config_maps(&api, config_maps, 32).await;
         println!(
             "{objects} ConfigMaps created in {:.1} s; lease {LEASE:?}, renew {RENEW:?}, retry \
              {RETRY:?}, release on cancel; load {}",

@@ -18,19 +18,25 @@
     clippy::print_stdout
 )]
 
+#[path = "../tests/support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{
+    arg, config_map, config_map_keys, load, manager_builder, sharding, start, watch_config_maps,
+};
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, PostParams};
-use rudder_controller::{Action, Context, Controller, KeyLister, Reconciler};
+use kube::api::Api;
+use rudder_controller::{Action, Context, Controller, Reconciler};
 use rudder_envtest::{TestEnv, TestNamespace};
-use rudder_handler::{EnqueueObject, Kind, Request};
-use rudder_manager::sharding::{Ring, RingStatus, ShardingConfig};
-use rudder_manager::{Error, Manager};
+use rudder_handler::Request;
+use rudder_manager::Error;
+use rudder_manager::sharding::{Ring, RingStatus};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -68,23 +74,9 @@ fn replica(
     timing: &Arc<AtomicBool>,
     done: &Arc<Mutex<HashSet<String>>>,
 ) -> Replica {
-    let namespace = ns.name().to_owned();
-    let manager = Manager::builder(ns.client())
-        .health_probe_address(None)
-        .metrics_address(None)
-        .cache(move |c| c.default_namespace(namespace))
-        .build()
-        .unwrap();
-    let ring = Ring::new(
-        ns.client(),
-        ShardingConfig::new(ns.name(), format!("bench-{round}"))
-            .with_identity(format!("r{who}"))
-            .with_shards(32)
-            .with_lease_duration(Duration::from_secs(3))
-            .with_renew_deadline(Duration::from_secs(2))
-            .with_retry_period(Duration::from_millis(500)),
-    )
-    .unwrap();
+    let manager = manager_builder(ns.client(), ns.name()).build().unwrap();
+    let config = sharding(ns.name(), format!("bench-{round}"), format!("r{who}"), 32);
+    let ring = Ring::new(ns.client(), config).unwrap();
     let controller = Controller::builder(
         format!("bench-{round}-{who}"),
         Io {
@@ -94,32 +86,14 @@ fn replica(
     )
     .build()
     .unwrap();
+    watch_config_maps(&manager, &controller);
     controller
-        .watch(
-            Kind::<ConfigMap>::from_cache(manager.cache()),
-            EnqueueObject,
-            vec![],
-        )
+        .set_shard_gate(ring.gate(), config_map_keys(&manager))
         .unwrap();
-    let cache = manager.cache().clone();
-    let keys: KeyLister = Arc::new(move || {
-        cache
-            .informers::<ConfigMap>()
-            .unwrap_or_default()
-            .iter()
-            .flat_map(|informer| informer.store().list())
-            .filter_map(|cm| Request::from_object(&*cm))
-            .collect()
-    });
-    controller.set_shard_gate(ring.gate(), keys).unwrap();
     let status = ring.status();
     manager.add(ring);
     manager.add_controller(controller.clone());
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let stop = stop.clone();
-        async move { manager.start(stop).await }
-    });
+    let (stop, task) = start(manager);
     Replica {
         controller,
         status,
@@ -128,12 +102,8 @@ fn replica(
     }
 }
 
-async fn until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+async fn until(what: &str, check: impl FnMut() -> bool) {
+    fixtures::until(what, WAIT, Duration::from_millis(5), check).await;
 }
 
 /// One round with `replicas` replicas: seconds from the adds to the last key reconciled.
@@ -179,20 +149,6 @@ async fn round(ns: &TestNamespace, n: usize, replicas: usize, names: &[String]) 
     took
 }
 
-fn arg(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
@@ -215,23 +171,7 @@ fn main() {
         let ns = env.namespace("sharding-bench").await.unwrap();
         let api: Api<ConfigMap> = ns.api();
         let names: Vec<String> = (0..objects).map(|i| format!("cm-{i:05}")).collect();
-        futures::stream::iter(names.clone())
-            .map(|name| {
-                let api = api.clone();
-                async move {
-                    let cm = ConfigMap {
-                        metadata: ObjectMeta {
-                            name: Some(name),
-                            ..ObjectMeta::default()
-                        },
-                        ..ConfigMap::default()
-                    };
-                    api.create(&PostParams::default(), &cm).await.unwrap();
-                }
-            })
-            .buffer_unordered(32)
-            .collect::<()>()
-            .await;
+        fixtures::create_config_maps(&api, names.iter().map(config_map), 32).await;
         println!(
             "{objects} ConfigMaps; reconciler waits 10 ms, 1 worker per replica; load {}",
             load()
