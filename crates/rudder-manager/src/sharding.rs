@@ -52,7 +52,9 @@
 //! controller's key lister, refreshed every retry period),
 //! `rudder_shard_handoffs_total{direction="acquired"|"released"}` and the histogram
 //! `rudder_shard_rebalance_seconds` (from a change of this replica's view until it holds
-//! exactly the shards the view gives it).
+//! exactly the shards the view gives it), and `rudder_shard_keys_dropped_total` (keys this
+//! replica's workers took from the queue and dropped because their shard is not open here,
+//! refreshed every retry period).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -362,6 +364,7 @@ impl Ring {
                     if let Some(keys) = self.gate.owned_keys() {
                         metrics.keys.set(keys.len() as f64);
                     }
+                    metrics.dropped.absolute(self.gate.dropped() as u64);
                 }
             }
             let (members, desired) = {
@@ -563,6 +566,7 @@ struct RingMetrics {
     acquired: Counter,
     released: Counter,
     rebalance: Histogram,
+    dropped: Counter,
 }
 
 impl RingMetrics {
@@ -574,7 +578,8 @@ impl RingMetrics {
             keys: metrics::gauge!("rudder_shard_keys_owned", "ring" => ring.clone()),
             acquired: metrics::counter!("rudder_shard_handoffs_total", "ring" => ring.clone(), "direction" => "acquired"),
             released: metrics::counter!("rudder_shard_handoffs_total", "ring" => ring.clone(), "direction" => "released"),
-            rebalance: metrics::histogram!("rudder_shard_rebalance_seconds", "ring" => ring),
+            rebalance: metrics::histogram!("rudder_shard_rebalance_seconds", "ring" => ring.clone()),
+            dropped: metrics::counter!("rudder_shard_keys_dropped_total", "ring" => ring),
         }
     }
 }
