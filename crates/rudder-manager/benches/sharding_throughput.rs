@@ -21,9 +21,7 @@
 #[path = "../tests/support/fixtures.rs"]
 mod fixtures;
 
-use fixtures::{
-    arg, config_map, config_map_keys, load, manager_builder, sharding, start, watch_config_maps,
-};
+use fixtures::{arg, config_map, load, manager_builder, shard_config_maps, sharding, start};
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,10 +84,7 @@ fn replica(
     )
     .build()
     .unwrap();
-    watch_config_maps(&manager, &controller);
-    controller
-        .set_shard_gate(ring.gate(), config_map_keys(&manager))
-        .unwrap();
+    shard_config_maps(&manager, &controller, &ring);
     let status = ring.status();
     manager.add(ring);
     manager.add_controller(controller.clone());

@@ -94,15 +94,7 @@ fn churn(ns: &TestNamespace, stop: CancellationToken) -> tokio::task::JoinHandle
         api.create(&PostParams::default(), &config_map("churn"))
             .await
             .unwrap();
-        let mut i = 0u64;
-        while !stop.is_cancelled() {
-            i += 1;
-            let data = serde_json::json!({ "data": { "i": i.to_string() } });
-            let _ = api
-                .patch("churn", &PatchParams::default(), &Patch::Merge(&data))
-                .await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        fixtures::churn(&api, "churn", &stop).await;
     })
 }
 

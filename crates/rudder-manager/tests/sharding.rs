@@ -9,8 +9,8 @@
 mod fixtures;
 
 use fixtures::{
-    Kid, client_from_kubeconfig, config_map, config_map_keys, create_config_maps, manager_builder,
-    sharding, start, wall_micros, watch_config_maps,
+    Kid, client_from_kubeconfig, config_map, create_config_maps, manager_builder,
+    shard_config_maps, sharding, start, wall_micros,
 };
 
 use std::collections::{HashMap, HashSet};
@@ -101,10 +101,7 @@ fn replica_in(ns: &TestNamespace, ring_name: &str, who: &'static str, log: &Log)
     .options(Options::new().workers(2))
     .build()
     .unwrap();
-    watch_config_maps(&manager, &controller);
-    controller
-        .set_shard_gate(ring.gate(), config_map_keys(&manager))
-        .unwrap();
+    shard_config_maps(&manager, &controller, &ring);
     let status = ring.status();
     manager.add(ring);
     manager.add_controller(controller);
@@ -151,6 +148,16 @@ async fn settled(replicas: &[&Replica]) -> Vec<String> {
     }
 }
 
+/// The keys with a reconcile started at or after `since`.
+fn keys_since(log: &Log, since: Instant) -> HashSet<String> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|i| i.start >= since)
+        .map(|i| i.key.clone())
+        .collect()
+}
+
 /// Waits until every key has a reconcile started after `since`, then checks that every
 /// reconcile started after `since` ran on the key's owner among `members`.
 async fn every_key_on_its_owner(
@@ -167,13 +174,7 @@ async fn every_key_on_its_owner(
     );
     let deadline = Instant::now() + WAIT;
     loop {
-        let seen: HashSet<String> = log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|i| i.start >= since)
-            .map(|i| i.key.clone())
-            .collect();
+        let seen = keys_since(log, since);
         if names.iter().all(|n| seen.contains(n)) {
             break;
         }
@@ -354,10 +355,7 @@ async fn sharded_child() {
     let controller = Controller::builder("frozen-f", FileLogged(Mutex::new(file)))
         .build()
         .unwrap();
-    watch_config_maps(&manager, &controller);
-    controller
-        .set_shard_gate(ring.gate(), config_map_keys(&manager))
-        .unwrap();
+    shard_config_maps(&manager, &controller, &ring);
     manager.add(ring);
     manager.add_controller(controller);
     println!("started");
@@ -482,13 +480,7 @@ async fn a_replica_frozen_past_its_leases_starts_nothing_when_resumed() {
     let since = Instant::now();
     let deadline = since + WAIT;
     loop {
-        let seen: HashSet<String> = log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|i| i.start >= since)
-            .map(|i| i.key.clone())
-            .collect();
+        let seen = keys_since(&log, since);
         if seen.len() == names.len() {
             break;
         }

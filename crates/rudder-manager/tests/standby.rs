@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use rudder_controller::{Action, Context, Controller, Reconciler};
 use rudder_envtest::{TestEnv, TestNamespace};
 use rudder_handler::Request;
@@ -437,17 +437,7 @@ async fn a_leader_resumed_after_its_lease_reconciles_nothing_and_ends() {
     let churning = CancellationToken::new();
     let churner = tokio::spawn({
         let (api, stop) = (ns.api::<ConfigMap>(), churning.clone());
-        async move {
-            let mut i = 0u64;
-            while !stop.is_cancelled() {
-                i += 1;
-                let data = serde_json::json!({ "data": { "i": i.to_string() } });
-                let _ = api
-                    .patch("churn", &PatchParams::default(), &Patch::Merge(&data))
-                    .await;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
+        async move { fixtures::churn(&api, "churn", &stop).await }
     });
 
     let mut a = spawn_child(env, &ns, "a", &log_a);

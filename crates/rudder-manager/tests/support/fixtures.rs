@@ -17,11 +17,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use rudder_controller::{Controller, KeyLister, Reconciler};
 use rudder_handler::{EnqueueObject, Kind, Request};
 use rudder_manager::leader_election::LeaderElectionConfig;
-use rudder_manager::sharding::ShardingConfig;
+use rudder_manager::sharding::{Ring, ShardingConfig};
 use rudder_manager::{Error, Manager, ManagerBuilder};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -155,6 +155,33 @@ pub(crate) async fn create_config_maps(
         .buffer_unordered(concurrency.max(1))
         .collect::<()>()
         .await;
+}
+
+/// Changes the ConfigMap `name` every 100 ms (a counter in its data) until `stop` is
+/// cancelled, so that whoever leads keeps reconciling; failed patches are ignored.
+pub(crate) async fn churn(api: &Api<ConfigMap>, name: &str, stop: &CancellationToken) {
+    let mut i = 0u64;
+    while !stop.is_cancelled() {
+        i += 1;
+        let data = serde_json::json!({ "data": { "i": i.to_string() } });
+        let _ = api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&data))
+            .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Makes `controller` watch the ConfigMaps in `manager`'s cache and take only the keys of
+/// the shards `ring` holds.
+pub(crate) fn shard_config_maps<R: Reconciler>(
+    manager: &Manager,
+    controller: &Controller<R>,
+    ring: &Ring,
+) {
+    watch_config_maps(manager, controller);
+    controller
+        .set_shard_gate(ring.gate(), config_map_keys(manager))
+        .unwrap();
 }
 
 /// Polls `check` every `every` until it holds; fails the test after `wait`.
