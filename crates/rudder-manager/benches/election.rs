@@ -37,11 +37,7 @@ const MODES: [(Kind, &str); 3] = [
 ];
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = fixtures::runtime();
     if let Ok(settings) = std::env::var(candidates::CHILD_ENV) {
         runtime.block_on(candidates::rudder_candidate(&settings));
     }

@@ -164,17 +164,12 @@ fn summary(label: &str, mut values: Vec<Duration>) -> String {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if !args.iter().any(|a| a == "--bench") {
+    let Some(args) = fixtures::bench_args() else {
         return;
-    }
+    };
     let rounds = arg(&args, "--rounds", 5).max(1);
     let objects = arg(&args, "--objects", 5000);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = fixtures::runtime();
     runtime.block_on(async move {
         let env = TestEnv::start().await.unwrap();
         let ns = env.namespace("failover").await.unwrap();

@@ -290,6 +290,22 @@ impl Drop for Kid {
     }
 }
 
+/// A bench's arguments, if it is to run: with `--bench` among them (`cargo bench`), not
+/// without (`cargo test --benches`).
+pub(crate) fn bench_args() -> Option<Vec<String>> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().any(|a| a == "--bench").then_some(args)
+}
+
+/// A multi-threaded runtime with 2 workers, I/O and time enabled.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// The 1, 5 and 15 minute load averages (`?` if unreadable).
 pub(crate) fn load() -> String {
     std::fs::read_to_string("/proc/loadavg").map_or_else(
