@@ -172,6 +172,15 @@ pub enum Error {
         /// The options this call asked for.
         wanted: &'static str,
     },
+
+    /// A `/metrics` page could not be fetched from an operator under test.
+    #[error("could not scrape http://{addr}/metrics: {reason}")]
+    Scrape {
+        /// The metrics server's address.
+        addr: std::net::SocketAddr,
+        /// What went wrong (connection, timeout, an answer other than 200).
+        reason: String,
+    },
 }
 
 /// The result of rudder-envtest calls.

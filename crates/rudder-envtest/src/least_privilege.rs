@@ -1,13 +1,18 @@
 //! Proving least privilege: run an operator's flow as a user bound only to its generated
-//! roles, stop at the first `forbidden` error it logs, and take the roles apart rule by rule.
+//! roles, stop at the first `forbidden` error it logs or counts in its metrics, and take the
+//! roles apart rule by rule.
 //!
 //! [`LogCapture`] collects what a tracing subscriber writes (give it to the subscriber as its
-//! writer); [`Outcome`] says how a flow ended; [`TestNamespace::wait_for_rule`] waits until a
+//! writer); [`scrape`] and [`forbidden_requests`] read the operator's `/metrics` for API
+//! requests answered 403 ([`REQUESTS_METRIC`], which a Rudder manager exports for its
+//! client); [`Outcome`] says how a flow ended; [`TestNamespace::wait_for_rule`] waits until a
 //! rule's grant (or its removal) reached the authorizer; [`TestNamespace::unneeded_rules`]
 //! takes the granted [roles](GrantedRole) apart rule by rule and says which rules a flow did
 //! not need.
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use kube::api::{Api, Patch, PatchParams};
@@ -59,6 +64,101 @@ impl std::io::Write for LogCapture {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+/// The counter of API requests by answer, `rest_client_requests_total{code, method}`
+/// (client-go's name; a Rudder manager counts its client's requests under it).
+pub const REQUESTS_METRIC: &str = "rest_client_requests_total";
+
+/// How long [`scrape`] waits for a whole answer.
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The number of API requests answered 403 Forbidden in a Prometheus text page: the sum of
+/// every [`REQUESTS_METRIC`] series labelled `code="403"` (any method), 0 when there is none.
+pub fn forbidden_requests(page: &str) -> f64 {
+    page.lines()
+        .filter_map(|line| line.strip_prefix(REQUESTS_METRIC)?.strip_prefix('{'))
+        .filter_map(|rest| rest.split_once("} "))
+        .filter(|(labels, _)| labels.split(',').any(|label| label == r#"code="403""#))
+        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// The body of `GET /metrics` from a plain-HTTP metrics server at `addr`, within
+/// [`SCRAPE_TIMEOUT`].
+///
+/// # Errors
+///
+/// [`Error::Scrape`] when the server cannot be reached, answers with anything but 200, or
+/// takes longer than [`SCRAPE_TIMEOUT`].
+pub async fn scrape(addr: SocketAddr) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fail = |reason: String| Error::Scrape { addr, reason };
+    let fetch = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
+    };
+    let answer = tokio::time::timeout(SCRAPE_TIMEOUT, fetch)
+        .await
+        .map_err(|_| fail(format!("no whole answer within {SCRAPE_TIMEOUT:?}")))?
+        .map_err(|e| fail(e.to_string()))?;
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| fail("an answer without a header end".to_owned()))?;
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(fail(format!("answered {status:?}")));
+    }
+    Ok(body.to_owned())
+}
+
+/// Where one run of an operator under test reports `forbidden`: its log (a [`LogCapture`])
+/// and its `/metrics` (API requests answered 403 since the run began).
+#[derive(Clone, Debug)]
+pub struct ForbiddenWatch {
+    log: LogCapture,
+    metrics: SocketAddr,
+    before: f64,
+}
+
+impl ForbiddenWatch {
+    /// Watches `log` and the plain-HTTP metrics server at `metrics`. `before` is
+    /// [`forbidden_requests`] of the same registry before the run made its first request
+    /// (the counter is process-wide: render the registry before starting the operator).
+    pub fn new(log: &LogCapture, metrics: SocketAddr, before: f64) -> Self {
+        Self {
+            log: log.clone(),
+            metrics,
+            before,
+        }
+    }
+
+    /// API requests answered 403 since the run began, as the operator's `/metrics` says.
+    ///
+    /// # Errors
+    ///
+    /// As [`scrape`].
+    pub async fn in_metrics(&self) -> Result<f64> {
+        Ok(forbidden_requests(&scrape(self.metrics).await?) - self.before)
+    }
+
+    /// The first `forbidden` the log shows, else what the metrics count, else `None`.
+    ///
+    /// # Errors
+    ///
+    /// As [`scrape`].
+    pub async fn first(&self) -> Result<Option<String>> {
+        if let Some(line) = self.log.forbidden_lines().into_iter().next() {
+            return Ok(Some(line));
+        }
+        let n = self.in_metrics().await?;
+        Ok((n > 0.0).then(|| format!("/metrics: {n} {REQUESTS_METRIC}{{code=\"403\"}}")))
     }
 }
 
@@ -227,5 +327,50 @@ mod tests {
         );
         capture.clear();
         assert!(capture.forbidden_lines().is_empty());
+    }
+
+    #[test]
+    fn forbidden_requests_sums_the_403_series_of_every_method() {
+        let page = "# HELP rest_client_requests_total Number of HTTP requests.\n\
+            # TYPE rest_client_requests_total counter\n\
+            rest_client_requests_total{code=\"200\",method=\"GET\"} 40\n\
+            rest_client_requests_total{code=\"403\",method=\"GET\"} 2\n\
+            rest_client_requests_total{method=\"PATCH\",code=\"403\"} 1\n\
+            rest_client_requests_total{code=\"4030\",method=\"GET\"} 7\n\
+            rest_client_requests_total_other{code=\"403\",method=\"GET\"} 9\n\
+            workqueue_adds_total{name=\"403\"} 5\n";
+        assert_eq!(forbidden_requests(page), 3.0);
+        assert_eq!(forbidden_requests(""), 0.0);
+        assert_eq!(
+            forbidden_requests("rest_client_requests_total{code=\"403\"} x\n"),
+            0.0
+        );
+    }
+
+    #[tokio::test]
+    async fn scrape_reads_the_body_and_refuses_other_answers() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            for answer in [
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nup 1\n",
+                "HTTP/1.1 500 Internal Server Error\r\n\r\nno\n",
+            ] {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut request = [0; 1024];
+                let _ = stream.read(&mut request).await.unwrap();
+                stream.write_all(answer.as_bytes()).await.unwrap();
+            }
+        });
+        assert_eq!(scrape(addr).await.unwrap(), "up 1\n");
+        let error = scrape(addr).await.unwrap_err().to_string();
+        assert!(error.contains("500"), "{error}");
+        server.await.unwrap();
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap()
+        };
+        assert!(matches!(scrape(closed).await, Err(Error::Scrape { .. })));
     }
 }

@@ -47,9 +47,10 @@
 //! `/healthz` and `/readyz` ([`health`]) have named checks, a per-check path, `?verbose`
 //! and `?exclude=`; readiness includes `cache-sync`, which passes once the cache's informers
 //! and every added controller's sources have synced. `/metrics` ([`metrics`]) serves every metric reported
-//! through the `metrics` crate (work queues, controllers, leader election) in Prometheus
-//! text format, plus `process_*` metrics; [`ManagerBuilder::metrics_extra_handler`] adds
-//! more paths to that server.
+//! through the `metrics` crate (work queues, controllers, leader election, and every API
+//! request of the manager's client by status code in `rest_client_requests_total`:
+//! [`client_metrics`]) in Prometheus text format, plus `process_*` metrics;
+//! [`ManagerBuilder::metrics_extra_handler`] adds more paths to that server.
 //!
 //! Both servers are tower services on [`rudder_server`], with its bounds: at most 512
 //! connections at once (more wait in the kernel's backlog), a 10 s limit to send a
@@ -129,6 +130,7 @@
 
 #[cfg(feature = "webhook")]
 mod authz;
+pub mod client_metrics;
 pub mod health;
 pub mod leader_election;
 mod manager;

@@ -167,6 +167,7 @@ pub struct ManagerBuilder {
     cache_sync_timeout: Duration,
     extra: Vec<(String, ExtraHandler)>,
     raise_fd_limit: bool,
+    client_metrics: bool,
     /// The webhook server, self-signed certificates and secure metrics.
     #[cfg(feature = "webhook")]
     pub(crate) tls: crate::webhooks::Declared,
@@ -343,8 +344,32 @@ impl ManagerBuilder {
         self
     }
 
+    /// Whether to count every request of the manager's client in
+    /// `rest_client_requests_total{code, method}` ([`client_metrics`](crate::client_metrics);
+    /// default on). The manager's cache, controllers, event recorder, leader election,
+    /// certificate source and [`Manager::client`] all use the instrumented client. Turn it
+    /// off when the client given to [`Manager::builder`] is already instrumented.
+    ///
+    /// The counting layer is made in [`build`](Self::build), which must then run inside a
+    /// Tokio runtime (where the client was made); outside one, nothing is counted and a
+    /// warning says so.
+    pub fn client_metrics(mut self, on: bool) -> Self {
+        self.client_metrics = on;
+        self
+    }
+
     /// Builds the manager. Nothing starts until [`Manager::start`].
-    pub fn build(self) -> Result<Manager, BuildError> {
+    pub fn build(mut self) -> Result<Manager, BuildError> {
+        if self.client_metrics {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                self.client = crate::client_metrics::instrument(self.client);
+            } else {
+                tracing::warn!(
+                    "ManagerBuilder::build ran outside a Tokio runtime: API requests are not \
+                     counted in rest_client_requests_total"
+                );
+            }
+        }
         let health = HealthChecks::default();
         // Resolved before anything global (the metrics recorder) is installed.
         #[cfg(feature = "webhook")]
@@ -504,6 +529,7 @@ impl Manager {
             cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
             extra: Vec::new(),
             raise_fd_limit: true,
+            client_metrics: true,
             #[cfg(feature = "webhook")]
             tls: crate::webhooks::Declared::default(),
             render_only: false,

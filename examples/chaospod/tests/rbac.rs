@@ -4,7 +4,9 @@
 //! webhook configurations; a ChaosPod defaulted, an invalid one refused; Pods run, stopped
 //! on schedule and run again, counted in the status, with Events; a leader elected) runs as
 //! a ServiceAccount bound only to the Role and ClusterRole rendered from the code, with no
-//! `forbidden` error; then each rule removed in turn makes the scenario meet one.
+//! `forbidden` error in its log and no API request answered 403 in its `/metrics`
+//! (`rest_client_requests_total{code="403"}`); then each rule removed in turn makes the
+//! scenario meet one, seen in the log and in the metrics alike.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::net::SocketAddr;
@@ -21,7 +23,9 @@ use rudder::controller::ErrorChain;
 use rudder::manager::leader_election::LeaderElectionConfig;
 use rudder::manifests::DeployOptions;
 use rudder::webhook::manifest::ClientConfig;
-use rudder_envtest::least_privilege::{GrantedRole, LogCapture, Outcome};
+use rudder_envtest::least_privilege::{
+    ForbiddenWatch, GrantedRole, LogCapture, Outcome, forbidden_requests,
+};
 use rudder_envtest::{TestNamespace, TestUser};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::filter::LevelFilter;
@@ -32,24 +36,17 @@ static LOG: LazyLock<LogCapture> = LazyLock::new(LogCapture::new);
 
 const STEP: Duration = Duration::from_secs(20);
 
-/// Polls `check` until it gives a value, giving up on a `forbidden` log line (or a manager
-/// that ended with one) or after [`STEP`].
+/// Polls `check` until it gives a value, giving up on a `forbidden` error in the log or the
+/// metrics (or a manager that ended with one) or after [`STEP`].
 async fn step<T>(
     what: &str,
-    ended: &Mutex<Option<String>>,
+    (watch, ended): (&ForbiddenWatch, &Mutex<Option<String>>),
     mut check: impl AsyncFnMut() -> Option<T>,
 ) -> Result<T, Outcome> {
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
-        if let Some(line) = LOG.forbidden_lines().into_iter().next() {
-            return Err(Outcome::Forbidden(line));
-        }
-        if let Some(error) = ended.lock().unwrap_or_else(PoisonError::into_inner).clone() {
-            return Err(if error.to_lowercase().contains("forbidden") {
-                Outcome::Forbidden(error)
-            } else {
-                Outcome::Stuck(format!("{what}: the manager ended: {error}"))
-            });
+        if let Some(outcome) = forbidden(what, watch, ended).await {
+            return Err(outcome);
         }
         if let Some(value) = check().await {
             return Ok(value);
@@ -61,6 +58,38 @@ async fn step<T>(
     }
 }
 
+/// The first `forbidden` error met: logged, ending the manager, or counted in its metrics;
+/// or the manager's end for another reason.
+async fn forbidden(
+    what: &str,
+    watch: &ForbiddenWatch,
+    ended: &Mutex<Option<String>>,
+) -> Option<Outcome> {
+    if let Some(line) = LOG.forbidden_lines().into_iter().next() {
+        return Some(Outcome::Forbidden(line));
+    }
+    let scraped = watch.first().await;
+    // A manager that ended took its metrics server with it: the scrape may fail just before
+    // the end is recorded.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(error) = ended.lock().unwrap_or_else(PoisonError::into_inner).clone() {
+            return Some(if error.to_lowercase().contains("forbidden") {
+                Outcome::Forbidden(error)
+            } else {
+                Outcome::Stuck(format!("{what}: the manager ended: {error}"))
+            });
+        }
+        match &scraped {
+            Ok(line) => return line.clone().map(Outcome::Forbidden),
+            Err(error) if tokio::time::Instant::now() >= deadline => {
+                panic!("{what}: the manager runs, but {error}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
 fn options(ns: &str, port: u16) -> Options {
     let certificates = chaospod::self_signed_certificates("chaospod-certs", "chaospod-webhook", ns)
         .unwrap()
@@ -68,7 +97,7 @@ fn options(ns: &str, port: u16) -> Options {
     Options {
         namespace: Some(ns.to_owned()),
         health_address: None,
-        metrics_address: None,
+        metrics_address: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         leader_election: Some(
             LeaderElectionConfig::new(ns, "chaospod-leader")
                 .with_lease_duration(Duration::from_secs(4))
@@ -84,13 +113,21 @@ fn options(ns: &str, port: u16) -> Options {
     }
 }
 
-/// The demo's scenario for ChaosPod `name`, the operator acting as `user`.
-async fn scenario(ns: &TestNamespace, user: &TestUser, port: u16, name: &str) -> Outcome {
+/// The demo's scenario for ChaosPod `name`, the operator acting as `user`. With how it
+/// ended, the API requests answered 403 during the run according to the operator's
+/// `/metrics`.
+async fn scenario(ns: &TestNamespace, user: &TestUser, port: u16, name: &str) -> (Outcome, f64) {
     LOG.clear();
+    // The registry the manager's `/metrics` renders, read before it makes a request.
+    let registry = rudder::manager::metrics::prometheus().unwrap();
+    let before = forbidden_requests(&registry.render());
     let ended = Arc::new(Mutex::new(None));
     let manager = match chaospod::manager(user.client(), options(ns.name(), port)).await {
         Ok(manager) => Arc::new(manager),
-        Err(error) => return Outcome::Forbidden(format!("setup: {}", ErrorChain(&error))),
+        Err(error) => {
+            let setup = Outcome::Forbidden(format!("setup: {}", ErrorChain(&error)));
+            return (setup, 0.0);
+        }
     };
     let stop = CancellationToken::new();
     let running = tokio::spawn({
@@ -102,22 +139,44 @@ async fn scenario(ns: &TestNamespace, user: &TestUser, port: u16, name: &str) ->
             }
         }
     });
-    let outcome = steps(ns, name, &ended).await;
+    let deadline = tokio::time::Instant::now() + STEP;
+    let metrics = loop {
+        if let Some(addr) = manager.metrics_address() {
+            break addr;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no metrics server");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let watch = ForbiddenWatch::new(&LOG, metrics, before);
+    let outcome = match steps(ns, name, (&watch, &ended)).await {
+        Ok(()) => forbidden("the end", &watch, &ended)
+            .await
+            .unwrap_or(Outcome::Completed),
+        Err(outcome) => outcome,
+    };
+    // From the metrics server while the manager runs; from the registry it rendered once
+    // the manager ended (with its server).
+    let in_metrics = match watch.in_metrics().await {
+        Ok(n) => n,
+        Err(_)
+            if ended
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_some() =>
+        {
+            forbidden_requests(&registry.render()) - before
+        }
+        Err(error) => panic!("{error}"),
+    };
     stop.cancel();
     let _ = running.await;
-    match outcome {
-        Ok(()) => match LOG.forbidden_lines().into_iter().next() {
-            Some(line) => Outcome::Forbidden(line),
-            None => Outcome::Completed,
-        },
-        Err(outcome) => outcome,
-    }
+    (outcome, in_metrics)
 }
 
 async fn steps(
     ns: &TestNamespace,
     name: &str,
-    ended: &Mutex<Option<String>>,
+    watched: (&ForbiddenWatch, &Mutex<Option<String>>),
 ) -> Result<(), Outcome> {
     let chaospods: Api<ChaosPod> = ns.api();
     let dry_run = PostParams {
@@ -130,7 +189,7 @@ async fn steps(
     empty.spec.period_seconds = Some(5);
     step(
         "the validating webhook refuses",
-        ended,
+        watched,
         async || match chaospods.create(&dry_run, &empty).await {
             Err(kube::Error::Api(status)) if status.message.contains("denied the request") => {
                 Some(())
@@ -141,7 +200,7 @@ async fn steps(
     .await?;
     // A valid one is defaulted (nextStop set) and created.
     let chaos = ChaosPod::new_with_image(name, "registry.k8s.io/pause:3.9", Duration::from_secs(1));
-    let created = step("created through the defaulter", ended, async || {
+    let created = step("created through the defaulter", watched, async || {
         chaospods.create(&PostParams::default(), &chaos).await.ok()
     })
     .await?;
@@ -149,13 +208,13 @@ async fn steps(
         return Err(Outcome::Stuck("the defaulter set no nextStop".to_owned()));
     }
     // Run, stopped on schedule, run again: counted in the status.
-    step("two runs and a stop", ended, async || {
+    step("two runs and a stop", watched, async || {
         let status = chaospods.get(name).await.ok()?.status?;
         (status.runs >= 2 && status.stops >= 1).then_some(())
     })
     .await?;
     let events: Api<k8s_openapi::api::events::v1::Event> = ns.api();
-    step("Started and Stopped events", ended, async || {
+    step("Started and Stopped events", watched, async || {
         let list = events.list(&Default::default()).await.ok()?;
         let reasons: Vec<String> = list
             .items
@@ -254,18 +313,22 @@ async fn the_generated_rbac_is_sufficient_and_every_rule_is_needed() {
         }
     }
 
-    let outcome = scenario(&ns, &user, port, "full").await;
-    eprintln!("with the generated roles: {outcome}");
+    let (outcome, in_metrics) = scenario(&ns, &user, port, "full").await;
+    eprintln!("with the generated roles: {outcome}; {in_metrics} requests answered 403");
     assert!(
-        matches!(outcome, Outcome::Completed),
-        "with the generated roles: {outcome}"
+        matches!(outcome, Outcome::Completed) && in_metrics == 0.0,
+        "with the generated roles: {outcome}; {in_metrics} requests answered 403"
     );
     clean_up(&ns, "full").await;
 
+    let mut unseen_by_metrics = Vec::new();
     let unneeded = ns
         .unneeded_rules(&user, &roles, async |name| {
-            let outcome = scenario(&ns, &user, port, name).await;
-            eprintln!("{name}: {outcome}");
+            let (outcome, in_metrics) = scenario(&ns, &user, port, name).await;
+            eprintln!("{name}: {outcome}; {in_metrics} requests answered 403");
+            if in_metrics == 0.0 {
+                unseen_by_metrics.push(format!("{name}: {outcome}"));
+            }
             clean_up(&ns, name).await;
             outcome
         })
@@ -280,5 +343,9 @@ async fn the_generated_rbac_is_sufficient_and_every_rule_is_needed() {
     assert!(
         unneeded.is_empty(),
         "rules the scenario did not need (removed, yet no forbidden error): {unneeded:#?}"
+    );
+    assert!(
+        unseen_by_metrics.is_empty(),
+        "runs whose 403s /metrics did not count: {unseen_by_metrics:#?}"
     );
 }

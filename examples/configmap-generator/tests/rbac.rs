@@ -2,11 +2,14 @@
 //! `OwnerReferencesPermissionEnforcement` admission plugin, which asks for the owner's
 //! `finalizers` subresource from whoever sets `blockOwnerDeletion`): the operator runs its
 //! whole flow (scale up, down, up again, delete through the finalizer) as a ServiceAccount
-//! bound only to the Role rendered from its code, with no `forbidden` error logged; then,
-//! for each rule of that Role, the same flow with that rule removed meets a `forbidden`
-//! error, so every rule is needed, not just sufficient.
+//! bound only to the Role rendered from its code, with no `forbidden` error logged and no
+//! API request answered 403 in its `/metrics` (`rest_client_requests_total{code="403"}`);
+//! then, for each rule of that Role, the same flow with that rule removed meets a
+//! `forbidden` error, seen in the log and in the metrics alike, so every rule is needed, not
+//! just sufficient.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -16,7 +19,9 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{CustomResourceExt, ResourceExt};
 use rudder::manifests::DeployOptions;
-use rudder_envtest::least_privilege::{GrantedRole, LogCapture, Outcome};
+use rudder_envtest::least_privilege::{
+    ForbiddenWatch, GrantedRole, LogCapture, Outcome, forbidden_requests,
+};
 use rudder_envtest::{TestNamespace, TestUser};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::filter::LevelFilter;
@@ -28,11 +33,15 @@ static LOG: LazyLock<LogCapture> = LazyLock::new(LogCapture::new);
 /// How long one step of a flow may take.
 const STEP: Duration = Duration::from_secs(20);
 
-/// Waits for `check`, giving up on a `forbidden` log line or after [`STEP`].
-async fn step(what: &str, mut check: impl AsyncFnMut() -> bool) -> Result<(), Outcome> {
+/// Waits for `check`, giving up on a `forbidden` error or after [`STEP`].
+async fn step(
+    watch: &ForbiddenWatch,
+    what: &str,
+    mut check: impl AsyncFnMut() -> bool,
+) -> Result<(), Outcome> {
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
-        if let Some(line) = LOG.forbidden_lines().into_iter().next() {
+        if let Some(line) = watch.first().await.unwrap() {
             return Err(Outcome::Forbidden(line));
         }
         if check().await {
@@ -60,31 +69,50 @@ async fn generated(cms: &Api<ConfigMap>, name: &str) -> Vec<String> {
 }
 
 /// The operator's flow for generator `name`, the operator acting as `user`: count 2, 1, 2,
-/// then deletion through the finalizer.
-async fn flow(ns: &TestNamespace, user: &TestUser, settings: &Settings, name: &str) -> Outcome {
+/// then deletion through the finalizer. With how it ended, the API requests answered 403
+/// during the run according to the operator's `/metrics`.
+async fn flow(
+    ns: &TestNamespace,
+    user: &TestUser,
+    settings: &Settings,
+    name: &str,
+) -> (Outcome, f64) {
     LOG.clear();
+    // The registry the manager's `/metrics` renders, read before it makes a request.
+    let registry = rudder::manager::metrics::prometheus().unwrap();
+    let before = forbidden_requests(&registry.render());
     let manager = match configmap_generator::manager(user.client(), settings, false).await {
         Ok(manager) => Arc::new(manager),
-        Err(error) => return Outcome::Forbidden(format!("setup: {error}")),
+        Err(error) => return (Outcome::Forbidden(format!("setup: {error}")), 0.0),
     };
     let stop = CancellationToken::new();
     let running = tokio::spawn({
         let (manager, stop) = (Arc::clone(&manager), stop.clone());
         async move { manager.start(stop).await }
     });
-    let outcome = steps(ns, name).await;
-    stop.cancel();
-    let _ = running.await;
-    match outcome {
-        Ok(()) => match LOG.forbidden_lines().into_iter().next() {
+    let deadline = tokio::time::Instant::now() + STEP;
+    let metrics = loop {
+        if let Some(addr) = manager.metrics_address() {
+            break addr;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no metrics server");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let watch = ForbiddenWatch::new(&LOG, metrics, before);
+    let outcome = match steps(&watch, ns, name).await {
+        Ok(()) => match watch.first().await.unwrap() {
             Some(line) => Outcome::Forbidden(line),
             None => Outcome::Completed,
         },
         Err(outcome) => outcome,
-    }
+    };
+    let in_metrics = watch.in_metrics().await.unwrap();
+    stop.cancel();
+    let _ = running.await;
+    (outcome, in_metrics)
 }
 
-async fn steps(ns: &TestNamespace, name: &str) -> Result<(), Outcome> {
+async fn steps(watch: &ForbiddenWatch, ns: &TestNamespace, name: &str) -> Result<(), Outcome> {
     let generators: Api<ConfigMapGenerator> = ns.api();
     let cms: Api<ConfigMap> = ns.api();
     let want = |count: u32| {
@@ -116,11 +144,11 @@ async fn steps(ns: &TestNamespace, name: &str) -> Result<(), Outcome> {
                 .is_some_and(|s| s.generated == count)
         }
     };
-    step("two ConfigMaps", async || {
+    step(watch, "two ConfigMaps", async || {
         generated(&cms, name).await == want(2)
     })
     .await?;
-    step("status 2", status_is(2)).await?;
+    step(watch, "status 2", status_is(2)).await?;
     for count in [1, 2] {
         generators
             .patch(
@@ -130,17 +158,17 @@ async fn steps(ns: &TestNamespace, name: &str) -> Result<(), Outcome> {
             )
             .await
             .unwrap();
-        step("scaled", async || {
+        step(watch, "scaled", async || {
             generated(&cms, name).await == want(count)
         })
         .await?;
-        step("status follows", status_is(count)).await?;
+        step(watch, "status follows", status_is(count)).await?;
     }
     generators
         .delete(name, &DeleteParams::default())
         .await
         .unwrap();
-    step("deleted through the finalizer", async || {
+    step(watch, "deleted through the finalizer", async || {
         generators.get_opt(name).await.unwrap().is_none()
     })
     .await?;
@@ -189,7 +217,7 @@ async fn the_generated_role_is_sufficient_and_every_rule_is_needed() {
     let user = ns.service_account("operator").await.unwrap();
     let settings = Settings {
         health: None,
-        metrics: None,
+        metrics: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         namespace: Some(ns.name().to_owned()),
         leader_election_namespace: Some(ns.name().to_owned()),
         ..Settings::default()
@@ -225,20 +253,25 @@ async fn the_generated_role_is_sufficient_and_every_rule_is_needed() {
         ns.wait_for_rule(&user, rule, true).await.unwrap();
     }
 
-    // Sufficient: the whole flow, no forbidden error.
-    let outcome = flow(&ns, &user, &settings, "full").await;
-    eprintln!("with the generated Role: {outcome}");
+    // Sufficient: the whole flow, no forbidden error in the log or the metrics.
+    let (outcome, in_metrics) = flow(&ns, &user, &settings, "full").await;
+    eprintln!("with the generated Role: {outcome}; {in_metrics} requests answered 403");
     assert!(
-        matches!(outcome, Outcome::Completed),
-        "with the generated Role: {outcome}"
+        matches!(outcome, Outcome::Completed) && in_metrics == 0.0,
+        "with the generated Role: {outcome}; {in_metrics} requests answered 403"
     );
     clean_up(&ns, "full").await;
 
-    // Needed: each rule removed in turn, and the flow meets a forbidden error.
+    // Needed: each rule removed in turn, and the flow meets a forbidden error, which the
+    // metrics count as well.
+    let mut unseen_by_metrics = Vec::new();
     let unneeded = ns
         .unneeded_rules(&user, &[GrantedRole::Namespaced(role)], async |name| {
-            let outcome = flow(&ns, &user, &settings, name).await;
-            eprintln!("{name}: {outcome}");
+            let (outcome, in_metrics) = flow(&ns, &user, &settings, name).await;
+            eprintln!("{name}: {outcome}; {in_metrics} requests answered 403");
+            if in_metrics == 0.0 {
+                unseen_by_metrics.push(format!("{name}: {outcome}"));
+            }
             clean_up(&ns, name).await;
             outcome
         })
@@ -247,5 +280,9 @@ async fn the_generated_role_is_sufficient_and_every_rule_is_needed() {
     assert!(
         unneeded.is_empty(),
         "rules the flow did not need (removed, yet no forbidden error): {unneeded:#?}"
+    );
+    assert!(
+        unseen_by_metrics.is_empty(),
+        "runs whose 403s /metrics did not count: {unseen_by_metrics:#?}"
     );
 }
