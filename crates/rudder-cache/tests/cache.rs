@@ -534,3 +534,98 @@ async fn index_functions_and_transforms_that_panic_skip_one_object_and_the_watch
     assert_eq!(store.index_values("team").unwrap(), ["red"]);
     cache.stop().await;
 }
+
+#[tokio::test]
+async fn set_scopes_narrows_what_the_reader_reads_and_reset_widens_it_again() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("cache_set_scopes").await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    for (name, labels) in [
+        ("red-1", &[("shard", "red")][..]),
+        ("red-2", &[("shard", "red")][..]),
+        ("blue-1", &[("shard", "blue")][..]),
+        ("none", &[][..]),
+    ] {
+        api.create(&PostParams::default(), &config_map(name, labels))
+            .await
+            .unwrap();
+    }
+    let token = CancellationToken::new();
+    let cache = Cache::builder(env.client().unwrap())
+        .default_namespace(ns.name())
+        .build(&token);
+    let defaults = cache.default_scopes::<ConfigMap>();
+    assert_eq!(defaults, vec![Scope::namespace(ns.name())]);
+    let red = Scope::namespace(ns.name()).labels("shard=red");
+    let blue = Scope::namespace(ns.name()).labels("shard=blue");
+
+    // One label scope: only its objects, and nothing started for the default scope.
+    cache.set_scopes::<ConfigMap>(vec![red.clone()]);
+    assert_eq!(cache.scopes::<ConfigMap>(), vec![red.clone()]);
+    let listed = cache
+        .list::<ConfigMap>(&ListOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(names(&listed), ["red-1", "red-2"]);
+    assert!(
+        cache
+            .get::<ConfigMap>(Some(ns.name()), "red-1")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        cache
+            .get::<ConfigMap>(Some(ns.name()), "blue-1")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(cache.informer_count(), 1);
+    // They say what the operator needs permission for: unchanged.
+    assert_eq!(cache.default_scopes::<ConfigMap>(), defaults);
+
+    // Two: both, read through one informer each.
+    cache.set_scopes::<ConfigMap>(vec![red.clone(), blue.clone()]);
+    let listed = cache
+        .list::<ConfigMap>(&ListOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(names(&listed), ["blue-1", "red-1", "red-2"]);
+    assert_eq!(cache.informers::<ConfigMap>().unwrap().len(), 2);
+    assert!(
+        cache
+            .get::<ConfigMap>(Some(ns.name()), "blue-1")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // None: nothing to read, and no error.
+    cache.set_scopes::<ConfigMap>(Vec::new());
+    assert!(
+        cache
+            .list::<ConfigMap>(&ListOptions::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        cache
+            .get::<ConfigMap>(Some(ns.name()), "red-1")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(cache.informers::<ConfigMap>().unwrap().is_empty());
+    assert!(cache.remove_informer::<ConfigMap>(&blue).await);
+
+    // Reset: the default scope again, every object.
+    cache.reset_scopes::<ConfigMap>();
+    let listed = cache
+        .list::<ConfigMap>(&ListOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(names(&listed), ["blue-1", "none", "red-1", "red-2"]);
+    token.cancel();
+}

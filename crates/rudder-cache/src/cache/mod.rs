@@ -269,7 +269,14 @@ impl Cache {
     /// namespace). What an operator needs permission to list and watch (RBAC rendered from
     /// the code reads it); nothing is started.
     pub fn default_scopes<K: Typed>(&self) -> Vec<Scope> {
-        self.typed_scopes::<K>()
+        let mut scopes: Vec<Scope> = self
+            .inner
+            .default_scopes::<K>(&TypeKey::Typed(TypeId::of::<K>()))
+            .iter()
+            .map(typed_scope::<K>)
+            .collect();
+        scopes.dedup();
+        scopes
     }
 
     /// [`default_scopes`](Self::default_scopes) for dynamic objects of `resource`.
@@ -287,11 +294,53 @@ impl Cache {
         self.inner.tracker.wait().await;
     }
 
-    /// `K`'s default scopes, normalised for its scope kind.
+    /// Replaces the scopes `K` is read from: from now on [`get`](Self::get),
+    /// [`list`](Self::list), [`informers`](Self::informers) and
+    /// [`informer`](Self::informer) use the informers of `scopes` (started on first use, as
+    /// usual) instead of those of [`default_scopes`](Self::default_scopes), which stay what
+    /// they were (they say what the operator needs permission for). An empty list makes
+    /// `get` find nothing and `list` list nothing. Informers of scopes dropped from the list
+    /// keep running until [`remove_informer`](Self::remove_informer).
+    ///
+    /// A sharded controller in label mode reads its primary type this way, from one
+    /// informer per shard it holds (each with a label selector), changing the list as
+    /// shards come and go.
+    pub fn set_scopes<K: Typed>(&self, scopes: Vec<Scope>) {
+        self.inner
+            .scopes_set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(TypeKey::Typed(TypeId::of::<K>()), scopes);
+    }
+
+    /// Goes back to reading `K` from its [`default_scopes`](Self::default_scopes) (undoes
+    /// [`set_scopes`](Self::set_scopes)).
+    pub fn reset_scopes<K: Typed>(&self) {
+        self.inner
+            .scopes_set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&TypeKey::Typed(TypeId::of::<K>()));
+    }
+
+    /// The scopes `K` is read from now: those given to [`set_scopes`](Self::set_scopes), or
+    /// the [`default_scopes`](Self::default_scopes).
+    pub fn scopes<K: Typed>(&self) -> Vec<Scope> {
+        self.typed_scopes::<K>()
+    }
+
+    /// `K`'s scopes (set, or default), normalised for its scope kind.
     fn typed_scopes<K: Typed>(&self) -> Vec<Scope> {
-        let mut scopes: Vec<Scope> = self
+        let ty = TypeKey::Typed(TypeId::of::<K>());
+        let set = self
             .inner
-            .default_scopes::<K>(&TypeKey::Typed(TypeId::of::<K>()))
+            .scopes_set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&ty)
+            .cloned();
+        let mut scopes: Vec<Scope> = set
+            .unwrap_or_else(|| self.inner.default_scopes::<K>(&ty))
             .iter()
             .map(typed_scope::<K>)
             .collect();

@@ -148,6 +148,7 @@ impl CacheBuilder {
                 fail_on_missing_informer: self.fail_on_missing_informer,
                 sync_timeout: self.sync_timeout,
                 informers: Mutex::new(HashMap::new()),
+                scopes_set: Mutex::new(HashMap::new()),
                 token: token.child_token(),
                 tracker: TaskTracker::new(),
             }),

@@ -108,6 +108,10 @@ impl Cache {
                 format!("{group}/{version}/{plural} in {scope:?}")
             }
         };
+        // Only scopes set at run time can be none at all (`Cache::set_scopes`): nothing to read.
+        if scopes.is_empty() {
+            return Ok(Vec::new());
+        }
         let covering: Vec<&Scope> = scopes
             .iter()
             .filter(|s| match (&s.namespace, namespace) {

@@ -77,6 +77,9 @@ pub(crate) struct Inner {
     pub(crate) fail_on_missing_informer: bool,
     pub(crate) sync_timeout: Duration,
     pub(crate) informers: Mutex<HashMap<InformerKey, Slot>>,
+    /// Scopes set at run time ([`Cache::set_scopes`](super::Cache::set_scopes)), which the
+    /// reader and `informers` use instead of the default ones.
+    pub(crate) scopes_set: Mutex<HashMap<TypeKey, Vec<Scope>>>,
     pub(crate) token: CancellationToken,
     pub(crate) tracker: TaskTracker,
 }
