@@ -85,6 +85,25 @@ pub const REBALANCE_BUCKETS: &[f64] =
 /// The number of shards by default.
 pub const DEFAULT_SHARDS: usize = 32;
 
+/// The prefix of the label that carries an object's shard in [`ShardMode::Labels`]: the
+/// label is `shard.rudder.dev/<ring>`, its value the shard's number.
+pub const SHARD_LABEL_PREFIX: &str = "shard.rudder.dev/";
+
+/// What a sharded controller's replicas cache of its primary type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShardMode {
+    /// Every replica's cache holds every object; each replica's queue admits only the keys
+    /// of its shards. Works for any object; divides the work, not the memory.
+    #[default]
+    QueueFilter,
+    /// Each object carries its shard in the label [`ShardingConfig::shard_label`] (written
+    /// by the replica holding that shard when it sees the object without it), and each
+    /// replica's cache watches only the shards it holds (one informer per shard, by label
+    /// selector) plus objects not labelled yet: memory per replica falls with the number of
+    /// replicas. Needs `patch` on the primary type (recorded by the builder).
+    Labels,
+}
+
 /// How a ring is run: where its Leases live, who this replica is, how keys are split, and the
 /// Lease timings (the leader election's, with its defaults: 15 s, 10 s, 2 s).
 #[derive(Clone, Debug)]
@@ -94,6 +113,7 @@ pub struct ShardingConfig {
     identity: String,
     shards: usize,
     affinity: KeyAffinity,
+    mode: ShardMode,
     lease_duration: Duration,
     renew_deadline: Duration,
     retry_period: Duration,
@@ -110,6 +130,7 @@ impl ShardingConfig {
             identity: default_identity(),
             shards: DEFAULT_SHARDS,
             affinity: KeyAffinity::Name,
+            mode: ShardMode::QueueFilter,
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
@@ -134,6 +155,24 @@ impl ShardingConfig {
     pub fn with_affinity(mut self, affinity: KeyAffinity) -> Self {
         self.affinity = affinity;
         self
+    }
+
+    /// What each replica caches of the primary type ([`ShardMode`]; default
+    /// [`ShardMode::QueueFilter`]).
+    pub fn with_mode(mut self, mode: ShardMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The mode ([`with_mode`](Self::with_mode)).
+    pub fn mode(&self) -> ShardMode {
+        self.mode
+    }
+
+    /// The label carrying an object's shard in [`ShardMode::Labels`]:
+    /// `shard.rudder.dev/<ring>` ([`SHARD_LABEL_PREFIX`]).
+    pub fn shard_label(&self) -> String {
+        format!("{SHARD_LABEL_PREFIX}{}", self.ring)
     }
 
     /// The Leases' duration (as [`LeaderElectionConfig::with_lease_duration`]).

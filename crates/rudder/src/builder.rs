@@ -20,7 +20,7 @@ use rudder_handler::{
 };
 use rudder_manager::Manager;
 use rudder_manager::rbac::{Permissions, Verb};
-use rudder_manager::sharding::{Ring, ShardingConfig};
+use rudder_manager::sharding::{Ring, ShardMode, ShardingConfig};
 
 use crate::{Error, Result, Tools};
 
@@ -28,6 +28,10 @@ type ServedCheck = Box<dyn FnOnce(Client) -> BoxFuture<'static, Result<()>> + Se
 
 /// A watch waiting for the builder's global predicates, known only at `complete`.
 type PendingWatch = Box<dyn FnOnce(&MetaPredicates) -> WatchSpec + Send>;
+
+/// The primary type's watch, waiting for `complete` to say whether it reads the shards of a
+/// ring in label mode (then it comes with the key lister over those shards' informers).
+type PrimaryWatch = Box<dyn FnOnce(Option<&Ring>) -> (PendingWatch, Option<KeyLister>) + Send>;
 
 /// Declares a controller on `manager` (controller-runtime's `NewControllerManagedBy`): call
 /// [`for_`](ControllerBuilder::for_) with the primary type first, then
@@ -42,6 +46,7 @@ pub fn new_controller(manager: &Manager) -> ControllerBuilder<'_, ()> {
         options: Options::default(),
         permissions: Permissions::new(),
         sharding: None,
+        primary: None,
         _primary: PhantomData,
     }
 }
@@ -57,6 +62,7 @@ pub struct ControllerBuilder<'m, K> {
     options: Options,
     permissions: Permissions,
     sharding: Option<ShardingConfig>,
+    primary: Option<PrimaryWatch>,
     _primary: PhantomData<fn() -> K>,
 }
 
@@ -73,7 +79,7 @@ impl<K> std::fmt::Debug for ControllerBuilder<'_, K> {
 impl<'m> ControllerBuilder<'m, ()> {
     /// The primary type: its objects are reconciled, each event queueing the object itself.
     pub fn for_<K: Typed>(self) -> ControllerBuilder<'m, K> {
-        self.primary::<K>().watch_kind::<K, _>(EnqueueObject, None)
+        self.primary::<K>().watch_primary(None)
     }
 
     /// [`for_`](Self::for_) with a predicate on the primary type's events (compose several
@@ -82,8 +88,7 @@ impl<'m> ControllerBuilder<'m, ()> {
         self,
         predicate: impl Predicate<K> + 'static,
     ) -> ControllerBuilder<'m, K> {
-        self.primary::<K>()
-            .watch_kind::<K, _>(EnqueueObject, Some(Box::new(predicate)))
+        self.primary::<K>().watch_primary(Some(Box::new(predicate)))
     }
 
     fn primary<K>(self) -> ControllerBuilder<'m, K> {
@@ -96,6 +101,7 @@ impl<'m> ControllerBuilder<'m, ()> {
             options: self.options,
             permissions: self.permissions,
             sharding: self.sharding,
+            primary: None,
             _primary: PhantomData,
         }
     }
@@ -312,6 +318,10 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         }
         if let Some(config) = &self.sharding {
             self.permissions = std::mem::take(&mut self.permissions).and(config.permissions());
+            if config.mode() == ShardMode::Labels {
+                // The holder of a shard writes its label on the objects that lack it.
+                self.permissions = std::mem::take(&mut self.permissions).verbs::<K>([Verb::Patch]);
+            }
         }
         let ring = self
             .sharding
@@ -325,20 +335,31 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
             .build()
             .map_err(Error::Controller)?;
         let global = MetaPredicates::new(self.global);
+        let labelled = ring
+            .as_ref()
+            .filter(|ring| ring.config().mode() == ShardMode::Labels);
+        let mut shard_keys = None;
+        if let Some(primary) = self.primary {
+            let (watch, keys) = primary(labelled);
+            shard_keys = keys;
+            controller.add_watch(watch(&global)).map_err(Error::Watch)?;
+        }
         for watch in self.watches {
             // Before `run`, adding a watch only records it.
             controller.add_watch(watch(&global)).map_err(Error::Watch)?;
         }
         if let Some(ring) = ring {
             let cache = self.manager.cache().clone();
-            let keys: KeyLister = Arc::new(move || {
-                cache
-                    .informers::<K>()
-                    .unwrap_or_default()
-                    .iter()
-                    .flat_map(|informer| informer.store().list())
-                    .filter_map(|object| Request::from_object(&*object))
-                    .collect()
+            let keys: KeyLister = shard_keys.unwrap_or_else(|| {
+                Arc::new(move || {
+                    cache
+                        .informers::<K>()
+                        .unwrap_or_default()
+                        .iter()
+                        .flat_map(|informer| informer.store().list())
+                        .filter_map(|object| Request::from_object(&*object))
+                        .collect()
+                })
             });
             controller
                 .set_shard_gate(ring.gate(), keys)
@@ -348,6 +369,29 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         self.manager.record_permissions(&self.permissions);
         self.manager.add_controller(controller.clone());
         Ok(controller)
+    }
+}
+
+impl<K: Typed> ControllerBuilder<'_, K> {
+    /// Watches the primary type: its shared informers, or, when the controller is sharded in
+    /// label mode, the informers of the shards this replica holds.
+    fn watch_primary(mut self, predicate: Option<Box<dyn Predicate<K>>>) -> Self {
+        self.served
+            .push(Box::new(|client| Box::pin(served::<K>(client))));
+        self.permissions = std::mem::take(&mut self.permissions).read::<K>();
+        let cache = self.manager.cache().clone();
+        let client = self.manager.client().clone();
+        self.primary = Some(Box::new(move |labelled: Option<&Ring>| match labelled {
+            Some(ring) => {
+                let (source, keys) = crate::shard_labels::source::<K>(&cache, &client, ring);
+                (pending(source, EnqueueObject, predicate), Some(keys))
+            }
+            None => (
+                pending(Kind::<K>::from_cache(&cache), EnqueueObject, predicate),
+                None,
+            ),
+        }));
+        self
     }
 }
 

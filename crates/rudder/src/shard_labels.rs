@@ -1,0 +1,351 @@
+//! The primary source of a sharded controller in [`ShardMode::Labels`]: one informer per
+//! shard this replica holds (a label selector on the shard label), and one for objects not
+//! labelled yet, whose objects the holder of their shard labels.
+//!
+//! The ring publishes a shard in its status only after opening it in the gate and drops it
+//! before closing it, so the informer of a shard starts once its keys are admitted (its
+//! first list queues every one of them) and stops before they no longer are.
+//!
+//! [`ShardMode::Labels`]: rudder_manager::sharding::ShardMode::Labels
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use kube::Client;
+use kube::api::{Patch, PatchParams};
+use rudder_cache::{ApiScope, Cache, Informer, Scope, Typed};
+use rudder_controller::{KeyLister, ShardGate};
+use rudder_handler::{Event, Request, Source, SourceError, Started, Synced};
+use rudder_manager::sharding::{Ring, RingStatus};
+use tokio::sync::{mpsc, watch};
+
+/// How many label patches one replica sends at once.
+const LABEL_CONCURRENCY: usize = 8;
+
+/// The counter of failed shard-label patches (label `ring`).
+pub(crate) const LABEL_ERRORS_TOTAL: &str = "rudder_shard_label_errors_total";
+
+/// The informers of the shards held now, by shard (one per default scope of the type).
+type Current<K> = Arc<Mutex<BTreeMap<usize, Vec<Informer<K>>>>>;
+
+/// The source, and the key lister over the same informers (for the gate's resync and the
+/// `rudder_shard_keys_owned` metric).
+pub(crate) fn source<K: Typed>(
+    cache: &Cache,
+    client: &Client,
+    ring: &Ring,
+) -> (LabelSharded<K>, KeyLister) {
+    let current: Current<K> = Arc::default();
+    let listed = Arc::clone(&current);
+    let keys: KeyLister = Arc::new(move || {
+        lock(&listed)
+            .values()
+            .flatten()
+            .flat_map(|informer| informer.store().list())
+            .filter_map(|object| Request::from_object(&*object))
+            .collect()
+    });
+    let source = LabelSharded {
+        cache: cache.clone(),
+        client: client.clone(),
+        status: ring.status(),
+        gate: ring.gate(),
+        label: ring.config().shard_label(),
+        ring: ring.config().ring().to_owned(),
+        current,
+    };
+    (source, keys)
+}
+
+/// See the module docs.
+pub(crate) struct LabelSharded<K> {
+    cache: Cache,
+    client: Client,
+    status: watch::Receiver<RingStatus>,
+    gate: ShardGate,
+    label: String,
+    ring: String,
+    current: Current<K>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `base` narrowed by one more label requirement.
+fn narrowed(base: &Scope, requirement: &str) -> Scope {
+    let mut scope = base.clone();
+    scope.labels = Some(match &base.labels {
+        Some(labels) if !labels.is_empty() => format!("{labels},{requirement}"),
+        _ => requirement.to_owned(),
+    });
+    scope
+}
+
+/// Aborts the task when the event stream is dropped (the controller stopped).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<K: Typed> Source<K> for LabelSharded<K> {
+    fn start(self: Box<Self>) -> Result<Started<K>, SourceError> {
+        let base = self.cache.default_scopes::<K>();
+        // Nothing is read from the default scopes (every object) from now on.
+        self.cache.set_scopes::<K>(Vec::new());
+        let unlabelled: Vec<Informer<K>> = base
+            .iter()
+            .map(|scope| {
+                self.cache
+                    .informer_in::<K>(&narrowed(scope, &format!("!{}", self.label)))
+            })
+            .collect::<Result<_, _>>()?;
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let current = Arc::clone(&self.current);
+        let task = tokio::spawn(self.run(base, unlabelled, events_tx));
+        let events: BoxStream<'static, Event<K>> =
+            futures::stream::unfold((events_rx, AbortOnDrop(task)), |(mut rx, guard)| async {
+                rx.recv().await.map(|event| (event, (rx, guard)))
+            })
+            .boxed();
+        let (probe, waiter) = (Arc::clone(&current), current);
+        let synced = Synced::from_fn(
+            move || lock(&probe).values().flatten().all(Informer::has_synced),
+            move || {
+                let informers: Vec<Informer<K>> =
+                    lock(&waiter).values().flatten().cloned().collect();
+                Box::pin(async move {
+                    for informer in informers {
+                        if informer.wait_for_sync(Duration::MAX).await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                })
+            },
+        );
+        Ok(Started::new(events, synced))
+    }
+}
+
+impl<K: Typed> LabelSharded<K> {
+    /// Follows the ring's held shards: starts and stops the shards' informers, forwards
+    /// their events, and labels the objects of held shards that carry no (or a wrong) label.
+    async fn run(
+        mut self,
+        base: Vec<Scope>,
+        unlabelled: Vec<Informer<K>>,
+        events: mpsc::UnboundedSender<Event<K>>,
+    ) {
+        let (to_label, labelling) = mpsc::unbounded_channel::<(Arc<K>, usize)>();
+        let labeller = AbortOnDrop(tokio::spawn(label_objects(
+            self.client.clone(),
+            self.label.clone(),
+            self.ring.clone(),
+            labelling,
+        )));
+        let mut unlabelled_events = futures::stream::select_all(
+            unlabelled
+                .iter()
+                .map(|informer| informer.subscribe().boxed()),
+        );
+        let mut forwarders: BTreeMap<usize, Vec<AbortOnDrop>> = BTreeMap::new();
+        let mut held = BTreeSet::new();
+        loop {
+            let now: BTreeSet<usize> = self
+                .status
+                .borrow_and_update()
+                .held
+                .iter()
+                .copied()
+                .collect();
+            if now != held {
+                self.follow(&base, &held, &now, &mut forwarders, &events, &to_label)
+                    .await;
+                held = now;
+                // Objects waiting for a label whose shard came here.
+                for object in unlabelled.iter().flat_map(|i| i.store().list()) {
+                    if let Some(shard) = self.shard_of(&object).filter(|s| held.contains(s)) {
+                        let _ = to_label.send((object, shard));
+                    }
+                }
+            }
+            tokio::select! {
+                changed = self.status.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+                event = unlabelled_events.next() => {
+                    let object = match event {
+                        Some(rudder_cache::Event::Add { obj, .. }) => obj,
+                        Some(rudder_cache::Event::Update { new, .. }) => new,
+                        Some(rudder_cache::Event::Delete { .. }) => continue,
+                        // The informers stopped (the cache is stopping).
+                        None => break,
+                    };
+                    if let Some(shard) = self.shard_of(&object).filter(|s| held.contains(s)) {
+                        let _ = to_label.send((object, shard));
+                    }
+                }
+            }
+        }
+        drop(forwarders);
+        drop(labeller);
+    }
+
+    fn shard_of(&self, object: &K) -> Option<usize> {
+        Request::from_object(object).map(|request| self.gate.shard_of(&request))
+    }
+
+    /// Stops the informers of the shards no longer held and starts those of the shards now
+    /// held, and points the cache's reads of `K` at them.
+    async fn follow(
+        &self,
+        base: &[Scope],
+        before: &BTreeSet<usize>,
+        now: &BTreeSet<usize>,
+        forwarders: &mut BTreeMap<usize, Vec<AbortOnDrop>>,
+        events: &mpsc::UnboundedSender<Event<K>>,
+        to_label: &mpsc::UnboundedSender<(Arc<K>, usize)>,
+    ) {
+        let scopes = |shard: usize| -> Vec<Scope> {
+            base.iter()
+                .map(|scope| narrowed(scope, &format!("{}={shard}", self.label)))
+                .collect()
+        };
+        let gone: Vec<usize> = before.difference(now).copied().collect();
+        for &shard in &gone {
+            forwarders.remove(&shard);
+            lock(&self.current).remove(&shard);
+        }
+        let mut started = Vec::new();
+        for &shard in now.difference(before) {
+            let informers: Result<Vec<Informer<K>>, _> = scopes(shard)
+                .iter()
+                .map(|scope| self.cache.informer_in::<K>(scope))
+                .collect();
+            match informers {
+                Ok(informers) => started.push((shard, informers)),
+                Err(error) => {
+                    // The cache is stopping: so is the controller.
+                    tracing::debug!(ring = %self.ring, shard, %error, "no informer for a shard");
+                }
+            }
+        }
+        for (shard, informers) in started {
+            let tasks = informers
+                .iter()
+                .map(|informer| {
+                    AbortOnDrop(tokio::spawn(forward(
+                        informer.subscribe().boxed(),
+                        shard,
+                        self.gate.clone(),
+                        self.label.clone(),
+                        events.clone(),
+                        to_label.clone(),
+                    )))
+                })
+                .collect();
+            forwarders.insert(shard, tasks);
+            lock(&self.current).insert(shard, informers);
+        }
+        let reading: Vec<Scope> = lock(&self.current)
+            .keys()
+            .flat_map(|&s| scopes(s))
+            .collect();
+        self.cache.set_scopes::<K>(reading);
+        for shard in gone {
+            for scope in scopes(shard) {
+                self.cache.remove_informer::<K>(&scope).await;
+            }
+        }
+    }
+}
+
+/// Forwards the events of one shard's informer to the controller, as changes (queued at
+/// the default priority, like the resync of a shard handed over), and sends objects whose
+/// label names another shard than their key's to be labelled again.
+async fn forward<K: Typed>(
+    mut stream: BoxStream<'static, rudder_cache::Event<K>>,
+    shard: usize,
+    gate: ShardGate,
+    label: String,
+    events: mpsc::UnboundedSender<Event<K>>,
+    to_label: mpsc::UnboundedSender<(Arc<K>, usize)>,
+) {
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            rudder_cache::Event::Add { obj, .. } => Event::Create {
+                object: obj,
+                initial_list: false,
+            },
+            rudder_cache::Event::Update { old, new } => Event::Update { old, new },
+            rudder_cache::Event::Delete {
+                obj,
+                final_state_unknown,
+            } => Event::Delete {
+                object: obj,
+                final_state_unknown,
+            },
+        };
+        if let Event::Create { object, .. } | Event::Update { new: object, .. } = &event
+            && let Some(request) = Request::from_object(&**object)
+        {
+            let right = gate.shard_of(&request);
+            if right != shard {
+                tracing::warn!(%label, shard, right, object = %request,
+                    "an object carries the wrong shard label; labelling it again");
+                let _ = to_label.send((Arc::clone(object), right));
+            }
+        }
+        if events.send(event).is_err() {
+            return;
+        }
+    }
+}
+
+/// Writes the shard label on each object sent (a merge patch of the label alone), a few at
+/// a time; a failure is logged and counted, and the object is tried again at its next event
+/// (an informer's periodic resync, or its shard coming here again).
+async fn label_objects<K: Typed>(
+    client: Client,
+    label: String,
+    ring: String,
+    objects: mpsc::UnboundedReceiver<(Arc<K>, usize)>,
+) {
+    let objects = futures::stream::unfold(objects, |mut rx| async {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    objects
+        .for_each_concurrent(LABEL_CONCURRENCY, |(object, shard)| {
+            let (client, label, ring) = (client.clone(), label.clone(), ring.clone());
+            async move {
+                let meta = kube::Resource::meta(&*object);
+                let (Some(name), namespace) = (meta.name.clone(), meta.namespace.clone()) else {
+                    return;
+                };
+                if meta.labels.as_ref().and_then(|l| l.get(&label)) == Some(&shard.to_string()) {
+                    return;
+                }
+                let api = <K::Scope as ApiScope>::api::<K>(client, namespace.as_deref());
+                let patch = Patch::Merge(serde_json::json!({
+                    "metadata": { "labels": { label.as_str(): shard.to_string() } }
+                }));
+                if let Err(error) = api.patch(&name, &PatchParams::default(), &patch).await {
+                    let missing = matches!(&error, kube::Error::Api(s) if s.code == 404);
+                    if !missing {
+                        metrics::counter!(LABEL_ERRORS_TOTAL, "ring" => ring.clone()).increment(1);
+                        tracing::warn!(%ring, %label, shard, object = %name, %error,
+                            "cannot write the shard label");
+                    }
+                }
+            }
+        })
+        .await;
+}
