@@ -16,6 +16,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::Client;
 use kube::api::{Patch, PatchParams};
+use kube::core::{ObjectMeta, PartialObjectMeta};
 use rudder_cache::{ApiScope, Cache, Informer, Scope, Typed};
 use rudder_controller::{KeyLister, ShardGate};
 use rudder_handler::{Event, Request, Source, SourceError, Started, Synced};
@@ -30,6 +31,25 @@ pub(crate) const LABEL_ERRORS_TOTAL: &str = "rudder_shard_label_errors_total";
 
 /// The informers of the shards held now, by shard (one per default scope of the type).
 type Current<K> = Arc<Mutex<BTreeMap<usize, Vec<Informer<K>>>>>;
+
+/// An object to label: where it is, the label's value it has, and the shard it belongs to.
+struct ToLabel {
+    name: String,
+    namespace: Option<String>,
+    has: Option<String>,
+    shard: usize,
+}
+
+impl ToLabel {
+    fn new(meta: &ObjectMeta, label: &str, shard: usize) -> Option<Self> {
+        Some(Self {
+            name: meta.name.clone()?,
+            namespace: meta.namespace.clone(),
+            has: meta.labels.as_ref().and_then(|l| l.get(label)).cloned(),
+            shard,
+        })
+    }
+}
 
 /// The source, and the key lister over the same informers (for the gate's resync and the
 /// `rudder_shard_keys_owned` metric).
@@ -99,11 +119,15 @@ impl<K: Typed> Source<K> for LabelSharded<K> {
         let base = self.cache.default_scopes::<K>();
         // Nothing is read from the default scopes (every object) from now on.
         self.cache.set_scopes::<K>(Vec::new());
-        let unlabelled: Vec<Informer<K>> = base
+        // Metadata is all the labelling needs: on a first start, when every object is
+        // unlabelled, each replica lists them all once, but only their metadata.
+        let unlabelled: Vec<Informer<PartialObjectMeta<K>>> = base
             .iter()
             .map(|scope| {
-                self.cache
-                    .informer_in::<K>(&narrowed(scope, &format!("!{}", self.label)))
+                self.cache.informer_in::<PartialObjectMeta<K>>(&narrowed(
+                    scope,
+                    &format!("!{}", self.label),
+                ))
             })
             .collect::<Result<_, _>>()?;
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -139,11 +163,11 @@ impl<K: Typed> LabelSharded<K> {
     async fn run(
         mut self,
         base: Vec<Scope>,
-        unlabelled: Vec<Informer<K>>,
+        unlabelled: Vec<Informer<PartialObjectMeta<K>>>,
         events: mpsc::UnboundedSender<Event<K>>,
     ) {
-        let (to_label, labelling) = mpsc::unbounded_channel::<(Arc<K>, usize)>();
-        let labeller = AbortOnDrop(tokio::spawn(label_objects(
+        let (to_label, labelling) = mpsc::unbounded_channel::<ToLabel>();
+        let labeller = AbortOnDrop(tokio::spawn(label_objects::<K>(
             self.client.clone(),
             self.label.clone(),
             self.ring.clone(),
@@ -170,9 +194,7 @@ impl<K: Typed> LabelSharded<K> {
                 held = now;
                 // Objects waiting for a label whose shard came here.
                 for object in unlabelled.iter().flat_map(|i| i.store().list()) {
-                    if let Some(shard) = self.shard_of(&object).filter(|s| held.contains(s)) {
-                        let _ = to_label.send((object, shard));
-                    }
+                    self.label_if_held(&object.metadata, &held, &to_label);
                 }
             }
             tokio::select! {
@@ -189,9 +211,7 @@ impl<K: Typed> LabelSharded<K> {
                         // The informers stopped (the cache is stopping).
                         None => break,
                     };
-                    if let Some(shard) = self.shard_of(&object).filter(|s| held.contains(s)) {
-                        let _ = to_label.send((object, shard));
-                    }
+                    self.label_if_held(&object.metadata, &held, &to_label);
                 }
             }
         }
@@ -199,8 +219,24 @@ impl<K: Typed> LabelSharded<K> {
         drop(labeller);
     }
 
-    fn shard_of(&self, object: &K) -> Option<usize> {
-        Request::from_object(object).map(|request| self.gate.shard_of(&request))
+    /// Sends an unlabelled object to be labelled if this replica holds its shard.
+    fn label_if_held(
+        &self,
+        meta: &ObjectMeta,
+        held: &BTreeSet<usize>,
+        to_label: &mpsc::UnboundedSender<ToLabel>,
+    ) {
+        let Some(name) = meta.name.as_deref() else {
+            return;
+        };
+        let shard = self
+            .gate
+            .shard_of(&Request::new(meta.namespace.as_deref(), name));
+        if held.contains(&shard)
+            && let Some(item) = ToLabel::new(meta, &self.label, shard)
+        {
+            let _ = to_label.send(item);
+        }
     }
 
     /// Stops the informers of the shards no longer held and starts those of the shards now
@@ -212,7 +248,7 @@ impl<K: Typed> LabelSharded<K> {
         now: &BTreeSet<usize>,
         forwarders: &mut BTreeMap<usize, Vec<AbortOnDrop>>,
         events: &mpsc::UnboundedSender<Event<K>>,
-        to_label: &mpsc::UnboundedSender<(Arc<K>, usize)>,
+        to_label: &mpsc::UnboundedSender<ToLabel>,
     ) {
         let scopes = |shard: usize| -> Vec<Scope> {
             base.iter()
@@ -277,7 +313,7 @@ async fn forward<K: Typed>(
     gate: ShardGate,
     label: String,
     events: mpsc::UnboundedSender<Event<K>>,
-    to_label: mpsc::UnboundedSender<(Arc<K>, usize)>,
+    to_label: mpsc::UnboundedSender<ToLabel>,
 ) {
     while let Some(event) = stream.next().await {
         let event = match event {
@@ -301,7 +337,9 @@ async fn forward<K: Typed>(
             if right != shard {
                 tracing::warn!(%label, shard, right, object = %request,
                     "an object carries the wrong shard label; labelling it again");
-                let _ = to_label.send((Arc::clone(object), right));
+                if let Some(item) = ToLabel::new(object.meta(), &label, right) {
+                    let _ = to_label.send(item);
+                }
             }
         }
         if events.send(event).is_err() {
@@ -317,20 +355,22 @@ async fn label_objects<K: Typed>(
     client: Client,
     label: String,
     ring: String,
-    objects: mpsc::UnboundedReceiver<(Arc<K>, usize)>,
+    objects: mpsc::UnboundedReceiver<ToLabel>,
 ) {
     let objects = futures::stream::unfold(objects, |mut rx| async {
         rx.recv().await.map(|item| (item, rx))
     });
     objects
-        .for_each_concurrent(LABEL_CONCURRENCY, |(object, shard)| {
+        .for_each_concurrent(LABEL_CONCURRENCY, |item| {
             let (client, label, ring) = (client.clone(), label.clone(), ring.clone());
             async move {
-                let meta = kube::Resource::meta(&*object);
-                let (Some(name), namespace) = (meta.name.clone(), meta.namespace.clone()) else {
-                    return;
-                };
-                if meta.labels.as_ref().and_then(|l| l.get(&label)) == Some(&shard.to_string()) {
+                let ToLabel {
+                    name,
+                    namespace,
+                    has,
+                    shard,
+                } = item;
+                if has == Some(shard.to_string()) {
                     return;
                 }
                 let api = <K::Scope as ApiScope>::api::<K>(client, namespace.as_deref());
