@@ -196,6 +196,9 @@ impl Drop for Replica {
     }
 }
 
+/// What one replica held: objects and JSON bytes in its cache, and its resident memory.
+type Measured = (usize, usize, usize);
+
 /// One run: per replica (objects, bytes, rss). `objects` is how many the namespace holds.
 async fn run(
     kubeconfig: &str,
@@ -286,7 +289,7 @@ fn main() {
         let kubeconfig = env.kubeconfig_path().display().to_string();
         let empty = env.namespace("memory-empty").await.unwrap();
         // (what, replicas) -> per replica (objects, bytes, rss), over rounds.
-        let mut results: Vec<(&str, usize, Vec<(usize, usize, usize)>)> = Vec::new();
+        let mut results: Vec<(&str, usize, Vec<Measured>)> = Vec::new();
         for round in 0..rounds {
             // The label runs: the first start of a round labels the objects (a fresh ring
             // label each round), its restart finds them labelled (the steady state).
