@@ -598,8 +598,7 @@ async fn worker<R: Reconciler>(
         if let Some(item) = admit(&inner.queue, &gate, item)
             && let Some((item, permit)) = admit_shard(&inner.queue, shard.as_ref(), item)
         {
-            process(&inner, item).await;
-            drop(permit);
+            process(&inner, item, permit).await;
         }
     }
 }
@@ -658,7 +657,14 @@ impl Outcome {
     }
 }
 
-async fn process<R: Reconciler>(inner: &Inner<R>, item: WorkItem<Request>) {
+/// Reconciles `item`; with a shard `permit`, the reconcile is cancelled (its context
+/// cancelled and its future dropped) if this replica's holding of the shard passes while it
+/// runs, since another replica may then start the same key.
+async fn process<R: Reconciler>(
+    inner: &Inner<R>,
+    item: WorkItem<Request>,
+    mut permit: Option<ShardPermit>,
+) {
     let request = item.key().clone();
     let id = ReconcileId(NEXT_RECONCILE_ID.fetch_add(1, Ordering::Relaxed));
     let cancel = inner.hard_stop.child_token();
@@ -678,30 +684,56 @@ async fn process<R: Reconciler>(inner: &Inner<R>, item: WorkItem<Request>) {
     let reconcile = AssertUnwindSafe(inner.reconciler.reconcile(request.clone(), ctx))
         .catch_unwind()
         .instrument(span.clone());
-    let result = match inner.reconcile_timeout {
-        None => reconcile.await,
-        Some(timeout) => {
-            let mut reconcile = std::pin::pin!(reconcile);
-            match select(
-                reconcile.as_mut(),
-                std::pin::pin!(tokio::time::sleep(timeout)),
-            )
-            .await
-            {
-                Either::Left((result, _)) => result,
-                Either::Right(((), _)) => {
-                    span.in_scope(|| {
-                        tracing::warn!(?timeout, "reconcile timed out: cancelling its context");
-                    });
-                    cancel.cancel();
-                    reconcile.await
+    let reconcile = async {
+        match inner.reconcile_timeout {
+            None => reconcile.await,
+            Some(timeout) => {
+                let mut reconcile = std::pin::pin!(reconcile);
+                match select(
+                    reconcile.as_mut(),
+                    std::pin::pin!(tokio::time::sleep(timeout)),
+                )
+                .await
+                {
+                    Either::Left((result, _)) => result,
+                    Either::Right(((), _)) => {
+                        span.in_scope(|| {
+                            tracing::warn!(?timeout, "reconcile timed out: cancelling its context");
+                        });
+                        cancel.cancel();
+                        reconcile.await
+                    }
                 }
             }
         }
     };
+    let result = match permit.as_mut() {
+        None => Some(reconcile.await),
+        Some(permit) => tokio::select! {
+            // After a freeze both may be ready: the lost holding wins.
+            biased;
+            () = permit.lost() => None,
+            result = reconcile => Some(result),
+        },
+    };
     inner.metrics.reconcile_time(started.elapsed());
     inner.metrics.active_workers(-1.0);
     let _entered = span.enter();
+    let Some(result) = result else {
+        cancel.cancel();
+        metrics::counter!(crate::metrics::SHARD_CANCELLED_TOTAL, "controller" => inner.name.to_string())
+            .increment(1);
+        tracing::warn!(
+            shard = permit.as_ref().map(ShardPermit::shard),
+            "this replica's hold on the key's shard passed while it was reconciled: \
+             reconcile cancelled (the shard's new holder reconciles the key)"
+        );
+        inner.queue.forget(&request);
+        inner.metrics.reconciled(Outcome::Error.label());
+        drop(item);
+        drop(permit);
+        return;
+    };
     let outcome = match result {
         Ok(Ok(action)) => requeue(inner, request, action),
         Ok(Err(error)) => {
@@ -734,6 +766,7 @@ async fn process<R: Reconciler>(inner: &Inner<R>, item: WorkItem<Request>) {
     };
     inner.metrics.reconciled(outcome.label());
     drop(item);
+    drop(permit);
 }
 
 /// Queues what a successful reconcile asked for.

@@ -9,6 +9,7 @@
 //! | `controller_runtime_reconcile_time_seconds` | histogram | `controller` |
 //! | `controller_runtime_max_concurrent_reconciles` | gauge | `controller` |
 //! | `controller_runtime_active_workers` | gauge | `controller` |
+//! | `rudder_shard_reconciles_cancelled_total` | counter | `controller`: reconciles of a sharded controller cancelled because this replica's hold on the key's shard passed while they ran (reported from the first one on) |
 //!
 //! The work queue's metrics (`workqueue_*`) carry `name` and `controller`, both the
 //! controller's name. Histogram buckets are the exporter's to set; use
@@ -24,6 +25,10 @@ pub const RECONCILE_TIME_BUCKETS: &[f64] = &[
     1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
     25.0, 30.0, 40.0, 50.0, 60.0,
 ];
+
+/// Reconciles of a sharded controller cancelled because the replica's hold on the key's
+/// shard passed while they ran.
+pub const SHARD_CANCELLED_TOTAL: &str = "rudder_shard_reconciles_cancelled_total";
 
 const RESULTS: [&str; 4] = ["success", "error", "requeue", "requeue_after"];
 

@@ -201,9 +201,11 @@ impl ShardGate {
             return None;
         }
         slot.in_flight += 1;
+        let validity = slot.validity.clone().unwrap_or_default();
         Some(ShardPermit {
             shared: Arc::clone(&self.shared),
             shard,
+            validity,
         })
     }
 
@@ -259,12 +261,30 @@ impl ShardGate {
 pub struct ShardPermit {
     shared: Arc<Shared>,
     shard: usize,
+    /// The shard's holding as it was when the key was admitted.
+    validity: LeaderGate,
 }
 
 impl ShardPermit {
     /// The shard of the admitted key.
     pub fn shard(&self) -> usize {
         self.shard
+    }
+
+    /// Returns once this replica's holding of the shard has passed by the monotonic clock
+    /// (the Lease was not renewed in time, or the process was frozen past it) or was given
+    /// up: from then on another replica may hold the shard. A clean hand-off
+    /// ([`ShardGate::close`], then [`ShardGate::drained`], then the release) does not end
+    /// it: the reconciles it waits for run to their end.
+    pub async fn lost(&mut self) {
+        loop {
+            self.validity.closed().await;
+            // `closed` may return on a deadline that a renewal has just moved: check.
+            if !self.validity.is_open_at(Instant::now()) {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
     }
 }
 

@@ -41,6 +41,11 @@
 //!   been trying to acquire it, takes it at once (or when the Lease expires, if the old owner
 //!   died) and queues the shard's keys.
 //!
+//! - [`ShardMode`] says what each replica caches of the primary type: everything (the queue
+//!   filters keys), or, with [`ShardMode::Labels`], only the objects of the shards it holds,
+//!   selected by the label [`ShardingConfig::shard_label`] (the facade's builder wires that
+//!   mode: `rudder::new_controller(..).sharded(..)`).
+//!
 //! Safety (no key reconciled by two replicas at once) rests on the shard Leases alone, never
 //! on views agreeing; what it does not cover (a reconcile running when its owner freezes) is
 //! in `docs/sharding.md`.

@@ -261,11 +261,17 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// names, coordinated by Leases (`docs/sharding.md`): each replica reconciles only the
     /// keys of the shards it holds, and the controller runs on every replica instead of only
     /// on the leader. At `complete`, a [`Ring`] is added to the manager and the controller is
-    /// gated on it, its resync listing the primary objects from the manager's cache
-    /// (queue-filter mode: the cache still holds every object).
+    /// gated on it, its resync listing the primary objects from the manager's cache.
+    ///
+    /// In the default [`ShardMode::QueueFilter`] the cache holds every primary object. With
+    /// `config.with_mode(ShardMode::Labels)` each object gets the label
+    /// `shard.rudder.dev/<ring>=<shard>` from the replica holding its shard, and each
+    /// replica's cache holds only the primary objects of the shards it holds (one informer per
+    /// shard, by label selector; reads through the cache and the tools' client see just
+    /// those), so memory per replica falls with the number of replicas.
     ///
     /// Records the permissions the ring's Leases need: get, list, watch, create and update on
-    /// `leases` in the ring's namespace.
+    /// `leases` in the ring's namespace; in label mode also `patch` on the primary type.
     pub fn sharded(mut self, config: ShardingConfig) -> Self {
         self.sharding = Some(config);
         self
