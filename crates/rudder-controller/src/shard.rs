@@ -37,7 +37,9 @@ pub enum KeyAffinity {
 /// by itself when its holder stops renewing or was frozen past `t`. An admitted key carries a
 /// [`ShardPermit`] for as long as it is reconciled; [`close`](Self::close) stops admitting a
 /// shard's keys and [`drained`](Self::drained) waits until the shard's permits are gone, which
-/// is when the shard may be handed to another replica.
+/// is when the shard may be handed to another replica. A reconcile whose shard's validity
+/// passes while it runs (not renewed in time, or the process frozen past it) is cancelled by
+/// the controller ([`ShardPermit::lost`]): its context is cancelled and its future dropped.
 ///
 /// A key taken while its shard is not open is dropped, not reconciled: whoever owns the shard
 /// reconciles it. When a shard opens, the gate reports it to the controller (once), which
