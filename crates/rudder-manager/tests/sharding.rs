@@ -1,4 +1,4 @@
-//! Sharding on a real API server: three managers in this process split 300 ConfigMaps by
+//! Sharding on a real API server: three managers in this process split 3,000 ConfigMaps by
 //! shard Leases; every key is reconciled by the replica its shard belongs to, and the
 //! recorded reconcile intervals of a key never overlap across replicas, while a member stops
 //! cleanly, one joins, and one is killed (its Leases left to expire). A replica in a child
@@ -29,12 +29,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// How many ConfigMaps (300; `RUDDER_SHARDING_OBJECTS` sets another number for a longer run).
+/// How many ConfigMaps (3,000, the figure; `RUDDER_SHARDING_OBJECTS` sets another
+/// number, e.g. 300 for a quick run).
 fn objects() -> usize {
     std::env::var("RUDDER_SHARDING_OBJECTS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(300)
+        .unwrap_or(3000)
 }
 const SHARDS: usize = 16;
 const RING: &str = "cms";
