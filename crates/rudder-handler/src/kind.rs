@@ -248,18 +248,5 @@ where
 }
 
 fn convert<K>(event: rudder_cache::Event<K>) -> Event<K> {
-    match event {
-        rudder_cache::Event::Add { obj, initial_list } => Event::Create {
-            object: obj,
-            initial_list,
-        },
-        rudder_cache::Event::Update { old, new } => Event::Update { old, new },
-        rudder_cache::Event::Delete {
-            obj,
-            final_state_unknown,
-        } => Event::Delete {
-            object: obj,
-            final_state_unknown,
-        },
-    }
+    Event::from(event)
 }

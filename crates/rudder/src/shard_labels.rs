@@ -316,19 +316,12 @@ async fn forward<K: Typed>(
     to_label: mpsc::UnboundedSender<ToLabel>,
 ) {
     while let Some(event) = stream.next().await {
-        let event = match event {
-            rudder_cache::Event::Add { obj, .. } => Event::Create {
-                object: obj,
+        let event = match Event::from(event) {
+            Event::Create { object, .. } => Event::Create {
+                object,
                 initial_list: false,
             },
-            rudder_cache::Event::Update { old, new } => Event::Update { old, new },
-            rudder_cache::Event::Delete {
-                obj,
-                final_state_unknown,
-            } => Event::Delete {
-                object: obj,
-                final_state_unknown,
-            },
+            other => other,
         };
         if let Event::Create { object, .. } | Event::Update { new: object, .. } = &event
             && let Some(request) = Request::from_object(&**object)

@@ -139,14 +139,10 @@ async fn scenario(ns: &TestNamespace, user: &TestUser, port: u16, name: &str) ->
             }
         }
     });
-    let deadline = tokio::time::Instant::now() + STEP;
-    let metrics = loop {
-        if let Some(addr) = manager.metrics_address() {
-            break addr;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no metrics server");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let metrics = rudder_envtest::eventually("the metrics server", STEP, async || {
+        manager.metrics_address()
+    })
+    .await;
     let watch = ForbiddenWatch::new(&LOG, metrics, before);
     let outcome = match steps(ns, name, (&watch, &ended)).await {
         Ok(()) => forbidden("the end", &watch, &ended)

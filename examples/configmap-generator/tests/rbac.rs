@@ -90,14 +90,10 @@ async fn flow(
         let (manager, stop) = (Arc::clone(&manager), stop.clone());
         async move { manager.start(stop).await }
     });
-    let deadline = tokio::time::Instant::now() + STEP;
-    let metrics = loop {
-        if let Some(addr) = manager.metrics_address() {
-            break addr;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no metrics server");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let metrics = rudder_envtest::eventually("the metrics server", STEP, async || {
+        manager.metrics_address()
+    })
+    .await;
     let watch = ForbiddenWatch::new(&LOG, metrics, before);
     let outcome = match steps(&watch, ns, name).await {
         Ok(()) => match watch.first().await.unwrap() {
