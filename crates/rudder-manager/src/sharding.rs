@@ -106,6 +106,11 @@ pub enum ShardMode {
     /// replica's cache watches only the shards it holds (one informer per shard, by label
     /// selector) plus objects not labelled yet: memory per replica falls with the number of
     /// replicas. Needs `patch` on the primary type (recorded by the builder).
+    ///
+    /// The sharded controller then owns how the manager's cache reads its primary type
+    /// (`Cache::set_scopes`): another controller of the same manager that watches or reads
+    /// that type sees only this replica's shards too. Give such a controller a manager (and
+    /// cache) of its own, or use the queue-filter mode.
     Labels,
 }
 
