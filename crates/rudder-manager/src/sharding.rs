@@ -363,7 +363,8 @@ impl Ring {
             held = self.member.acquire(member_stop.clone()) => held?,
             _ = shutdown.stopped() => return Ok(()),
         };
-        tracing::info!(ring = %self.config.ring, identity = %self.config.identity, "joined the ring");
+        tracing::info!(ring = %self.config.ring, identity = %self.config.identity,
+            mode = ?self.config.mode, shards = self.config.shards, "joined the ring");
         let (view_tx, view_rx) = watch::channel(View::default());
         let changed = Arc::new(Notify::new());
         let shards_stop = CancellationToken::new();
