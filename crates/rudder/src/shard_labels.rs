@@ -105,6 +105,53 @@ fn narrowed(base: &Scope, requirement: &str) -> Scope {
     scope
 }
 
+/// The first wait before asking the cache for a replacement of an informer that ended.
+const REPLACE_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// The longest wait between two asks.
+const REPLACE_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// The events of `informer` (of `scope`), and of its replacements: an informer's stream ends
+/// only when it stops or fails, and then the cache is asked again (with a backoff), which
+/// replaces a failed informer; `replaced` hears of each replacement. The stream ends when the
+/// cache refuses (it is stopping).
+fn resilient<T: Typed>(
+    cache: Cache,
+    scope: Scope,
+    informer: &Informer<T>,
+    replaced: impl Fn(Informer<T>) + Send + 'static,
+) -> BoxStream<'static, rudder_cache::Event<T>> {
+    let events = informer.subscribe().boxed();
+    futures::stream::unfold(
+        (events, cache, scope, replaced),
+        |(mut events, cache, scope, replaced)| async move {
+            let mut backoff = REPLACE_BACKOFF_MIN;
+            loop {
+                if let Some(event) = events.next().await {
+                    return Some((event, (events, cache, scope, replaced)));
+                }
+                tracing::warn!(
+                    ?scope,
+                    ?backoff,
+                    "a sharded source's informer ended; asking the cache for a new one"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(REPLACE_BACKOFF_MAX);
+                match cache.informer_in::<T>(&scope) {
+                    Ok(informer) => {
+                        events = informer.subscribe().boxed();
+                        replaced(informer);
+                    }
+                    Err(error) => {
+                        tracing::debug!(?scope, %error, "no new informer (the cache is stopping)");
+                        return None;
+                    }
+                }
+            }
+        },
+    )
+    .boxed()
+}
+
 /// Aborts the task when the event stream is dropped (the controller stopped).
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -121,13 +168,12 @@ impl<K: Typed> Source<K> for LabelSharded<K> {
         self.cache.set_scopes::<K>(Vec::new());
         // Metadata is all the labelling needs: on a first start, when every object is
         // unlabelled, each replica lists them all once, but only their metadata.
-        let unlabelled: Vec<Informer<PartialObjectMeta<K>>> = base
+        let unlabelled: Vec<(Scope, Informer<PartialObjectMeta<K>>)> = base
             .iter()
             .map(|scope| {
-                self.cache.informer_in::<PartialObjectMeta<K>>(&narrowed(
-                    scope,
-                    &format!("!{}", self.label),
-                ))
+                let scope = narrowed(scope, &format!("!{}", self.label));
+                let informer = self.cache.informer_in::<PartialObjectMeta<K>>(&scope)?;
+                Ok::<_, rudder_cache::Error>((scope, informer))
             })
             .collect::<Result<_, _>>()?;
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -163,7 +209,7 @@ impl<K: Typed> LabelSharded<K> {
     async fn run(
         mut self,
         base: Vec<Scope>,
-        unlabelled: Vec<Informer<PartialObjectMeta<K>>>,
+        unlabelled: Vec<(Scope, Informer<PartialObjectMeta<K>>)>,
         events: mpsc::UnboundedSender<Event<K>>,
     ) {
         let (to_label, labelling) = mpsc::unbounded_channel::<ToLabel>();
@@ -173,11 +219,20 @@ impl<K: Typed> LabelSharded<K> {
             self.ring.clone(),
             labelling,
         )));
-        let mut unlabelled_events = futures::stream::select_all(
-            unlabelled
-                .iter()
-                .map(|informer| informer.subscribe().boxed()),
-        );
+        // The unlabelled informers of the moment (replacements included), for the pass below.
+        let unlabelled_now: Arc<Mutex<Vec<Informer<PartialObjectMeta<K>>>>> = Arc::new(Mutex::new(
+            unlabelled.iter().map(|(_, i)| i.clone()).collect(),
+        ));
+        let mut unlabelled_events = futures::stream::select_all(unlabelled.iter().enumerate().map(
+            |(index, (scope, informer))| {
+                let now = Arc::clone(&unlabelled_now);
+                resilient(self.cache.clone(), scope.clone(), informer, move |new| {
+                    if let Some(slot) = lock(&now).get_mut(index) {
+                        *slot = new;
+                    }
+                })
+            },
+        ));
         let mut forwarders: BTreeMap<usize, Vec<AbortOnDrop>> = BTreeMap::new();
         let mut held = BTreeSet::new();
         loop {
@@ -193,7 +248,8 @@ impl<K: Typed> LabelSharded<K> {
                     .await;
                 held = now;
                 // Objects waiting for a label whose shard came here.
-                for object in unlabelled.iter().flat_map(|i| i.store().list()) {
+                let informers = lock(&unlabelled_now).clone();
+                for object in informers.iter().flat_map(|i| i.store().list()) {
                     self.label_if_held(&object.metadata, &held, &to_label);
                 }
             }
@@ -208,7 +264,7 @@ impl<K: Typed> LabelSharded<K> {
                         Some(rudder_cache::Event::Add { obj, .. }) => obj,
                         Some(rudder_cache::Event::Update { new, .. }) => new,
                         Some(rudder_cache::Event::Delete { .. }) => continue,
-                        // The informers stopped (the cache is stopping).
+                        // The cache is stopping.
                         None => break,
                     };
                     self.label_if_held(&object.metadata, &held, &to_label);
@@ -275,11 +331,23 @@ impl<K: Typed> LabelSharded<K> {
             }
         }
         for (shard, informers) in started {
-            let tasks = informers
-                .iter()
-                .map(|informer| {
+            lock(&self.current).insert(shard, informers.clone());
+            let tasks = scopes(shard)
+                .into_iter()
+                .zip(&informers)
+                .enumerate()
+                .map(|(index, (scope, informer))| {
+                    let current = Arc::clone(&self.current);
+                    let stream = resilient(self.cache.clone(), scope, informer, move |new| {
+                        if let Some(slot) = lock(&current)
+                            .get_mut(&shard)
+                            .and_then(|informers| informers.get_mut(index))
+                        {
+                            *slot = new;
+                        }
+                    });
                     AbortOnDrop(tokio::spawn(forward(
-                        informer.subscribe().boxed(),
+                        stream,
                         shard,
                         self.gate.clone(),
                         self.label.clone(),
@@ -289,7 +357,6 @@ impl<K: Typed> LabelSharded<K> {
                 })
                 .collect();
             forwarders.insert(shard, tasks);
-            lock(&self.current).insert(shard, informers);
         }
         let reading: Vec<Scope> = lock(&self.current)
             .keys()

@@ -2,9 +2,10 @@
 //! controller with `.sharded(config.with_mode(ShardMode::Labels))` over 90 ConfigMaps that
 //! carry no shard label. Each object gets the label of its shard, each replica's cache holds
 //! only the objects of the shards it holds (count and bytes about a third), each key is
-//! reconciled by its owner reading it from that cache, and after a replica stops the other
-//! two take its shards: their caches grow to hold them, and no key is reconciled by two
-//! replicas at once.
+//! reconciled by its owner reading it from that cache; when a replica's shard informers stop
+//! (as failed watches do) the source follows their replacements; and after a replica stops
+//! the other two take its shards: their caches grow to hold them, and no key is reconciled
+//! by two replicas at once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -224,6 +225,33 @@ async fn label_mode_splits_the_cache_between_replicas_and_moves_it_with_the_shar
         assert_eq!(value, Some(&shard_of(&name).to_string()), "{name}");
     }
 
+    // a's shard informers stop (as a failed watch would): the source asks the cache for
+    // replacements, and an object created in one of a's shards afterwards is reconciled by a.
+    let members: Vec<String> = ["a", "b", "c"].map(str::to_owned).to_vec();
+    for informer in replicas[0]
+        .manager
+        .cache()
+        .informers::<ConfigMap>()
+        .unwrap()
+    {
+        informer.stop().await;
+    }
+    let after_stop = (0..)
+        .map(|i| format!("after-stop-{i}"))
+        .find(|n| owner_of(n, &members) == Some("a"))
+        .unwrap();
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(after_stop.clone()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    api.create(&PostParams::default(), &cm).await.unwrap();
+    let mut names = names.clone();
+    names.push(after_stop);
+    settle(&replicas, &names, &log, &owner_of, Instant::now()).await;
+
     // c stops: a and b take its shards, their caches grow to hold them.
     let c = replicas.pop().unwrap();
     c.stop.cancel();
@@ -231,7 +259,7 @@ async fn label_mode_splits_the_cache_between_replicas_and_moves_it_with_the_shar
     let since = Instant::now();
     let sizes = settle(&replicas, &names, &log, &owner_of, since).await;
     eprintln!("two replicas, (objects, bytes) cached: {sizes:?}");
-    assert_eq!(sizes.values().map(|(n, _)| n).sum::<usize>(), OBJECTS);
+    assert_eq!(sizes.values().map(|(n, _)| n).sum::<usize>(), OBJECTS + 1);
 
     // An object created now, without a label, is labelled and reconciled by its owner.
     let late = ConfigMap {
