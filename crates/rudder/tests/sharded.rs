@@ -3,19 +3,18 @@
 //! owner, and no key is ever reconciled by both at once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams};
-use kube::core::ObjectMeta;
 use rudder::controller::{KeyAffinity, ShardGate, fnv1a64};
-use rudder::manager::sharding::{ShardingConfig, owner};
+use rudder::manager::sharding::owner;
 use rudder::prelude::*;
 use rudder::rbac::Verb;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 const SHARDS: usize = 8;
 const RING: &str = "builder-ring";
@@ -45,41 +44,16 @@ impl Reconciler for Recording {
 async fn sharded_controllers_split_the_keys_between_replicas() {
     let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("sharded").await.unwrap();
-    let api: Api<ConfigMap> = ns.api();
     let names: Vec<String> = (0..40).map(|i| format!("cm-{i}")).collect();
-    for name in &names {
-        let cm = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        };
-        api.create(&PostParams::default(), &cm).await.unwrap();
-    }
+    support::create_config_maps(&ns, &names, 0).await;
     let log: Log = Arc::default();
     let mut running = Vec::new();
     for who in ["a", "b"] {
-        let namespace = ns.name().to_owned();
-        let manager = Arc::new(
-            Manager::builder(ns.client())
-                .health_probe_address(None)
-                .metrics_address(None)
-                .cache(move |c| c.default_namespace(namespace))
-                .build()
-                .unwrap(),
-        );
+        let manager = support::manager(&ns);
         let controller = rudder::new_controller(&manager)
             .for_::<ConfigMap>()
             .named(format!("sharded-{who}"))
-            .sharded(
-                ShardingConfig::new(ns.name(), RING)
-                    .with_identity(who)
-                    .with_shards(SHARDS)
-                    .with_lease_duration(Duration::from_secs(3))
-                    .with_renew_deadline(Duration::from_secs(2))
-                    .with_retry_period(Duration::from_millis(500)),
-            )
+            .sharded(support::ring(&ns, RING, who, SHARDS))
             .complete(Recording {
                 who,
                 log: Arc::clone(&log),
@@ -100,12 +74,7 @@ async fn sharded_controllers_split_the_keys_between_replicas() {
             assert!(rules.allows(&scope, "coordination.k8s.io", "leases", verb));
         }
         assert!(!rules.allows(&scope, "coordination.k8s.io", "leases", Verb::Delete));
-        let stop = CancellationToken::new();
-        let task = tokio::spawn({
-            let (manager, stop) = (Arc::clone(&manager), stop.clone());
-            async move { manager.start(stop).await }
-        });
-        running.push((stop, task));
+        running.push(support::start(&manager));
     }
 
     let gate = ShardGate::new(SHARDS, fnv1a64(RING.as_bytes()), KeyAffinity::Name);

@@ -8,6 +8,8 @@
 //! by two replicas at once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+mod support;
+
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,7 +19,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::core::ObjectMeta;
 use rudder::cache::ListOptions;
 use rudder::controller::{KeyAffinity, ShardGate, fnv1a64};
-use rudder::manager::sharding::{ShardMode, ShardingConfig, owner};
+use rudder::manager::sharding::{ShardMode, owner};
 use rudder::prelude::*;
 use rudder::rbac::Verb;
 use tokio::time::Instant;
@@ -137,42 +139,16 @@ async fn label_mode_splits_the_cache_between_replicas_and_moves_it_with_the_shar
     let ns = env.namespace("sharded-labels").await.unwrap();
     let api: Api<ConfigMap> = ns.api();
     let names: Vec<String> = (0..OBJECTS).map(|i| format!("cm-{i}")).collect();
-    for name in &names {
-        let cm = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                ..ObjectMeta::default()
-            },
-            data: Some([("payload".to_owned(), "x".repeat(1000))].into()),
-            ..ConfigMap::default()
-        };
-        api.create(&PostParams::default(), &cm).await.unwrap();
-    }
+    support::create_config_maps(&ns, &names, 1000).await;
     let log: Log = Arc::default();
     let mut replicas = Vec::new();
     for who in ["a", "b", "c"] {
-        let namespace = ns.name().to_owned();
-        let manager = Arc::new(
-            Manager::builder(ns.client())
-                .health_probe_address(None)
-                .metrics_address(None)
-                .cache(move |c| c.default_namespace(namespace))
-                .build()
-                .unwrap(),
-        );
+        let manager = support::manager(&ns);
         let log = Arc::clone(&log);
         let controller = rudder::new_controller(&manager)
             .for_::<ConfigMap>()
             .named(format!("labels-{who}"))
-            .sharded(
-                ShardingConfig::new(ns.name(), RING)
-                    .with_identity(who)
-                    .with_shards(SHARDS)
-                    .with_mode(ShardMode::Labels)
-                    .with_lease_duration(Duration::from_secs(3))
-                    .with_renew_deadline(Duration::from_secs(2))
-                    .with_retry_period(Duration::from_millis(500)),
-            )
+            .sharded(support::ring(&ns, RING, who, SHARDS).with_mode(ShardMode::Labels))
             .complete_with(move |tools| Recording { who, log, tools })
             .await
             .unwrap();
@@ -181,11 +157,7 @@ async fn label_mode_splits_the_cache_between_replicas_and_moves_it_with_the_shar
         let rules = manager.permissions();
         let scope = rudder::rbac::RuleScope::Namespace(ns.name().to_owned());
         assert!(rules.allows(&scope, "", "configmaps", Verb::Patch));
-        let stop = CancellationToken::new();
-        let task = tokio::spawn({
-            let (manager, stop) = (Arc::clone(&manager), stop.clone());
-            async move { manager.start(stop).await }
-        });
+        let (stop, task) = support::start(&manager);
         replicas.push(Replica {
             who,
             manager,

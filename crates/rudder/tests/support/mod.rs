@@ -1,0 +1,70 @@
+//! What the sharded-controller tests share: ConfigMaps to shard, a manager per replica, the
+//! ring's configuration with short Lease timings, and running a manager.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use kube::core::ObjectMeta;
+use rudder::manager::sharding::ShardingConfig;
+use rudder::prelude::*;
+use rudder_envtest::TestNamespace;
+use tokio_util::sync::CancellationToken;
+
+/// Creates a ConfigMap of each name in `ns`, with `payload` bytes of data when not 0.
+pub(crate) async fn create_config_maps(ns: &TestNamespace, names: &[String], payload: usize) {
+    let api: Api<ConfigMap> = ns.api();
+    for name in names {
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
+            data: (payload > 0).then(|| [("payload".to_owned(), "x".repeat(payload))].into()),
+            ..ConfigMap::default()
+        };
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+}
+
+/// A replica's manager: no probe or metrics server, its cache on `ns`.
+pub(crate) fn manager(ns: &TestNamespace) -> Arc<Manager> {
+    let namespace = ns.name().to_owned();
+    Arc::new(
+        Manager::builder(ns.client())
+            .health_probe_address(None)
+            .metrics_address(None)
+            .cache(move |c| c.default_namespace(namespace))
+            .build()
+            .unwrap(),
+    )
+}
+
+/// Replica `who` of the ring `ring` in `ns`, with `shards` shards and Leases of 3 s (renew
+/// deadline 2 s, retry 500 ms).
+pub(crate) fn ring(ns: &TestNamespace, ring: &str, who: &str, shards: usize) -> ShardingConfig {
+    ShardingConfig::new(ns.name(), ring)
+        .with_identity(who)
+        .with_shards(shards)
+        .with_lease_duration(Duration::from_secs(3))
+        .with_renew_deadline(Duration::from_secs(2))
+        .with_retry_period(Duration::from_millis(500))
+}
+
+/// A running manager: its stop and its task.
+pub(crate) type Running = (
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), rudder::manager::Error>>,
+);
+
+/// Starts `manager` on a task of its own.
+pub(crate) fn start(manager: &Arc<Manager>) -> Running {
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (manager, stop) = (Arc::clone(manager), stop.clone());
+        async move { manager.start(stop).await }
+    });
+    (stop, task)
+}
