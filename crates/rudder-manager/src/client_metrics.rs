@@ -16,6 +16,11 @@
 //! that reconcilers get are all counted; an operator alerts on
 //! `rate(rest_client_requests_total{code="403"}[5m]) > 0` to learn that its RBAC is short.
 //!
+//! The layer wraps a client already built, so each request crosses one more `tower::Buffer`
+//! (a channel and a task wake-up) besides the counter's update: about 5-7% of a sequential
+//! GET on a loopback API server, 12-16% at 16 at a time (`cargo bench -p rudder-manager
+//! --bench client_metrics`), less against a server across a network.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), kube::Error> {
 //! let client = rudder_manager::client_metrics::instrument(kube::Client::try_default().await?);
