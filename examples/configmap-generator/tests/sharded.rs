@@ -1,6 +1,7 @@
-//! The generator sharded across 3 replicas in one process, on a real API server: every
-//! generator gets its ConfigMaps and its status, and the ring's shard Leases are held by the
-//! three replicas.
+//! The generator sharded across 3 replicas in one process, on a real API server, in both
+//! modes: every generator gets its ConfigMaps and its status, and the ring's shard Leases are
+//! held by the three replicas; in label mode every generator also carries its shard label
+//! and each replica's cache holds only the generators of its shards.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,7 +14,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::{CustomResourceExt, ResourceExt};
 use rudder::Manager;
-use rudder::manager::sharding::ShardingConfig;
+use rudder::cache::ListOptions;
+use rudder::manager::sharding::{ShardMode, ShardingConfig};
 use tokio_util::sync::CancellationToken;
 
 const GENERATORS: usize = 12;
@@ -21,9 +23,19 @@ const SHARDS: usize = 8;
 
 #[tokio::test]
 async fn three_sharded_replicas_generate_every_generators_configmaps() {
+    three_replicas("cmgen-sharded", "cmgen", ShardMode::QueueFilter).await;
+}
+
+#[tokio::test]
+async fn three_replicas_in_label_mode_split_the_generators_between_their_caches() {
+    three_replicas("cmgen-labels", "cmgen-labels", ShardMode::Labels).await;
+}
+
+async fn three_replicas(hint: &str, ring: &str, mode: ShardMode) {
     let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
     env.install_crds([ConfigMapGenerator::crd()]).await.unwrap();
-    let ns = env.namespace("cmgen-sharded").await.unwrap();
+    let ns = env.namespace(hint).await.unwrap();
+    let mut managers = Vec::new();
     let mut running = Vec::new();
     for who in ["a", "b", "c"] {
         let namespace = ns.name().to_owned();
@@ -37,9 +49,10 @@ async fn three_sharded_replicas_generate_every_generators_configmaps() {
         );
         let controller = configmap_generator::register_with(
             &manager,
-            &format!("{CONTROLLER_NAME}-{who}"),
+            &format!("{CONTROLLER_NAME}-{ring}-{who}"),
             Some(
-                ShardingConfig::new(ns.name(), "cmgen")
+                ShardingConfig::new(ns.name(), ring)
+                    .with_mode(mode)
                     .with_identity(who)
                     .with_shards(SHARDS)
                     .with_lease_duration(Duration::from_secs(3))
@@ -56,6 +69,7 @@ async fn three_sharded_replicas_generate_every_generators_configmaps() {
             async move { manager.start(stop).await }
         });
         running.push((stop, task));
+        managers.push(manager);
     }
 
     let generators: Api<ConfigMapGenerator> = ns.api();
@@ -108,7 +122,7 @@ async fn three_sharded_replicas_generate_every_generators_configmaps() {
             let mut holders = Vec::new();
             for shard in 0..SHARDS {
                 let holder = leases
-                    .get_opt(&format!("cmgen-shard-{shard}"))
+                    .get_opt(&format!("{ring}-shard-{shard}"))
                     .await
                     .ok()
                     .flatten()
@@ -123,6 +137,37 @@ async fn three_sharded_replicas_generate_every_generators_configmaps() {
     )
     .await;
     println!("shard holders: {holders:?}");
+    if mode == ShardMode::Labels {
+        // Every generator carries its shard, and the replicas' caches split them.
+        let label = format!("shard.rudder.dev/{ring}");
+        for generator in generators.list(&ListParams::default()).await.unwrap() {
+            assert!(
+                generator.labels().contains_key(&label),
+                "{}",
+                generator.name_any()
+            );
+        }
+        let cached = rudder_envtest::eventually(
+            "the generators split between the replicas' caches",
+            Duration::from_secs(30),
+            async || {
+                let mut counts = Vec::new();
+                for manager in &managers {
+                    let held = manager
+                        .cache()
+                        .list::<ConfigMapGenerator>(&ListOptions::default())
+                        .await
+                        .ok()?;
+                    counts.push(held.len());
+                }
+                (counts.iter().sum::<usize>() == GENERATORS
+                    && counts.iter().all(|&n| n < GENERATORS))
+                .then_some(counts)
+            },
+        )
+        .await;
+        println!("generators cached per replica: {cached:?}");
+    }
     for (stop, task) in running {
         stop.cancel();
         task.await.unwrap().unwrap();
