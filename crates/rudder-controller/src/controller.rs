@@ -723,6 +723,9 @@ async fn process<R: Reconciler>(
         cancel.cancel();
         metrics::counter!(crate::metrics::SHARD_CANCELLED_TOTAL, "controller" => inner.name.to_string())
             .increment(1);
+        // Counted as an error, as controller-runtime counts every reconcile that did not
+        // succeed in both `reconcile_total{result="error"}` and `reconcile_errors_total`.
+        inner.metrics.error();
         tracing::warn!(
             shard = permit.as_ref().map(ShardPermit::shard),
             "this replica's hold on the key's shard passed while it was reconciled: \

@@ -127,7 +127,9 @@ impl LeaderGate {
             }
             tokio::select! {
                 biased;
-                () = sleep_until(until) => return,
+                // Look again rather than return: a renewal may have moved the deadline just
+                // as it passed (both ready at once, as after a freeze).
+                () = sleep_until(until) => {}
                 changed = validity.changed() => {
                     if changed.is_err() {
                         // No more values: the last one stands until it passes.
@@ -174,6 +176,25 @@ mod tests {
         gate.closed().await;
         assert_eq!(start.elapsed(), Duration::from_secs(5));
         drop(renew.await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_sent_as_the_old_deadline_passes_keeps_it_open() {
+        let (tx, rx) = watch::channel(None);
+        let mut gate = LeaderGate::new(rx);
+        let start = Instant::now();
+        tx.send_replace(Some(start + Duration::from_secs(1)));
+        let mut closed = Box::pin(gate.closed());
+        assert!(futures::poll!(closed.as_mut()).is_pending());
+        // The renewal and the old deadline are both there when the waiter is next polled.
+        tx.send_replace(Some(start + Duration::from_secs(3)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(
+            futures::poll!(closed.as_mut()).is_pending(),
+            "closed on a deadline that a renewal had moved"
+        );
+        closed.await;
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
     }
 
     #[tokio::test(start_paused = true)]

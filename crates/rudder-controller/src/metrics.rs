@@ -9,7 +9,7 @@
 //! | `controller_runtime_reconcile_time_seconds` | histogram | `controller` |
 //! | `controller_runtime_max_concurrent_reconciles` | gauge | `controller` |
 //! | `controller_runtime_active_workers` | gauge | `controller` |
-//! | `rudder_shard_reconciles_cancelled_total` | counter | `controller`: reconciles of a sharded controller cancelled because this replica's hold on the key's shard passed while they ran (reported from the first one on) |
+//! | `rudder_shard_reconciles_cancelled_total` | counter | `controller`: reconciles of a sharded controller cancelled because this replica's hold on the key's shard passed while they ran (reported from the first one on; each also counts as a `result="error"` reconcile and in `controller_runtime_reconcile_errors_total`) |
 //!
 //! The work queue's metrics (`workqueue_*`) carry `name` and `controller`, both the
 //! controller's name. Histogram buckets are the exporter's to set; use

@@ -197,13 +197,13 @@ impl ShardGate {
         let shard = self.shard_of(request);
         let slot = &self.shared.slots[shard];
         let mut slot = lock(slot);
-        if !is_valid(&slot, Instant::now()) {
+        let now = Instant::now();
+        let Some(validity) = slot.validity.clone().filter(|v| v.is_open_at(now)) else {
             drop(slot);
             self.shared.dropped.fetch_add(1, Ordering::Relaxed);
             return None;
-        }
+        };
         slot.in_flight += 1;
-        let validity = slot.validity.clone().unwrap_or_default();
         Some(ShardPermit {
             shared: Arc::clone(&self.shared),
             shard,
@@ -279,14 +279,7 @@ impl ShardPermit {
     /// ([`ShardGate::close`], then [`ShardGate::drained`], then the release) does not end
     /// it: the reconciles it waits for run to their end.
     pub async fn lost(&mut self) {
-        loop {
-            self.validity.closed().await;
-            // `closed` may return on a deadline that a renewal has just moved: check.
-            if !self.validity.is_open_at(Instant::now()) {
-                return;
-            }
-            tokio::task::yield_now().await;
-        }
+        self.validity.closed().await;
     }
 }
 
