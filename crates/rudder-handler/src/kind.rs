@@ -201,27 +201,55 @@ fn part<K>(
 where
     K: Resource + Send + Sync + 'static,
 {
-    struct State<K> {
-        index: usize,
+    let Some(resolve) = resolve else {
+        return informer.subscribe().map(convert).boxed();
+    };
+    resubscribing(
+        informer,
+        move || resolve(),
+        move |new| {
+            if let Some(slot) = lock(&current).get_mut(index) {
+                *slot = new.clone();
+            }
+        },
+    )
+    .map(convert)
+    .boxed()
+}
+
+/// The events of `informer`, then of its replacements: an informer's stream ends only when
+/// the informer stops or fails (its watch task died), and then `resolve` is asked for a new
+/// one (the cache's `informer_in` replaces a failed informer), after a backoff of 100 ms
+/// doubling up to 10 s; `replaced` hears of each replacement, whose replay of every object
+/// catches up on what changed meanwhile. The stream ends when `resolve` fails (the cache is
+/// stopping). What a [`Kind`] on the cache does for each of its informers, for sources that
+/// manage informers of their own.
+pub fn resubscribing<K>(
+    informer: &Informer<K>,
+    resolve: impl Fn() -> rudder_cache::Result<Informer<K>> + Send + 'static,
+    replaced: impl Fn(&Informer<K>) + Send + 'static,
+) -> BoxStream<'static, rudder_cache::Event<K>>
+where
+    K: Resource + Send + Sync + 'static,
+{
+    struct State<K, R, P> {
         events: BoxStream<'static, rudder_cache::Event<K>>,
-        resolve: Option<Resolve<K>>,
-        current: Arc<Mutex<Vec<Informer<K>>>>,
+        resolve: R,
+        replaced: P,
         resource: String,
     }
     let state = State {
-        index,
         resource: informer.resource().to_string(),
         events: informer.subscribe().boxed(),
         resolve,
-        current,
+        replaced,
     };
     futures::stream::unfold(state, |mut state| async move {
         let mut backoff = REPLACE_BACKOFF_MIN;
         loop {
             if let Some(event) = state.events.next().await {
-                return Some((convert(event), state));
+                return Some((event, state));
             }
-            let resolve = state.resolve.clone()?;
             tracing::warn!(
                 resource = %state.resource,
                 ?backoff,
@@ -229,12 +257,10 @@ where
             );
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(REPLACE_BACKOFF_MAX);
-            match resolve() {
+            match (state.resolve)() {
                 Ok(informer) => {
                     state.events = informer.subscribe().boxed();
-                    if let Some(slot) = lock(&state.current).get_mut(state.index) {
-                        *slot = informer;
-                    }
+                    (state.replaced)(&informer);
                 }
                 Err(error) => {
                     tracing::debug!(resource = %state.resource, %error,

@@ -68,7 +68,7 @@ pub use handler::{
     EnqueueMapped, EnqueueObject, EnqueueOwner, EventHandler, HandlerFuncs, LOW_PRIORITY, Queue,
     enqueue,
 };
-pub use kind::Kind;
+pub use kind::{Kind, resubscribing};
 pub use predicate::{
     And, AnnotationChanged, Compose, Funcs, GenerationChanged, LabelChanged,
     LabelSelectorPredicate, MetaEvent, MetaPredicate, MetaPredicates, Not, Or, Predicate,

@@ -19,9 +19,10 @@ use kube::api::{Patch, PatchParams};
 use kube::core::{ObjectMeta, PartialObjectMeta};
 use rudder_cache::{ApiScope, Cache, Informer, Scope, Typed};
 use rudder_controller::{KeyLister, ShardGate};
-use rudder_handler::{Event, Request, Source, SourceError, Started, Synced};
+use rudder_handler::{Event, Request, Source, SourceError, Started, Synced, resubscribing};
 use rudder_manager::sharding::{Ring, RingStatus};
 use tokio::sync::{mpsc, watch};
+use tokio_util::task::AbortOnDropHandle;
 
 /// How many label patches one replica sends at once.
 const LABEL_CONCURRENCY: usize = 8;
@@ -105,60 +106,19 @@ fn narrowed(base: &Scope, requirement: &str) -> Scope {
     scope
 }
 
-/// The first wait before asking the cache for a replacement of an informer that ended.
-const REPLACE_BACKOFF_MIN: Duration = Duration::from_millis(100);
-/// The longest wait between two asks.
-const REPLACE_BACKOFF_MAX: Duration = Duration::from_secs(10);
-
-/// The events of `informer` (of `scope`), and of its replacements: an informer's stream ends
-/// only when it stops or fails, and then the cache is asked again (with a backoff), which
-/// replaces a failed informer; `replaced` hears of each replacement. The stream ends when the
-/// cache refuses (it is stopping).
+/// `scope`'s informer's events, then its replacements' (a failed informer is replaced
+/// through the cache, as a [`Kind`](rudder_handler::Kind) does); `replaced` hears of each.
 fn resilient<T: Typed>(
     cache: Cache,
     scope: Scope,
     informer: &Informer<T>,
     replaced: impl Fn(Informer<T>) + Send + 'static,
 ) -> BoxStream<'static, rudder_cache::Event<T>> {
-    let events = informer.subscribe().boxed();
-    futures::stream::unfold(
-        (events, cache, scope, replaced),
-        |(mut events, cache, scope, replaced)| async move {
-            let mut backoff = REPLACE_BACKOFF_MIN;
-            loop {
-                if let Some(event) = events.next().await {
-                    return Some((event, (events, cache, scope, replaced)));
-                }
-                tracing::warn!(
-                    ?scope,
-                    ?backoff,
-                    "a sharded source's informer ended; asking the cache for a new one"
-                );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(REPLACE_BACKOFF_MAX);
-                match cache.informer_in::<T>(&scope) {
-                    Ok(informer) => {
-                        events = informer.subscribe().boxed();
-                        replaced(informer);
-                    }
-                    Err(error) => {
-                        tracing::debug!(?scope, %error, "no new informer (the cache is stopping)");
-                        return None;
-                    }
-                }
-            }
-        },
+    resubscribing(
+        informer,
+        move || cache.informer_in::<T>(&scope),
+        move |new| replaced(new.clone()),
     )
-    .boxed()
-}
-
-/// Aborts the task when the event stream is dropped (the controller stopped).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 impl<K: Typed> Source<K> for LabelSharded<K> {
@@ -179,11 +139,11 @@ impl<K: Typed> Source<K> for LabelSharded<K> {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let current = Arc::clone(&self.current);
         let task = tokio::spawn(self.run(base, unlabelled, events_tx));
-        let events: BoxStream<'static, Event<K>> =
-            futures::stream::unfold((events_rx, AbortOnDrop(task)), |(mut rx, guard)| async {
-                rx.recv().await.map(|event| (event, (rx, guard)))
-            })
-            .boxed();
+        let events: BoxStream<'static, Event<K>> = futures::stream::unfold(
+            (events_rx, AbortOnDropHandle::new(task)),
+            |(mut rx, guard)| async { rx.recv().await.map(|event| (event, (rx, guard))) },
+        )
+        .boxed();
         let (probe, waiter) = (Arc::clone(&current), current);
         let synced = Synced::from_fn(
             move || lock(&probe).values().flatten().all(Informer::has_synced),
@@ -213,7 +173,7 @@ impl<K: Typed> LabelSharded<K> {
         events: mpsc::UnboundedSender<Event<K>>,
     ) {
         let (to_label, labelling) = mpsc::unbounded_channel::<ToLabel>();
-        let labeller = AbortOnDrop(tokio::spawn(label_objects::<K>(
+        let labeller = AbortOnDropHandle::new(tokio::spawn(label_objects::<K>(
             self.client.clone(),
             self.label.clone(),
             self.ring.clone(),
@@ -233,7 +193,7 @@ impl<K: Typed> LabelSharded<K> {
                 })
             },
         ));
-        let mut forwarders: BTreeMap<usize, Vec<AbortOnDrop>> = BTreeMap::new();
+        let mut forwarders: BTreeMap<usize, Vec<AbortOnDropHandle<()>>> = BTreeMap::new();
         let mut held = BTreeSet::new();
         loop {
             let now: BTreeSet<usize> = self
@@ -302,7 +262,7 @@ impl<K: Typed> LabelSharded<K> {
         base: &[Scope],
         before: &BTreeSet<usize>,
         now: &BTreeSet<usize>,
-        forwarders: &mut BTreeMap<usize, Vec<AbortOnDrop>>,
+        forwarders: &mut BTreeMap<usize, Vec<AbortOnDropHandle<()>>>,
         events: &mpsc::UnboundedSender<Event<K>>,
         to_label: &mpsc::UnboundedSender<ToLabel>,
     ) {
@@ -346,7 +306,7 @@ impl<K: Typed> LabelSharded<K> {
                             *slot = new;
                         }
                     });
-                    AbortOnDrop(tokio::spawn(forward(
+                    AbortOnDropHandle::new(tokio::spawn(forward(
                         stream,
                         shard,
                         self.gate.clone(),

@@ -15,6 +15,7 @@ use tokio::sync::{Mutex, Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::config::{JITTER_FACTOR, LeaderElectionConfig};
 use super::error::{ConfigError, Error, LeadershipLost, Result};
@@ -159,7 +160,7 @@ impl LeaderElection {
         tracing::info!(lease = %shared.key(), identity = %shared.config.identity(), "attempting to acquire the leader lease");
         let free = Arc::new(Notify::new());
         let _watch = shared.config.watch().then(|| {
-            AbortOnDrop(tokio::spawn(watch_for_free(
+            AbortOnDropHandle::new(tokio::spawn(watch_for_free(
                 Arc::clone(shared),
                 Arc::clone(&free),
             )))
@@ -721,15 +722,6 @@ fn is_released(lease: &Lease) -> bool {
 /// Whether the API server refused a write because the object changed since it was read.
 fn is_conflict(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 409)
-}
-
-/// Aborts a task when dropped.
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// `period` plus a random part of up to [`JITTER_FACTOR`] periods, as client-go's
