@@ -183,6 +183,39 @@ impl std::fmt::Display for Outcome {
     }
 }
 
+/// One run of a flow: how it ended, and the API requests answered 403 that its operator's
+/// `/metrics` counted during it ([`ForbiddenWatch::in_metrics`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowRun {
+    /// How the flow ended.
+    pub outcome: Outcome,
+    /// Requests answered 403, by the operator's metrics.
+    pub forbidden_in_metrics: f64,
+}
+
+impl FlowRun {
+    /// Completed, with no request answered 403: what the full roles must give.
+    pub fn is_clean(&self) -> bool {
+        self.outcome == Outcome::Completed && self.forbidden_in_metrics == 0.0
+    }
+
+    /// Met a `forbidden` error that the metrics counted too: what a needed rule's removal
+    /// must give.
+    pub fn is_forbidden_everywhere(&self) -> bool {
+        matches!(self.outcome, Outcome::Forbidden(_)) && self.forbidden_in_metrics > 0.0
+    }
+}
+
+impl std::fmt::Display for FlowRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}; {} requests answered 403 in /metrics",
+            self.outcome, self.forbidden_in_metrics
+        )
+    }
+}
+
 /// A rule in one line, for messages: its API groups, resources and verbs.
 pub fn describe_rule(rule: &PolicyRule) -> String {
     format!(
@@ -266,12 +299,14 @@ impl GrantedRole {
 }
 
 impl TestNamespace {
-    /// The rules of `roles` that `flow` does not need, described by [`describe_rule`]: each
-    /// rule is removed in turn (its role patched without it, the authorizer waited for), the
-    /// flow run as `user` under a fresh name (`without-1`, `without-2`, ...: the flow should
-    /// use it for what it creates, and clean up after itself), and the rule put back. A rule
-    /// is needed when the flow then ends in [`Outcome::Forbidden`]. The roles must already be
-    /// granted to `user`, and the flow pass with all of them.
+    /// The rules of `roles` that `flow` does not show to be needed, described by
+    /// [`describe_rule`] with the run: each rule is removed in turn (its role patched without
+    /// it, the authorizer waited for), the flow run as `user` under a fresh name
+    /// (`without-1`, `without-2`, ...: the flow should use it for what it creates, and clean
+    /// up after itself), and the rule put back. A rule is shown needed when the flow then
+    /// ends in [`Outcome::Forbidden`] and the operator's metrics counted a request answered
+    /// 403 ([`FlowRun::is_forbidden_everywhere`]). The roles must already be granted to
+    /// `user`, and the flow pass with all of them.
     ///
     /// # Errors
     ///
@@ -281,7 +316,7 @@ impl TestNamespace {
         &self,
         user: &TestUser,
         roles: &[GrantedRole],
-        mut flow: impl AsyncFnMut(&str) -> Outcome,
+        mut flow: impl AsyncFnMut(&str) -> FlowRun,
     ) -> Result<Vec<String>> {
         let client = self.client();
         let mut unneeded = Vec::new();
@@ -294,9 +329,9 @@ impl TestNamespace {
                 role.set_rules(&client, &without).await?;
                 self.wait_for_rule(user, rule, false).await?;
                 run += 1;
-                let outcome = flow(&format!("without-{run}")).await;
-                if !matches!(outcome, Outcome::Forbidden(_)) {
-                    unneeded.push(format!("{}: {outcome}", describe_rule(rule)));
+                let ran = flow(&format!("without-{run}")).await;
+                if !ran.is_forbidden_everywhere() {
+                    unneeded.push(format!("{}: {ran}", describe_rule(rule)));
                 }
                 role.set_rules(&client, &rules).await?;
                 self.wait_for_rule(user, rule, true).await?;
@@ -327,6 +362,26 @@ mod tests {
         );
         capture.clear();
         assert!(capture.forbidden_lines().is_empty());
+    }
+
+    #[test]
+    fn a_run_is_clean_only_without_403s_and_forbidden_only_with_them_counted() {
+        let run = |outcome, forbidden_in_metrics| FlowRun {
+            outcome,
+            forbidden_in_metrics,
+        };
+        let forbidden = || Outcome::Forbidden("configmaps is forbidden".to_owned());
+        assert!(run(Outcome::Completed, 0.0).is_clean());
+        assert!(!run(Outcome::Completed, 1.0).is_clean());
+        assert!(!run(forbidden(), 0.0).is_clean());
+        assert!(run(forbidden(), 2.0).is_forbidden_everywhere());
+        assert!(!run(forbidden(), 0.0).is_forbidden_everywhere());
+        assert!(!run(Outcome::Stuck("x".to_owned()), 3.0).is_forbidden_everywhere());
+        assert!(
+            run(Outcome::Completed, 1.0)
+                .to_string()
+                .contains("1 requests answered 403")
+        );
     }
 
     #[test]
