@@ -25,7 +25,6 @@ use std::time::Instant;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
-use kube::core::ObjectMeta;
 use rudder_envtest::TestEnv;
 use rudder_manager::client_metrics::instrument;
 
@@ -80,18 +79,9 @@ fn main() {
         let env = TestEnv::start().await.unwrap();
         let ns = env.namespace("client-metrics-bench").await.unwrap();
         let bare: Api<ConfigMap> = ns.api();
-        bare.create(
-            &PostParams::default(),
-            &ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some("target".to_owned()),
-                    ..ObjectMeta::default()
-                },
-                ..ConfigMap::default()
-            },
-        )
-        .await
-        .unwrap();
+        bare.create(&PostParams::default(), &fixtures::config_map("target"))
+            .await
+            .unwrap();
         let counted: Api<ConfigMap> = Api::namespaced(instrument(ns.client()), ns.name());
         let passed: Api<ConfigMap> = Api::namespaced(
             kube::Client::new(PassThrough(ns.client()), ns.name()),

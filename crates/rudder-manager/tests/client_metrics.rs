@@ -3,13 +3,15 @@
 //! requests (cache, leader election) counted in its `/metrics`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ListParams, PostParams};
-use kube::core::ObjectMeta;
 use metrics_exporter_prometheus::PrometheusHandle;
 use rudder_envtest::{TestEnv, eventually};
 use rudder_manager::client_metrics::{NO_ANSWER, REQUESTS_TOTAL, instrument};
@@ -42,16 +44,6 @@ async fn counted<T>(
 /// The counter is process-wide: the tests here take turns.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn config_map(name: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    }
-}
-
 #[tokio::test]
 async fn requests_are_counted_by_code_and_method_and_errors_stay_as_they_were() {
     let _turn = SERIAL.lock().await;
@@ -63,14 +55,16 @@ async fn requests_are_counted_by_code_and_method_and_errors_stay_as_they_were() 
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
 
     let (n, created) = counted(&handle, "201", "POST", async || {
-        cms.create(&PostParams::default(), &config_map("a")).await
+        cms.create(&PostParams::default(), &fixtures::config_map("a"))
+            .await
     })
     .await;
     assert_eq!(n, 1.0);
     created.unwrap();
 
     let (n, again) = counted(&handle, "409", "POST", async || {
-        cms.create(&PostParams::default(), &config_map("a")).await
+        cms.create(&PostParams::default(), &fixtures::config_map("a"))
+            .await
     })
     .await;
     assert_eq!(n, 1.0);
