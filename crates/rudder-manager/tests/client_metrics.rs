@@ -202,3 +202,29 @@ async fn a_manager_counts_its_own_requests_unless_told_not_to() {
         .await;
     assert_eq!(requests(&handle.render(), "404", "GET"), before);
 }
+
+#[test]
+fn a_manager_built_outside_a_runtime_does_not_panic_and_counts_nothing() {
+    let _turn = SERIAL.blocking_lock();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // The client needs a runtime to be made (its buffer is a task); the build does not.
+    let client = {
+        let _inside = runtime.enter();
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    };
+    let manager = Manager::builder(client)
+        .health_probe_address(None)
+        .metrics_address(None)
+        .build()
+        .unwrap();
+    // Its client is the one given: a request that gets no answer is not counted.
+    let handle = metrics::prometheus().unwrap();
+    let before = requests(&handle.render(), NO_ANSWER, "GET");
+    let api: Api<ConfigMap> = Api::namespaced(manager.client().clone(), "x");
+    let _ = runtime.block_on(api.get("y"));
+    assert_eq!(requests(&handle.render(), NO_ANSWER, "GET"), before);
+}

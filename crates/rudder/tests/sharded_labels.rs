@@ -2,7 +2,8 @@
 //! controller with `.sharded(config.with_mode(ShardMode::Labels))` over 90 ConfigMaps that
 //! carry no shard label. Each object gets the label of its shard, each replica's cache holds
 //! only the objects of the shards it holds (count and bytes about a third), each key is
-//! reconciled by its owner reading it from that cache; when a replica's shard informers stop
+//! reconciled by its owner reading it from that cache; a wrong shard label written by hand is
+//! corrected and a removed one written again; when a replica's shard informers stop
 //! (as failed watches do) the source follows their replacements; and after a replica stops
 //! the other two take its shards: their caches grow to hold them, and no key is reconciled
 //! by two replicas at once.
@@ -15,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
 use rudder::cache::ListOptions;
 use rudder::controller::{KeyAffinity, ShardGate, fnv1a64};
@@ -196,6 +197,45 @@ async fn label_mode_splits_the_cache_between_replicas_and_moves_it_with_the_shar
         let value = cm.metadata.labels.as_ref().and_then(|l| l.get(&label));
         assert_eq!(value, Some(&shard_of(&name).to_string()), "{name}");
     }
+
+    // A label written by hand: a wrong shard is corrected and a removed label written again,
+    // each object back in its owner's cache.
+    let wrong = (shard_of("cm-0") + 1) % SHARDS;
+    api.patch(
+        "cm-0",
+        &PatchParams::default(),
+        &Patch::Merge(
+            serde_json::json!({ "metadata": { "labels": { &label: wrong.to_string() } } }),
+        ),
+    )
+    .await
+    .unwrap();
+    api.patch(
+        "cm-1",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "metadata": { "labels": { &label: null } } })),
+    )
+    .await
+    .unwrap();
+    rudder_envtest::eventually("the labels written again", WAIT, async || {
+        let labels = |name: &'static str| {
+            let api = api.clone();
+            async move {
+                api.get(name)
+                    .await
+                    .unwrap()
+                    .metadata
+                    .labels
+                    .unwrap_or_default()
+            }
+        };
+        let (zero, one) = (labels("cm-0").await, labels("cm-1").await);
+        (zero.get(&label) == Some(&shard_of("cm-0").to_string())
+            && one.get(&label) == Some(&shard_of("cm-1").to_string()))
+        .then_some(())
+    })
+    .await;
+    settle(&replicas, &names, &log, &owner_of, Instant::now()).await;
 
     // a's shard informers stop (as a failed watch would): the source asks the cache for
     // replacements, and an object created in one of a's shards afterwards is reconciled by a.
