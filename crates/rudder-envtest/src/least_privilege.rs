@@ -5,10 +5,11 @@
 //! [`LogCapture`] collects what a tracing subscriber writes (give it to the subscriber as its
 //! writer); [`scrape`] and [`forbidden_requests`] read the operator's `/metrics` for API
 //! requests answered 403 ([`REQUESTS_METRIC`], which a Rudder manager exports for its
-//! client); [`Outcome`] says how a flow ended; [`TestNamespace::wait_for_rule`] waits until a
-//! rule's grant (or its removal) reached the authorizer; [`TestNamespace::unneeded_rules`]
-//! takes the granted [roles](GrantedRole) apart rule by rule and says which rules a flow did
-//! not need.
+//! client), and [`ForbiddenWatch`] watches both for one run; [`Outcome`] says how a flow
+//! ended and [`FlowRun`] adds the 403s its metrics counted; [`TestNamespace::wait_for_rule`]
+//! waits until a rule's grant (or its removal) reached the authorizer;
+//! [`TestNamespace::unneeded_rules`] takes the granted [roles](GrantedRole) apart rule by rule
+//! and says which rules a flow did not show to be needed (in the log and the metrics).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
