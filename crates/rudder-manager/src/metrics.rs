@@ -1,7 +1,7 @@
 //! The `/metrics` endpoint: every metric reported through the `metrics` crate (work queues,
 //! controllers, leader election) in Prometheus text format, plus the process's own.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use rudder_controller::metrics::RECONCILE_TIME_BUCKETS;
@@ -15,9 +15,17 @@ const WORKQUEUE_BUCKETS: &[f64] = &[1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.
 /// controller-runtime's buckets for the reconcile-time histogram, client-go's for the work
 /// queue's, and [`REBALANCE_BUCKETS`](crate::sharding::REBALANCE_BUCKETS) for a sharding
 /// ring's rebalance time. Fails if another global recorder was installed first; pass that recorder's
-/// handle to the manager instead.
+/// handle to the manager instead. Safe to call from many threads at once: the first installs,
+/// the others wait for it and share its handle.
 pub fn prometheus() -> Result<PrometheusHandle, BuildError> {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    // Held while installing, so a second first caller waits instead of failing to install
+    // a second global recorder.
+    static INSTALLING: Mutex<()> = Mutex::new(());
+    if let Some(handle) = HANDLE.get() {
+        return Ok(handle.clone());
+    }
+    let _installing = INSTALLING.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(handle) = HANDLE.get() {
         return Ok(handle.clone());
     }
