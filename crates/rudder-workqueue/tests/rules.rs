@@ -89,6 +89,39 @@ async fn panicking_worker_does_not_wedge_its_key() {
     assert_eq!(drain(&q), ["k"]);
 }
 
+/// A key whose `Eq` panics when compared with the key named "bad" (every key hashes alike,
+/// so adding one compares it with the keys already waiting, under the queue's lock).
+#[derive(Clone, Debug)]
+struct Touchy(&'static str);
+
+impl std::hash::Hash for Touchy {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        0u8.hash(state);
+    }
+}
+
+impl PartialEq for Touchy {
+    fn eq(&self, other: &Self) -> bool {
+        assert!(self.0 != "bad" && other.0 != "bad", "Eq blew up");
+        self.0 == other.0
+    }
+}
+
+impl Eq for Touchy {}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_whose_eq_panics_under_the_lock_does_not_wedge_the_queue() {
+    let q = WorkQueue::new();
+    q.add(Touchy("a"));
+    let add_bad = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| q.add(Touchy("bad"))));
+    assert!(add_bad.is_err(), "the key's own Eq panicked");
+    // The lock was released while unwinding, and the other keys are served as before.
+    q.add(Touchy("b"));
+    let keys: Vec<_> = drain(&q).into_iter().map(|k| k.0).collect();
+    assert_eq!(keys, ["a", "b"]);
+    assert_eq!(q.stats().processing, 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn add_after_waits_for_the_delay() {
     let q = WorkQueue::new();
