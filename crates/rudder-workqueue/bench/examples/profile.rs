@@ -7,10 +7,11 @@
 //! N u64 keys in one task (default ageing); `cycle-strict` the same with strict priority;
 //! `dedup` adds N times one of 64 keys that are all waiting;
 //! `workers` runs rounds of the bench's multi-worker row (a fresh queue, 2 producers adding
-//! 10,000 keys each, 2 workers) on a two-thread runtime until N keys are done, printing ns
-//! per key. Built with `--features test-util`, `cycle-test-util` and `workers-test-util` do
-//! the same after pausing a clock elsewhere in the process, as `rudder-workqueue`'s own bench
-//! did: what tokio's `test-util` adds to each clock read.
+//! 10,000 keys each, 2 workers) on a two-thread runtime until N keys are done. Each prints
+//! nanoseconds per operation (the whole run's wall time, so alternate runs of two builds to
+//! compare them on a shared machine). Built with `--features test-util`, `cycle-test-util`
+//! and `workers-test-util` do the same after pausing a clock elsewhere in the process, as
+//! `rudder-workqueue`'s own bench did: what tokio's `test-util` adds to each clock read.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use std::hint::black_box;
@@ -25,6 +26,7 @@ fn cycle(q: WorkQueue<u64>, n: u64) {
         .enable_time()
         .build()
         .unwrap();
+    let start = Instant::now();
     rt.block_on(async move {
         for i in 0..n {
             q.add(i & 63);
@@ -32,6 +34,7 @@ fn cycle(q: WorkQueue<u64>, n: u64) {
             black_box(item.key());
         }
     });
+    println!("{:.1} ns per cycle", start.elapsed().as_nanos() as f64 / n as f64);
 }
 
 fn dedup(n: u64) {
@@ -39,9 +42,11 @@ fn dedup(n: u64) {
     for k in 0..64 {
         q.add(k);
     }
+    let start = Instant::now();
     for i in 0..n {
         q.add(black_box(i & 63));
     }
+    println!("{:.1} ns per dedup", start.elapsed().as_nanos() as f64 / n as f64);
 }
 
 fn workers(n: u64) {
