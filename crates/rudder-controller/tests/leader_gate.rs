@@ -2,16 +2,17 @@
 //! meanwhile is reconciled when it opens, and no reconcile starts once it has closed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::core::ObjectMeta;
 use rudder_controller::{Action, Context, Controller, LeaderGate, Options, Reconciler, RunError};
-use rudder_handler::{EnqueueObject, Event, EventSender, Request, channel};
+use rudder_handler::{EnqueueObject, EventSender, Request, channel};
+use support::{send, spawn_run};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 /// Records when each reconcile started; asks to run again after `again` if set.
 struct Timed {
@@ -62,27 +63,6 @@ fn gated(
         .set_leader_gate(LeaderGate::new(receiver))
         .unwrap();
     (controller, events, starts, validity)
-}
-
-async fn send(events: &EventSender<ConfigMap>, name: &str) {
-    let object = Arc::new(ConfigMap {
-        metadata: ObjectMeta {
-            namespace: Some("ns".into()),
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    });
-    events.send(Event::Generic { object }).await.unwrap();
-}
-
-fn spawn_run(controller: &Controller<Timed>) -> (CancellationToken, tokio::task::JoinHandle<()>) {
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let (controller, stop) = (controller.clone(), stop.clone());
-        async move { controller.run(stop).await.unwrap() }
-    });
-    (stop, task)
 }
 
 #[tokio::test(start_paused = true)]

@@ -3,16 +3,17 @@
 //! shard is handed off cleanly (closed, then drained), runs to its end. On paused time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::core::ObjectMeta;
 use rudder_controller::{Action, Context, Controller, KeyAffinity, Options, Reconciler, ShardGate};
-use rudder_handler::{EnqueueObject, Event, EventSender, Request, channel};
+use rudder_handler::{EnqueueObject, EventSender, Request, channel};
+use support::{send, spawn_run};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 /// `("start" | "end", key)` of every reconcile, in order.
 type Log = Arc<Mutex<Vec<(&'static str, String)>>>;
@@ -73,27 +74,6 @@ fn setup(name: &str, work: Duration, until: Instant) -> Setup {
     }
 }
 
-async fn send(events: &EventSender<ConfigMap>, name: &str) {
-    let object = Arc::new(ConfigMap {
-        metadata: ObjectMeta {
-            namespace: Some("ns".into()),
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    });
-    events.send(Event::Generic { object }).await.unwrap();
-}
-
-fn run(controller: &Controller<Slow>) -> (CancellationToken, tokio::task::JoinHandle<()>) {
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let (controller, stop) = (controller.clone(), stop.clone());
-        async move { controller.run(stop).await.unwrap() }
-    });
-    (stop, task)
-}
-
 fn entries(log: &Log) -> Vec<(&'static str, String)> {
     log.lock().unwrap().clone()
 }
@@ -105,7 +85,7 @@ async fn a_reconcile_is_cancelled_when_its_shard_holding_passes() {
         Duration::from_secs(10),
         Instant::now() + Duration::from_secs(3),
     );
-    let (stop, task) = run(&s.controller);
+    let (stop, task) = spawn_run(&s.controller);
     send(&s.events, "a").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(entries(&s.log), [("start", "a".to_owned())]);
@@ -130,7 +110,7 @@ async fn after_a_freeze_the_lost_holding_wins_over_a_reconcile_that_could_finish
         Duration::from_secs(2),
         Instant::now() + Duration::from_secs(1),
     );
-    let (stop, task) = run(&s.controller);
+    let (stop, task) = spawn_run(&s.controller);
     send(&s.events, "a").await;
     tokio::task::yield_now().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -155,7 +135,7 @@ async fn a_renewed_holding_or_a_clean_hand_off_lets_the_reconcile_finish() {
         Duration::from_secs(10),
         Instant::now() + Duration::from_secs(3),
     );
-    let (stop, task) = run(&s.controller);
+    let (stop, task) = spawn_run(&s.controller);
     send(&s.events, "a").await;
     // Renewed every second, 3 s ahead: the reconcile runs its 10 s.
     for _ in 0..12 {
