@@ -14,8 +14,8 @@
 //! an empty namespace (the baseline), queue filter x1, queue filter x3, label x3 on its first
 //! start (the replicas label every object: each lists them all once, unlabelled) and label
 //! x3 restarted (the objects already labelled: the steady state), repeated `--rounds` times
-//! (default 1); the table gives the median per replica over replicas and rounds. Without `--bench` in its arguments (as under
-//! `cargo test --benches`) it returns at once.
+//! (default 1); the table gives the median per replica over replicas and rounds. Without
+//! `--bench` in its arguments (as under `cargo test --benches`) it returns at once.
 #![allow(
     missing_docs,
     clippy::unwrap_used,
