@@ -20,17 +20,25 @@ pub const CERT_READ_TOTAL: &str = "certwatcher_read_certificate_total";
 /// or did not parse.
 pub const CERT_READ_ERRORS_TOTAL: &str = "certwatcher_read_certificate_errors_total";
 
+/// A webhook path as a metric label: shared, so labelling a request copies no string.
+pub(crate) type PathLabel = metrics::SharedString;
+
+/// The label for `path`.
+pub(crate) fn path_label(path: &str) -> PathLabel {
+    metrics::SharedString::from(std::sync::Arc::<str>::from(path))
+}
+
 /// One request on one webhook path, from its start until dropped.
 pub(crate) struct RequestMetrics {
-    webhook: String,
+    webhook: PathLabel,
     start: Instant,
 }
 
 impl RequestMetrics {
-    pub(crate) fn start(webhook: &str) -> Self {
-        metrics::gauge!(REQUESTS_IN_FLIGHT, "webhook" => webhook.to_owned()).increment(1.0);
+    pub(crate) fn start(webhook: &PathLabel) -> Self {
+        metrics::gauge!(REQUESTS_IN_FLIGHT, "webhook" => webhook.clone()).increment(1.0);
         Self {
-            webhook: webhook.to_owned(),
+            webhook: webhook.clone(),
             start: Instant::now(),
         }
     }
@@ -38,7 +46,7 @@ impl RequestMetrics {
     pub(crate) fn finish(self, code: u16) {
         metrics::histogram!(LATENCY_SECONDS, "webhook" => self.webhook.clone())
             .record(self.start.elapsed().as_secs_f64());
-        metrics::counter!(REQUESTS_TOTAL, "webhook" => self.webhook.clone(), "code" => code.to_string())
+        metrics::counter!(REQUESTS_TOTAL, "webhook" => self.webhook.clone(), "code" => code_label(code))
             .increment(1);
         // The gauge goes down in drop, so an abandoned request is not counted in flight
         // forever.
@@ -49,6 +57,19 @@ impl Drop for RequestMetrics {
     fn drop(&mut self) {
         metrics::gauge!(REQUESTS_IN_FLIGHT, "webhook" => self.webhook.clone()).decrement(1.0);
     }
+}
+
+/// An HTTP status code as a label, without formatting the codes this server answers.
+fn code_label(code: u16) -> metrics::SharedString {
+    let known = match code {
+        200 => "200",
+        400 => "400",
+        404 => "404",
+        413 => "413",
+        500 => "500",
+        _ => return metrics::SharedString::from_owned(code.to_string()),
+    };
+    metrics::SharedString::const_str(known)
 }
 
 pub(crate) fn admission_panic() {

@@ -22,7 +22,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::certificate::CertificateStore;
 use crate::certwatcher::{FileWatcher, LoadError};
 use crate::conversion::{Conversions, KindConversion};
-use crate::metrics::{self, RequestMetrics};
+use crate::metrics::{self, PathLabel, RequestMetrics};
 use crate::options::{CertificateSource, Options};
 use crate::paths::CONVERT_PATH;
 use crate::tls::{Tls, handshake_with_self};
@@ -109,7 +109,23 @@ struct Inner {
     started: AtomicBool,
 }
 
-type Routes = Arc<RwLock<HashMap<String, Webhook>>>;
+type Routes = Arc<RwLock<HashMap<String, Route>>>;
+
+/// A registered webhook, with its path as the label of its metrics.
+#[derive(Clone, Debug)]
+struct Route {
+    webhook: Webhook,
+    label: PathLabel,
+}
+
+impl Route {
+    fn new(path: &str, webhook: Webhook) -> Self {
+        Self {
+            webhook,
+            label: metrics::path_label(path),
+        }
+    }
+}
 
 impl WebhookServer {
     /// A server with no webhooks yet, set up by `options`. Nothing is read or bound until
@@ -145,7 +161,8 @@ impl WebhookServer {
         if routes.contains_key(&path) {
             return Err(RegisterError::DuplicatePath { path });
         }
-        routes.insert(path, webhook.into());
+        let route = Route::new(&path, webhook.into());
+        routes.insert(path, route);
         Ok(())
     }
 
@@ -162,7 +179,7 @@ impl WebhookServer {
         erased.check_covers(&served)?;
         let mut routes = self.routes_mut();
         match routes.get(CONVERT_PATH) {
-            Some(existing) if !existing.is_conversion() => {
+            Some(existing) if !existing.webhook.is_conversion() => {
                 return Err(RegisterError::DuplicatePath {
                     path: CONVERT_PATH.to_owned(),
                 });
@@ -171,7 +188,10 @@ impl WebhookServer {
             None => {
                 routes.insert(
                     CONVERT_PATH.to_owned(),
-                    Webhook::conversion(self.inner.conversions.clone()),
+                    Route::new(
+                        CONVERT_PATH,
+                        Webhook::conversion(self.inner.conversions.clone()),
+                    ),
                 );
             }
         }
@@ -262,14 +282,14 @@ impl WebhookServer {
         })
     }
 
-    fn routes(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Webhook>> {
+    fn routes(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Route>> {
         self.inner
             .routes
             .read()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn routes_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Webhook>> {
+    fn routes_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Route>> {
         self.inner
             .routes
             .write()
@@ -342,18 +362,17 @@ impl tower_service::Service<Request<Body>> for Router {
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let path = request.uri().path().to_owned();
-        let webhook = self
+        let route = self
             .routes
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&path)
+            .get(request.uri().path())
             .cloned();
         Box::pin(async move {
-            let Some(webhook) = webhook else {
+            let Some(Route { webhook, label }) = route else {
                 return Ok(plain(StatusCode::NOT_FOUND, "no webhook at this path\n"));
             };
-            let recorded = RequestMetrics::start(&path);
+            let recorded = RequestMetrics::start(&label);
             let response = serve(webhook, request).await;
             recorded.finish(response.status().as_u16());
             Ok(response)

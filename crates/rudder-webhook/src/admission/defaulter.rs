@@ -9,9 +9,11 @@ use kube::core::{DynamicObject, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::patch::patch_between;
+use super::tree::Tree;
 use super::{
     AdmissionHandler, Denial, JsonObjectsHandler, JsonRequest, Warnings, allowed, decode_object,
-    defaulting_patch, errored,
+    errored,
 };
 
 /// Sets defaults on a `K` being created or updated (a mutating webhook).
@@ -59,9 +61,9 @@ where
         let object = match request
             .object
             .take()
-            .map(|object| serde_json::to_value(&object))
+            .map(|object| serde_json::to_vec(&object))
         {
-            Some(Ok(value)) => Some(value),
+            Some(Ok(json)) => Some(json),
             Some(Err(error)) => {
                 return errored(
                     Some(&request),
@@ -71,12 +73,8 @@ where
             }
             None => None,
         };
-        self.handle_json(JsonRequest {
-            request: Box::new(request),
-            object,
-            old_object: None,
-        })
-        .await
+        self.handle_json(JsonRequest::with_objects(request, object, None))
+            .await
     }
 }
 
@@ -86,56 +84,69 @@ where
     D: Defaulter<K>,
 {
     async fn handle_json(&self, json: JsonRequest) -> AdmissionResponse {
-        let JsonRequest {
-            request,
-            object: original,
-            ..
-        } = json;
+        let request = &json.request;
         if matches!(request.operation, Operation::Delete | Operation::Connect) {
-            return allowed(&request);
+            return allowed(request);
         }
-        let Some(original) = original else {
-            return allowed(&request);
+        let Some(original) = json.object() else {
+            return allowed(request);
         };
-        let mut typed: Box<K> = match decode_object(&request, &original, "object") {
+        let mut typed: Box<K> = match decode_object(request, original, "object") {
             Ok(typed) => Box::new(typed),
             Err(response) => return *response,
         };
-        let before = match serde_json::to_value(&typed) {
-            Ok(value) => value,
+        let before = match serde_json::to_vec(&typed) {
+            Ok(json) => json,
             Err(error) => {
                 return errored(
-                    Some(&request),
+                    Some(request),
                     500,
                     format!("cannot encode the object: {error}"),
                 );
             }
         };
-        let warnings = match self.defaulter.default(&mut typed, &request).await {
+        let warnings = match self.defaulter.default(&mut typed, request).await {
             Ok(warnings) => warnings,
-            Err(denial) => return denial.into_response(&request),
+            Err(denial) => return denial.into_response(request),
         };
-        let after = match serde_json::to_value(&typed) {
-            Ok(value) => value,
+        let after = match serde_json::to_vec(&typed) {
+            Ok(json) => json,
             Err(error) => {
                 return errored(
-                    Some(&request),
+                    Some(request),
                     500,
                     format!("cannot encode the defaulted object: {error}"),
                 );
             }
         };
-        let patch = defaulting_patch(&original, &before, &after);
-        let mut response = allowed(&request);
+        let mut response = allowed(request);
         if !warnings.is_empty() {
             response.warnings = Some(warnings);
         }
+        if before == after {
+            // Encoded the same before and after: nothing to patch.
+            return response;
+        }
+        let patch = match (
+            Tree::parse(original),
+            Tree::parse(&before),
+            Tree::parse(&after),
+        ) {
+            (Ok(original), Ok(before), Ok(after)) => patch_between(&original, &before, &after),
+            (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => {
+                return errored(
+                    Some(request),
+                    400,
+                    format!("cannot compare the object with the defaulted one: {error}"),
+                );
+            }
+        };
         if patch.0.is_empty() {
             return response;
         }
         match response.with_patch(patch) {
             Ok(response) => response,
-            Err(error) => errored(Some(&request), 500, error.to_string()),
+            Err(error) => errored(Some(request), 500, error.to_string()),
         }
     }
 }

@@ -4,21 +4,27 @@
 mod defaulter;
 mod denial;
 mod patch;
+mod tree;
 mod validator;
 
 use std::future::Future;
+use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
 use http::StatusCode;
 use hyper::body::Bytes;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
-use kube::core::{DynamicObject, Status, TypeMeta};
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, Status, TypeMeta};
+use serde_json::value::RawValue;
 
 pub use self::defaulter::{Defaulter, Defaulting};
 pub use self::denial::{Denial, FieldError, Warnings};
 pub use self::patch::defaulting_patch;
+use self::tree::Tree;
 pub use self::validator::{Validating, Validator};
 use crate::metrics;
 use crate::server::Rejection;
@@ -206,78 +212,165 @@ fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Undecodable> {
 /// A review's request with its objects as the JSON received (`null` is absent); the
 /// request's own `object` and `old_object` are `None`.
 ///
-/// The request is boxed, and so are the typed objects the adapters decode: the future
-/// that serves a review is itself boxed per request, and holding them inline made it
-/// about 14 KiB, allocated and copied for every request.
+/// The objects are not copied out of the body: they are ranges of it, which the adapters
+/// decode straight from those bytes. The request is boxed, and so are the typed objects
+/// the adapters decode: the future that serves a review is itself boxed per request, and
+/// holding them inline made it about 14 KiB, allocated and copied for every request.
 pub(crate) struct JsonRequest {
     pub(crate) request: Box<AdmissionRequest<DynamicObject>>,
-    pub(crate) object: Option<serde_json::Value>,
-    pub(crate) old_object: Option<serde_json::Value>,
+    /// Holds the objects' bytes.
+    body: Bytes,
+    object: Option<Range<usize>>,
+    old_object: Option<Range<usize>>,
 }
 
-/// Decodes a review body, leaving its objects as JSON: the body is parsed once, the
-/// objects are taken out, and only the rest is decoded into kube's request type.
-fn decode_json(body: &[u8]) -> Result<JsonRequest, Undecodable> {
-    let mut value =
-        serde_json::from_slice::<serde_json::Value>(body).map_err(Undecodable::NotJson)?;
-    let (object, old_object) = match value
-        .get_mut("request")
-        .and_then(serde_json::Value::as_object_mut)
-    {
-        Some(request) => (
-            take_object(request, "object"),
-            take_object(request, "oldObject"),
-        ),
-        None => (None, None),
+impl JsonRequest {
+    /// A request whose objects are given as JSON (for the typed adapters called as raw
+    /// handlers, with their objects already decoded).
+    pub(crate) fn with_objects(
+        request: AdmissionRequest<DynamicObject>,
+        object: Option<Vec<u8>>,
+        old_object: Option<Vec<u8>>,
+    ) -> Self {
+        let has_object = object.is_some();
+        let mut body = object.unwrap_or_default();
+        let object = has_object.then_some(0..body.len());
+        let old_object = old_object.map(|old| {
+            let start = body.len();
+            body.extend_from_slice(&old);
+            start..body.len()
+        });
+        Self {
+            request: Box::new(request),
+            body: Bytes::from(body),
+            object,
+            old_object,
+        }
+    }
+
+    /// The object, as the JSON received.
+    pub(crate) fn object(&self) -> Option<&[u8]> {
+        self.object.clone().map(|range| &self.body[range])
+    }
+
+    /// The old object, as the JSON received.
+    pub(crate) fn old_object(&self) -> Option<&[u8]> {
+        self.old_object.clone().map(|range| &self.body[range])
+    }
+}
+
+/// A review as read: its types, and its request with the objects left as text.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(default, rename = "apiVersion", borrow)]
+    api_version: Option<Tree<'a>>,
+    #[serde(default, borrow)]
+    kind: Option<Tree<'a>>,
+    #[serde(default, borrow)]
+    request: Option<RequestFields<'a>>,
+}
+
+/// kube's `AdmissionRequest` with the same fields and rules, except that the objects stay
+/// as text.
+#[derive(serde::Deserialize)]
+#[serde(rename = "AdmissionRequest", rename_all = "camelCase")]
+struct RequestFields<'a> {
+    uid: String,
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    request_kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    request_resource: Option<GroupVersionResource>,
+    #[serde(default)]
+    request_sub_resource: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: Operation,
+    user_info: UserInfo,
+    #[serde(borrow)]
+    object: Option<&'a RawValue>,
+    #[serde(borrow)]
+    old_object: Option<&'a RawValue>,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    options: Option<RawExtension>,
+}
+
+/// Decodes a review body, leaving its objects as JSON: the review is read in one pass, the
+/// objects are located in the body (not copied), and the rest is decoded into kube's
+/// request type. A body that does not decode is read again as a `Value`, to say why and to
+/// find the uid to echo.
+fn decode_json(body: &Bytes) -> Result<JsonRequest, Undecodable> {
+    let envelope = match serde_json::from_slice::<Envelope<'_>>(body) {
+        Ok(envelope) => envelope,
+        Err(error) => return Err(diagnose(body, &error)),
     };
     // The review's own fields are read directly: kube's `AdmissionReview` flattens its
-    // types, which makes serde buffer the whole review before decoding it.
-    let field = |name: &str| {
-        value
-            .get(name)
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
+    // types, which makes serde buffer the whole review before decoding it. A field that is
+    // not a string counts as empty (and the review is then refused as unsupported).
+    let field = |field: Option<Tree<'_>>| match field {
+        Some(Tree::String(text)) => text.into_owned(),
+        _ => String::new(),
     };
     let types = TypeMeta {
-        api_version: field("apiVersion"),
-        kind: field("kind"),
+        api_version: field(envelope.api_version),
+        kind: field(envelope.kind),
     };
-    let request = match value.get_mut("request").map(serde_json::Value::take) {
-        None | Some(serde_json::Value::Null) => None,
-        Some(request) => {
-            let uid = request
-                .get("uid")
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_owned);
-            match serde_json::from_value::<AdmissionRequest<DynamicObject>>(request) {
-                Ok(request) => Some(request),
-                Err(error) => {
-                    return Err(Undecodable::Review {
-                        types: answer_types(&types),
-                        uid,
-                        message: format!("cannot decode the admission review: {error}"),
-                    });
-                }
-            }
+    let range = |raw: Option<&RawValue>| {
+        raw.filter(|raw| !is_null(raw))
+            .map(|raw| within(body, raw.get()))
+    };
+    let mut object = None;
+    let mut old_object = None;
+    let request = envelope.request.map(|fields| {
+        object = range(fields.object);
+        old_object = range(fields.old_object);
+        AdmissionRequest {
+            types: TypeMeta::default(),
+            uid: fields.uid,
+            kind: fields.kind,
+            resource: fields.resource,
+            sub_resource: fields.sub_resource,
+            request_kind: fields.request_kind,
+            request_resource: fields.request_resource,
+            request_sub_resource: fields.request_sub_resource,
+            name: fields.name,
+            namespace: fields.namespace,
+            operation: fields.operation,
+            user_info: fields.user_info,
+            object: None,
+            old_object: None,
+            dry_run: fields.dry_run,
+            options: fields.options,
         }
-    };
+    });
     Ok(JsonRequest {
         request: Box::new(checked(AdmissionReview {
             types,
             request,
             response: None,
         })?),
+        body: body.clone(),
         object,
         old_object,
     })
 }
 
-fn take_object(
-    request: &mut serde_json::Map<String, serde_json::Value>,
-    key: &str,
-) -> Option<serde_json::Value> {
-    request.remove(key).filter(|object| !object.is_null())
+fn is_null(raw: &RawValue) -> bool {
+    raw.get() == "null"
+}
+
+/// Where `part`, a slice of `body` that the parser handed back, lies in it.
+fn within(body: &[u8], part: &str) -> Range<usize> {
+    let start = (part.as_ptr() as usize).saturating_sub(body.as_ptr() as usize);
+    let end = start.saturating_add(part.len()).min(body.len());
+    start.min(end)..end
 }
 
 /// The request of a decoded review, if the review is one this server answers.
@@ -365,13 +458,14 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Decodes a request's object as `K`, or the 400 answer saying why it does not decode.
+/// Decodes a request's object (its JSON) as `K`, or the 400 answer saying why it does not
+/// decode.
 pub(crate) fn decode_object<K: serde::de::DeserializeOwned>(
     request: &AdmissionRequest<DynamicObject>,
-    object: &serde_json::Value,
+    object: &[u8],
     which: &str,
 ) -> Result<K, Box<AdmissionResponse>> {
-    K::deserialize(object).map_err(|error| {
+    serde_json::from_slice(object).map_err(|error| {
         Box::new(errored(
             Some(request),
             400,
@@ -382,6 +476,7 @@ pub(crate) fn decode_object<K: serde::de::DeserializeOwned>(
         ))
     })
 }
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Pod;
@@ -409,5 +504,94 @@ mod tests {
         let future = serve_json(handler, Bytes::new());
         let size = size_of_val(&future);
         assert!(size <= 2048, "{size} bytes");
+    }
+
+    const REQUEST: &str = r#""uid":"u-1","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"operation":"UPDATE","userInfo":{"username":"a"}"#;
+
+    fn review(api_version: &str, request: &str) -> Bytes {
+        Bytes::from(format!(
+            r#"{{"kind":"AdmissionReview","apiVersion":{api_version},"request":{request}}}"#
+        ))
+    }
+
+    fn refusal(decoded: Result<JsonRequest, Undecodable>) -> (TypeMeta, Option<String>, String) {
+        match decoded {
+            Ok(request) => panic!("decoded: {:?}", request.request),
+            Err(Undecodable::NotJson(error)) => panic!("not JSON: {error}"),
+            Err(Undecodable::Review {
+                types,
+                uid,
+                message,
+            }) => (types, uid, message),
+        }
+    }
+
+    #[test]
+    fn objects_are_located_in_the_body_as_sent() {
+        let object = r#"{"metadata":{"name":"a\"b","labels":{"k":"\u00e9"}}, "spec" : [1, 2.5]}"#;
+        let body = review(
+            r#""admission.k8s.io/v1""#,
+            &format!(r#"{{{REQUEST},"object":{object},"oldObject":null,"dryRun":true}}"#),
+        );
+        let decoded = match decode_json(&body) {
+            Ok(decoded) => decoded,
+            Err(error) => panic!("{error:?}"),
+        };
+        assert_eq!(decoded.object(), Some(object.as_bytes()));
+        assert_eq!(decoded.old_object(), None, "null is absent");
+        assert_eq!(decoded.request.uid, "u-1");
+        assert_eq!(decoded.request.operation, Operation::Update);
+        assert!(decoded.request.dry_run);
+        assert!(decoded.request.object.is_none() && decoded.request.old_object.is_none());
+        assert_eq!(decoded.request.types.api_version, ADMISSION_V1);
+
+        let both = review(
+            r#""admission.k8s.io/v1beta1""#,
+            &format!(r#"{{{REQUEST},"oldObject":{{"b":1}},"object":{{"a":[]}}}}"#),
+        );
+        let decoded = match decode_json(&both) {
+            Ok(decoded) => decoded,
+            Err(error) => panic!("{error:?}"),
+        };
+        assert_eq!(decoded.object(), Some(&br#"{"a":[]}"#[..]));
+        assert_eq!(decoded.old_object(), Some(&br#"{"b":1}"#[..]));
+        assert_eq!(decoded.request.types.api_version, ADMISSION_V1BETA1);
+    }
+
+    #[test]
+    fn reviews_that_cannot_be_answered_say_why_with_what_can_be_echoed() {
+        // An apiVersion that is not a string: unsupported, answered in v1.
+        let (types, uid, message) = refusal(decode_json(&review("5", &format!("{{{REQUEST}}}"))));
+        assert_eq!(
+            (types.api_version.as_str(), uid.as_deref()),
+            (ADMISSION_V1, Some("u-1"))
+        );
+        assert!(message.contains("unsupported review"), "{message}");
+        // No request, or a null one.
+        for request in ["null", r#"null, "other": 1"#] {
+            let (_, uid, message) =
+                refusal(decode_json(&review(r#""admission.k8s.io/v1""#, request)));
+            assert_eq!(uid, None);
+            assert!(message.contains("has no request"), "{message}");
+        }
+        // A request that does not decode: its uid is still echoed.
+        let broken = REQUEST.replace("UPDATE", "EXPLODE");
+        let (_, uid, message) = refusal(decode_json(&review(
+            r#""admission.k8s.io/v1""#,
+            &format!("{{{broken}}}"),
+        )));
+        assert_eq!(uid.as_deref(), Some("u-1"));
+        assert!(
+            message.contains("cannot decode the admission review"),
+            "{message}"
+        );
+        // A request that is not an object.
+        let (_, uid, _) = refusal(decode_json(&review(r#""admission.k8s.io/v1""#, "[1]")));
+        assert_eq!(uid, None);
+        // Not JSON at all.
+        assert!(matches!(
+            decode_json(&Bytes::from_static(b"{\"kind\":")),
+            Err(Undecodable::NotJson(_))
+        ));
     }
 }

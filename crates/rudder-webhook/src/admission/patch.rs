@@ -8,6 +8,8 @@ use json_patch::{
 };
 use serde_json::Value;
 
+use super::tree::Tree;
+
 /// The JSON patch that turns `original` (the object as the API server sent it) into the
 /// defaulted object.
 ///
@@ -19,6 +21,12 @@ use serde_json::Value;
 /// changed value comes from `after`. Arrays are merged element by element when the three
 /// have the same length, and replaced by `after`'s otherwise.
 pub fn defaulting_patch(original: &Value, before: &Value, after: &Value) -> json_patch::Patch {
+    patch_between(original, before, after)
+}
+
+/// [`defaulting_patch`] for any document representation (the server uses [`Tree`]s, which
+/// borrow from the bytes received and encoded).
+pub(crate) fn patch_between<D: Document>(original: &D, before: &D, after: &D) -> json_patch::Patch {
     // The operations are written while walking only what the defaulter changed: the
     // target is never built, and unchanged subtrees are never copied or compared with the
     // original.
@@ -28,12 +36,78 @@ pub fn defaulting_patch(original: &Value, before: &Value, after: &Value) -> json
     patch
 }
 
+/// What the patch needs of a JSON document: equality, objects' members, arrays' elements.
+pub(crate) trait Document: PartialEq + Sized {
+    /// The members of an object, in key order; `None` if this is not an object.
+    fn members(&self) -> Option<impl Iterator<Item = (&str, &Self)>>;
+    /// The member `key`, if this is an object that has it.
+    fn member(&self, key: &str) -> Option<&Self>;
+    /// The elements of an array; `None` if this is not an array.
+    fn elements(&self) -> Option<&[Self]>;
+    /// The value, as the patch carries it.
+    fn to_value(&self) -> Value;
+    /// The plain diff from `original` to `after`.
+    fn diff(original: &Self, after: &Self) -> json_patch::Patch;
+}
+
+impl Document for Value {
+    fn members(&self) -> Option<impl Iterator<Item = (&str, &Self)>> {
+        self.as_object()
+            .map(|map| map.iter().map(|(k, v)| (k.as_str(), v)))
+    }
+
+    fn member(&self, key: &str) -> Option<&Self> {
+        self.as_object()?.get(key)
+    }
+
+    fn elements(&self) -> Option<&[Self]> {
+        self.as_array().map(Vec::as_slice)
+    }
+
+    fn to_value(&self) -> Value {
+        self.clone()
+    }
+
+    fn diff(original: &Self, after: &Self) -> json_patch::Patch {
+        json_patch::diff(original, after)
+    }
+}
+
+impl Document for Tree<'_> {
+    fn members(&self) -> Option<impl Iterator<Item = (&str, &Self)>> {
+        match self {
+            Tree::Object(members) => Some(members.iter().map(|(k, v)| (k.as_ref(), v))),
+            _ => None,
+        }
+    }
+
+    fn member(&self, key: &str) -> Option<&Self> {
+        self.get(key)
+    }
+
+    fn elements(&self) -> Option<&[Self]> {
+        match self {
+            Tree::Array(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    fn to_value(&self) -> Value {
+        Tree::to_value(self)
+    }
+
+    fn diff(original: &Self, after: &Self) -> json_patch::Patch {
+        // Where the typed view and the original disagree in shape: rare, so converted.
+        json_patch::diff(&original.to_value(), &after.to_value())
+    }
+}
+
 /// Appends to `patch` the operations at `pointer` that turn `original` into `before`'s
 /// change to `after` laid over `original` (see [`defaulting_patch`]).
-fn changes(
-    original: &Value,
-    before: &Value,
-    after: &Value,
+fn changes<D: Document>(
+    original: &D,
+    before: &D,
+    after: &D,
     pointer: &mut PointerBuf,
     patch: &mut json_patch::Patch,
 ) {
@@ -41,58 +115,70 @@ fn changes(
         // The defaulter did not touch this value: it keeps its original form.
         return;
     }
-    match (original, before, after) {
-        (Value::Object(original), Value::Object(before), Value::Object(after)) => {
-            for (key, after_value) in after {
-                let before_value = before.get(key);
-                if before_value == Some(after_value) {
-                    // Unchanged by the defaulter: whatever the original had stays (a default
-                    // the encoding wrote but the original lacked is not added).
-                    continue;
-                }
-                pointer.push_back(key.as_str());
-                match (original.get(key), before_value) {
-                    (Some(original_value), Some(before_value)) => {
-                        changes(original_value, before_value, after_value, pointer, patch);
-                    }
-                    (Some(original_value), None) => {
-                        diff_at(original_value, after_value, pointer, patch);
-                    }
-                    (None, _) => patch.0.push(PatchOperation::Add(AddOperation {
-                        path: pointer.clone(),
-                        value: after_value.clone(),
-                    })),
-                }
-                pointer.pop_back();
+    if let (Some(_), Some(before_members), Some(after_members)) =
+        (original.members(), before.members(), after.members())
+    {
+        for (key, after_value) in after_members {
+            let before_value = before.member(key);
+            if before_value == Some(after_value) {
+                // Unchanged by the defaulter: whatever the original had stays (a default
+                // the encoding wrote but the original lacked is not added).
+                continue;
             }
-            for key in before.keys() {
-                if !after.contains_key(key) && original.contains_key(key) {
-                    pointer.push_back(key.as_str());
-                    patch.0.push(PatchOperation::Remove(RemoveOperation {
-                        path: pointer.clone(),
-                    }));
-                    pointer.pop_back();
+            pointer.push_back(key);
+            match (original.member(key), before_value) {
+                (Some(original_value), Some(before_value)) => {
+                    changes(original_value, before_value, after_value, pointer, patch);
                 }
+                (Some(original_value), None) => {
+                    diff_at(original_value, after_value, pointer, patch);
+                }
+                (None, _) => patch.0.push(PatchOperation::Add(AddOperation {
+                    path: pointer.clone(),
+                    value: after_value.to_value(),
+                })),
             }
+            pointer.pop_back();
         }
-        (Value::Array(original), Value::Array(before), Value::Array(after))
-            if original.len() == before.len() && before.len() == after.len() =>
-        {
-            for (index, ((original, before), after)) in
-                original.iter().zip(before).zip(after).enumerate()
-            {
-                pointer.push_back(index);
-                changes(original, before, after, pointer, patch);
+        for (key, _) in before_members {
+            if after.member(key).is_none() && original.member(key).is_some() {
+                pointer.push_back(key);
+                patch.0.push(PatchOperation::Remove(RemoveOperation {
+                    path: pointer.clone(),
+                }));
                 pointer.pop_back();
             }
         }
-        _ => diff_at(original, after, pointer, patch),
+        return;
     }
+    if let (Some(original_items), Some(before_items), Some(after_items)) =
+        (original.elements(), before.elements(), after.elements())
+        && original_items.len() == before_items.len()
+        && before_items.len() == after_items.len()
+    {
+        for (index, ((original, before), after)) in original_items
+            .iter()
+            .zip(before_items)
+            .zip(after_items)
+            .enumerate()
+        {
+            pointer.push_back(index);
+            changes(original, before, after, pointer, patch);
+            pointer.pop_back();
+        }
+        return;
+    }
+    diff_at(original, after, pointer, patch);
 }
 
 /// Appends the plain diff from `original` to `after`, both at `pointer`.
-fn diff_at(original: &Value, after: &Value, pointer: &PointerBuf, patch: &mut json_patch::Patch) {
-    for mut operation in json_patch::diff(original, after).0 {
+fn diff_at<D: Document>(
+    original: &D,
+    after: &D,
+    pointer: &PointerBuf,
+    patch: &mut json_patch::Patch,
+) {
+    for mut operation in D::diff(original, after).0 {
         match &mut operation {
             PatchOperation::Add(AddOperation { path, .. })
             | PatchOperation::Remove(RemoveOperation { path })
@@ -117,6 +203,8 @@ mod tests {
     use super::*;
 
     use serde_json::Map;
+
+    use crate::admission::tree::tests::any_json;
 
     /// The target the patch must reach, built whole: `before`'s change to `after` laid over
     /// `original` (what the patch was first computed from, with a diff from `original`).
@@ -244,5 +332,45 @@ mod tests {
         check(&original, &before, &after);
         // The whole document replaced.
         check(&json!([1]), &json!([1]), &json!({"a": 1}));
+    }
+
+    proptest::proptest! {
+        /// The server computes the patch on [`Tree`]s read from the bytes; it is the patch
+        /// computed on `Value`s, operation for operation.
+        #[test]
+        fn trees_give_the_patch_values_give(
+            original in any_json(),
+            before in any_json(),
+            after in any_json(),
+        ) {
+            let texts = [&original, &before, &after].map(|v| serde_json::to_vec(v).unwrap_or_default());
+            let values = texts.clone().map(|t| serde_json::from_slice::<Value>(&t).unwrap_or_default());
+            let trees: Vec<Tree<'_>> = texts.iter().map(|t| Tree::parse(t).unwrap_or(Tree::Null)).collect();
+            let from_values = defaulting_patch(&values[0], &values[1], &values[2]);
+            let from_trees = patch_between(&trees[0], &trees[1], &trees[2]);
+            proptest::prop_assert_eq!(from_trees, from_values);
+        }
+
+        /// Related documents (the after is the before with some members changed), where the
+        /// walk goes deep rather than replacing at the top.
+        #[test]
+        fn trees_give_the_patch_values_give_for_small_changes(
+            original in any_json(),
+            changed in any_json(),
+            key in "[a-d~/]{0,2}",
+        ) {
+            let before = original.clone();
+            let mut after = before.clone();
+            if let Value::Object(members) = &mut after {
+                members.insert(key, changed);
+            }
+            let texts = [&original, &before, &after].map(|v| serde_json::to_vec(v).unwrap_or_default());
+            let values = texts.clone().map(|t| serde_json::from_slice::<Value>(&t).unwrap_or_default());
+            let trees: Vec<Tree<'_>> = texts.iter().map(|t| Tree::parse(t).unwrap_or(Tree::Null)).collect();
+            let from_values = defaulting_patch(&values[0], &values[1], &values[2]);
+            let from_trees = patch_between(&trees[0], &trees[1], &trees[2]);
+            proptest::prop_assert_eq!(&from_trees, &from_values);
+            check(&values[0], &values[1], &values[2]);
+        }
     }
 }

@@ -76,12 +76,8 @@ where
     async fn handle(&self, mut request: AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         let object = take_json(&mut request.object);
         let old_object = take_json(&mut request.old_object);
-        self.handle_json(JsonRequest {
-            request: Box::new(request),
-            object,
-            old_object,
-        })
-        .await
+        self.handle_json(JsonRequest::with_objects(request, object, old_object))
+            .await
     }
 }
 
@@ -91,65 +87,61 @@ where
     V: Validator<K>,
 {
     async fn handle_json(&self, json: JsonRequest) -> AdmissionResponse {
-        let JsonRequest {
-            request,
-            object,
-            old_object: old,
-        } = json;
+        let (request, object, old) = (&json.request, json.object(), json.old_object());
         let outcome = match request.operation {
             Operation::Create => {
                 let Some(object) = object else {
-                    return missing(&request, "object");
+                    return missing(request, "object");
                 };
-                let object: Box<K> = match decode_object(&request, &object, "object") {
+                let object: Box<K> = match decode_object(request, object, "object") {
                     Ok(object) => Box::new(object),
                     Err(response) => return *response,
                 };
-                self.validator.validate_create(&object, &request).await
+                self.validator.validate_create(&object, request).await
             }
             Operation::Update => {
                 let (Some(object), Some(old)) = (object, old) else {
-                    return missing(&request, "object and oldObject");
+                    return missing(request, "object and oldObject");
                 };
-                let new: Box<K> = match decode_object(&request, &object, "object") {
+                let new: Box<K> = match decode_object(request, object, "object") {
                     Ok(object) => Box::new(object),
                     Err(response) => return *response,
                 };
-                let old: Box<K> = match decode_object(&request, &old, "old object") {
+                let old: Box<K> = match decode_object(request, old, "old object") {
                     Ok(object) => Box::new(object),
                     Err(response) => return *response,
                 };
-                self.validator.validate_update(&old, &new, &request).await
+                self.validator.validate_update(&old, &new, request).await
             }
             Operation::Delete => {
                 let Some(old) = old else {
-                    return missing(&request, "oldObject");
+                    return missing(request, "oldObject");
                 };
-                let old: Box<K> = match decode_object(&request, &old, "old object") {
+                let old: Box<K> = match decode_object(request, old, "old object") {
                     Ok(object) => Box::new(object),
                     Err(response) => return *response,
                 };
-                self.validator.validate_delete(&old, &request).await
+                self.validator.validate_delete(&old, request).await
             }
             Operation::Connect => Ok(Vec::new()),
         };
         match outcome {
             Ok(warnings) => {
-                let mut response = allowed(&request);
+                let mut response = allowed(request);
                 if !warnings.is_empty() {
                     response.warnings = Some(warnings);
                 }
                 response
             }
-            Err(denial) => denial.into_response(&request),
+            Err(denial) => denial.into_response(request),
         }
     }
 }
 
-fn take_json(object: &mut Option<DynamicObject>) -> Option<serde_json::Value> {
+fn take_json(object: &mut Option<DynamicObject>) -> Option<Vec<u8>> {
     object
         .take()
-        .and_then(|object| serde_json::to_value(object).ok())
+        .and_then(|object| serde_json::to_vec(&object).ok())
 }
 
 fn missing(request: &AdmissionRequest<DynamicObject>, what: &str) -> AdmissionResponse {
