@@ -14,7 +14,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use proptest::prelude::*;
 use rudder_webhook::WebhookServer;
 use rudder_webhook::admission::{AdmissionHandler, allowed};
-use rudder_webhook::{Webhook, validate_path};
+use rudder_webhook::{Webhook, mutate_path, validate_path};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -144,6 +144,12 @@ fn fixture() -> &'static Fixture {
                             Webhook::validator(Anything),
                         )
                         .unwrap();
+                    server
+                        .register(
+                            mutate_path::<k8s_openapi::api::core::v1::ConfigMap>(),
+                            Webhook::defaulter(MarkData),
+                        )
+                        .unwrap();
                 },
             )
             .await;
@@ -163,6 +169,24 @@ fn fixture() -> &'static Fixture {
 struct Anything;
 
 impl rudder_webhook::admission::Validator<k8s_openapi::api::core::v1::ConfigMap> for Anything {}
+
+/// Adds a data key (and replaces one, when there): the patch must touch only those.
+struct MarkData;
+
+impl rudder_webhook::admission::Defaulter<k8s_openapi::api::core::v1::ConfigMap> for MarkData {
+    async fn default(
+        &self,
+        config_map: &mut k8s_openapi::api::core::v1::ConfigMap,
+        _request: &AdmissionRequest<DynamicObject>,
+    ) -> Result<rudder_webhook::admission::Warnings, rudder_webhook::admission::Denial> {
+        let data = config_map.data.get_or_insert_with(Default::default);
+        data.insert("marked".to_owned(), "yes".to_owned());
+        if let Some(value) = data.get_mut("a") {
+            value.push('!');
+        }
+        Ok(Vec::new())
+    }
+}
 
 /// Posts `body` to `path` and checks the answer is well formed: HTTP 400 for a body that
 /// is not JSON, otherwise HTTP 200 with an AdmissionReview whose response has a uid string
@@ -269,6 +293,47 @@ proptest! {
     fn mangled_reviews_get_a_well_formed_answer(value in mangled_review()) {
         let body = serde_json::to_vec(&value).unwrap();
         check_answer("/allow", body.clone())?;
-        check_answer("/validate--v1-configmap", body)?;
+        check_answer("/validate--v1-configmap", body.clone())?;
+        check_answer("/mutate--v1-configmap", body)?;
+    }
+
+    /// A ConfigMap with any data and any fields a ConfigMap does not have: the defaulting
+    /// patch applies to the object as sent, adds and changes what the defaulter did, and
+    /// keeps everything else, unknown fields included.
+    #[test]
+    fn a_defaulting_patch_applies_and_changes_only_what_the_defaulter_did(
+        data in prop::collection::btree_map("[a-c]{1,2}|k\\.x/y~z|\u{e9}\"", "[ -~\u{e9}]{0,8}", 0..6),
+        unknown in arbitrary_json(),
+    ) {
+        let object = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "cm", "namespace": "default"},
+            "data": data,
+            "someday": unknown,
+        });
+        let mut body = a_review("patched");
+        body["request"]["object"] = object.clone();
+        let fixture = fixture();
+        let (status, answer) = fixture
+            .runtime
+            .block_on(async {
+                let mut client = fixture.client.lock().await;
+                client.post("/mutate--v1-configmap", "application/json", serde_json::to_vec(&body).unwrap()).await
+            })
+            .map_err(|error| TestCaseError::fail(format!("request failed: {error}")))?;
+        prop_assert_eq!(status, StatusCode::OK);
+        let answer: Value = serde_json::from_slice(&answer).unwrap();
+        prop_assert_eq!(&answer["response"]["allowed"], true);
+        let patch: Vec<u8> = serde_json::from_value(answer["response"]["patch"].clone()).unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        let mut patched = object.clone();
+        json_patch::patch(&mut patched, &patch).unwrap();
+        let mut expected = object;
+        expected["data"]["marked"] = json!("yes");
+        if let Some(a) = expected["data"].get("a").and_then(Value::as_str).map(str::to_owned) {
+            expected["data"]["a"] = json!(format!("{a}!"));
+        }
+        prop_assert_eq!(patched, expected);
     }
 }
