@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use crate::util;
 
-const HELP: &str =
-    "usage: cargo xtask bench-webhook [--runs N] [--duration SECONDS] [--connections C]";
+const HELP: &str = "usage: cargo xtask bench-webhook [--runs N] [--duration SECONDS] [--connections C]
+       cargo xtask bench-webhook --callgrind";
 
 /// The label both servers add, and its value.
 const LABEL_KEY: &str = "defaulted-by";
@@ -137,6 +137,8 @@ struct Settings {
     runs: usize,
     duration: u64,
     connections: u64,
+    /// Count Rudder's instructions per request under callgrind instead (no Go, no timing).
+    callgrind: bool,
 }
 
 fn parse_args(args: &[&str]) -> Result<Settings, String> {
@@ -144,9 +146,14 @@ fn parse_args(args: &[&str]) -> Result<Settings, String> {
         runs: 1,
         duration: 10,
         connections: 32,
+        callgrind: false,
     };
     let mut rest = args.iter();
     while let Some(&flag) = rest.next() {
+        if flag == "--callgrind" {
+            settings.callgrind = true;
+            continue;
+        }
         let value = rest
             .next()
             .ok_or_else(|| format!("{flag} needs a value\n{HELP}"))?;
@@ -178,6 +185,12 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
     let script = work.0.join("post.lua");
     let review_literal = format!("{:?}", review_path.display().to_string());
     write(&script, &WRK_SCRIPT.replace("REVIEW_PATH", &review_literal))?;
+    if settings.callgrind {
+        let rust_binary = util::step("build Rudder's bench_server example (release)", build_rust)?;
+        return util::step("Rudder under callgrind", || {
+            count_instructions(&rust_binary, &work.0, &script)
+        });
+    }
     let go_binary = util::step("build the Go net/http comparator", || {
         build_go(&work.0.join("webhook-go"))
     })?;
@@ -433,6 +446,88 @@ impl Drop for Running {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// What `--callgrind` measures: how long the load runs, over how many connections.
+const CALLGRIND_SECONDS: u64 = 15;
+const CALLGRIND_CONNECTIONS: u64 = 4;
+
+/// `--callgrind`: the Rust server under valgrind's callgrind while wrk posts the review for
+/// [`CALLGRIND_SECONDS`]; prints the instructions it executed per request, in all and in
+/// the admission path (decoding, the defaulter, the patch, the answer). Instruction counts
+/// do not move with the machine's load, where requests per second on a shared machine do;
+/// they leave out the kernel and say nothing of cache misses, so they compare builds of
+/// Rudder, not Rudder with Go (Go's runtime does not run usefully under valgrind).
+fn count_instructions(binary: &Path, dir: &Path, script: &Path) -> Result<(), String> {
+    let addr = free_port()?;
+    let profile = dir.join("callgrind.out");
+    let mut child = Running(
+        Command::new("valgrind")
+            .arg("--tool=callgrind")
+            .arg(format!("--callgrind-out-file={}", profile.display()))
+            .arg(binary)
+            .arg("--addr")
+            .arg(addr.to_string())
+            .arg("--cert-dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("could not run valgrind (Debian's `valgrind` package): {e}"))?,
+    );
+    let answer = wait_for_answer(&mut child.0, addr, Duration::from_secs(120))?;
+    check_answer(&answer).map_err(|e| format!("the answer is wrong: {e}\n{answer}"))?;
+    let output = Command::new("wrk")
+        .args([
+            "-t1".to_owned(),
+            format!("-c{CALLGRIND_CONNECTIONS}"),
+            format!("-d{CALLGRIND_SECONDS}s"),
+            "--latency".to_owned(),
+            "-s".to_owned(),
+        ])
+        .arg(script)
+        .arg(format!("https://{addr}/mutate"))
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not run wrk: {e}"))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let wrk = parse_wrk(&text).map_err(|e| format!("{e}\nwrk printed:\n{text}"))?;
+    if wrk.non_2xx > 0 || wrk.requests == 0 {
+        return Err(format!("the run had no or failed answers\n{text}"));
+    }
+    // An interrupt makes callgrind write the profile and exit.
+    util::run(Command::new("kill").args(["-INT", &child.0.id().to_string()]))?;
+    child
+        .0
+        .wait()
+        .map_err(|e| format!("could not wait for valgrind: {e}"))?;
+    let annotated = Command::new("callgrind_annotate")
+        .arg("--inclusive=yes")
+        .arg(&profile)
+        .output()
+        .map_err(|e| format!("could not run callgrind_annotate: {e}"))?;
+    let annotated = String::from_utf8_lossy(&annotated.stdout);
+    let count = |needle: &str| {
+        annotated
+            .lines()
+            .find(|line| line.contains(needle))
+            .and_then(|line| line.split_whitespace().next())
+            .and_then(|count| count.replace(',', "").parse::<u64>().ok())
+    };
+    let total = count("PROGRAM TOTALS").ok_or("callgrind_annotate printed no total")?;
+    let requests = wrk.requests + 1; // and the one that checked the answer
+    println!(
+        "    {requests} requests; {} instructions per request in all (TLS handshakes and start-up included)",
+        total / requests
+    );
+    match count("rudder_webhook::admission::serve_json") {
+        Some(admission) => println!(
+            "    {} instructions per request in the admission path (decode, defaulter, patch, answer)",
+            admission / requests
+        ),
+        None => println!("    (no admission path in the profile: were symbols stripped?)"),
+    }
+    Ok(())
 }
 
 /// Starts `server`, waits until it answers correctly, runs wrk against it, stops it.

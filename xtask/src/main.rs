@@ -38,8 +38,9 @@ Tasks:
   bench-workqueue [--runs N]
                           Rudder's work queue against client-go's (built from the envtest
                           Kubernetes tree with Go in GOPATH mode) and kube-runtime, N times
-  bench-webhook [--runs N] [--duration S] [--connections C]
-                          the webhook server against Go's net/http under wrk, side by side
+  bench-webhook [--runs N] [--duration S] [--connections C] | --callgrind
+                          the webhook server against Go's net/http under wrk, side by side;
+                          --callgrind: Rudder's instructions per request under callgrind
   bench-failover [--rounds N] [--objects N]
                           the old leader's release to the new leader's first reconcile
                           with N objects (default 5000) in the cache, warm standby off
