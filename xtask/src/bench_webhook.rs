@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 
 use crate::util;
 
-const HELP: &str = "usage: cargo xtask bench-webhook [--runs N] [--duration SECONDS] [--connections C]
+const HELP: &str =
+    "usage: cargo xtask bench-webhook [--runs N] [--duration SECONDS] [--connections C]
        cargo xtask bench-webhook --callgrind";
 
 /// The label both servers add, and its value.
