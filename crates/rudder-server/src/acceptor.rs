@@ -24,6 +24,14 @@ pub trait Acceptor: Clone + Send + Sync + 'static {
         &self,
         stream: TcpStream,
     ) -> impl Future<Output = Result<Self::Stream, Self::Error>> + Send;
+
+    /// Whether the handshake on `stream` agreed on HTTP/2 (TLS's ALPN `h2`). The server
+    /// speaks HTTP/2 on such a stream when its options allow it (`Options::http2`, with
+    /// the `http2` feature), HTTP/1.1 otherwise. The default says no.
+    fn negotiated_http2(stream: &Self::Stream) -> bool {
+        let _ = stream;
+        false
+    }
 }
 
 /// Serves HTTP on the TCP stream itself, with no handshake.

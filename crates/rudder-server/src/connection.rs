@@ -1,6 +1,7 @@
 //! Serving one connection: the handshake, hyper's HTTP/1 state machine, and a watchdog that
 //! closes a connection whose request head is late or that has been idle too long.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,6 +24,10 @@ use crate::service::{Adapter, HttpService};
 #[derive(Debug)]
 pub(crate) struct Activity {
     state: Mutex<State>,
+    /// Whether bytes read while idle start a request head (HTTP/1). On HTTP/2 they may be
+    /// control frames (pings, settings): only the first request is bound by the header
+    /// timeout, from the accept.
+    heads_follow_reads: bool,
 }
 
 #[derive(Debug)]
@@ -44,13 +49,14 @@ enum Due {
 }
 
 impl Activity {
-    fn new(now: Instant) -> Self {
+    fn new(now: Instant, heads_follow_reads: bool) -> Self {
         Self {
             state: Mutex::new(State {
                 in_flight: 0,
                 idle_since: now,
                 head_since: Some(now),
             }),
+            heads_follow_reads,
         }
     }
 
@@ -59,6 +65,9 @@ impl Activity {
     }
 
     fn read_some(&self) {
+        if !self.heads_follow_reads {
+            return;
+        }
         let mut state = self.state();
         if state.in_flight == 0 && state.head_since.is_none() {
             state.head_since = Some(Instant::now());
@@ -158,6 +167,8 @@ pub(crate) struct Limits {
     pub(crate) idle_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
     pub(crate) max_body_size: Option<u64>,
+    /// Whether to serve HTTP/2 where the acceptor negotiated it.
+    pub(crate) http2: bool,
 }
 
 /// The signals a connection obeys: `graceful` to finish the request in flight and close,
@@ -204,12 +215,29 @@ pub(crate) async fn serve<A, S, B>(
             }
         }
     };
-    let activity = Arc::new(Activity::new(Instant::now()));
+    let http2 = limits.http2 && A::negotiated_http2(&stream);
+    let activity = Arc::new(Activity::new(Instant::now(), !http2));
     let io = TokioIo::new(Tracked {
         inner: stream,
         activity: Arc::clone(&activity),
     });
     let adapter = Adapter::new(service, Arc::clone(&activity), limits.max_body_size);
+    #[cfg(feature = "http2")]
+    if http2 {
+        let conn = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .serve_connection(io, adapter);
+        let conn = std::pin::pin!(conn);
+        drive(
+            conn,
+            |conn| conn.graceful_shutdown(),
+            &activity,
+            &limits,
+            &signals,
+        )
+        .await;
+        return;
+    }
     // hyper's own header timer is left off: it runs from the moment the connection waits
     // for a head, idle keep-alive waits included, so it cannot tell a slow head from an idle
     // connection. The watchdog below times both.
@@ -218,7 +246,28 @@ pub(crate) async fn serve<A, S, B>(
         .header_read_timeout(None)
         .keep_alive(true)
         .serve_connection(io, adapter);
-    let mut conn = std::pin::pin!(conn);
+    let conn = std::pin::pin!(conn);
+    drive(
+        conn,
+        |conn| conn.graceful_shutdown(),
+        &activity,
+        &limits,
+        &signals,
+    )
+    .await;
+}
+
+/// Runs a connection (HTTP/1 or HTTP/2) until it ends, a timeout closes it, or the server
+/// stops; `graceful_shutdown` asks it to finish what is in flight and close.
+async fn drive<C>(
+    mut conn: Pin<&mut C>,
+    graceful_shutdown: fn(Pin<&mut C>),
+    activity: &Activity,
+    limits: &Limits,
+    signals: &Signals,
+) where
+    C: Future<Output = Result<(), hyper::Error>>,
+{
     let mut graceful = std::pin::pin!(signals.graceful.cancelled());
     let mut hard = std::pin::pin!(signals.hard.cancelled());
     let far = Instant::now() + Duration::from_secs(86_400 * 365);
@@ -285,7 +334,7 @@ pub(crate) async fn serve<A, S, B>(
                 } else {
                     tracing::debug!("connection idle too long: closing it");
                 }
-                conn.as_mut().graceful_shutdown();
+                graceful_shutdown(conn.as_mut());
                 close_by.get_or_insert(Instant::now() + limits.header_read_timeout);
             }
         }

@@ -45,6 +45,7 @@ pub struct Options {
     pub(crate) idle_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
     pub(crate) max_body_size: Option<u64>,
+    pub(crate) http2: bool,
 }
 
 impl Default for Options {
@@ -56,6 +57,7 @@ impl Default for Options {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             max_body_size: Some(DEFAULT_MAX_BODY_SIZE),
+            http2: false,
         }
     }
 }
@@ -103,6 +105,19 @@ impl Options {
     /// ones are answered `413 Payload Too Large`. `None` for no limit.
     pub fn max_body_size(mut self, max: Option<u64>) -> Self {
         self.max_body_size = max;
+        self
+    }
+
+    /// Serves HTTP/2 on connections whose handshake agreed on it (TLS ALPN `h2`, see
+    /// [`Acceptor::negotiated_http2`](crate::Acceptor::negotiated_http2)); HTTP/1.1 on the
+    /// others. Off by default, as in controller-runtime since the HTTP/2 "rapid reset"
+    /// attack (CVE-2023-44487); hyper bounds the streams a client may reset. The acceptor
+    /// must also offer `h2` (rudder-webhook's `Tls::with_http2`). With HTTP/2 the header
+    /// read timeout bounds the wait for the first request of a connection, and the idle
+    /// timeout the waits between requests.
+    #[cfg(feature = "http2")]
+    pub fn http2(mut self, enabled: bool) -> Self {
+        self.http2 = enabled;
         self
     }
 }

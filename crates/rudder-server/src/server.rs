@@ -114,6 +114,7 @@ impl Server {
             idle_timeout: self.options.idle_timeout,
             handshake_timeout: self.options.handshake_timeout,
             max_body_size: self.options.max_body_size,
+            http2: self.options.http2,
         };
         let accept_loop = AcceptLoop {
             listener: self.listener,

@@ -77,7 +77,9 @@
 //! connections), bodies over 7 MiB are answered `413`, and a stop finishes requests in
 //! flight until the caller's deadline. The default address is `0.0.0.0:9443`. A path
 //! registered twice, or one not starting with `/`, is a [`RegisterError`], never a panic.
-//! HTTP/2 is not offered (rudder-server serves HTTP/1.1; the API server speaks both).
+//! HTTP/2 is opt-in, as in controller-runtime since the HTTP/2 "rapid reset" attack
+//! (CVE-2023-44487): with the `http2` feature, `Options::http2(true)` offers `h2` by ALPN
+//! and serves it to clients that take it (the API server does); others get HTTP/1.1.
 //!
 //! # Certificates
 //!

@@ -71,6 +71,7 @@ pub struct Options {
     pub(crate) cert_poll_period: Duration,
     pub(crate) max_body_size: u64,
     pub(crate) server: rudder_server::Options,
+    pub(crate) http2: bool,
 }
 
 impl Default for Options {
@@ -85,6 +86,7 @@ impl Default for Options {
             cert_poll_period: DEFAULT_CERT_POLL_PERIOD,
             max_body_size: DEFAULT_MAX_BODY_SIZE,
             server: rudder_server::Options::default(),
+            http2: false,
         }
     }
 }
@@ -195,6 +197,22 @@ impl Options {
     pub fn max_connections(mut self, max: usize) -> Self {
         self.server = self.server.max_connections(max);
         self
+    }
+
+    /// Offers HTTP/2 by ALPN and serves it to clients that take it (default off: HTTP/1.1
+    /// only, as controller-runtime's webhook server since the HTTP/2 "rapid reset" attack,
+    /// CVE-2023-44487). The API server speaks HTTP/2 to a webhook that offers it. Needs
+    /// the crate's `http2` feature.
+    #[cfg(feature = "http2")]
+    pub fn http2(mut self, enabled: bool) -> Self {
+        self.http2 = enabled;
+        self.server = self.server.http2(enabled);
+        self
+    }
+
+    /// Whether HTTP/2 is offered.
+    pub fn is_http2(&self) -> bool {
+        self.http2
     }
 
     /// The certificate source configured.

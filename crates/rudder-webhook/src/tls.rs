@@ -16,8 +16,9 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use crate::certificate::{CertificateStore, provider};
 
 /// The [`rudder_server::Acceptor`] for HTTPS: a rustls handshake (the `ring` provider,
-/// TLS 1.2 and 1.3, HTTP/1.1 by ALPN) that serves the certificate the store holds at the
-/// time of each handshake, so a rotated certificate is served without a restart.
+/// TLS 1.2 and 1.3, HTTP/1.1 by ALPN, or HTTP/2 as well from `with_http2` with the `http2`
+/// feature) that serves the certificate the store holds at the time of each handshake, so
+/// a rotated certificate is served without a restart.
 ///
 /// The webhook server uses it; any other rudder-server service (the manager's secure
 /// metrics server) can serve HTTPS with it too:
@@ -38,12 +39,22 @@ impl Tls {
     /// An acceptor serving `store`'s current certificate. Fails only if rustls rejects the
     /// protocol versions for the provider, which does not happen with `ring`.
     pub fn new(store: &CertificateStore) -> Result<Self, rustls::Error> {
+        Self::offering(store, vec![b"http/1.1".to_vec()])
+    }
+
+    /// [`new`](Self::new), offering HTTP/2 (`h2`) before HTTP/1.1: for a server whose
+    /// options serve HTTP/2 (`rudder_server::Options::http2`).
+    #[cfg(feature = "http2")]
+    pub fn with_http2(store: &CertificateStore) -> Result<Self, rustls::Error> {
+        Self::offering(store, vec![b"h2".to_vec(), b"http/1.1".to_vec()])
+    }
+
+    fn offering(store: &CertificateStore, alpn: Vec<Vec<u8>>) -> Result<Self, rustls::Error> {
         let mut config = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(store.clone()));
-        // HTTP/1.1 only: rudder-server serves HTTP/1.
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = alpn;
         Ok(Self {
             acceptor: TlsAcceptor::from(Arc::new(config)),
         })
@@ -56,6 +67,10 @@ impl rudder_server::Acceptor for Tls {
 
     async fn accept(&self, stream: TcpStream) -> Result<Self::Stream, Self::Error> {
         self.acceptor.accept(stream).await
+    }
+
+    fn negotiated_http2(stream: &Self::Stream) -> bool {
+        stream.get_ref().1.alpn_protocol() == Some(b"h2")
     }
 }
 
