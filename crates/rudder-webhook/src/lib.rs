@@ -79,7 +79,10 @@
 //! registered twice, or one not starting with `/`, is a [`RegisterError`], never a panic.
 //! HTTP/2 is opt-in, as in controller-runtime since the HTTP/2 "rapid reset" attack
 //! (CVE-2023-44487): with the `http2` feature, `Options::http2(true)` offers `h2` by ALPN
-//! and serves it to clients that take it (the API server does); others get HTTP/1.1.
+//! and serves it to clients that take it; others get HTTP/1.1. The API server itself calls
+//! webhooks over HTTP/1.1 whatever they offer (its webhook client asks only for `http/1.1`,
+//! so that concurrent calls spread over a Service's endpoints: kubernetes#75791); HTTP/2
+//! is for other callers.
 //!
 //! # Certificates
 //!
@@ -112,7 +115,9 @@
 //!
 //! # Metrics
 //!
-//! controller-runtime's names, through the `metrics` crate: see [`metrics`].
+//! controller-runtime's names, through the `metrics` crate: see [`metrics`]; and one of
+//! Rudder's own, requests by HTTP version
+//! ([`metrics::REQUESTS_BY_PROTOCOL_TOTAL`]).
 
 pub mod admission;
 mod certificate;

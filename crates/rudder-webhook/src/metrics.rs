@@ -10,6 +10,10 @@ pub const REQUESTS_TOTAL: &str = "controller_runtime_webhook_requests_total";
 pub const REQUESTS_IN_FLIGHT: &str = "controller_runtime_webhook_requests_in_flight";
 /// `controller_runtime_webhook_latency_seconds{webhook}`: time to answer, a histogram.
 pub const LATENCY_SECONDS: &str = "controller_runtime_webhook_latency_seconds";
+/// `rudder_webhook_requests_by_protocol_total{protocol}`: requests by HTTP version
+/// (`HTTP/1.1`, `HTTP/2`, ...); not controller-runtime's: it shows whether callers (the API
+/// server) took the HTTP/2 a server offers.
+pub const REQUESTS_BY_PROTOCOL_TOTAL: &str = "rudder_webhook_requests_by_protocol_total";
 /// `controller_runtime_webhook_panics_total`: admission handlers that panicked.
 pub const PANICS_TOTAL: &str = "controller_runtime_webhook_panics_total";
 /// `controller_runtime_conversion_webhook_panics_total`: conversions that panicked.
@@ -72,6 +76,17 @@ fn code_label(code: u16) -> metrics::SharedString {
     metrics::SharedString::const_str(known)
 }
 
+/// Counts a request by its HTTP version.
+pub(crate) fn request_protocol(version: http::Version) {
+    let protocol = match version {
+        http::Version::HTTP_11 => "HTTP/1.1",
+        http::Version::HTTP_2 => "HTTP/2",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        _ => "other",
+    };
+    metrics::counter!(REQUESTS_BY_PROTOCOL_TOTAL, "protocol" => protocol).increment(1);
+}
+
 pub(crate) fn admission_panic() {
     metrics::counter!(PANICS_TOTAL).increment(1);
 }
@@ -104,6 +119,10 @@ pub(crate) fn describe() {
             LATENCY_SECONDS,
             metrics::Unit::Seconds,
             "Histogram of the latency of processing admission requests"
+        );
+        metrics::describe_counter!(
+            REQUESTS_BY_PROTOCOL_TOTAL,
+            "Total number of webhook requests by HTTP version."
         );
         metrics::describe_counter!(PANICS_TOTAL, "Total number of webhook panics");
         metrics::describe_counter!(

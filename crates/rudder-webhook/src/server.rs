@@ -370,6 +370,7 @@ impl tower_service::Service<Request<Body>> for Router {
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
+        metrics::request_protocol(request.version());
         let route = self
             .routes
             .read()

@@ -28,6 +28,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
+const BY_PROTOCOL: &str = rudder_webhook::metrics::REQUESTS_BY_PROTOCOL_TOTAL;
+
 /// Set when a review of the ConfigMap named `slow` reaches the defaulter.
 static SLOW_STARTED: AtomicBool = AtomicBool::new(false);
 
@@ -119,6 +121,8 @@ async fn post(sender: &mut SendRequest<Full<Bytes>>, body: &Value) -> (StatusCod
 
 #[tokio::test]
 async fn http2_is_served_when_asked_for_with_streams_multiplexed() {
+    let over_http2 = || common::counter(BY_PROTOCOL, r#"{protocol="HTTP/2"}"#);
+    let before = over_http2();
     let served = serve(|options| options.http2(true), register).await;
     assert!(served.server.options().is_http2());
     let addr = served.running.local_addr();
@@ -135,6 +139,8 @@ async fn http2_is_served_when_asked_for_with_streams_multiplexed() {
         assert_eq!(answer["response"]["allowed"], true);
         assert_eq!(answer["response"]["patchType"], "JSONPatch");
     }
+    // Counted by protocol (other tests of this binary may add theirs meanwhile).
+    assert!(over_http2() >= before + 16.0);
     // A client offering only HTTP/1.1 is served HTTP/1.1 by the same server.
     let mut client = Client::connect(addr, &served.ca.der).await.unwrap();
     let answer = client

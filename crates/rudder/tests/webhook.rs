@@ -254,6 +254,77 @@ async fn admission_webhooks_default_validate_and_warn() {
     running.await.unwrap().unwrap();
 }
 
+/// With HTTP/2 offered, the real API server still calls the webhook, over HTTP/1.1: its
+/// webhook client asks only for `http/1.1` (kubernetes#75791), and the server's ALPN falls
+/// back to it.
+#[cfg(feature = "webhook-http2")]
+#[tokio::test]
+async fn a_webhook_offering_http2_is_called_by_the_api_server_over_http1() {
+    let metrics = rudder::manager::metrics::prometheus().unwrap();
+    let requests_over = |protocol: &str| {
+        let series =
+            format!("rudder_webhook_requests_by_protocol_total{{protocol=\"{protocol}\"}} ");
+        metrics
+            .render()
+            .lines()
+            .find_map(|line| line.strip_prefix(series.as_str())?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (http1_before, http2_before) = (requests_over("HTTP/1.1"), requests_over("HTTP/2"));
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("webhook-http2").await.unwrap();
+    let installed = ns
+        .install_webhooks(options(declare_admission, &ns))
+        .await
+        .unwrap();
+    let namespace = ns.name().to_owned();
+    let m = Arc::new(
+        Manager::builder(ns.client())
+            .health_probe_address(Some(SocketAddr::from(([127, 0, 0, 1], 0))))
+            .metrics_address(None)
+            .cache(move |c| c.default_namespace(namespace))
+            .webhook_options(
+                rudder::webhook::Options::new()
+                    .bind_address(installed.addr())
+                    .cert_dir(installed.cert_dir())
+                    .http2(true),
+            )
+            .build()
+            .unwrap(),
+    );
+    declare_admission(&m);
+    let (stop, running) = start(&m).await;
+    let cms: Api<ConfigMap> = ns.api();
+    let created = cms
+        .create(&PostParams::default(), &configmap("offered-http2"))
+        .await
+        .unwrap();
+    assert_eq!(
+        created.labels().get("defaulted").map(String::as_str),
+        Some("yes"),
+        "the defaulter's patch was applied"
+    );
+    let denied = cms
+        .create(&PostParams::default(), &configmap("forbidden"))
+        .await
+        .unwrap_err();
+    assert!(message(denied).contains("forbidden is not a name for a ConfigMap"));
+    // Two creates, each through the mutating and the validating webhook (other tests in
+    // this binary use HTTP/1.1 too, so only a lower bound holds).
+    assert!(
+        requests_over("HTTP/1.1") >= http1_before + 4.0,
+        "the API server's calls came over HTTP/1.1:\n{}",
+        metrics.render()
+    );
+    assert_eq!(
+        requests_over("HTTP/2"),
+        http2_before,
+        "no call came over HTTP/2"
+    );
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
+
 mod v1 {
     use super::*;
 
