@@ -1,5 +1,6 @@
-//! Serving one connection: the handshake, hyper's HTTP/1 state machine, and a watchdog that
-//! closes a connection whose request head is late or that has been idle too long.
+//! Serving one connection: the handshake, hyper's HTTP/1 (or, where negotiated and allowed,
+//! HTTP/2) state machine, and a watchdog that closes a connection whose request head is late
+//! or that has been idle too long.
 
 use std::future::Future;
 use std::io;

@@ -120,4 +120,10 @@ impl Options {
         self.http2 = enabled;
         self
     }
+
+    /// Whether HTTP/2 is served where negotiated (always `false` without the `http2`
+    /// feature).
+    pub fn is_http2(&self) -> bool {
+        self.http2
+    }
 }

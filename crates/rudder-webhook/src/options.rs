@@ -71,7 +71,6 @@ pub struct Options {
     pub(crate) cert_poll_period: Duration,
     pub(crate) max_body_size: u64,
     pub(crate) server: rudder_server::Options,
-    pub(crate) http2: bool,
 }
 
 impl Default for Options {
@@ -86,7 +85,6 @@ impl Default for Options {
             cert_poll_period: DEFAULT_CERT_POLL_PERIOD,
             max_body_size: DEFAULT_MAX_BODY_SIZE,
             server: rudder_server::Options::default(),
-            http2: false,
         }
     }
 }
@@ -206,14 +204,13 @@ impl Options {
     /// feature.
     #[cfg(feature = "http2")]
     pub fn http2(mut self, enabled: bool) -> Self {
-        self.http2 = enabled;
         self.server = self.server.http2(enabled);
         self
     }
 
-    /// Whether HTTP/2 is offered.
+    /// Whether HTTP/2 is offered (always `false` without the `http2` feature).
     pub fn is_http2(&self) -> bool {
-        self.http2
+        self.server.is_http2()
     }
 
     /// The certificate source configured.

@@ -259,15 +259,7 @@ impl WebhookServer {
                 (store, Some(watcher))
             }
         };
-        #[cfg(feature = "http2")]
-        let tls = if options.http2 {
-            Tls::with_http2(&store)
-        } else {
-            Tls::new(&store)
-        };
-        #[cfg(not(feature = "http2"))]
-        let tls = Tls::new(&store);
-        let tls = tls.map_err(StartError::Tls)?;
+        let tls = Tls::offering(&store, options.is_http2()).map_err(StartError::Tls)?;
         let server = Server::bind(options.server_options())
             .await
             .map_err(StartError::Bind)?;

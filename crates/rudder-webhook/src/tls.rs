@@ -39,17 +39,23 @@ impl Tls {
     /// An acceptor serving `store`'s current certificate. Fails only if rustls rejects the
     /// protocol versions for the provider, which does not happen with `ring`.
     pub fn new(store: &CertificateStore) -> Result<Self, rustls::Error> {
-        Self::offering(store, vec![b"http/1.1".to_vec()])
+        Self::offering(store, false)
     }
 
     /// [`new`](Self::new), offering HTTP/2 (`h2`) before HTTP/1.1: for a server whose
     /// options serve HTTP/2 (`rudder_server::Options::http2`).
     #[cfg(feature = "http2")]
     pub fn with_http2(store: &CertificateStore) -> Result<Self, rustls::Error> {
-        Self::offering(store, vec![b"h2".to_vec(), b"http/1.1".to_vec()])
+        Self::offering(store, true)
     }
 
-    fn offering(store: &CertificateStore, alpn: Vec<Vec<u8>>) -> Result<Self, rustls::Error> {
+    /// The acceptor for a server that serves HTTP/2 where negotiated (`http2`) or not.
+    pub(crate) fn offering(store: &CertificateStore, http2: bool) -> Result<Self, rustls::Error> {
+        let alpn = if http2 {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
         let mut config = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()

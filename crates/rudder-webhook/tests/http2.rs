@@ -210,3 +210,30 @@ async fn an_idle_http2_connection_is_closed_and_a_stop_lets_a_request_finish() {
         "nothing was cut at the deadline"
     );
 }
+
+#[tokio::test]
+async fn an_http2_connection_without_a_first_request_is_closed_at_the_header_timeout() {
+    // The idle timeout stays long: only the header timeout can close this connection.
+    let served = serve(
+        |options| {
+            options
+                .http2(true)
+                .header_read_timeout(Duration::from_millis(300))
+                .idle_timeout(Duration::from_secs(600))
+        },
+        register,
+    )
+    .await;
+    let opened = tokio::time::Instant::now();
+    let (_sender, driver) = http2(served.running.local_addr(), &served.ca.der).await;
+    tokio::time::timeout(Duration::from_secs(10), driver)
+        .await
+        .expect("an HTTP/2 connection that sent no request was kept open")
+        .unwrap();
+    // Closed by the timer, not at once for another reason.
+    assert!(
+        opened.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        opened.elapsed()
+    );
+}

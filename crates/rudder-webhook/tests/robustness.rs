@@ -220,6 +220,39 @@ fn check_answer(path: &str, body: Vec<u8>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// An object nested deeper than JSON is read for the patch (128 levels, in a field the
+/// ConfigMap type does not have, so it still decodes as one) is refused with code 400 and
+/// its uid, and the server goes on answering.
+#[test]
+fn a_too_deep_object_is_refused_with_a_400() {
+    let deep = "[".repeat(300) + &"]".repeat(300);
+    let body = format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"deep","kind":{{"group":"","version":"v1","kind":"ConfigMap"}},"resource":{{"group":"","version":"v1","resource":"configmaps"}},"operation":"CREATE","userInfo":{{"username":"a"}},"object":{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"a"}},"nested":{deep}}}}}}}"#
+    );
+    let fixture = fixture();
+    let post = |body: Vec<u8>| {
+        fixture.runtime.block_on(async {
+            let mut client = fixture.client.lock().await;
+            client
+                .post("/mutate--v1-configmap", "application/json", body)
+                .await
+                .unwrap()
+        })
+    };
+    let (status, answer) = post(body.into_bytes());
+    assert_eq!(status, StatusCode::OK);
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(answer["response"]["uid"], "deep");
+    assert_eq!(answer["response"]["allowed"], false);
+    assert_eq!(answer["response"]["status"]["code"], 400, "{answer}");
+    let message = answer["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.starts_with("cannot read the object"), "{message}");
+    let (status, _) = post(serde_json::to_vec(&a_review("after")).unwrap());
+    assert_eq!(status, StatusCode::OK);
+}
+
 fn arbitrary_json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),

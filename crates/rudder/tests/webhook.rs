@@ -106,17 +106,27 @@ fn options(declare: impl Fn(&Manager), ns: &TestNamespace) -> WebhookOptions {
 }
 
 fn manager(ns: &TestNamespace, installed: &InstalledWebhooks) -> Arc<Manager> {
+    manager_with(ns, installed, |options| options)
+}
+
+/// [`manager`], with the webhook options (on the installed address and certificates)
+/// changed by `configure`.
+fn manager_with(
+    ns: &TestNamespace,
+    installed: &InstalledWebhooks,
+    configure: impl FnOnce(rudder::webhook::Options) -> rudder::webhook::Options,
+) -> Arc<Manager> {
     let namespace = ns.name().to_owned();
     Arc::new(
         Manager::builder(ns.client())
             .health_probe_address(Some(SocketAddr::from(([127, 0, 0, 1], 0))))
             .metrics_address(None)
             .cache(move |c| c.default_namespace(namespace))
-            .webhook_options(
+            .webhook_options(configure(
                 rudder::webhook::Options::new()
                     .bind_address(installed.addr())
                     .cert_dir(installed.cert_dir()),
-            )
+            ))
             .build()
             .unwrap(),
     )
@@ -277,21 +287,7 @@ async fn a_webhook_offering_http2_is_called_by_the_api_server_over_http1() {
         .install_webhooks(options(declare_admission, &ns))
         .await
         .unwrap();
-    let namespace = ns.name().to_owned();
-    let m = Arc::new(
-        Manager::builder(ns.client())
-            .health_probe_address(Some(SocketAddr::from(([127, 0, 0, 1], 0))))
-            .metrics_address(None)
-            .cache(move |c| c.default_namespace(namespace))
-            .webhook_options(
-                rudder::webhook::Options::new()
-                    .bind_address(installed.addr())
-                    .cert_dir(installed.cert_dir())
-                    .http2(true),
-            )
-            .build()
-            .unwrap(),
-    );
+    let m = manager_with(&ns, &installed, |options| options.http2(true));
     declare_admission(&m);
     let (stop, running) = start(&m).await;
     let cms: Api<ConfigMap> = ns.api();
@@ -557,21 +553,9 @@ async fn a_certificate_swapped_on_disk_is_served_without_a_failed_call() {
         .unwrap();
     let mut volume = SecretVolume::new(installed.cert_pem(), installed.key_pem());
     let poll = Duration::from_millis(200);
-    let namespace = ns.name().to_owned();
-    let m = Arc::new(
-        Manager::builder(ns.client())
-            .health_probe_address(Some(SocketAddr::from(([127, 0, 0, 1], 0))))
-            .metrics_address(None)
-            .cache(move |c| c.default_namespace(namespace))
-            .webhook_options(
-                rudder::webhook::Options::new()
-                    .bind_address(installed.addr())
-                    .cert_dir(&volume.dir)
-                    .cert_poll_period(poll),
-            )
-            .build()
-            .unwrap(),
-    );
+    let m = manager_with(&ns, &installed, |options| {
+        options.cert_dir(&volume.dir).cert_poll_period(poll)
+    });
     declare_admission(&m);
     let (stop, running) = start(&m).await;
     assert_eq!(

@@ -127,20 +127,30 @@ where
             // Encoded the same before and after: nothing to patch.
             return response;
         }
-        let patch = match (
-            Tree::parse(original),
-            Tree::parse(&before),
-            Tree::parse(&after),
-        ) {
-            (Ok(original), Ok(before), Ok(after)) => patch_between(&original, &before, &after),
-            (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => {
+        // The object as received decoded as `K`, so it is JSON; it can still be deeper than
+        // a tree is read (a 400, as any object that does not decode). The two encodings are
+        // ours: if they cannot be read, that is this server's failure (a 500).
+        let original = match Tree::parse(original) {
+            Ok(tree) => tree,
+            Err(error) => {
                 return errored(
                     Some(request),
                     400,
-                    format!("cannot compare the object with the defaulted one: {error}"),
+                    format!("cannot read the object: {error}"),
                 );
             }
         };
+        let (before, after) = match (Tree::parse(&before), Tree::parse(&after)) {
+            (Ok(before), Ok(after)) => (before, after),
+            (Err(error), _) | (_, Err(error)) => {
+                return errored(
+                    Some(request),
+                    500,
+                    format!("cannot read the encoded object back: {error}"),
+                );
+            }
+        };
+        let patch = patch_between(&original, &before, &after);
         if patch.0.is_empty() {
             return response;
         }

@@ -8,7 +8,6 @@ mod tree;
 mod validator;
 
 use std::future::Future;
-use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -24,7 +23,6 @@ use serde_json::value::RawValue;
 pub use self::defaulter::{Defaulter, Defaulting};
 pub use self::denial::{Denial, FieldError, Warnings};
 pub use self::patch::defaulting_patch;
-use self::tree::Tree;
 pub use self::validator::{Validating, Validator};
 use crate::metrics;
 use crate::server::Rejection;
@@ -212,16 +210,14 @@ fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Undecodable> {
 /// A review's request with its objects as the JSON received (`null` is absent); the
 /// request's own `object` and `old_object` are `None`.
 ///
-/// The objects are not copied out of the body: they are ranges of it, which the adapters
-/// decode straight from those bytes. The request is boxed, and so are the typed objects
+/// The objects are not copied out of the body: they share its bytes, which the adapters
+/// decode straight from. The request is boxed, and so are the typed objects
 /// the adapters decode: the future that serves a review is itself boxed per request, and
 /// holding them inline made it about 14 KiB, allocated and copied for every request.
 pub(crate) struct JsonRequest {
     pub(crate) request: Box<AdmissionRequest<DynamicObject>>,
-    /// Holds the objects' bytes.
-    body: Bytes,
-    object: Option<Range<usize>>,
-    old_object: Option<Range<usize>>,
+    object: Option<Bytes>,
+    old_object: Option<Bytes>,
 }
 
 impl JsonRequest {
@@ -232,40 +228,32 @@ impl JsonRequest {
         object: Option<Vec<u8>>,
         old_object: Option<Vec<u8>>,
     ) -> Self {
-        let has_object = object.is_some();
-        let mut body = object.unwrap_or_default();
-        let object = has_object.then_some(0..body.len());
-        let old_object = old_object.map(|old| {
-            let start = body.len();
-            body.extend_from_slice(&old);
-            start..body.len()
-        });
         Self {
             request: Box::new(request),
-            body: Bytes::from(body),
-            object,
-            old_object,
+            object: object.map(Bytes::from),
+            old_object: old_object.map(Bytes::from),
         }
     }
 
     /// The object, as the JSON received.
     pub(crate) fn object(&self) -> Option<&[u8]> {
-        self.object.clone().map(|range| &self.body[range])
+        self.object.as_deref()
     }
 
     /// The old object, as the JSON received.
     pub(crate) fn old_object(&self) -> Option<&[u8]> {
-        self.old_object.clone().map(|range| &self.body[range])
+        self.old_object.as_deref()
     }
 }
 
-/// A review as read: its types, and its request with the objects left as text.
+/// A review as read: its types (any JSON: checked below), and its request with the
+/// objects left as text.
 #[derive(serde::Deserialize)]
 struct Envelope<'a> {
     #[serde(default, rename = "apiVersion", borrow)]
-    api_version: Option<Tree<'a>>,
+    api_version: Option<&'a RawValue>,
     #[serde(default, borrow)]
-    kind: Option<Tree<'a>>,
+    kind: Option<&'a RawValue>,
     #[serde(default, borrow)]
     request: Option<RequestFields<'a>>,
 }
@@ -314,23 +302,25 @@ fn decode_json(body: &Bytes) -> Result<JsonRequest, Undecodable> {
     // The review's own fields are read directly: kube's `AdmissionReview` flattens its
     // types, which makes serde buffer the whole review before decoding it. A field that is
     // not a string counts as empty (and the review is then refused as unsupported).
-    let field = |field: Option<Tree<'_>>| match field {
-        Some(Tree::String(text)) => text.into_owned(),
-        _ => String::new(),
+    let field = |field: Option<&RawValue>| {
+        field
+            .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+            .unwrap_or_default()
     };
     let types = TypeMeta {
         api_version: field(envelope.api_version),
         kind: field(envelope.kind),
     };
-    let range = |raw: Option<&RawValue>| {
-        raw.filter(|raw| !is_null(raw))
-            .map(|raw| within(body, raw.get()))
+    // The objects' text is a slice of the body: shared, not copied.
+    let located = |raw: Option<&RawValue>| {
+        raw.filter(|raw| raw.get() != "null")
+            .map(|raw| body.slice_ref(raw.get().as_bytes()))
     };
     let mut object = None;
     let mut old_object = None;
     let request = envelope.request.map(|fields| {
-        object = range(fields.object);
-        old_object = range(fields.old_object);
+        object = located(fields.object);
+        old_object = located(fields.old_object);
         AdmissionRequest {
             types: TypeMeta::default(),
             uid: fields.uid,
@@ -356,21 +346,9 @@ fn decode_json(body: &Bytes) -> Result<JsonRequest, Undecodable> {
             request,
             response: None,
         })?),
-        body: body.clone(),
         object,
         old_object,
     })
-}
-
-fn is_null(raw: &RawValue) -> bool {
-    raw.get() == "null"
-}
-
-/// Where `part`, a slice of `body` that the parser handed back, lies in it.
-fn within(body: &[u8], part: &str) -> Range<usize> {
-    let start = (part.as_ptr() as usize).saturating_sub(body.as_ptr() as usize);
-    let end = start.saturating_add(part.len()).min(body.len());
-    start.min(end)..end
 }
 
 /// The request of a decoded review, if the review is one this server answers.

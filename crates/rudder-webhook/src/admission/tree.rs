@@ -10,10 +10,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::marker::PhantomData;
 
-use serde::Deserializer;
-use serde::de::{self, Deserialize, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 /// A parsed JSON value whose strings point into the parsed text where they can.
@@ -164,57 +161,60 @@ impl<'a> Parser<'a> {
 
     fn object(&mut self) -> Result<Tree<'a>, ParseError> {
         let mut members: Vec<(Cow<'a, str>, Tree<'a>)> = Vec::new();
-        self.skip_space();
-        if self.peek() == Some(b'}') {
-            self.at += 1;
-            return Ok(Tree::Object(members));
-        }
-        // Most objects of a Kubernetes object have a handful of members: one allocation.
-        members.reserve(8);
-        loop {
-            self.skip_space();
-            if self.peek() != Some(b'"') {
-                return Err(self.error("expected an object key"));
+        self.separated(b'}', "expected ',' or '}'", |parser| {
+            if parser.peek() != Some(b'"') {
+                return Err(parser.error("expected an object key"));
             }
-            let key = self.string()?;
-            self.expect(b':', "expected ':'")?;
-            self.skip_space();
-            let value = self.value()?;
+            let key = parser.string()?;
+            parser.expect(b':', "expected ':'")?;
+            parser.skip_space();
+            let value = parser.value()?;
+            if members.is_empty() {
+                // Most objects of a Kubernetes object have a handful of members: one
+                // allocation.
+                members.reserve(8);
+            }
             members.push((key, value));
-            self.skip_space();
-            match self.peek() {
-                Some(b',') => self.at += 1,
-                Some(b'}') => {
-                    self.at += 1;
-                    break;
-                }
-                _ => return Err(self.error("expected ',' or '}'")),
-            }
-        }
+            Ok(())
+        })?;
         Ok(Tree::Object(sorted(members)))
     }
 
     fn array(&mut self) -> Result<Tree<'a>, ParseError> {
         let mut items = Vec::new();
+        self.separated(b']', "expected ',' or ']'", |parser| {
+            items.push(parser.value()?);
+            Ok(())
+        })?;
+        Ok(Tree::Array(items))
+    }
+
+    /// Reads the comma-separated elements of an object or array (after its opening
+    /// bracket) with `element`, up to and including `close`.
+    fn separated(
+        &mut self,
+        close: u8,
+        message: &'static str,
+        mut element: impl FnMut(&mut Self) -> Result<(), ParseError>,
+    ) -> Result<(), ParseError> {
         self.skip_space();
-        if self.peek() == Some(b']') {
+        if self.peek() == Some(close) {
             self.at += 1;
-            return Ok(Tree::Array(items));
+            return Ok(());
         }
         loop {
             self.skip_space();
-            items.push(self.value()?);
+            element(self)?;
             self.skip_space();
             match self.peek() {
                 Some(b',') => self.at += 1,
-                Some(b']') => {
+                Some(byte) if byte == close => {
                     self.at += 1;
-                    break;
+                    return Ok(());
                 }
-                _ => return Err(self.error("expected ',' or ']'")),
+                _ => return Err(self.error(message)),
             }
         }
-        Ok(Tree::Array(items))
     }
 
     /// A string at the opening quote: borrowed when it has no escapes, else decoded by
@@ -304,113 +304,6 @@ fn sorted<'a>(mut members: Vec<(Cow<'a, str>, Tree<'a>)>) -> Vec<(Cow<'a, str>, 
         });
     }
     members
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Tree<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(TreeVisitor(PhantomData))
-    }
-}
-
-struct TreeVisitor<'a>(PhantomData<&'a ()>);
-
-impl<'de: 'a, 'a> Visitor<'de> for TreeVisitor<'a> {
-    type Value = Tree<'a>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Tree<'a>, E> {
-        Ok(Tree::Bool(v))
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Tree<'a>, E> {
-        Ok(Tree::Number(v.into()))
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Tree<'a>, E> {
-        Ok(Tree::Number(v.into()))
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Tree<'a>, E> {
-        // As `Value`: a number JSON cannot hold is null.
-        Ok(Number::from_f64(v).map_or(Tree::Null, Tree::Number))
-    }
-
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Tree<'a>, E> {
-        Ok(Tree::String(Cow::Borrowed(v)))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Tree<'a>, E> {
-        Ok(Tree::String(Cow::Owned(v.to_owned())))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Tree<'a>, E> {
-        Ok(Tree::String(Cow::Owned(v)))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Tree<'a>, E> {
-        Ok(Tree::Null)
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Tree<'a>, E> {
-        Ok(Tree::Null)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Tree<'a>, D::Error> {
-        Tree::deserialize(deserializer)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tree<'a>, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
-        while let Some(item) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Tree::Array(items))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tree<'a>, A::Error> {
-        let mut members: Vec<(Cow<'a, str>, Tree<'a>)> =
-            Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
-        while let Some(Key(key)) = map.next_key()? {
-            let value = map.next_value()?;
-            members.push((key, value));
-        }
-        Ok(Tree::Object(sorted(members)))
-    }
-}
-
-/// An object's key, borrowed from the text when it has no escapes (serde's own `Cow<str>`
-/// always copies).
-struct Key<'a>(Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(KeyVisitor(PhantomData))
-    }
-}
-
-struct KeyVisitor<'a>(PhantomData<&'a ()>);
-
-impl<'de: 'a, 'a> Visitor<'de> for KeyVisitor<'a> {
-    type Value = Key<'a>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object key")
-    }
-
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'a>, E> {
-        Ok(Key(Cow::Borrowed(v)))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'a>, E> {
-        Ok(Key(Cow::Owned(v.to_owned())))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'a>, E> {
-        Ok(Key(Cow::Owned(v)))
-    }
 }
 
 #[cfg(test)]
