@@ -91,6 +91,7 @@ impl ReadyQueue {
 
     /// Puts a key at `priority` in its `place` (new from [`Self::place`], or kept from an
     /// earlier push when the key moves to a higher level).
+    #[inline]
     pub(crate) fn push(
         &mut self,
         slot: u32,
@@ -146,12 +147,41 @@ impl ReadyQueue {
     }
 
     /// Takes the next key: the best-ranked head among the levels.
+    #[inline]
     pub(crate) fn pop(&mut self, is_live: impl Fn(u32, u32) -> bool) -> Option<Head> {
         if self.live == 0 {
             return None;
         }
+        // The highest level holding live keys; it goes first unless ageing has to compare
+        // it with lower ones.
+        let first = self.levels.iter().position(|l| l.live > 0)?;
+        let alone = self.levels[first].live == self.live;
+        let i = if alone || self.aging.is_none() {
+            first
+        } else {
+            self.best_ranked(first, &is_live)?
+        };
+        let level = &mut self.levels[i];
+        // Stale entries (keys that moved to another level) are dropped on the way.
+        while let Some(head) = level.entries.pop_front() {
+            if is_live(head.slot, head.generation) {
+                level.live -= 1;
+                self.live -= 1;
+                return Some(Head { slot: head.slot });
+            }
+        }
+        // Not reached: a level's live count is the number of its live entries.
+        debug_assert!(false, "a level with live keys has no live entry");
+        None
+    }
+
+    /// With ageing and live keys in several levels: the level whose head ranks best,
+    /// looking from `first` (the highest live level) down.
+    #[cold]
+    fn best_ranked(&mut self, first: usize, is_live: &impl Fn(u32, u32) -> bool) -> Option<usize> {
+        let aging = self.aging?;
         let mut best: Option<(usize, i128)> = None;
-        for (i, level) in self.levels.iter_mut().enumerate() {
+        for (i, level) in self.levels.iter_mut().enumerate().skip(first) {
             if level.live == 0 {
                 continue;
             }
@@ -165,16 +195,6 @@ impl ReadyQueue {
             let Some(head) = level.entries.front() else {
                 continue;
             };
-            if level.live == self.live {
-                // Every ready key is in this level: no rank to compare.
-                best = Some((i, 0));
-                break;
-            }
-            let Some(aging) = self.aging else {
-                // Strict priority: the highest live level wins.
-                best = Some((i, 0));
-                break;
-            };
             // In 128 bits a rank cannot overflow: |priority × aging| < 2^95. An ageing
             // period longer than any wait thus gives strict priority, as it should.
             let rank =
@@ -184,12 +204,7 @@ impl ReadyQueue {
                 best = Some((i, rank));
             }
         }
-        let (i, _) = best?;
-        let level = &mut self.levels[i];
-        let head = level.entries.pop_front()?;
-        level.live -= 1;
-        self.live -= 1;
-        Some(Head { slot: head.slot })
+        best.map(|(i, _)| i)
     }
 
     /// Bytes held.
