@@ -29,6 +29,8 @@ const CLIENT_GO_WORKQUEUE: &str = "staging/src/k8s.io/client-go/util/workqueue";
 /// Rudder's rows (as `benches/workqueue.rs` names them) and the Go benchmark of the same shape.
 const SHAPES: &[(&str, &str)] = &[
     ("add+get+done, u64 key", "CycleInt"),
+    // client-go has no priorities: strict priority is its order, without ageing's clock read.
+    ("add+get+done, u64 key, strict priority", "CycleInt"),
     ("add+get+done, namespace/name key", "CycleString"),
     ("dedup hit (add of a waiting key)", "DedupHit"),
     (
@@ -37,6 +39,10 @@ const SHAPES: &[(&str, &str)] = &[
     ),
     (
         "2 producers, 2 workers, 20k keys; per key",
+        "ProducersWorkers",
+    ),
+    (
+        "2 producers, 2 workers, 20k keys, strict priority; per key",
         "ProducersWorkers",
     ),
     (

@@ -58,6 +58,23 @@ fn cycle(c: &mut Criterion) {
     });
     g.finish();
 
+    // The same with strict priority: no clock read per add (ageing needs one). client-go has
+    // no priorities, so this is its own order.
+    let row = "add+get+done, u64 key, strict priority";
+    let mut g = c.benchmark_group(row);
+    let q = WorkQueue::<u64>::builder().priority_aging(None).build();
+    measure(&mut g, row, RUDDER, 1, &rt, |iters| {
+        let q = q.clone();
+        async move {
+            for i in 0..iters {
+                q.add(i & 63);
+                let item = q.get().await.unwrap();
+                black_box(item.key());
+            }
+        }
+    });
+    g.finish();
+
     let row = "add+get+done, namespace/name key";
     let mut g = c.benchmark_group(row);
     let keys = Arc::new(string_keys(64));
@@ -172,37 +189,8 @@ fn producers_and_workers(c: &mut Criterion) {
     let mut g = c.benchmark_group(row);
     g.throughput(Throughput::Elements(TOTAL));
     g.sample_size(20);
-    measure(&mut g, row, RUDDER, TOTAL, &rt, |iters| async move {
-        for _ in 0..iters {
-            let q = WorkQueue::<u64>::new();
-            let done = Arc::new(AtomicUsize::new(0));
-            let workers: Vec<_> = (0..2)
-                .map(|_| {
-                    let (q, done) = (q.clone(), done.clone());
-                    tokio::spawn(async move {
-                        while let Some(item) = q.get().await {
-                            black_box(item.key());
-                            if done.fetch_add(1, Ordering::Relaxed) + 1 == TOTAL as usize {
-                                q.shutdown();
-                            }
-                        }
-                    })
-                })
-                .collect();
-            let producers: Vec<_> = (0..2)
-                .map(|p| {
-                    let q = q.clone();
-                    tokio::spawn(async move {
-                        for k in p * PER_PRODUCER..(p + 1) * PER_PRODUCER {
-                            q.add(k);
-                        }
-                    })
-                })
-                .collect();
-            for t in producers.into_iter().chain(workers) {
-                t.await.unwrap();
-            }
-        }
+    measure(&mut g, row, RUDDER, TOTAL, &rt, |iters| {
+        rounds(iters, false)
     });
     // kube-runtime: producers feed the scheduler's request channel; the scheduler's stream is
     // consumed by two concurrent workers, as its controller does.
@@ -236,6 +224,53 @@ fn producers_and_workers(c: &mut Criterion) {
         }
     });
     g.finish();
+
+    let row = "2 producers, 2 workers, 20k keys, strict priority; per key";
+    let mut g = c.benchmark_group(row);
+    g.throughput(Throughput::Elements(TOTAL));
+    g.sample_size(20);
+    measure(&mut g, row, RUDDER, TOTAL, &rt, |iters| rounds(iters, true));
+    g.finish();
+}
+
+/// `iters` rounds of the multi-worker row on Rudder's queue (`strict`: strict priority).
+async fn rounds(iters: u64, strict: bool) {
+    const PER_PRODUCER: u64 = 10_000;
+    const TOTAL: u64 = 2 * PER_PRODUCER;
+    for _ in 0..iters {
+        let q = if strict {
+            WorkQueue::<u64>::builder().priority_aging(None).build()
+        } else {
+            WorkQueue::<u64>::new()
+        };
+        let done = Arc::new(AtomicUsize::new(0));
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let (q, done) = (q.clone(), done.clone());
+                tokio::spawn(async move {
+                    while let Some(item) = q.get().await {
+                        black_box(item.key());
+                        if done.fetch_add(1, Ordering::Relaxed) + 1 == TOTAL as usize {
+                            q.shutdown();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let producers: Vec<_> = (0..2)
+            .map(|p| {
+                let q = q.clone();
+                tokio::spawn(async move {
+                    for k in p * PER_PRODUCER..(p + 1) * PER_PRODUCER {
+                        q.add(k);
+                    }
+                })
+            })
+            .collect();
+        for t in producers.into_iter().chain(workers) {
+            t.await.unwrap();
+        }
+    }
 }
 
 fn main() {

@@ -3,11 +3,12 @@
 //! twice with different counts and divide the difference by the difference in keys).
 //!
 //! `cargo build --release --manifest-path crates/rudder-workqueue/bench/Cargo.toml --example
-//! profile`, then `profile cycle|cycle-strict|dedup|workers N`: `cycle` adds, gets and marks done
+//! profile`, then `profile cycle|cycle-strict|dedup|workers|workers-strict N`: `cycle` adds, gets and marks done
 //! N u64 keys in one task (default ageing); `cycle-strict` the same with strict priority;
 //! `dedup` adds N times one of 64 keys that are all waiting;
 //! `workers` runs rounds of the bench's multi-worker row (a fresh queue, 2 producers adding
-//! 10,000 keys each, 2 workers) on a two-thread runtime until N keys are done. Each prints
+//! 10,000 keys each, 2 workers) on a two-thread runtime until N keys are done, and
+//! `workers-strict` the same with strict priority (no clock read per add). Each prints
 //! nanoseconds per operation (the whole run's wall time, so alternate runs of two builds to
 //! compare them on a shared machine). Built with `--features test-util`, `cycle-test-util`
 //! and `workers-test-util` do the same after pausing a clock elsewhere in the process, as
@@ -34,7 +35,10 @@ fn cycle(q: WorkQueue<u64>, n: u64) {
             black_box(item.key());
         }
     });
-    println!("{:.1} ns per cycle", start.elapsed().as_nanos() as f64 / n as f64);
+    println!(
+        "{:.1} ns per cycle",
+        start.elapsed().as_nanos() as f64 / n as f64
+    );
 }
 
 fn dedup(n: u64) {
@@ -46,10 +50,13 @@ fn dedup(n: u64) {
     for i in 0..n {
         q.add(black_box(i & 63));
     }
-    println!("{:.1} ns per dedup", start.elapsed().as_nanos() as f64 / n as f64);
+    println!(
+        "{:.1} ns per dedup",
+        start.elapsed().as_nanos() as f64 / n as f64
+    );
 }
 
-fn workers(n: u64) {
+fn workers(n: u64, strict: bool) {
     const PER_PRODUCER: u64 = 10_000;
     let rounds = n.div_ceil(2 * PER_PRODUCER);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -59,7 +66,7 @@ fn workers(n: u64) {
         .unwrap();
     let start = Instant::now();
     for _ in 0..rounds {
-        rt.block_on(round(PER_PRODUCER));
+        rt.block_on(round(PER_PRODUCER, strict));
     }
     let took = start.elapsed();
     let keys = rounds * 2 * PER_PRODUCER;
@@ -67,10 +74,14 @@ fn workers(n: u64) {
 }
 
 /// One round of the bench's multi-worker row: a fresh queue, 2 producers, 2 workers.
-async fn round(per_producer: u64) {
+async fn round(per_producer: u64, strict: bool) {
     let total = 2 * per_producer;
     {
-        let q = WorkQueue::<u64>::new();
+        let q = if strict {
+            WorkQueue::<u64>::builder().priority_aging(None).build()
+        } else {
+            WorkQueue::<u64>::new()
+        };
         let done = Arc::new(AtomicUsize::new(0));
         let workers: Vec<_> = (0..2)
             .map(|_| {
@@ -124,7 +135,8 @@ fn main() {
         Some("cycle") => cycle(WorkQueue::new(), n),
         Some("cycle-strict") => cycle(WorkQueue::builder().priority_aging(None).build(), n),
         Some("dedup") => dedup(n),
-        Some("workers") => workers(n),
+        Some("workers") => workers(n, false),
+        Some("workers-strict") => workers(n, true),
         #[cfg(feature = "test-util")]
         Some("cycle-test-util") => {
             pause_a_clock();
@@ -133,10 +145,10 @@ fn main() {
         #[cfg(feature = "test-util")]
         Some("workers-test-util") => {
             pause_a_clock();
-            workers(n);
+            workers(n, false);
         }
         _ => {
-            eprintln!("usage: profile cycle|cycle-strict|dedup|workers [N]");
+            eprintln!("usage: profile cycle|cycle-strict|dedup|workers|workers-strict [N]");
             std::process::exit(2);
         }
     }
