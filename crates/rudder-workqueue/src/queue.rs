@@ -380,6 +380,7 @@ where
     }
 
     /// Pops if a key is ready, without looking at delayed keys unless something is ready.
+    #[inline]
     fn pop_if_ready(&self) -> Option<WorkItem<K>> {
         let st = self.shared.lock();
         if st.ready_len() == 0 {
@@ -391,6 +392,7 @@ where
     /// Pops with the lock held, then reports and wakes after releasing it; hands the lock
     /// back if nothing is ready.
     #[allow(clippy::result_large_err)]
+    #[inline]
     fn try_pop<'a>(
         &self,
         mut st: MutexGuard<'a, State<K>>,
@@ -433,6 +435,7 @@ where
     }
 
     /// Marks the key in `slot` done (called by [`WorkItem`]).
+    #[inline]
     pub(crate) fn finish(&self, slot: u32) {
         let shared = &*self.shared;
         let mut clock = Clock::new(shared);
@@ -485,6 +488,7 @@ pub struct QueueStats {
 }
 
 impl<K> Shared<K> {
+    #[inline]
     fn lock(&self) -> MutexGuard<'_, State<K>> {
         // parking_lot's lock is not poisoned by a panic: no code path panics with the lock
         // held except on broken invariants, and if a key's own Hash or Eq panicked, the state
@@ -504,6 +508,7 @@ impl<K> Shared<K> {
         st
     }
 
+    #[inline]
     fn now(&self) -> Nanos {
         let since = Instant::now().saturating_duration_since(self.epoch);
         u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
@@ -525,12 +530,14 @@ impl<'a, K> Clock<'a, K> {
         Self { shared, now: None }
     }
 
+    #[inline]
     fn now(&mut self) -> Nanos {
         *self.now.get_or_insert_with(|| self.shared.now())
     }
 }
 
 /// Picks the getter to wake after an operation (under the lock); wake it after unlocking.
+#[inline]
 fn wake_for<K>(st: &mut State<K>, effect: Effect) -> Option<Waker> {
     if effect.became_ready {
         st.waiters.notify_one()
@@ -546,6 +553,7 @@ fn wake_for<K>(st: &mut State<K>, effect: Effect) -> Option<Waker> {
     }
 }
 
+#[inline]
 fn wake(waker: Option<Waker>) {
     if let Some(waker) = waker {
         waker.wake();

@@ -55,7 +55,7 @@ struct Slot<K> {
     ready_at: Nanos,
     /// Metrics only: when the key became ready (queue latency) or was handed out (work time).
     stamp: Nanos,
-    /// Position in `in_flight` while processing.
+    /// Position in `in_flight` while processing (kept with metrics on only).
     in_flight_pos: u32,
     /// While ready: its place in line, kept when the key moves to a higher priority.
     place: Place,
@@ -142,7 +142,10 @@ pub(crate) struct State<K> {
     /// Processing keys that were added again (they run once more when done).
     dirty_len: usize,
     /// Slots being processed, for the unfinished-work metrics.
+    /// With metrics on (`track_time`) only: the unfinished-work gauges read it.
     in_flight: Vec<u32>,
+    /// Keys handed to workers and not yet done.
+    processing: usize,
     seq: u64,
     /// Whether to stamp keys for metrics.
     track_time: bool,
@@ -171,7 +174,7 @@ impl<K> State<K> {
 
     /// Keys handed to workers and not yet done.
     pub(crate) fn processing_len(&self) -> usize {
-        self.in_flight.len()
+        self.processing
     }
 
     /// Sum of the time in-flight keys have been processing, and the longest of them.
@@ -206,6 +209,7 @@ impl<K: Hash + Eq + Clone> State<K> {
             delayed_len: 0,
             dirty_len: 0,
             in_flight: Vec::new(),
+            processing: 0,
             seq: 0,
             track_time,
             shutting_down: false,
@@ -230,6 +234,7 @@ impl<K: Hash + Eq + Clone> State<K> {
     ///
     /// `now` is only called when the answer depends on the time: a dedup hit never reads the
     /// clock, nor does an immediate add with strict priority.
+    #[inline]
     pub(crate) fn add(
         &mut self,
         key: K,
@@ -337,23 +342,26 @@ impl<K: Hash + Eq + Clone> State<K> {
     }
 
     /// Hands out the best ready key, marking it processing. `now` matters only for metrics.
+    #[inline]
     pub(crate) fn pop(&mut self, now: Nanos) -> Option<Popped<K>> {
         let slots = &self.slots;
         let head = self.ready.pop(|slot, generation| {
             let s = &slots[slot as usize];
             s.generation == generation && s.phase == Phase::Ready
         })?;
-        let pos = self.in_flight.len() as u32;
         let s = &mut self.slots[head.slot as usize];
         let Some(key) = s.key.clone() else {
             unreachable!("a queued slot always holds its key")
         };
         s.phase = Phase::Processing;
-        s.in_flight_pos = pos;
         let queued_for = now.saturating_sub(s.stamp);
         s.stamp = now;
         let priority = s.priority;
-        self.in_flight.push(head.slot);
+        self.processing += 1;
+        if self.track_time {
+            s.in_flight_pos = self.in_flight.len() as u32;
+            self.in_flight.push(head.slot);
+        }
         Some(Popped {
             key,
             slot: head.slot,
@@ -363,6 +371,7 @@ impl<K: Hash + Eq + Clone> State<K> {
     }
 
     /// Marks the key in `slot` done; requeues it once if it was added while processing.
+    #[inline]
     pub(crate) fn done(&mut self, slot: u32, now: &mut impl FnMut() -> Nanos) -> Finished {
         let mut effect = Effect::default();
         let s = &self.slots[slot as usize];
@@ -375,9 +384,12 @@ impl<K: Hash + Eq + Clone> State<K> {
             0
         };
         debug_assert!(matches!(phase, Phase::Processing | Phase::Dirty));
-        self.in_flight.swap_remove(pos);
-        if let Some(&moved) = self.in_flight.get(pos) {
-            self.slots[moved as usize].in_flight_pos = pos as u32;
+        self.processing -= 1;
+        if self.track_time {
+            self.in_flight.swap_remove(pos);
+            if let Some(&moved) = self.in_flight.get(pos) {
+                self.slots[moved as usize].in_flight_pos = pos as u32;
+            }
         }
         if phase != Phase::Dirty {
             self.release(slot);
@@ -410,6 +422,7 @@ impl<K: Hash + Eq + Clone> State<K> {
         self.armed = None;
     }
 
+    #[inline]
     fn release(&mut self, slot: u32) {
         let s = &mut self.slots[slot as usize];
         let hash = s.hash;
@@ -423,6 +436,7 @@ impl<K: Hash + Eq + Clone> State<K> {
     }
 
     /// Puts a slot that is in neither queue into the ready queue or the delayed heap.
+    #[inline]
     fn enqueue(
         &mut self,
         slot: u32,
@@ -463,6 +477,7 @@ impl<K: Hash + Eq + Clone> State<K> {
         }
     }
 
+    #[inline]
     fn push_ready(&mut self, slot: u32, priority: i32, place: Place) {
         let s = &mut self.slots[slot as usize];
         s.generation = s.generation.wrapping_add(1);
