@@ -94,11 +94,11 @@
 //! strict priority; when the previous add needed the time, the read happens before the lock
 //! too, so other threads do not wait for it (a dedup hit reads no clock). Where reading the
 //! clock is slow that read is the largest single cost of an add (32-48 ns on the virtual
-//! machines this crate is benchmarked on, about a quarter of an add, get and done there): a
-//! queue that gives every key the same priority loses nothing by turning ageing off with
-//! [`Builder::priority_aging`]`(None)`. A getter parks only when nothing is ready, in a
-//! waiter list under the same mutex; an add wakes one parked getter, and none when none is
-//! parked. At most one timer is armed, by one parked getter, for the earliest delayed key.
+//! machines this crate is benchmarked on, and with its conversion about a third of an add,
+//! get and done there): a queue that gives every key the same priority loses nothing by
+//! turning ageing off with [`Builder::priority_aging`]`(None)`. A getter parks only when
+//! nothing is ready, in a waiter list under the same mutex; an add wakes one parked getter,
+//! and none when none is parked. At most one timer is armed, by one parked getter, for the earliest delayed key.
 //! No task runs in the background except, with metrics on, the 500 ms refresh of the
 //! unfinished-work gauges, which ends with the queue. A drained queue keeps the capacity its
 //! tables reached, as a `Vec` does.
