@@ -15,7 +15,6 @@
 use std::hint::black_box;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
@@ -23,7 +22,9 @@ use futures::StreamExt;
 use futures::channel::mpsc;
 use kube_runtime::scheduler::{ScheduleRequest, scheduler};
 use rudder_workqueue::WorkQueue;
-use rudder_workqueue_bench::{KUBE, RUDDER, measure, table};
+use rudder_workqueue_bench::{
+    KUBE, PER_PRODUCER, RUDDER, add_get_done, measure, producers_and_workers as round, table,
+};
 use tokio::runtime::Runtime;
 
 fn current_thread() -> Runtime {
@@ -43,37 +44,19 @@ fn string_keys(n: usize) -> Vec<String> {
 /// `Done` in one goroutine.
 fn cycle(c: &mut Criterion) {
     let rt = current_thread();
-    let row = "add+get+done, u64 key";
-    let mut g = c.benchmark_group(row);
-    let q = WorkQueue::<u64>::new();
-    measure(&mut g, row, RUDDER, 1, &rt, |iters| {
-        let q = q.clone();
-        async move {
-            for i in 0..iters {
-                q.add(i & 63);
-                let item = q.get().await.unwrap();
-                black_box(item.key());
-            }
-        }
-    });
-    g.finish();
-
-    // The same with strict priority: no clock read per add (ageing needs one). client-go has
-    // no priorities, so this is its own order.
-    let row = "add+get+done, u64 key, strict priority";
-    let mut g = c.benchmark_group(row);
-    let q = WorkQueue::<u64>::builder().priority_aging(None).build();
-    measure(&mut g, row, RUDDER, 1, &rt, |iters| {
-        let q = q.clone();
-        async move {
-            for i in 0..iters {
-                q.add(i & 63);
-                let item = q.get().await.unwrap();
-                black_box(item.key());
-            }
-        }
-    });
-    g.finish();
+    // With the default ageing, then strict priority: no clock read per add (ageing needs
+    // one). client-go has no priorities, so strict is its own order.
+    for (row, q) in [
+        ("add+get+done, u64 key", WorkQueue::<u64>::new()),
+        ("add+get+done, u64 key, strict priority", strict_queue()),
+    ] {
+        let mut g = c.benchmark_group(row);
+        measure(&mut g, row, RUDDER, 1, &rt, |iters| {
+            let q = q.clone();
+            async move { add_get_done(&q, iters).await }
+        });
+        g.finish();
+    }
 
     let row = "add+get+done, namespace/name key";
     let mut g = c.benchmark_group(row);
@@ -178,7 +161,6 @@ fn short_delays_real_clock(c: &mut Criterion) {
 /// Two producer tasks add 10,000 distinct keys each while two worker tasks get them, on a
 /// two-thread runtime, as client-go's benchmark does with goroutines.
 fn producers_and_workers(c: &mut Criterion) {
-    const PER_PRODUCER: u64 = 10_000;
     const TOTAL: u64 = 2 * PER_PRODUCER;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -189,8 +171,10 @@ fn producers_and_workers(c: &mut Criterion) {
     let mut g = c.benchmark_group(row);
     g.throughput(Throughput::Elements(TOTAL));
     g.sample_size(20);
-    measure(&mut g, row, RUDDER, TOTAL, &rt, |iters| {
-        rounds(iters, false)
+    measure(&mut g, row, RUDDER, TOTAL, &rt, |iters| async move {
+        for _ in 0..iters {
+            round(WorkQueue::new()).await;
+        }
     });
     // kube-runtime: producers feed the scheduler's request channel; the scheduler's stream is
     // consumed by two concurrent workers, as its controller does.
@@ -229,48 +213,17 @@ fn producers_and_workers(c: &mut Criterion) {
     let mut g = c.benchmark_group(row);
     g.throughput(Throughput::Elements(TOTAL));
     g.sample_size(20);
-    measure(&mut g, row, RUDDER, TOTAL, &rt, |iters| rounds(iters, true));
+    measure(&mut g, row, RUDDER, TOTAL, &rt, |iters| async move {
+        for _ in 0..iters {
+            round(strict_queue()).await;
+        }
+    });
     g.finish();
 }
 
-/// `iters` rounds of the multi-worker row on Rudder's queue (`strict`: strict priority).
-async fn rounds(iters: u64, strict: bool) {
-    const PER_PRODUCER: u64 = 10_000;
-    const TOTAL: u64 = 2 * PER_PRODUCER;
-    for _ in 0..iters {
-        let q = if strict {
-            WorkQueue::<u64>::builder().priority_aging(None).build()
-        } else {
-            WorkQueue::<u64>::new()
-        };
-        let done = Arc::new(AtomicUsize::new(0));
-        let workers: Vec<_> = (0..2)
-            .map(|_| {
-                let (q, done) = (q.clone(), done.clone());
-                tokio::spawn(async move {
-                    while let Some(item) = q.get().await {
-                        black_box(item.key());
-                        if done.fetch_add(1, Ordering::Relaxed) + 1 == TOTAL as usize {
-                            q.shutdown();
-                        }
-                    }
-                })
-            })
-            .collect();
-        let producers: Vec<_> = (0..2)
-            .map(|p| {
-                let q = q.clone();
-                tokio::spawn(async move {
-                    for k in p * PER_PRODUCER..(p + 1) * PER_PRODUCER {
-                        q.add(k);
-                    }
-                })
-            })
-            .collect();
-        for t in producers.into_iter().chain(workers) {
-            t.await.unwrap();
-        }
-    }
+/// A queue with strict priority (no ageing).
+fn strict_queue() -> WorkQueue<u64> {
+    WorkQueue::builder().priority_aging(None).build()
 }
 
 fn main() {

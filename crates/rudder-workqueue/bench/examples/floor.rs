@@ -25,6 +25,7 @@ use std::time::Instant;
 
 use hashbrown::HashSet;
 use parking_lot::Mutex;
+use rudder_workqueue_bench::{PER_PRODUCER, per_key_on_two_threads};
 
 #[derive(Default)]
 struct Inner {
@@ -92,27 +93,14 @@ fn cycle(n: u64) {
 }
 
 fn workers(n: u64, clock: bool) {
-    const PER_PRODUCER: u64 = 10_000;
-    let rounds = n.div_ceil(2 * PER_PRODUCER);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
-    let start = Instant::now();
-    for _ in 0..rounds {
-        rt.block_on(round(PER_PRODUCER, clock));
-    }
-    let keys = rounds * 2 * PER_PRODUCER;
-    println!(
-        "{:.1} ns per key",
-        start.elapsed().as_nanos() as f64 / keys as f64
-    );
+    let per_key = per_key_on_two_threads(n, || round(clock));
+    println!("{per_key:.1} ns per key");
 }
 
-/// One round, as `profile`'s: a fresh queue, 2 producers, 2 workers.
-async fn round(per_producer: u64, clock: bool) {
-    let total = 2 * per_producer as usize;
+/// One round, as `profile`'s (`rudder_workqueue_bench::producers_and_workers`): a fresh
+/// queue, 2 producers, 2 workers.
+async fn round(clock: bool) {
+    let total = 2 * PER_PRODUCER as usize;
     let q = Arc::new(Floor {
         clock,
         ..Floor::default()
@@ -142,7 +130,7 @@ async fn round(per_producer: u64, clock: bool) {
         .map(|p| {
             let q = q.clone();
             tokio::spawn(async move {
-                for k in p * per_producer..(p + 1) * per_producer {
+                for k in p * PER_PRODUCER..(p + 1) * PER_PRODUCER {
                     q.add(k);
                 }
             })

@@ -16,11 +16,10 @@
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use std::hint::black_box;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use rudder_workqueue::WorkQueue;
+use rudder_workqueue_bench::{add_get_done, per_key_on_two_threads, producers_and_workers};
 
 fn cycle(q: WorkQueue<u64>, n: u64) {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -28,13 +27,7 @@ fn cycle(q: WorkQueue<u64>, n: u64) {
         .build()
         .unwrap();
     let start = Instant::now();
-    rt.block_on(async move {
-        for i in 0..n {
-            q.add(i & 63);
-            let item = q.get().await.unwrap();
-            black_box(item.key());
-        }
-    });
+    rt.block_on(add_get_done(&q, n));
     println!(
         "{:.1} ns per cycle",
         start.elapsed().as_nanos() as f64 / n as f64
@@ -57,59 +50,14 @@ fn dedup(n: u64) {
 }
 
 fn workers(n: u64, strict: bool) {
-    const PER_PRODUCER: u64 = 10_000;
-    let rounds = n.div_ceil(2 * PER_PRODUCER);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
-    let start = Instant::now();
-    for _ in 0..rounds {
-        rt.block_on(round(PER_PRODUCER, strict));
-    }
-    let took = start.elapsed();
-    let keys = rounds * 2 * PER_PRODUCER;
-    println!("{:.1} ns per key", took.as_nanos() as f64 / keys as f64);
-}
-
-/// One round of the bench's multi-worker row: a fresh queue, 2 producers, 2 workers.
-async fn round(per_producer: u64, strict: bool) {
-    let total = 2 * per_producer;
-    {
-        let q = if strict {
+    let per_key = per_key_on_two_threads(n, || {
+        producers_and_workers(if strict {
             WorkQueue::<u64>::builder().priority_aging(None).build()
         } else {
             WorkQueue::<u64>::new()
-        };
-        let done = Arc::new(AtomicUsize::new(0));
-        let workers: Vec<_> = (0..2)
-            .map(|_| {
-                let (q, done) = (q.clone(), done.clone());
-                tokio::spawn(async move {
-                    while let Some(item) = q.get().await {
-                        black_box(item.key());
-                        if done.fetch_add(1, Ordering::Relaxed) + 1 == total as usize {
-                            q.shutdown();
-                        }
-                    }
-                })
-            })
-            .collect();
-        let producers: Vec<_> = (0..2)
-            .map(|p| {
-                let q = q.clone();
-                tokio::spawn(async move {
-                    for k in p * per_producer..(p + 1) * per_producer {
-                        q.add(k);
-                    }
-                })
-            })
-            .collect();
-        for t in producers.into_iter().chain(workers) {
-            t.await.unwrap();
-        }
-    }
+        })
+    });
+    println!("{per_key:.1} ns per key");
 }
 
 /// Pauses a clock (in a runtime of its own, as a paused-clock bench or test in the same

@@ -2,13 +2,18 @@
 //! `benches/production.rs`): criterion runs each row, and every sample's time per operation
 //! is kept so that the table printed at the end gives medians and ratios in the format
 //! `cargo xtask bench-workqueue` reads (`| row | rudder ns/op | kube-runtime ns/op | ratio |`).
+//! The shapes the benches and the `profile` example share live here too, so that both run
+//! the same code.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use criterion::BenchmarkGroup;
 use criterion::measurement::WallTime;
+use rudder_workqueue::WorkQueue;
 use tokio::runtime::Runtime;
 
 /// Rudder's side of a row.
@@ -80,4 +85,72 @@ pub fn table() -> String {
         }
     }
     out
+}
+
+/// Keys each producer adds in one round of the multi-worker shape (client-go's benchmark
+/// has the same).
+pub const PER_PRODUCER: u64 = 10_000;
+
+/// The single-task cycle: `n` times, add one of 64 u64 keys, get it and drop the item (done),
+/// as client-go's `Add`, `Get`, `Done` in one goroutine.
+pub async fn add_get_done(q: &WorkQueue<u64>, n: u64) {
+    for i in 0..n {
+        q.add(i & 63);
+        let item = q.get().await.unwrap();
+        black_box(item.key());
+    }
+}
+
+/// One round of the multi-worker shape on `q` (fresh): 2 producer tasks add
+/// [`PER_PRODUCER`] distinct keys each while 2 worker tasks get them; the worker that takes
+/// the last key shuts the queue down, and the round returns when all four tasks are done.
+pub async fn producers_and_workers(q: WorkQueue<u64>) {
+    let total = 2 * PER_PRODUCER as usize;
+    let done = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (q, done) = (q.clone(), done.clone());
+            tokio::spawn(async move {
+                while let Some(item) = q.get().await {
+                    black_box(item.key());
+                    if done.fetch_add(1, Ordering::Relaxed) + 1 == total {
+                        q.shutdown();
+                    }
+                }
+            })
+        })
+        .collect();
+    let producers: Vec<_> = (0..2)
+        .map(|p| {
+            let q = q.clone();
+            tokio::spawn(async move {
+                for k in p * PER_PRODUCER..(p + 1) * PER_PRODUCER {
+                    q.add(k);
+                }
+            })
+        })
+        .collect();
+    for t in producers.into_iter().chain(workers) {
+        t.await.unwrap();
+    }
+}
+
+/// Runs `round` on a fresh two-thread runtime until at least `keys` keys are done (each
+/// round handles `2 × PER_PRODUCER`); returns the wall time per key, in nanoseconds.
+pub fn per_key_on_two_threads<F, Fut>(keys: u64, mut round: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let rounds = keys.div_ceil(2 * PER_PRODUCER);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    for _ in 0..rounds {
+        rt.block_on(round());
+    }
+    start.elapsed().as_nanos() as f64 / (rounds * 2 * PER_PRODUCER) as f64
 }
