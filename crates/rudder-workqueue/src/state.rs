@@ -141,8 +141,8 @@ pub(crate) struct State<K> {
     delayed_len: usize,
     /// Processing keys that were added again (they run once more when done).
     dirty_len: usize,
-    /// Slots being processed, for the unfinished-work metrics.
-    /// With metrics on (`track_time`) only: the unfinished-work gauges read it.
+    /// Slots being processed, kept only with metrics on (`track_time`): the unfinished-work
+    /// gauges read it. `processing` counts them either way.
     in_flight: Vec<u32>,
     /// Keys handed to workers and not yet done.
     processing: usize,
