@@ -15,6 +15,7 @@ mod envtest;
 mod new_operator;
 mod scaffold;
 mod util;
+mod versions;
 
 use std::process::ExitCode;
 
