@@ -103,7 +103,9 @@
 //! `allowed: false` with code 400; a handler that panics is answered with code 500 and
 //! counted; `dryRun` reaches the handler; the answer is in the review's own API version
 //! (`admission.k8s.io/v1`, or `v1beta1`). A [`Defaulter`](admission::Defaulter)'s answer is
-//! a JSON patch that never removes fields its type does not know.
+//! a JSON patch that never removes fields its type does not know. Answers are written as Go
+//! writes them: the patch (`[]byte`) as a base64 string with `patchType: JSONPatch`, not as
+//! the array of numbers kube-core's own `Serialize` would give.
 //!
 //! # Conversion
 //!

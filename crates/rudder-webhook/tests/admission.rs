@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Client, counter, review, serve};
+use common::{Client, counter, review, serve, wire_patch};
 use http::StatusCode;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::DynamicObject;
@@ -125,19 +125,8 @@ fn config_map(name: &str, data: Value) -> Value {
     })
 }
 
-/// The patch bytes of an answer (kube-core writes Go's `[]byte` as an array of numbers,
-/// which Go's decoder accepts as well as base64).
-fn patch_bytes(response: &Value) -> Vec<u8> {
-    response["response"]["patch"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|byte| u8::try_from(byte.as_u64().unwrap()).unwrap())
-        .collect()
-}
-
 fn apply_patch(object: &Value, response: &Value) -> Value {
-    let patch: json_patch::Patch = serde_json::from_slice(&patch_bytes(response)).unwrap();
+    let patch = wire_patch(response);
     let mut patched = object.clone();
     json_patch::patch(&mut patched, &patch).unwrap();
     patched
@@ -167,8 +156,14 @@ async fn defaulting_answers_a_patch_that_keeps_unknown_fields() {
     let mut expected = object.clone();
     expected["data"]["defaulted"] = json!("yes");
     assert_eq!(patched, expected, "only the defaulted key changes");
-    let patch_text = String::from_utf8(patch_bytes(&answer)).unwrap();
-    assert!(!patch_text.contains("remove"), "{patch_text}");
+    let patch = wire_patch(&answer);
+    assert!(
+        patch
+            .0
+            .iter()
+            .all(|op| !matches!(op, json_patch::PatchOperation::Remove(_))),
+        "{patch:?}"
+    );
 }
 
 #[tokio::test]

@@ -358,8 +358,7 @@ proptest! {
         prop_assert_eq!(status, StatusCode::OK);
         let answer: Value = serde_json::from_slice(&answer).unwrap();
         prop_assert_eq!(&answer["response"]["allowed"], true);
-        let patch: Vec<u8> = serde_json::from_value(answer["response"]["patch"].clone()).unwrap();
-        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        let patch = common::wire_patch(&answer);
         let mut patched = object.clone();
         json_patch::patch(&mut patched, &patch).unwrap();
         let mut expected = object;

@@ -6,6 +6,7 @@ mod denial;
 mod patch;
 mod tree;
 mod validator;
+mod wire;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -177,7 +178,7 @@ where
 }
 
 fn encode(response: AdmissionResponse) -> Result<Bytes, Rejection> {
-    serde_json::to_vec(&response.into_review())
+    wire::encode(response)
         .map(Bytes::from)
         .map_err(|error| Rejection {
             status: StatusCode::INTERNAL_SERVER_ERROR,

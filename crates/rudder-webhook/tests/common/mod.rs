@@ -306,3 +306,20 @@ pub fn review(
         }
     })
 }
+
+/// The JSON Patch of an answering review, read as the API's schema says: `response.patch`
+/// is `format: byte`, a base64 string (k8s-openapi's `ByteString`, generated from that
+/// schema, decodes only that form), and `patchType` is `JSONPatch`. Panics otherwise.
+pub fn wire_patch(answer: &serde_json::Value) -> json_patch::Patch {
+    let response = &answer["response"];
+    assert!(
+        response["patch"].is_string(),
+        "response.patch is not a string: {}",
+        response["patch"]
+    );
+    assert_eq!(response["patchType"], "JSONPatch", "{response}");
+    let bytes: k8s_openapi::ByteString = serde_json::from_value(response["patch"].clone())
+        .unwrap_or_else(|error| panic!("response.patch is not base64: {error}"));
+    serde_json::from_slice(&bytes.0)
+        .unwrap_or_else(|error| panic!("response.patch is not a JSON Patch: {error}"))
+}
