@@ -106,7 +106,10 @@
 //! # Metrics
 //!
 //! Through the [`MetricsProvider`] trait, with client-go's names; see [`metrics`]. The
-//! `metrics` feature adds `MetricsCrateProvider` for the `metrics` crate.
+//! `metrics` feature adds `MetricsCrateProvider` for the `metrics` crate, and in
+//! `metrics_crate` the names, the descriptions (`metrics_crate::describe`, for the recorder
+//! once installed) and controller-runtime's histogram buckets (`metrics_crate::HISTOGRAM_BUCKETS`,
+//! for the exporter: without them a histogram is exported as a summary).
 //!
 //! # Features
 //!
@@ -117,7 +120,7 @@
 mod item;
 pub mod metrics;
 #[cfg(feature = "metrics")]
-mod metrics_crate;
+pub mod metrics_crate;
 mod options;
 mod queue;
 pub mod rate_limiter;
