@@ -12,14 +12,14 @@ use futures::future::{Either, FutureExt, join_all, select};
 use futures::stream::StreamExt;
 use rudder_handler::{EventHandler, Predicate, Queue, Request, Source, SourceError, Synced};
 use rudder_workqueue::rate_limiter::default_controller_rate_limiter;
-use rudder_workqueue::{AddOptions, MetricsCrateProvider, WorkItem};
+use rudder_workqueue::{AddOptions, WorkItem};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{BuildError, ErrorChain, Result, RunError, is_terminal};
 use crate::gate::LeaderGate;
-use crate::metrics::Metrics;
+use crate::metrics::{DeferredQueueMetrics, Metrics};
 use crate::options::Options;
 use crate::reconciler::{Action, BoxError, Context, Next, ReconcileId, Reconciler};
 use crate::shard::{KeyLister, ShardGate, ShardPermit};
@@ -68,12 +68,13 @@ impl<R: Reconciler> Builder<R> {
         let limiter = options
             .rate_limiter
             .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
+        // The queue's metric handles, like the controller's, are made when it runs.
+        let queue_metrics = DeferredQueueMetrics::new(&self.name);
         let queue = Queue::builder()
             .name(self.name.clone())
             .rate_limiter(limiter)
-            .metrics(MetricsCrateProvider::new().label("controller", self.name.clone()))
+            .metrics(queue_metrics.clone())
             .build();
-        let metrics = Metrics::new(&self.name);
         let name: Arc<str> = Arc::from(self.name);
         Ok(Controller {
             inner: Arc::new(Inner {
@@ -86,7 +87,8 @@ impl<R: Reconciler> Builder<R> {
                 reconcile_timeout: options.reconcile_timeout,
                 shutdown_grace: options.shutdown_grace,
                 recover_panic: options.recover_panic,
-                metrics,
+                metrics: OnceLock::new(),
+                queue_metrics,
                 started: AtomicBool::new(false),
                 stop_sources: CancellationToken::new(),
                 hard_stop: CancellationToken::new(),
@@ -133,7 +135,9 @@ struct Inner<R> {
     reconcile_timeout: Option<Duration>,
     shutdown_grace: Duration,
     recover_panic: bool,
-    metrics: Metrics,
+    /// Made when `run` starts (see [`Inner::metrics`]).
+    metrics: OnceLock<Metrics>,
+    queue_metrics: DeferredQueueMetrics,
     started: AtomicBool,
     /// Stops the watches' event pumps.
     stop_sources: CancellationToken,
@@ -339,6 +343,7 @@ impl<R: Reconciler> Controller<R> {
             }
             (gate.clone(), shard.clone())
         };
+        inner.start_metrics();
         let started = {
             let mut watches = inner.lock_watches();
             watches.running = true;
@@ -416,7 +421,7 @@ impl<R: Reconciler> Controller<R> {
             tracing::info!(controller = %inner.name, workers = inner.workers,
                 "starting workers; they wait for leadership (events are queued meanwhile)");
         }
-        inner.metrics.set_max_concurrent(inner.workers);
+        inner.metrics().set_max_concurrent(inner.workers);
         let stopping = CancellationToken::new();
         // Owned here: if `run` is dropped (its task aborted), the workers are aborted with it
         // and the watches stop, so nothing of the controller outlives it.
@@ -554,6 +559,20 @@ async fn join_all_of(set: &mut JoinSet<()>) -> Vec<Result<(), tokio::task::JoinE
 }
 
 impl<R> Inner<R> {
+    /// The controller's metric handles, made at the first call: `run` makes it as it starts,
+    /// so they come from the recorder the process has installed by then.
+    fn metrics(&self) -> &Metrics {
+        self.metrics.get_or_init(|| Metrics::new(&self.name))
+    }
+
+    /// Makes every metric handle of the controller and its queue against the current
+    /// recorder, and gives the recorder their descriptions.
+    fn start_metrics(&self) {
+        crate::metrics::describe();
+        self.metrics();
+        self.queue_metrics.bind(self.queue.len());
+    }
+
     fn lock_watches(&self) -> std::sync::MutexGuard<'_, Watches> {
         self.watches.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -679,7 +698,7 @@ async fn process<R: Reconciler>(
         request = %request,
         reconcile_id = %id,
     );
-    inner.metrics.active_workers(1.0);
+    inner.metrics().active_workers(1.0);
     let started = Instant::now();
     let reconcile = AssertUnwindSafe(inner.reconciler.reconcile(request.clone(), ctx))
         .catch_unwind()
@@ -716,8 +735,8 @@ async fn process<R: Reconciler>(
             result = reconcile => Some(result),
         },
     };
-    inner.metrics.reconcile_time(started.elapsed());
-    inner.metrics.active_workers(-1.0);
+    inner.metrics().reconcile_time(started.elapsed());
+    inner.metrics().active_workers(-1.0);
     let _entered = span.enter();
     let Some(result) = result else {
         cancel.cancel();
@@ -725,14 +744,14 @@ async fn process<R: Reconciler>(
             .increment(1);
         // Counted as an error, as controller-runtime counts every reconcile that did not
         // succeed in both `reconcile_total{result="error"}` and `reconcile_errors_total`.
-        inner.metrics.error();
+        inner.metrics().error();
         tracing::warn!(
             shard = permit.as_ref().map(ShardPermit::shard),
             "this replica's hold on the key's shard passed while it was reconciled: \
              reconcile cancelled (the shard's new holder reconciles the key)"
         );
         inner.queue.forget(&request);
-        inner.metrics.reconciled(Outcome::Error.label());
+        inner.metrics().reconciled(Outcome::Error.label());
         drop(item);
         drop(permit);
         return;
@@ -742,9 +761,9 @@ async fn process<R: Reconciler>(
         Ok(Err(error)) => {
             let error: BoxError = error.into();
             let error: &(dyn std::error::Error + 'static) = &*error;
-            inner.metrics.error();
+            inner.metrics().error();
             if is_terminal(error) {
-                inner.metrics.terminal_error();
+                inner.metrics().terminal_error();
                 tracing::error!(error = %ErrorChain(error), "reconcile failed with a terminal error; not retrying");
                 inner.queue.forget(&request);
             } else {
@@ -754,11 +773,11 @@ async fn process<R: Reconciler>(
             Outcome::Error
         }
         Err(panic) => {
-            inner.metrics.panic();
-            inner.metrics.error();
+            inner.metrics().panic();
+            inner.metrics().error();
             let message = panic_message(&*panic);
             if !inner.recover_panic {
-                inner.metrics.reconciled(Outcome::Error.label());
+                inner.metrics().reconciled(Outcome::Error.label());
                 drop(item);
                 std::panic::resume_unwind(panic);
             }
@@ -767,7 +786,7 @@ async fn process<R: Reconciler>(
             Outcome::Error
         }
     };
-    inner.metrics.reconciled(outcome.label());
+    inner.metrics().reconciled(outcome.label());
     drop(item);
     drop(permit);
 }

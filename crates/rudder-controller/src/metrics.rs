@@ -12,12 +12,40 @@
 //! | `rudder_shard_reconciles_cancelled_total` | counter | `controller`: reconciles of a sharded controller cancelled because this replica's hold on the key's shard passed while they ran (reported from the first one on; each also counts as a `result="error"` reconcile and in `controller_runtime_reconcile_errors_total`) |
 //!
 //! The work queue's metrics (`workqueue_*`) carry `name` and `controller`, both the
-//! controller's name. Histogram buckets are the exporter's to set; use
-//! [`RECONCILE_TIME_BUCKETS`] for controller-runtime's.
+//! controller's name.
+//!
+//! # When the series exist
+//!
+//! A controller makes its handles (its own and its work queue's) when it starts to
+//! [`run`](crate::Controller::run), not when it is built, so a controller built before the
+//! process installs its recorder still reports to it. Its series appear at start, at zero.
+//! [`describe`] gives a recorder every help text and unit; [`HISTOGRAM_BUCKETS`] gives an
+//! exporter controller-runtime's buckets for every histogram here and in the work queue
+//! (without them, `metrics-exporter-prometheus` exports a summary). `rudder-manager` uses
+//! both when it installs its recorder.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use metrics::{Counter, Gauge, Histogram};
+use metrics::{Counter, Gauge, Histogram, Unit};
+use rudder_workqueue::metrics_crate as workqueue;
+use rudder_workqueue::{MetricsCrateProvider, MetricsProvider, QueueMetrics};
+
+/// `controller_runtime_reconcile_total{controller, result}`.
+pub const RECONCILE_TOTAL: &str = "controller_runtime_reconcile_total";
+/// `controller_runtime_reconcile_errors_total{controller}`.
+pub const RECONCILE_ERRORS_TOTAL: &str = "controller_runtime_reconcile_errors_total";
+/// `controller_runtime_terminal_reconcile_errors_total{controller}`.
+pub const TERMINAL_RECONCILE_ERRORS_TOTAL: &str =
+    "controller_runtime_terminal_reconcile_errors_total";
+/// `controller_runtime_reconcile_panics_total{controller}`.
+pub const RECONCILE_PANICS_TOTAL: &str = "controller_runtime_reconcile_panics_total";
+/// `controller_runtime_reconcile_time_seconds{controller}`, a histogram.
+pub const RECONCILE_TIME_SECONDS: &str = "controller_runtime_reconcile_time_seconds";
+/// `controller_runtime_max_concurrent_reconciles{controller}`.
+pub const MAX_CONCURRENT_RECONCILES: &str = "controller_runtime_max_concurrent_reconciles";
+/// `controller_runtime_active_workers{controller}`.
+pub const ACTIVE_WORKERS: &str = "controller_runtime_active_workers";
 
 /// controller-runtime's buckets for `controller_runtime_reconcile_time_seconds`.
 pub const RECONCILE_TIME_BUCKETS: &[f64] = &[
@@ -26,13 +54,69 @@ pub const RECONCILE_TIME_BUCKETS: &[f64] = &[
     25.0, 30.0, 40.0, 50.0, 60.0,
 ];
 
+/// Every histogram a controller reports (its work queue's included), with controller-runtime's
+/// buckets.
+pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
+    (RECONCILE_TIME_SECONDS, RECONCILE_TIME_BUCKETS),
+    (
+        workqueue::QUEUE_DURATION_SECONDS,
+        workqueue::DURATION_BUCKETS,
+    ),
+    (
+        workqueue::WORK_DURATION_SECONDS,
+        workqueue::DURATION_BUCKETS,
+    ),
+];
+
 /// Reconciles of a sharded controller cancelled because the replica's hold on the key's
 /// shard passed while they ran.
 pub const SHARD_CANCELLED_TOTAL: &str = "rudder_shard_reconciles_cancelled_total";
 
+/// Describes every metric a controller reports, its work queue's included (help text and
+/// unit), to the recorder current at this call. A controller calls it when it starts; a
+/// process that installs its recorder later calls it then (`rudder-manager` does). Calling it
+/// again is harmless.
+pub fn describe() {
+    workqueue::describe();
+    metrics::describe_counter!(
+        RECONCILE_TOTAL,
+        "Total number of reconciliations per controller, by result."
+    );
+    metrics::describe_counter!(
+        RECONCILE_ERRORS_TOTAL,
+        "Total number of reconciliation errors per controller."
+    );
+    metrics::describe_counter!(
+        TERMINAL_RECONCILE_ERRORS_TOTAL,
+        "Total number of terminal reconciliation errors per controller."
+    );
+    metrics::describe_counter!(
+        RECONCILE_PANICS_TOTAL,
+        "Total number of reconciliation panics per controller."
+    );
+    metrics::describe_histogram!(
+        RECONCILE_TIME_SECONDS,
+        Unit::Seconds,
+        "Length of time per reconciliation per controller."
+    );
+    metrics::describe_gauge!(
+        MAX_CONCURRENT_RECONCILES,
+        "Maximum number of concurrent reconciles per controller."
+    );
+    metrics::describe_gauge!(
+        ACTIVE_WORKERS,
+        "Number of currently used workers per controller."
+    );
+    metrics::describe_counter!(
+        SHARD_CANCELLED_TOTAL,
+        "Total number of reconciles of a sharded controller cancelled because this \
+         replica's hold on the key's shard passed while they ran."
+    );
+}
+
 const RESULTS: [&str; 4] = ["success", "error", "requeue", "requeue_after"];
 
-/// One controller's metric handles, resolved once.
+/// One controller's metric handles, resolved once, when it starts.
 pub(crate) struct Metrics {
     totals: [Counter; 4],
     errors: Counter,
@@ -48,7 +132,7 @@ impl Metrics {
         let c = controller.to_owned();
         let totals = RESULTS.map(|result| {
             let counter = metrics::counter!(
-                "controller_runtime_reconcile_total",
+                RECONCILE_TOTAL,
                 "controller" => c.clone(),
                 "result" => result
             );
@@ -63,12 +147,12 @@ impl Metrics {
         };
         Self {
             totals,
-            errors: counter("controller_runtime_reconcile_errors_total"),
-            terminal: counter("controller_runtime_terminal_reconcile_errors_total"),
-            panics: counter("controller_runtime_reconcile_panics_total"),
-            time: metrics::histogram!("controller_runtime_reconcile_time_seconds", "controller" => c.clone()),
-            max_concurrent: metrics::gauge!("controller_runtime_max_concurrent_reconciles", "controller" => c.clone()),
-            active: metrics::gauge!("controller_runtime_active_workers", "controller" => c),
+            errors: counter(RECONCILE_ERRORS_TOTAL),
+            terminal: counter(TERMINAL_RECONCILE_ERRORS_TOTAL),
+            panics: counter(RECONCILE_PANICS_TOTAL),
+            time: metrics::histogram!(RECONCILE_TIME_SECONDS, "controller" => c.clone()),
+            max_concurrent: metrics::gauge!(MAX_CONCURRENT_RECONCILES, "controller" => c.clone()),
+            active: metrics::gauge!(ACTIVE_WORKERS, "controller" => c),
         }
     }
 
@@ -100,5 +184,79 @@ impl Metrics {
 
     pub(crate) fn active_workers(&self, delta: f64) {
         self.active.increment(delta);
+    }
+}
+
+/// The work queue's metrics of one controller, made when the controller starts.
+///
+/// The queue is built with the controller and asks its provider for a sink then; this
+/// provider hands it one that reports nowhere until [`bind`](Self::bind), which the
+/// controller calls as it starts, so the queue's handles come from the recorder installed by
+/// then, not the one (often none) that existed when the controller was declared.
+#[derive(Clone)]
+pub(crate) struct DeferredQueueMetrics {
+    controller: Arc<str>,
+    sink: Arc<OnceLock<Box<dyn QueueMetrics>>>,
+}
+
+impl DeferredQueueMetrics {
+    pub(crate) fn new(controller: &str) -> Self {
+        Self {
+            controller: Arc::from(controller),
+            sink: Arc::default(),
+        }
+    }
+
+    /// Makes the queue's handles against the current recorder (once; later calls keep the
+    /// first), and reports the queue's depth now, as the gauge would have shown it.
+    pub(crate) fn bind(&self, depth: usize) {
+        let sink = self.sink.get_or_init(|| {
+            MetricsCrateProvider::new()
+                .label("controller", self.controller.to_string())
+                .queue_metrics(&self.controller)
+        });
+        sink.set_depth(depth);
+    }
+}
+
+impl MetricsProvider for DeferredQueueMetrics {
+    fn queue_metrics(&self, _name: &str) -> Box<dyn QueueMetrics> {
+        Box::new(Deferred(Arc::clone(&self.sink)))
+    }
+}
+
+/// A sink that forwards to the one bound at start, and drops what comes before.
+struct Deferred(Arc<OnceLock<Box<dyn QueueMetrics>>>);
+
+impl QueueMetrics for Deferred {
+    fn set_depth(&self, depth: usize) {
+        if let Some(sink) = self.0.get() {
+            sink.set_depth(depth);
+        }
+    }
+    fn add(&self) {
+        if let Some(sink) = self.0.get() {
+            sink.add();
+        }
+    }
+    fn queue_latency(&self, waited: Duration) {
+        if let Some(sink) = self.0.get() {
+            sink.queue_latency(waited);
+        }
+    }
+    fn work_duration(&self, held: Duration) {
+        if let Some(sink) = self.0.get() {
+            sink.work_duration(held);
+        }
+    }
+    fn unfinished_work(&self, total: Duration, longest: Duration) {
+        if let Some(sink) = self.0.get() {
+            sink.unfinished_work(total, longest);
+        }
+    }
+    fn retry(&self) {
+        if let Some(sink) = self.0.get() {
+            sink.retry();
+        }
     }
 }

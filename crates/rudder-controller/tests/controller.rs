@@ -196,6 +196,33 @@ async fn a_terminal_error_is_not_retried_but_counted() {
     task.await.unwrap().unwrap();
 }
 
+/// A controller declared before the process has a recorder still reports to the one it has
+/// when the controller starts: its handles, and its queue's, are made at start.
+#[tokio::test(start_paused = true)]
+async fn a_controller_built_before_its_recorder_reports_to_it() {
+    let c = Controller::builder("early", scripted(|_, _| async { Ok(Action::done()) }))
+        .build()
+        .unwrap();
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let (events, stop, task) = start(&c);
+    send(&events, "a").await;
+    eventually(Duration::from_secs(1), || calls(&c).len() == 1).await;
+    let text = handle.render();
+    for line in [
+        r#"controller_runtime_reconcile_total{controller="early",result="success"} 1"#,
+        r#"controller_runtime_max_concurrent_reconciles{controller="early"} 1"#,
+        r#"workqueue_adds_total{name="early",controller="early"} 1"#,
+        "# HELP controller_runtime_reconcile_total ",
+        "# HELP workqueue_adds_total ",
+    ] {
+        assert!(text.contains(line), "missing {line} in:\n{text}");
+    }
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_panic_is_caught_counted_and_retried() {
     let recorder = PrometheusBuilder::new().build_recorder();
