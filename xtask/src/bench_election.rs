@@ -1,12 +1,12 @@
 //! `cargo xtask bench-election`: from a leader's release to the new leader holding the Lease,
 //! for client-go's elector and Rudder's with and without its Lease watch, in one sitting.
 //!
-//! Finds (or installs) the envtest control plane, whose install also provides Go and the
-//! Kubernetes source tree that client-go's candidate is built from, then runs
-//! rudder-manager's `election` bench (`crates/rudder-manager/benches/election.rs`): each
-//! candidate a process of its own, client-go's default timings (15 s / 10 s / 2 s) unless
-//! `--scaled` (3 s / 2 s / 0.5 s); one line per round with the load average, then min /
-//! median / max per elector.
+//! Finds (or installs) the envtest control plane, then runs rudder-manager's `election` bench
+//! (`crates/rudder-manager/benches/election.rs`): each candidate a process of its own,
+//! client-go's built from `go/cmd/elector` with the machine's Go on the client-go that
+//! `go/go.mod` pins (see `tests/support/candidates.rs` there); client-go's default timings
+//! (15 s / 10 s / 2 s) unless `--scaled` (3 s / 2 s / 0.5 s); one line per round with the load
+//! average, then min / median / max per elector.
 
 use crate::{envtest, util};
 

@@ -4,8 +4,9 @@
 //! when it starts and stops believing it leads, on the machine's monotonic clock; no two of
 //! those intervals may overlap, by any margin.
 //!
-//! client-go's candidate is `support/elector.go`, built with Go over the Kubernetes source tree
-//! that `cargo xtask envtest install` extracts (see `support/candidates.rs`).
+//! client-go's candidate is `go/cmd/elector` in the repository's Go module, on the client-go
+//! that `go/go.mod` pins, built with the machine's Go (see `support/candidates.rs`); without
+//! Go the test fails and says so.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 #[path = "support/candidates.rs"]

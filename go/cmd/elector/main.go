@@ -1,4 +1,4 @@
-// Command rudder-interop-elector is one candidate of client-go's leader election on a Lease,
+// Command elector is one candidate of client-go's leader election on a Lease,
 // for Rudder's interop test and election bench. It prints "started <ns>" from
 // OnStartedLeading and "stopped <ns>" when it stops leading, <ns> being CLOCK_MONOTONIC in
 // nanoseconds; a "release" line on stdin stops leading (the stop is printed first, as the

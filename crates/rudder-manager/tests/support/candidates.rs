@@ -2,11 +2,10 @@
 //! interop test and the election bench: each prints what it believes, stamped with
 //! `CLOCK_MONOTONIC` (one clock for every process on the machine).
 //!
-//! client-go's candidate is `elector.go` (next to this file), built with the system's Go in
-//! GOPATH mode over the Kubernetes source tree that `cargo xtask envtest install` extracts
-//! (client-go vendored in it), and cached by the hash of its source. Rudder's candidate is the
-//! calling test or bench binary run again with [`CHILD_ENV`] set, which calls
-//! [`rudder_candidate`].
+//! client-go's candidate is `go/cmd/elector` in the repository's Go module (`go/go.mod` pins
+//! client-go), built with the machine's Go and cached by a hash of the module's `go.mod`,
+//! `go.sum`, the candidate's source and the Go version. Rudder's candidate is the calling test
+//! or bench binary run again with [`CHILD_ENV`] set, which calls [`rudder_candidate`].
 //!
 //! Lines printed by both, `<ns>` being monotonic nanoseconds:
 //! `candidate <ns>` (about to try), `started <ns>` (client-go: in `OnStartedLeading`; Rudder:
@@ -27,9 +26,6 @@ use std::time::Duration;
 
 use rustix::process::{Pid, Signal, kill_process};
 use rustix::time::{ClockId, clock_gettime};
-
-/// The Go program: one client-go candidate.
-pub(crate) const ELECTOR_GO: &str = include_str!("elector.go");
 
 /// Set (to the candidate's settings) in a Rudder candidate's environment.
 pub(crate) const CHILD_ENV: &str = "RUDDER_ELECTION_CANDIDATE";
@@ -77,7 +73,7 @@ impl Timings {
 /// Which elector a candidate runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// client-go's, from `elector.go`.
+    /// client-go's, from `go/cmd/elector`.
     Go,
     /// Rudder's, with or without its Lease watch.
     Rudder { watch: bool },
@@ -102,63 +98,105 @@ pub(crate) struct Target {
     pub(crate) timings: Timings,
 }
 
-/// The Kubernetes source tree with client-go, as the envtest install leaves it.
-fn kubernetes_tree() -> Result<PathBuf, String> {
-    let cache = rudder_envtest::cache_dir().ok_or("neither XDG_CACHE_HOME nor HOME is set")?;
-    let tree = cache.join("build/src");
-    if tree
-        .join("staging/src/k8s.io/client-go/tools/leaderelection")
-        .is_dir()
-        && tree.join(".go/src/k8s.io/kubernetes").is_dir()
-    {
-        Ok(tree)
-    } else {
-        Err(format!(
-            "no Kubernetes source tree with client-go at {}: run `cargo xtask envtest install` \
-             on a machine with apt (it installs Go and extracts Debian's kubernetes source there)",
-            tree.display()
-        ))
-    }
-}
-
-/// Builds client-go's candidate (once per version of its source) and returns its path.
+/// Builds client-go's candidate (once per version of its module, its source and Go) and
+/// returns its path.
 pub(crate) fn go_elector() -> Result<PathBuf, String> {
-    let tree = kubernetes_tree()?;
-    let build = tree.parent().ok_or("the tree has no parent")?.to_owned();
+    let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../go");
+    let cache = rudder_envtest::cache_dir()
+        .and_then(|envtest| Some(envtest.parent()?.join("go")))
+        .ok_or("neither XDG_CACHE_HOME nor HOME is set, so there is no Go cache directory")?;
+    let go_mod = read(&module.join("go.mod"))?;
+    let version = go_version(&go_mod)?;
     let mut hasher = DefaultHasher::new();
-    ELECTOR_GO.hash(&mut hasher);
-    let binary = build.join(format!("rudder-elector-{:016x}", hasher.finish()));
+    version.hash(&mut hasher);
+    go_mod.hash(&mut hasher);
+    read(&module.join("go.sum"))?.hash(&mut hasher);
+    read(&module.join("cmd/elector/main.go"))?.hash(&mut hasher);
+    let bin = cache.join("bin");
+    let binary = bin.join(format!("elector-{:016x}", hasher.finish()));
     if binary.is_file() {
         return Ok(binary);
     }
-    let package = format!("rudder-elector-build-{}", std::process::id());
-    let dir = tree.join(&package);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let written = std::fs::write(dir.join("main.go"), ELECTOR_GO);
-    let partial = build.join(format!("{package}.partial"));
-    let output = written.map_err(|e| e.to_string()).and_then(|()| {
-        Command::new("go")
-            .args(["build", "-o"])
-            .arg(&partial)
-            .arg(format!("k8s.io/kubernetes/{package}"))
-            .env("GO111MODULE", "off")
-            .env("GOPATH", tree.join(".go"))
-            .env("GOCACHE", build.join("home/.cache/go-build"))
-            .env("GOFLAGS", "")
-            .current_dir(&tree)
-            .output()
-            .map_err(|e| format!("could not run `go build` (is Go installed?): {e}"))
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    let output = output?;
+    std::fs::create_dir_all(&bin).map_err(|e| format!("create {}: {e}", bin.display()))?;
+    // Built under a name of its own, then renamed: a concurrent test binary never runs half
+    // a file.
+    let partial = bin.join(format!("elector.{}.partial", std::process::id()));
+    let output = go(&cache)
+        .arg("build")
+        .arg("-o")
+        .arg(&partial)
+        .arg("./cmd/elector")
+        .current_dir(&module)
+        .output()
+        .map_err(|e| format!("could not run `go build`: {e}"))?;
     if !output.status.success() {
+        let _ = std::fs::remove_file(&partial);
         return Err(format!(
-            "`go build` of the client-go candidate failed: {}",
+            "`go build ./cmd/elector` in {} failed: {}",
+            module.display(),
             String::from_utf8_lossy(&output.stderr)
         ));
     }
     std::fs::rename(&partial, &binary).map_err(|e| format!("install {}: {e}", binary.display()))?;
     Ok(binary)
+}
+
+/// `go` as the project runs it everywhere: the machine's toolchain only, go.mod and go.sum as
+/// committed, and one module and build cache (`cache`, which the envtest install and the
+/// xtask benches share); no VCS stamp, so the binary does not depend on the checkout's state.
+fn go(cache: &Path) -> Command {
+    let mut command = Command::new("go");
+    command
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=readonly -buildvcs=false")
+        .env("GOMODCACHE", cache.join("mod"))
+        .env("GOCACHE", cache.join("build"))
+        .env("CGO_ENABLED", "0");
+    command
+}
+
+/// The machine's Go version (`go1.26.8`), checked against the `go` line of `go_mod`.
+fn go_version(go_mod: &str) -> Result<String, String> {
+    let needed = go_mod
+        .lines()
+        .find_map(|line| line.strip_prefix("go "))
+        .map(str::trim)
+        .ok_or("go/go.mod has no `go` line")?;
+    let output = Command::new("go")
+        .arg("env")
+        .arg("GOVERSION")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .map_err(|e| {
+            format!(
+                "could not run `go` ({e}): client-go's candidate is built from the Go module in \
+                 go/, which needs Go {needed} or newer on the PATH"
+            )
+        })?;
+    let version = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let numbers = |v: &str| -> Vec<u32> {
+        v.split(|c: char| !c.is_ascii_digit())
+            .map_while(|n| n.parse().ok())
+            .collect()
+    };
+    let have = numbers(version.strip_prefix("go").unwrap_or_default());
+    if !output.status.success() || have.is_empty() {
+        return Err(format!(
+            "`go env GOVERSION` failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    if have < numbers(needed) {
+        return Err(format!(
+            "go/go.mod needs Go {needed} or newer, and the `go` on the PATH is {version}"
+        ));
+    }
+    Ok(version)
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))
 }
 
 /// A candidate process and what it printed so far.
