@@ -53,7 +53,9 @@
 //! [`ManagerBuilder::metrics_extra_handler`] adds more paths to that server.
 //!
 //! Both servers are tower services on [`rudder_server`], with its bounds: at most 512
-//! connections at once (more wait in the kernel's backlog), a 10 s limit to send a
+//! connections at once (more wait in the kernel's listen backlog, which is the system's
+//! maximum, `net.core.somaxconn`, 4096 on a current Linux, as with Go's `net/http`; past it
+//! the kernel drops their SYNs and they retry a second later), a 10 s limit to send a
 //! request's head, idle connections closed after 90 s, 1 MiB request bodies, and accept
 //! errors (out of file descriptors, say) backed off 5 ms doubling to 1 s instead of retried
 //! in a loop, so a flood of bad or idle clients cannot keep the kubelet's probes from being

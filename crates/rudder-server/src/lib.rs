@@ -39,8 +39,9 @@
 //! cause is bounded by an [`Options`] field:
 //!
 //! - **Connections**: at most [`Options::max_connections`] are open; at the cap the server
-//!   stops accepting until one closes, so further clients wait in the kernel's backlog
-//!   instead of taking file descriptors.
+//!   stops accepting until one closes, so further clients wait in the kernel's listen
+//!   backlog instead of taking file descriptors (see [Listen backlog](#listen-backlog) for
+//!   how many fit there).
 //! - **Handshake**: an [`Acceptor`]'s handshake (TLS, in a crate above) has
 //!   [`Options::handshake_timeout`].
 //! - **Request head**: [`Options::header_read_timeout`], from the first byte of a request
@@ -51,6 +52,17 @@
 //!   [`Options::idle_timeout`] is closed (hyper 1.x has no such timer). A slow request in
 //!   flight is never cut by it.
 //! - **Body**: a body past [`Options::max_body_size`] is answered `413`.
+//!
+//! # Listen backlog
+//!
+//! Every server listens with the system's largest backlog ([`system_backlog`]: Linux's
+//! `net.core.somaxconn`, 4096 by default since Linux 5.4; [`FALLBACK_BACKLOG`] where it
+//! cannot be read), as Go's `net/http` does, or with [`Options::listen_backlog`]. That many
+//! connections can be completed by the kernel and wait to be accepted, during a burst or at
+//! the connection cap; past it the kernel drops a client's SYN, and the client retries only
+//! after a second. tokio's `TcpListener::bind` would ask for 128, which a burst of a few
+//! hundred connections fills: the next kubelet probe then misses its 1 s timeout. `SO_REUSEADDR`
+//! is set on Unix, as Go sets it.
 //!
 //! # Accept errors
 //!
@@ -77,6 +89,7 @@ mod acceptor;
 mod body;
 mod connection;
 mod fd_limit;
+mod listener;
 mod options;
 mod server;
 mod service;
@@ -84,6 +97,7 @@ mod service;
 pub use acceptor::{Acceptor, PlainTcp};
 pub use body::{Body, BodyError};
 pub use fd_limit::{FdLimit, FdLimitError, raise_fd_limit};
+pub use listener::{FALLBACK_BACKLOG, system_backlog};
 pub use options::{
     DEFAULT_BIND_ADDRESS, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY_SIZE, DEFAULT_MAX_CONNECTIONS, Options,

@@ -13,7 +13,9 @@ pub const DEFAULT_BIND_ADDRESS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr
 /// leaves the other half to the rest of the process (API server connections, watches,
 /// files) even while clients hold every connection it allows, and the cap is well above what
 /// probes, Prometheus scrapes and an API server calling a webhook ever open (a few each).
-/// Clients beyond the cap wait in the kernel's listen backlog, holding no descriptor here.
+/// Clients beyond the cap wait in the kernel's listen backlog, holding no descriptor here:
+/// up to the backlog's size ([`system_backlog`](crate::system_backlog), 4096 on a current
+/// Linux), past which the kernel drops their SYNs and they retry after a second.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
 /// The default header read timeout: how long a client has to send a complete request head,
@@ -46,6 +48,7 @@ pub struct Options {
     pub(crate) handshake_timeout: Duration,
     pub(crate) max_body_size: Option<u64>,
     pub(crate) http2: bool,
+    pub(crate) listen_backlog: Option<u32>,
 }
 
 impl Default for Options {
@@ -58,6 +61,7 @@ impl Default for Options {
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             max_body_size: Some(DEFAULT_MAX_BODY_SIZE),
             http2: false,
+            listen_backlog: None,
         }
     }
 }
@@ -79,6 +83,23 @@ impl Options {
     pub fn max_connections(mut self, max: usize) -> Self {
         self.max_connections = max.max(1);
         self
+    }
+
+    /// How many connections the kernel may complete and queue before the server accepts
+    /// them (default: the system's maximum, [`system_backlog`](crate::system_backlog), as
+    /// Go's `net/http` listens; at least 1). The kernel caps it at its own maximum
+    /// (`net.core.somaxconn` on Linux). A client arriving at a full queue has its SYN
+    /// dropped and retries after a second.
+    pub fn listen_backlog(mut self, backlog: u32) -> Self {
+        self.listen_backlog = Some(backlog.max(1));
+        self
+    }
+
+    /// The listen backlog a server bound with these options asks for: the configured one,
+    /// or the system's maximum.
+    pub fn backlog(&self) -> u32 {
+        self.listen_backlog
+            .unwrap_or_else(crate::listener::system_backlog)
     }
 
     /// How long a client has to send a complete request head (default

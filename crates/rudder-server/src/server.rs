@@ -19,6 +19,7 @@ use tower_service::Service;
 use crate::acceptor::{Acceptor, PlainTcp};
 use crate::body::Body;
 use crate::connection::{self, Limits, Signals};
+use crate::listener;
 use crate::options::Options;
 use crate::service::{BoxError, HttpService};
 
@@ -53,10 +54,11 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds `options`' address. Nothing is served until [`serve`](Self::serve).
+    /// Binds `options`' address and listens with its backlog ([`Options::backlog`]: the
+    /// system's maximum unless configured). Nothing is served until [`serve`](Self::serve).
     pub async fn bind(options: Options) -> Result<Self, BindError> {
         let wanted = options.bind_address;
-        let bound = TcpListener::bind(wanted).await.and_then(|listener| {
+        let bound = listener::listen(wanted, options.backlog()).and_then(|listener| {
             let addr = listener.local_addr()?;
             Ok((listener, addr))
         });
@@ -254,7 +256,8 @@ impl<A: Acceptor, S> AcceptLoop<A, S> {
         let mut at_cap_logged = false;
         loop {
             // At the cap, wait for a connection to close before accepting: clients beyond it
-            // wait in the kernel's backlog, holding no descriptor of ours.
+            // wait in the kernel's listen backlog (the system's maximum unless configured),
+            // holding no descriptor of ours.
             let permit = match Arc::clone(&self.slots).try_acquire_owned() {
                 Ok(permit) => {
                     at_cap_logged = false;

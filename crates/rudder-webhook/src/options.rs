@@ -197,6 +197,13 @@ impl Options {
         self
     }
 
+    /// How many connections the kernel may queue before the server accepts them (default:
+    /// the system's maximum, [`rudder_server::system_backlog`], as Go's `net/http` listens).
+    pub fn listen_backlog(mut self, backlog: u32) -> Self {
+        self.server = self.server.listen_backlog(backlog);
+        self
+    }
+
     /// Offers HTTP/2 by ALPN and serves it to clients that take it (default off: HTTP/1.1
     /// only, as controller-runtime's webhook server since the HTTP/2 "rapid reset" attack,
     /// CVE-2023-44487). The API server calls webhooks over HTTP/1.1 even when HTTP/2 is
@@ -228,5 +235,18 @@ impl Options {
             .clone()
             .bind_address(self.bind_address)
             .max_body_size(Some(self.max_body_size))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_listens_with_the_system_backlog_unless_told() {
+        let default = Options::new().server_options();
+        assert_eq!(default.backlog(), rudder_server::system_backlog());
+        let told = Options::new().listen_backlog(64).server_options();
+        assert_eq!(told.backlog(), 64);
     }
 }
