@@ -1,18 +1,34 @@
-//! `cargo xtask envtest ...`: finds, or builds and caches, the control plane binaries that
-//! rudder-envtest runs (kube-apiserver, etcd and kube-controller-manager).
+//! `cargo xtask envtest ...`: finds, or builds from Go modules and caches, the control plane
+//! that rudder-envtest runs: kube-apiserver, kube-controller-manager and kube-scheduler of one
+//! Kubernetes release, etcd, and KWOK (fake nodes that make Pods run) with its stages.
 //!
-//! Lookup order: `$RUDDER_ENVTEST_ASSETS`, the cache (`$XDG_CACHE_HOME/rudder/envtest/v*/`,
-//! else `~/.cache/rudder/envtest/v*/`), `PATH`. When none has them and the machine has apt,
-//! kube-apiserver and kube-controller-manager are built from Debian's `kubernetes` source
-//! package (v1.20.2) and etcd comes from Debian's `etcd-server`, as `shared/ENVTEST.md`
-//! describes. Every step is skipped when its result already exists, so an interrupted install
-//! resumes and a finished one returns at once.
+//! Lookup order: `$RUDDER_ENVTEST_ASSETS`, then the cache (`$XDG_CACHE_HOME/rudder/envtest/
+//! v<version>/`, else `~/.cache/rudder/envtest/v<version>/`). When the cache lacks the version
+//! asked for (default [`DEFAULT_KUBERNETES`]), everything is built with the machine's Go from
+//! the Go module proxy:
 //!
-//! Measured on a machine of the project's kind (2 cores) from an empty cache
-//! (`XDG_CACHE_HOME=$(mktemp -d) cargo xtask envtest install`, apt packages already present):
-//! 466 s in all (source download 2 s, extract and patch 2 s, kube-apiserver 384 s,
-//! kube-controller-manager 77 s); the build directory then holds 2.2 GB. A second run takes
-//! under 0.01 s.
+//! - Kubernetes: in a module of our own, each `k8s.io/...` staging module that
+//!   `k8s.io/kubernetes@v1.M.P`'s go.mod replaces with a `./staging/...` path is pinned to its
+//!   published `v0.M.P`, then `cmd/kube-apiserver`, `cmd/kube-controller-manager` and
+//!   `cmd/kube-scheduler` are built with the version stamped (so `--version` and `/version`
+//!   print `v1.M.P` and kubectl can parse it). Generated code is committed upstream: no code
+//!   generator runs.
+//! - etcd: `go.etcd.io/etcd/server/v3` (its `main` package), one release for every Kubernetes
+//!   version, built once.
+//! - KWOK: `sigs.k8s.io/kwok/cmd/kwok`, plus a stages file assembled at install time from the
+//!   stage definitions in the downloaded module (nodes become Ready and renew their Lease; Pods
+//!   get an IP and become Running, Jobs' Pods complete, deleted Pods go away).
+//!
+//! Go's module and build caches live in `<cache>/rudder/go/{mod,build}`, shared with the Go
+//! anchors (`go/`), so a second version or a rebuild reuses what the first downloaded and
+//! compiled. Every step is skipped when its result exists, and results are assembled in a
+//! scratch directory renamed into place at the end, so an interrupted install resumes and a
+//! finished one returns at once. The figures are in `docs/envtest.md`.
+//!
+//! Earlier releases of the project built v1.20.2 from Debian's `kubernetes` source package in
+//! GOPATH mode. That path is gone: it needs Go 1.19, stops at a server thirteen minor versions
+//! below what k8s-openapi 0.29 supports, and a machine without a new enough Go can still point
+//! `RUDDER_ENVTEST_ASSETS` at official binaries of any release from 1.20 on.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -20,47 +36,68 @@ use std::process::Command;
 use std::time::Instant;
 
 use crate::util;
+use crate::versions::{DEFAULT_KUBERNETES, ETCD as ETCD_VERSION, KWOK as KWOK_VERSION};
 
 /// The environment variable rudder-envtest reads; also searched first here.
 const ASSETS_ENV: &str = "RUDDER_ENVTEST_ASSETS";
 const APISERVER: &str = "kube-apiserver";
-const ETCD: &str = "etcd";
 const CONTROLLER_MANAGER: &str = "kube-controller-manager";
-/// Debian packages the build needs: the Go toolchain, etcd, tools the Kubernetes makefiles
-/// call, and a reflect2 that works with Go 1.19 (the vendored 1.0.1 builds, then panics).
-const PACKAGES: &[&str] = &[
-    "make",
-    "golang-go",
-    "etcd-server",
-    "rsync",
-    "jq",
-    "golang-github-modern-go-reflect2-dev",
+const SCHEDULER: &str = "kube-scheduler";
+const ETCD: &str = "etcd";
+const KWOK: &str = "kwok";
+/// KWOK's stage definitions, next to the binaries (rudder-envtest passes it to `kwok --config`).
+const KWOK_STAGES: &str = "kwok-stages.yaml";
+/// The stages taken from KWOK's module, in the order they are written: nodes become Ready and
+/// keep a Lease; Pods run, complete when they belong to a Job, and go when deleted.
+const STAGE_FILES: &[&str] = &[
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
 ];
-const REFLECT2_DEBIAN: &str = "/usr/share/gocode/src/github.com/modern-go/reflect2";
-const REFLECT2_VENDORED: &str = "vendor/github.com/modern-go/reflect2";
-/// Written into the source tree once it is extracted and patched.
-const PREPARED_MARKER: &str = ".rudder-prepared";
+const USAGE: &str = "usage: cargo xtask envtest install [--version X.Y.Z] [--print-path]";
 
 /// Entry point for `cargo xtask envtest <subcommand>`.
 pub(crate) fn run(args: &[&str]) -> Result<(), String> {
-    match args {
-        ["install"] => install(false).map(|_| ()),
-        ["install", "--print-path"] => install(true).map(|_| ()),
-        other => Err(format!(
-            "unknown envtest subcommand: {} (expected `install [--print-path]`)",
-            other.join(" ")
-        )),
+    let ["install", rest @ ..] = args else {
+        return Err(format!(
+            "unknown envtest subcommand: {}\n{USAGE}",
+            args.join(" ")
+        ));
+    };
+    let mut print_path = false;
+    let mut version = DEFAULT_KUBERNETES.to_owned();
+    let mut rest = rest.iter();
+    while let Some(arg) = rest.next() {
+        match *arg {
+            "--print-path" => print_path = true,
+            "--version" => {
+                version = rest
+                    .next()
+                    .map(|v| v.trim_start_matches('v').to_owned())
+                    .filter(|v| parse_version(&format!("v{v}")).is_some_and(|p| p.len() == 3))
+                    .ok_or_else(|| format!("--version needs a release such as 1.37.2\n{USAGE}"))?;
+            }
+            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+        }
     }
+    install_version(&version, print_path).map(|_| ())
 }
 
-/// Finds or installs the binaries and returns the directory holding them.
+/// Finds or installs the default version and returns the directory holding its binaries.
+pub(crate) fn install(print_path: bool) -> Result<PathBuf, String> {
+    install_version(DEFAULT_KUBERNETES, print_path)
+}
+
+/// Finds or installs `version` (`1.37.2`) and returns the directory holding its binaries.
 ///
 /// With `print_path`, stdout gets only that directory (progress goes to stderr), so
 /// `export RUDDER_ENVTEST_ASSETS=$(cargo xtask envtest install --print-path)` works.
-pub(crate) fn install(print_path: bool) -> Result<PathBuf, String> {
+pub(crate) fn install_version(version: &str, print_path: bool) -> Result<PathBuf, String> {
     let started = Instant::now();
     let installer = Installer::new(print_path)?;
-    let dir = installer.find_or_build()?;
+    let dir = installer.find_or_build(version)?;
     if print_path {
         println!("{}", dir.display());
     } else {
@@ -74,34 +111,42 @@ pub(crate) fn install(print_path: bool) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// The base of every cache the project keeps: `$XDG_CACHE_HOME/rudder`, else
+/// `~/.cache/rudder`.
+pub(crate) fn cache_base() -> Result<PathBuf, String> {
+    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        Some(xdg) => PathBuf::from(xdg),
+        None => std::env::var_os("HOME")
+            .filter(|v| !v.is_empty())
+            .map(|h| PathBuf::from(h).join(".cache"))
+            .ok_or("neither XDG_CACHE_HOME nor HOME is set; cannot choose a cache directory")?,
+    };
+    Ok(base.join("rudder"))
+}
+
 struct Installer {
     print_path: bool,
-    /// `.../rudder/envtest`: one `v<version>/` directory per installed version.
+    /// `.../rudder/envtest`: one `v<version>/` directory per installed Kubernetes version.
     cache: PathBuf,
-    /// `.../rudder/envtest/build`: downloads, the source tree, Go's caches.
+    /// `.../rudder/envtest/build`: one Go module directory per thing built.
     build: PathBuf,
+    /// `.../rudder/go`: Go's module and build caches.
+    go_cache: PathBuf,
 }
 
 impl Installer {
     fn new(print_path: bool) -> Result<Self, String> {
-        let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
-            Some(xdg) => PathBuf::from(xdg),
-            None => std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| PathBuf::from(h).join(".cache"))
-                .ok_or("neither XDG_CACHE_HOME nor HOME is set; cannot choose a cache directory")?,
-        };
-        let cache = base.join("rudder").join("envtest");
-        let build = cache.join("build");
+        let base = cache_base()?;
+        let cache = base.join("envtest");
         Ok(Self {
             print_path,
+            build: cache.join("build"),
             cache,
-            build,
+            go_cache: base.join("go"),
         })
     }
 
-    fn find_or_build(&self) -> Result<PathBuf, String> {
-        let has_apt = find_on_path("apt-get").is_some();
+    fn find_or_build(&self, version: &str) -> Result<PathBuf, String> {
         if let Some(dir) = std::env::var_os(ASSETS_ENV).filter(|v| !v.is_empty()) {
             let dir = PathBuf::from(dir);
             return if has_binary(&dir, APISERVER) && has_binary(&dir, ETCD) {
@@ -113,229 +158,228 @@ impl Installer {
                 ))
             };
         }
-        // Complete means all three; without apt, two will do (rudder-envtest only needs the
-        // controller manager when a test asks for it).
-        let complete = |dir: &Path| {
-            has_binary(dir, APISERVER)
-                && has_binary(dir, ETCD)
-                && (has_binary(dir, CONTROLLER_MANAGER) || !has_apt)
-        };
-        if let Some(dir) = self.cached_versions().into_iter().find(|d| complete(d)) {
-            return Ok(dir);
+        let dest = self.cache.join(format!("v{version}"));
+        if complete(&dest) {
+            return Ok(dest);
         }
-        if let (Some(apiserver), Some(etcd)) = (find_on_path(APISERVER), find_on_path(ETCD)) {
-            return self.link_from_path(&apiserver, &etcd);
-        }
-        if !has_apt {
-            return Err(format!(
-                "kube-apiserver and etcd are not in {ASSETS_ENV}, {}, or PATH, and this machine \
-                 has no apt-get to build them from Debian's sources. Put official kube-apiserver \
-                 and etcd binaries (v1.20 or newer; kube-controller-manager too for its tests) in \
-                 a directory and set {ASSETS_ENV} to it",
-                self.cache.display()
-            ));
-        }
-        self.build_from_debian()
+        self.build_version(version, &dest)
     }
 
-    /// `v*` directories of the cache, newest first.
-    fn cached_versions(&self) -> Vec<PathBuf> {
-        let Ok(entries) = fs::read_dir(&self.cache) else {
-            return Vec::new();
-        };
-        let mut found: Vec<(Vec<u32>, PathBuf)> = entries
-            .filter_map(Result::ok)
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                Some((parse_version(&name)?, e.path()))
-            })
-            .collect();
-        found.sort_by(|a, b| b.0.cmp(&a.0));
-        found.into_iter().map(|(_, dir)| dir).collect()
-    }
-
-    /// Binaries on PATH may sit in different directories; one directory of links gives
-    /// `RUDDER_ENVTEST_ASSETS` a single value.
-    fn link_from_path(&self, apiserver: &Path, etcd: &Path) -> Result<PathBuf, String> {
-        let dir = self.cache.join("from-path");
-        fs::create_dir_all(&dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
-        let mut links = vec![(APISERVER, apiserver.to_owned()), (ETCD, etcd.to_owned())];
-        if let Some(cm) = find_on_path(CONTROLLER_MANAGER) {
-            links.push((CONTROLLER_MANAGER, cm));
-        }
-        for (name, target) in links {
-            relink(&target, &dir.join(name))?;
-        }
-        Ok(dir)
-    }
-
-    fn build_from_debian(&self) -> Result<PathBuf, String> {
+    fn build_version(&self, version: &str, dest: &Path) -> Result<PathBuf, String> {
         self.say(&format!(
-            "building kube-apiserver and kube-controller-manager from Debian's source into {} \
-             (about 10-15 minutes the first time on 2 cores)",
-            self.build.display()
+            "building Kubernetes v{version}, etcd v{ETCD_VERSION} and KWOK v{KWOK_VERSION} from Go \
+             modules into {} (about 15 minutes the first time on 2 cores)",
+            self.cache.display()
         ));
-        mkdir(&self.build)?;
-        let src = self.build.join("src");
+        let go = self.go()?;
+        let kube = self.step(&format!("Kubernetes v{version}"), || {
+            self.build_kubernetes(&go, version)
+        })?;
+        let etcd = self.step(&format!("etcd v{ETCD_VERSION}"), || self.build_etcd(&go))?;
+        let kwok = self.step(&format!("KWOK v{KWOK_VERSION}"), || self.build_kwok(&go))?;
 
-        if missing_packages().is_empty() {
-            self.say("apt packages: all installed");
-        } else {
-            self.step("apt-get update", || {
-                self.sh(Command::new("apt-get").args(["update", "-q"]))
-            })?;
-            self.step("apt-get install build packages and etcd", || {
-                self.sh(Command::new("apt-get")
-                    .args(["install", "-y", "-q", "--no-install-recommends"])
-                    .args(PACKAGES)
-                    .env("DEBIAN_FRONTEND", "noninteractive"))
-            })?;
-        }
-
-        let built = |name| built_binary(&src, name);
-        if built(APISERVER).is_none() || built(CONTROLLER_MANAGER).is_none() {
-            if !src.join(PREPARED_MARKER).exists() {
-                let tarball = match self.orig_tarball() {
-                    Some(t) => t,
-                    None => {
-                        self.step("download the kubernetes source package", || {
-                            self.download_source()
-                        })?;
-                        self.orig_tarball().ok_or_else(|| {
-                            format!(
-                                "apt-get source left no kubernetes_*.orig.tar.gz in {}",
-                                self.build.display()
-                            )
-                        })?
-                    }
-                };
-                self.step("extract and patch the source tree", || {
-                    self.prepare_tree(&tarball, &src)
-                })?;
-            }
-            for name in [APISERVER, CONTROLLER_MANAGER] {
-                if built(name).is_none() {
-                    self.step(&format!("make WHAT=cmd/{name}"), || self.make(&src, name))?;
-                }
-            }
-        }
-        self.step("install into the cache", || self.install_binaries(&src))
-    }
-
-    fn orig_tarball(&self) -> Option<PathBuf> {
-        fs::read_dir(&self.build)
-            .ok()?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("kubernetes_") && n.ends_with(".orig.tar.gz"))
-            })
-    }
-
-    /// `apt-get source` needs a deb-src entry, which the machine's apt config lacks. A private
-    /// sources file (derived from the machine's own entries, so no mirror is hard-coded) and
-    /// private lists directory leave the system's apt state untouched.
-    fn download_source(&self) -> Result<(), String> {
-        let apt = self.build.join("apt");
-        let parts = apt.join("sources.list.d");
-        let lists = apt.join("lists");
-        mkdir(&parts)?;
-        mkdir(&lists.join("partial"))?;
-        let (file_name, text) = deb_src_sources()?;
-        let file = parts.join(file_name);
-        fs::write(&file, &text).map_err(|e| format!("could not write {}: {e}", file.display()))?;
-        let apt_get = || {
-            let mut cmd = Command::new("apt-get");
-            cmd.arg("-o")
-                .arg("Dir::Etc::sourcelist=/dev/null")
-                .arg("-o")
-                .arg(format!("Dir::Etc::sourceparts={}", parts.display()))
-                .arg("-o")
-                .arg(format!("Dir::State::Lists={}", lists.display()))
-                .current_dir(&self.build)
-                .env("DEBIAN_FRONTEND", "noninteractive");
-            cmd
-        };
-        self.sh(apt_get().args(["update", "-q"]))?;
-        self.sh(apt_get().args(["source", "--download-only", "kubernetes"]))
-    }
-
-    /// Extracts the upstream tarball (Debian's patches only touch kubectl), swaps in Debian's
-    /// reflect2, and lays out the GOPATH the Kubernetes makefiles expect. Works in a scratch
-    /// directory and renames it at the end, so a half-done tree is never mistaken for a ready one.
-    fn prepare_tree(&self, tarball: &Path, src: &Path) -> Result<(), String> {
-        let scratch = self.build.join("src.partial");
+        let scratch = self.cache.join(format!("v{version}.partial"));
         remove_dir(&scratch)?;
         mkdir(&scratch)?;
-        self.sh(Command::new("tar")
-            .arg("-xzf")
-            .arg(tarball)
-            .arg("-C")
-            .arg(&scratch)
-            .arg("--strip-components=1"))?;
-        let vendored = scratch.join(REFLECT2_VENDORED);
-        remove_dir(&vendored)?;
-        copy_go_package(Path::new(REFLECT2_DEBIAN), &vendored)?;
-        let gopath = scratch.join(".go/src/k8s.io");
-        mkdir(&gopath)?;
-        std::os::unix::fs::symlink("../../..", gopath.join("kubernetes"))
-            .map_err(|e| format!("could not link the GOPATH: {e}"))?;
-        fs::write(scratch.join(PREPARED_MARKER), "")
-            .map_err(|e| format!("could not mark the tree prepared: {e}"))?;
-        remove_dir(src)?;
-        fs::rename(&scratch, src).map_err(|e| format!("could not move the tree into place: {e}"))
+        for name in [APISERVER, CONTROLLER_MANAGER, SCHEDULER] {
+            link_or_copy(&kube.join(name), &scratch.join(name))?;
+        }
+        link_or_copy(&etcd.join(ETCD), &scratch.join(ETCD))?;
+        link_or_copy(&kwok.join(KWOK), &scratch.join(KWOK))?;
+        link_or_copy(&kwok.join(KWOK_STAGES), &scratch.join(KWOK_STAGES))?;
+        let reported = self.reported_version(&scratch.join(APISERVER))?;
+        if reported != format!("v{version}") {
+            return Err(format!(
+                "the kube-apiserver built for v{version} reports {reported}"
+            ));
+        }
+        remove_dir(dest)?;
+        fs::rename(&scratch, dest)
+            .map_err(|e| format!("could not move binaries to {}: {e}", dest.display()))?;
+        Ok(dest.to_owned())
     }
 
-    fn make(&self, src: &Path, name: &str) -> Result<(), String> {
-        let home = self.build.join("home");
-        mkdir(&home)?;
-        self.sh(Command::new("make")
-            .arg(format!("WHAT=cmd/{name}"))
-            .current_dir(src)
-            .env("GOPATH", src.join(".go"))
-            .env("CGO_ENABLED", "0")
-            // Go's build cache lives under HOME; keep it with the rest of the build.
-            .env("HOME", &home))?;
-        built_binary(src, name).map(|_| ()).ok_or_else(|| {
-            format!(
-                "make finished but no {name} was found under {}/_output",
-                src.display()
-            )
+    /// Builds Kubernetes' three control-plane binaries into `build/kubernetes-v<version>/bin`.
+    fn build_kubernetes(&self, go: &Go, version: &str) -> Result<PathBuf, String> {
+        let module = self.build.join(format!("kubernetes-v{version}"));
+        let bin = module.join("bin");
+        if [APISERVER, CONTROLLER_MANAGER, SCHEDULER]
+            .iter()
+            .all(|name| has_binary(&bin, name))
+        {
+            return Ok(bin);
+        }
+        let parts = parse_version(&format!("v{version}")).unwrap_or_default();
+        let (major, minor, patch) = match parts[..] {
+            [major, minor, patch] => (major, minor, patch),
+            _ => return Err(format!("not a release version: {version}")),
+        };
+        let upstream = go.download(&format!("k8s.io/kubernetes@v{version}"))?;
+        let go_mod = fs::read_to_string(&upstream.go_mod)
+            .map_err(|e| format!("could not read {}: {e}", upstream.go_mod.display()))?;
+        go.check_version(go_directive(&go_mod).as_deref(), "k8s.io/kubernetes")?;
+        let staging = staging_modules(&go_mod);
+        if staging.is_empty() {
+            return Err(format!(
+                "k8s.io/kubernetes@v{version}'s go.mod replaces no module with ./staging"
+            ));
+        }
+        let mut text = String::from(
+            "// Written by `cargo xtask envtest install`: Kubernetes' binaries as Go modules.\n\
+             module rudder.local/envtest/kubernetes\n\n",
+        );
+        text.push_str(&format!(
+            "go {}\n\n",
+            go_directive(&go_mod).unwrap_or_else(|| go.version.clone())
+        ));
+        for name in &staging {
+            text.push_str(&format!("replace {name} => {name} v0.{minor}.{patch}\n"));
+        }
+        mkdir(&module)?;
+        write(&module.join("go.mod"), &text)?;
+        let commands = [APISERVER, CONTROLLER_MANAGER, SCHEDULER]
+            .map(|name| format!("k8s.io/kubernetes/cmd/{name}@v{version}"));
+        self.sh(go.command(&module).arg("get").args(&commands))?;
+        // What Kubernetes' own build stamps (hack/lib/version.sh), in both version packages.
+        let mut ldflags = String::from("-s -w");
+        for package in [
+            "k8s.io/component-base/version",
+            "k8s.io/client-go/pkg/version",
+        ] {
+            for (var, value) in [
+                ("gitVersion", format!("v{version}")),
+                ("gitMajor", major.to_string()),
+                ("gitMinor", minor.to_string()),
+                ("gitTreeState", "clean".to_owned()),
+            ] {
+                ldflags.push_str(&format!(" -X {package}.{var}={value}"));
+            }
+        }
+        let scratch = module.join("bin.partial");
+        remove_dir(&scratch)?;
+        mkdir(&scratch)?;
+        self.sh(go
+            .command(&module)
+            .args(["build", "-trimpath", "-ldflags", &ldflags, "-o"])
+            .arg(&scratch)
+            .args(
+                [APISERVER, CONTROLLER_MANAGER, SCHEDULER]
+                    .map(|name| format!("k8s.io/kubernetes/cmd/{name}")),
+            ))?;
+        remove_dir(&bin)?;
+        fs::rename(&scratch, &bin).map_err(|e| format!("could not move {}: {e}", bin.display()))?;
+        Ok(bin)
+    }
+
+    /// Builds etcd's server into `build/etcd-v<version>/bin`.
+    fn build_etcd(&self, go: &Go) -> Result<PathBuf, String> {
+        let package = "go.etcd.io/etcd/server/v3";
+        self.build_module(go, "etcd", ETCD_VERSION, package, ETCD, |_| Ok(()))
+    }
+
+    /// Builds KWOK into `build/kwok-v<version>/bin`, with its stages beside it.
+    fn build_kwok(&self, go: &Go) -> Result<PathBuf, String> {
+        let package = "sigs.k8s.io/kwok/cmd/kwok";
+        self.build_module(go, "kwok", KWOK_VERSION, package, KWOK, |bin| {
+            let module = go.download(&format!("sigs.k8s.io/kwok@v{KWOK_VERSION}"))?;
+            let mut stages = format!(
+                "# KWOK v{KWOK_VERSION}'s stages, assembled by `cargo xtask envtest install` from \
+                 the sigs.k8s.io/kwok module.\n"
+            );
+            for file in STAGE_FILES {
+                let path = module.dir.join(file);
+                let text = fs::read_to_string(&path)
+                    .map_err(|e| format!("could not read KWOK's stage {}: {e}", path.display()))?;
+                stages.push_str("---\n");
+                stages.push_str(text.trim_start_matches("---\n"));
+                if !stages.ends_with('\n') {
+                    stages.push('\n');
+                }
+            }
+            write(&bin.join(KWOK_STAGES), &stages)
         })
     }
 
-    fn install_binaries(&self, src: &Path) -> Result<PathBuf, String> {
-        let apiserver = built_binary(src, APISERVER)
-            .ok_or_else(|| format!("no built kube-apiserver under {}", src.display()))?;
-        let out = Command::new(&apiserver)
+    /// Builds `package@v<version>` (a `main` package) as `binary` in a module of our own under
+    /// `build/<name>-v<version>/bin`, then lets `extra` add files beside it.
+    fn build_module(
+        &self,
+        go: &Go,
+        name: &str,
+        version: &str,
+        package: &str,
+        binary: &str,
+        extra: impl FnOnce(&Path) -> Result<(), String>,
+    ) -> Result<PathBuf, String> {
+        let module = self.build.join(format!("{name}-v{version}"));
+        let bin = module.join("bin");
+        if has_binary(&bin, binary) && (binary != KWOK || bin.join(KWOK_STAGES).is_file()) {
+            return Ok(bin);
+        }
+        mkdir(&module)?;
+        write(
+            &module.join("go.mod"),
+            &format!(
+                "// Written by `cargo xtask envtest install`.\nmodule rudder.local/envtest/{name}\n\n\
+                 go {}\n",
+                go.version
+            ),
+        )?;
+        self.sh(go
+            .command(&module)
+            .arg("get")
+            .arg(format!("{package}@v{version}")))?;
+        let scratch = module.join("bin.partial");
+        remove_dir(&scratch)?;
+        mkdir(&scratch)?;
+        self.sh(go
+            .command(&module)
+            .args(["build", "-trimpath", "-ldflags=-s -w", "-o"])
+            .arg(scratch.join(binary))
+            .arg(package))?;
+        extra(&scratch)?;
+        remove_dir(&bin)?;
+        fs::rename(&scratch, &bin).map_err(|e| format!("could not move {}: {e}", bin.display()))?;
+        Ok(bin)
+    }
+
+    /// The machine's Go, set up to use the project's caches and never to fetch a toolchain.
+    fn go(&self) -> Result<Go, String> {
+        let out = Command::new("go")
+            .args(["env", "GOVERSION"])
+            .env("GOTOOLCHAIN", "local")
+            .output()
+            .map_err(|e| {
+                format!(
+                    "cannot run `go` ({e}): building the control plane needs Go 1.26 or newer \
+                     on PATH (https://go.dev/dl), or set {ASSETS_ENV} to a directory holding \
+                     official kube-apiserver and etcd binaries"
+                )
+            })?;
+        let version = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .trim_start_matches("go")
+            .to_owned();
+        if !out.status.success() || parse_version(&format!("v{version}")).is_none() {
+            return Err(format!("`go env GOVERSION` printed {version:?}"));
+        }
+        Ok(Go {
+            version,
+            mod_cache: self.go_cache.join("mod"),
+            build_cache: self.go_cache.join("build"),
+        })
+    }
+
+    fn reported_version(&self, apiserver: &Path) -> Result<String, String> {
+        let out = Command::new(apiserver)
             .arg("--version")
             .output()
             .map_err(|e| format!("could not run {}: {e}", apiserver.display()))?;
         let text = String::from_utf8_lossy(&out.stdout);
-        let version = text
-            .split_whitespace()
+        text.split_whitespace()
             .find(|w| parse_version(w).is_some())
-            .ok_or_else(|| format!("unexpected `kube-apiserver --version` output: {text:?}"))?
-            .to_owned();
-        let etcd = find_on_path(ETCD).ok_or("etcd is not on PATH after installing etcd-server")?;
-
-        let dest = self.cache.join(&version);
-        let scratch = self.cache.join(format!("{version}.partial"));
-        remove_dir(&scratch)?;
-        mkdir(&scratch)?;
-        for name in [APISERVER, CONTROLLER_MANAGER] {
-            let from = built_binary(src, name)
-                .ok_or_else(|| format!("no built {name} under {}", src.display()))?;
-            fs::copy(&from, scratch.join(name))
-                .map_err(|e| format!("could not copy {}: {e}", from.display()))?;
-        }
-        relink(&etcd, &scratch.join(ETCD))?;
-        remove_dir(&dest)?;
-        fs::rename(&scratch, &dest)
-            .map_err(|e| format!("could not move binaries to {}: {e}", dest.display()))?;
-        Ok(dest)
+            .map(str::to_owned)
+            .ok_or_else(|| format!("unexpected `kube-apiserver --version` output: {text:?}"))
     }
 
     /// Runs a step with its timing; progress goes to stderr when stdout is reserved for the
@@ -375,129 +419,130 @@ impl Installer {
     }
 }
 
-/// Packages from [`PACKAGES`] that dpkg does not list as installed.
-fn missing_packages() -> Vec<&'static str> {
-    PACKAGES
+/// The machine's Go toolchain and the caches it is pointed at.
+struct Go {
+    /// `1.26.8`.
+    version: String,
+    mod_cache: PathBuf,
+    build_cache: PathBuf,
+}
+
+/// Where `go mod download` put a module.
+struct Downloaded {
+    go_mod: PathBuf,
+    dir: PathBuf,
+}
+
+impl Go {
+    /// `go` in `dir`, with the project's caches, static binaries, and no toolchain switch (a
+    /// module asking for a newer Go fails with Go's own message instead of downloading one).
+    fn command(&self, dir: &Path) -> Command {
+        let mut cmd = Command::new("go");
+        cmd.current_dir(dir)
+            .env("GOMODCACHE", &self.mod_cache)
+            .env("GOCACHE", &self.build_cache)
+            .env("GOTOOLCHAIN", "local")
+            .env("GOFLAGS", "-mod=mod")
+            .env("CGO_ENABLED", "0");
+        cmd
+    }
+
+    /// Downloads `module@version` into the module cache and says where it is.
+    fn download(&self, module: &str) -> Result<Downloaded, String> {
+        let tmp = std::env::temp_dir();
+        let out = self
+            .command(&tmp)
+            .args(["mod", "download", "-json", module])
+            .output()
+            .map_err(|e| format!("could not run go mod download: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!(
+                "go mod download {module} failed: {}{}",
+                text.trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let field = |name: &str| {
+            json_string_field(&text, name)
+                .map(PathBuf::from)
+                .ok_or_else(|| format!("go mod download {module} printed no {name}: {text}"))
+        };
+        Ok(Downloaded {
+            go_mod: field("GoMod")?,
+            dir: field("Dir")?,
+        })
+    }
+
+    /// Fails clearly when `required` (a go.mod's `go` line) is newer than this Go.
+    fn check_version(&self, required: Option<&str>, what: &str) -> Result<(), String> {
+        let Some(required) = required else {
+            return Ok(());
+        };
+        let have = parse_version(&format!("v{}", self.version)).unwrap_or_default();
+        let need = parse_version(&format!("v{required}")).unwrap_or_default();
+        if have < need {
+            return Err(format!(
+                "{what} needs Go {required} or newer and this machine has Go {}: install a newer \
+                 Go (https://go.dev/dl), or set {ASSETS_ENV} to a directory holding official \
+                 kube-apiserver and etcd binaries",
+                self.version
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `dir` holds a whole installed version.
+fn complete(dir: &Path) -> bool {
+    [APISERVER, CONTROLLER_MANAGER, SCHEDULER, ETCD, KWOK]
         .iter()
-        .copied()
-        .filter(|pkg| {
-            let out = Command::new("dpkg-query")
-                .args(["-W", "-f=${Status}", pkg])
-                .output();
-            !matches!(out, Ok(o) if o.status.success()
-                && String::from_utf8_lossy(&o.stdout).ends_with("installed"))
+        .all(|name| has_binary(dir, name))
+        && dir.join(KWOK_STAGES).is_file()
+}
+
+/// The modules a Kubernetes go.mod replaces with a `./staging/...` directory.
+fn staging_modules(go_mod: &str) -> Vec<String> {
+    go_mod
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim().trim_start_matches("replace ").trim();
+            let (module, target) = line.split_once("=>")?;
+            target
+                .trim()
+                .starts_with("./staging/")
+                .then(|| module.trim().to_owned())
         })
         .collect()
 }
 
-/// A deb-src version of the machine's binary package sources: deb822 from
-/// `/etc/apt/sources.list.d/debian.sources` (Debian 12's default), else one-line entries from
-/// `/etc/apt/sources.list`. Returns the file name to use (its extension tells apt the format)
-/// and the text.
-fn deb_src_sources() -> Result<(&'static str, String), String> {
-    let deb822 = Path::new("/etc/apt/sources.list.d/debian.sources");
-    if let Ok(text) = fs::read_to_string(deb822) {
-        let out = deb822_to_deb_src(&text);
-        if !out.is_empty() {
-            return Ok(("rudder-src.sources", out));
-        }
-    }
-    let list = Path::new("/etc/apt/sources.list");
-    if let Ok(text) = fs::read_to_string(list) {
-        let out = one_line_to_deb_src(&text);
-        if !out.is_empty() {
-            return Ok(("rudder-src.list", out));
-        }
-    }
-    Err(format!(
-        "found no `deb` entry in {} or {} to derive a deb-src entry from",
-        deb822.display(),
-        list.display()
-    ))
+/// A go.mod's `go` directive (`1.26.0`).
+fn go_directive(go_mod: &str) -> Option<String> {
+    go_mod
+        .lines()
+        .find_map(|line| line.strip_prefix("go "))
+        .map(|v| v.trim().to_owned())
 }
 
-/// Copies each stanza whose `Types:` include `deb`, as `Types: deb-src`, without comments.
-fn deb822_to_deb_src(text: &str) -> String {
-    let mut out = String::new();
-    for stanza in text.split("\n\n") {
-        let lines: Vec<&str> = stanza
-            .lines()
-            .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
-            .collect();
-        let is_deb = lines.iter().any(|l| {
-            l.strip_prefix("Types:")
-                .is_some_and(|types| types.split_whitespace().any(|t| t == "deb"))
-        });
-        let disabled = lines
-            .iter()
-            .any(|l| l.replace(' ', "").eq_ignore_ascii_case("Enabled:no"));
-        if !is_deb || disabled {
-            continue;
-        }
-        for line in lines {
-            if line.starts_with("Types:") {
-                out.push_str("Types: deb-src\n");
-            } else {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-        out.push('\n');
-    }
-    out
-}
-
-/// Turns each `deb ...` line into `deb-src ...`.
-fn one_line_to_deb_src(text: &str) -> String {
-    text.lines()
-        .map(str::trim)
-        .filter_map(|l| l.strip_prefix("deb "))
-        .map(|rest| format!("deb-src {rest}\n"))
-        .collect()
-}
-
-/// Where `make` put `name`: `_output/bin/` (a link to the platform directory) or
-/// `_output/local/bin/<os>/<arch>/`.
-fn built_binary(src: &Path, name: &str) -> Option<PathBuf> {
-    let direct = src.join("_output/bin").join(name);
-    if has_binary(direct.parent()?, name) {
-        return Some(direct);
-    }
-    let platforms = src.join("_output/local/bin");
-    for os in fs::read_dir(platforms).ok()?.filter_map(Result::ok) {
-        for arch in fs::read_dir(os.path()).ok()?.filter_map(Result::ok) {
-            if has_binary(&arch.path(), name) {
-                return Some(arch.path().join(name));
-            }
+/// The string value of `"name": "..."` in `go ... -json` output (paths need no unescaping
+/// beyond `\\` and `\"`).
+fn json_string_field(text: &str, name: &str) -> Option<String> {
+    let key = format!("\"{name}\":");
+    let start = text.find(&key)? + key.len();
+    let rest = text[start..].trim_start().strip_prefix('"')?;
+    let mut value = String::new();
+    let mut chars = rest.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(value),
+            '\\' => value.extend(chars.next()),
+            c => value.push(c),
         }
     }
     None
 }
 
-/// Copies a Go package directory, leaving out its tests (they import packages the vendor
-/// tree lacks).
-fn copy_go_package(from: &Path, to: &Path) -> Result<(), String> {
-    mkdir(to)?;
-    let entries = fs::read_dir(from).map_err(|e| {
-        format!(
-            "could not read {} (is golang-github-modern-go-reflect2-dev installed?): {e}",
-            from.display()
-        )
-    })?;
-    for entry in entries.filter_map(Result::ok) {
-        let path = entry.path();
-        let name = entry.file_name();
-        if path.is_dir() {
-            copy_go_package(&path, &to.join(&name))?;
-        } else if !name.to_string_lossy().ends_with("_test.go") {
-            fs::copy(&path, to.join(&name))
-                .map_err(|e| format!("could not copy {}: {e}", path.display()))?;
-        }
-    }
-    Ok(())
-}
-
-/// `v1.20.2` -> `[1, 20, 2]`.
+/// `v1.37.2` -> `[1, 37, 2]`.
 fn parse_version(text: &str) -> Option<Vec<u32>> {
     let core = text.strip_prefix('v')?.split(['-', '+']).next()?;
     let parts: Option<Vec<u32>> = core.split('.').map(|p| p.parse().ok()).collect();
@@ -511,22 +556,19 @@ fn has_binary(dir: &Path, name: &str) -> bool {
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .find(|dir| has_binary(dir, name))
-        .map(|dir| dir.join(name))
+/// A hard link (the build tree and the version directory share one copy on disk), else a copy.
+fn link_or_copy(from: &Path, to: &Path) -> Result<(), String> {
+    let _ = fs::remove_file(to);
+    if fs::hard_link(from, to).is_ok() {
+        return Ok(());
+    }
+    fs::copy(from, to)
+        .map(|_| ())
+        .map_err(|e| format!("could not copy {} to {}: {e}", from.display(), to.display()))
 }
 
-fn relink(target: &Path, link: &Path) -> Result<(), String> {
-    let _ = fs::remove_file(link);
-    std::os::unix::fs::symlink(target, link).map_err(|e| {
-        format!(
-            "could not link {} to {}: {e}",
-            link.display(),
-            target.display()
-        )
-    })
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    fs::write(path, text).map_err(|e| format!("could not write {}: {e}", path.display()))
 }
 
 fn mkdir(dir: &Path) -> Result<(), String> {
@@ -548,49 +590,72 @@ mod tests {
     use super::*;
 
     #[test]
-    fn derives_deb_src_stanzas_from_debian_sources() {
-        let text = "Types: deb\n# a comment\nURIs: http://mirror.example/debian\n\
-                    Suites: bookworm bookworm-updates\nComponents: main\n\
-                    Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n\
-                    Types: deb-src\nURIs: http://x\nSuites: y\nComponents: main\n";
-        let out = deb822_to_deb_src(text);
+    fn finds_the_staging_modules_of_a_kubernetes_go_mod() {
+        let go_mod = "module k8s.io/kubernetes\n\ngo 1.26.0\n\nrequire (\n\tk8s.io/api v0.0.0\n)\n\n\
+                      replace (\n\tk8s.io/api => ./staging/src/k8s.io/api\n\
+                      \tk8s.io/client-go => ./staging/src/k8s.io/client-go\n\
+                      \tgithub.com/x/y => github.com/x/z v1.0.0\n)\n\
+                      replace k8s.io/kms => ./staging/src/k8s.io/kms\n";
         assert_eq!(
-            out,
-            "Types: deb-src\nURIs: http://mirror.example/debian\n\
-             Suites: bookworm bookworm-updates\nComponents: main\n\
-             Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
+            staging_modules(go_mod),
+            ["k8s.io/api", "k8s.io/client-go", "k8s.io/kms"]
         );
+        assert_eq!(go_directive(go_mod).as_deref(), Some("1.26.0"));
     }
 
     #[test]
-    fn derives_deb_src_lines_from_sources_list() {
-        let text = "# comment\ndeb http://m/debian bookworm main\ndeb-src http://m/debian x main\n";
+    fn reads_paths_from_go_json_output() {
+        let text = "{\n\t\"Path\": \"k8s.io/kubernetes\",\n\t\"GoMod\": \"/c/mod/k8s.io/@v/v1.37.2.mod\",\n\
+                    \t\"Dir\": \"/c/a \\\"b\\\"\"\n}";
         assert_eq!(
-            one_line_to_deb_src(text),
-            "deb-src http://m/debian bookworm main\n"
+            json_string_field(text, "GoMod").as_deref(),
+            Some("/c/mod/k8s.io/@v/v1.37.2.mod")
         );
+        assert_eq!(
+            json_string_field(text, "Dir").as_deref(),
+            Some("/c/a \"b\"")
+        );
+        assert_eq!(json_string_field(text, "Zip"), None);
     }
 
     #[test]
-    fn parses_cache_directory_versions() {
-        assert_eq!(parse_version("v1.20.2"), Some(vec![1, 20, 2]));
+    fn parses_versions() {
+        assert_eq!(parse_version("v1.37.2"), Some(vec![1, 37, 2]));
         assert_eq!(parse_version("v1.31.0-rc.1"), Some(vec![1, 31, 0]));
         assert_eq!(parse_version("build"), None);
-        assert_eq!(parse_version("v1.20.2.partial"), None);
         assert!(parse_version("v1.9.0") < parse_version("v1.20.2"));
     }
 
     #[test]
-    fn finds_built_binaries_in_the_platform_directory() {
+    fn a_go_older_than_the_module_asks_is_refused_clearly() {
+        let go = Go {
+            version: "1.25.3".to_owned(),
+            mod_cache: PathBuf::new(),
+            build_cache: PathBuf::new(),
+        };
+        let err = go
+            .check_version(Some("1.26.0"), "k8s.io/kubernetes")
+            .unwrap_err();
+        assert!(err.contains("needs Go 1.26.0 or newer"), "{err}");
+        assert!(err.contains("Go 1.25.3"), "{err}");
+        go.check_version(Some("1.24"), "x").unwrap();
+        go.check_version(None, "x").unwrap();
+    }
+
+    #[test]
+    fn a_version_directory_is_complete_only_with_every_binary_and_the_stages() {
         use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("xtask-envtest-{}", std::process::id()));
-        let bin = dir.join("_output/local/bin/linux/amd64");
-        fs::create_dir_all(&bin).unwrap();
-        let exe = bin.join(APISERVER);
-        fs::write(&exe, "").unwrap();
-        fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(built_binary(&dir, APISERVER), Some(exe));
-        assert_eq!(built_binary(&dir, CONTROLLER_MANAGER), None);
+        fs::create_dir_all(&dir).unwrap();
+        for name in [APISERVER, CONTROLLER_MANAGER, SCHEDULER, ETCD, KWOK] {
+            assert!(!complete(&dir));
+            let exe = dir.join(name);
+            fs::write(&exe, "").unwrap();
+            fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        assert!(!complete(&dir));
+        fs::write(dir.join(KWOK_STAGES), "").unwrap();
+        assert!(complete(&dir));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

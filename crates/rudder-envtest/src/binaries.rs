@@ -20,6 +20,12 @@ pub(crate) const KUBE_APISERVER: &str = "kube-apiserver";
 pub(crate) const ETCD: &str = "etcd";
 /// The controller manager binary's file name.
 pub(crate) const KUBE_CONTROLLER_MANAGER: &str = "kube-controller-manager";
+/// The scheduler binary's file name.
+pub(crate) const KUBE_SCHEDULER: &str = "kube-scheduler";
+/// KWOK's binary's file name: it plays the kubelet of fake nodes.
+pub(crate) const KWOK: &str = "kwok";
+/// KWOK's stages (how nodes and Pods move through their lifecycle), beside its binary.
+pub(crate) const KWOK_STAGES: &str = "kwok-stages.yaml";
 
 /// The directory `cargo xtask envtest install` puts binaries under, one sub-directory per
 /// Kubernetes version (`v1.20.2/`): `$XDG_CACHE_HOME/rudder/envtest`, or
@@ -101,6 +107,23 @@ pub(crate) fn find(name: &'static str, explicit: Option<&Path>) -> Result<PathBu
         binary: name,
         searched,
     })
+}
+
+/// The stages file beside a found KWOK binary, which `cargo xtask envtest install` writes
+/// there; KWOK without stages leaves nodes and Pods as they are.
+pub(crate) fn kwok_stages(kwok: &Path) -> Result<PathBuf> {
+    let stages = kwok.with_file_name(KWOK_STAGES);
+    if stages.is_file() {
+        Ok(stages)
+    } else {
+        Err(Error::BinaryNotFound {
+            binary: KWOK_STAGES,
+            searched: format!(
+                "beside {} (KWOK's stages, written there by the install)",
+                kwok.display()
+            ),
+        })
+    }
 }
 
 /// Runs `<binary> --version` (kube-apiserver or kube-controller-manager) once per path per

@@ -1,5 +1,6 @@
 //! [`TestEnv`] and its builder: starting etcd, kube-apiserver and optionally
-//! kube-controller-manager on loopback, handing out clients, and stopping them.
+//! kube-controller-manager, kube-scheduler and KWOK's fake nodes on loopback, handing out
+//! clients, and stopping them.
 
 use std::fs;
 use std::io::Read;
@@ -9,10 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::binaries::{self, ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, Version};
+use crate::binaries::{
+    self, ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KWOK, Version,
+};
 use crate::certs::Certs;
 use crate::error::{Error, Result};
 use crate::process::{Process, Watchdog};
@@ -26,6 +30,7 @@ const POLL: Duration = Duration::from_millis(25);
 pub struct TestEnvBuilder {
     binary_dir: Option<PathBuf>,
     controller_manager: bool,
+    nodes: usize,
     start_timeout: Duration,
     crd_timeout: Duration,
     webhook_timeout: Duration,
@@ -38,6 +43,7 @@ impl Default for TestEnvBuilder {
         Self {
             binary_dir: None,
             controller_manager: false,
+            nodes: 0,
             start_timeout: Duration::from_secs(60),
             crd_timeout: Duration::from_secs(30),
             webhook_timeout: Duration::from_secs(30),
@@ -53,6 +59,15 @@ impl TestEnvBuilder {
     /// cluster. Off by default: it costs memory and a few seconds until its caches sync.
     pub fn controller_manager(mut self, on: bool) -> Self {
         self.controller_manager = on;
+        self
+    }
+
+    /// Also runs kube-scheduler and KWOK with `count` fake nodes (`kwok-node-0`, ...), so Pods
+    /// are scheduled, get an IP and reach `Running`, Pods of Jobs complete, and deleting a Pod
+    /// completes as on a cluster (KWOK plays the kubelet; no container runs). `start` returns
+    /// once every node is `Ready`. Off (0) by default.
+    pub fn nodes(mut self, count: usize) -> Self {
+        self.nodes = count;
         self
     }
 
@@ -118,9 +133,10 @@ impl TestEnvBuilder {
     /// Returns the control plane shared by the whole test binary, starting it on the first
     /// call. Later calls return the same one; its processes end when the test binary exits.
     ///
-    /// Only the `controller_manager` switch may differ from the first call's options, and
-    /// only downwards: asking for a controller manager when the shared one has none is an
-    /// error. Other options are taken from the first call.
+    /// Only the `controller_manager` switch and the number of [`nodes`](Self::nodes) may
+    /// differ from the first call's options, and only downwards: asking for a controller
+    /// manager or more nodes than the shared one has is an error. Other options are taken
+    /// from the first call.
     ///
     /// # Errors
     ///
@@ -129,6 +145,7 @@ impl TestEnvBuilder {
     pub async fn shared(self) -> Result<&'static TestEnv> {
         static SHARED: tokio::sync::OnceCell<TestEnv> = tokio::sync::OnceCell::const_new();
         let wants_cm = self.controller_manager;
+        let wants_nodes = self.nodes;
         let env = SHARED
             .get_or_try_init(|| async move {
                 let mut env = self.start().await?;
@@ -141,6 +158,12 @@ impl TestEnvBuilder {
             return Err(Error::SharedMismatch {
                 running: "without a controller manager",
                 wanted: "one with a controller manager",
+            });
+        }
+        if wants_nodes > env.nodes {
+            return Err(Error::SharedMismatch {
+                running: "with fewer fake nodes",
+                wanted: "more fake nodes",
             });
         }
         Ok(env)
@@ -162,6 +185,7 @@ pub struct TestEnv {
     watchdog: Option<Watchdog>,
     started_in: Duration,
     controller_manager: bool,
+    nodes: usize,
     crd_timeout: Duration,
     webhook_timeout: Duration,
     shared: bool,
@@ -266,6 +290,12 @@ impl TestEnv {
         self.controller_manager
     }
 
+    /// The number of fake nodes KWOK plays (0 when kube-scheduler and KWOK do not run); see
+    /// [`TestEnvBuilder::nodes`].
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
     /// How long [`start`](TestEnvBuilder::start) took, from finding the binaries to a ready
     /// API server (and installed CRDs).
     pub fn started_in(&self) -> Duration {
@@ -312,6 +342,17 @@ impl TestEnv {
         } else {
             None
         };
+        let node_bins = if opts.nodes > 0 {
+            let kwok = binaries::find(KWOK, explicit)?;
+            let stages = binaries::kwok_stages(&kwok)?;
+            Some(NodeBinaries {
+                scheduler: binaries::find(KUBE_SCHEDULER, explicit)?,
+                kwok,
+                stages,
+            })
+        } else {
+            None
+        };
         let version = binaries::kube_version(&apiserver_bin)?;
         if !version.at_least(1, 20) {
             return Err(Error::UnsupportedVersion {
@@ -331,6 +372,7 @@ impl TestEnv {
             watchdog: None,
             started_in: Duration::ZERO,
             controller_manager: opts.controller_manager,
+            nodes: opts.nodes,
             crd_timeout: opts.crd_timeout,
             webhook_timeout: opts.webhook_timeout,
             shared: false,
@@ -341,6 +383,7 @@ impl TestEnv {
                 &apiserver_bin,
                 &etcd_bin,
                 cm_bin.as_deref(),
+                node_bins.as_ref(),
                 &mut watchdog,
             )
             .await;
@@ -374,6 +417,7 @@ impl TestEnv {
         apiserver_bin: &Path,
         etcd_bin: &Path,
         cm_bin: Option<&Path>,
+        node_bins: Option<&NodeBinaries>,
         watchdog: &mut Watchdog,
     ) -> Result<()> {
         let dir = self.dir.clone();
@@ -440,6 +484,14 @@ impl TestEnv {
             "--disable-admission-plugins=ServiceAccount".to_owned(),
             "--allow-privileged=true".to_owned(),
         ];
+        if node_bins.is_some() {
+            // That plugin taints every new node `not-ready` until the node lifecycle
+            // controller sees it Ready; that controller does not run here, and KWOK's nodes
+            // are Ready from their first status.
+            api_args.push(
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition".to_owned(),
+            );
+        }
         api_args.extend(apiserver_version_flags(&self.version));
         api_args.extend(opts.apiserver_args.iter().cloned());
         let apiserver = Process::spawn(
@@ -487,17 +539,109 @@ impl TestEnv {
             self.processes.push(cm);
         }
 
+        if let Some(bins) = node_bins {
+            self.start_nodes(bins, opts.nodes, &logs, opts.start_timeout, watchdog)
+                .await?;
+        }
+
         if !opts.crds.is_empty() {
             self.install_crds(opts.crds.iter().cloned()).await?;
         }
-        // A controller manager that failed on its flags exits at once; say so now rather
-        // than letting a cascade test time out.
-        if let Some(cm) = self.processes.get_mut(2)
-            && let Some(status) = cm.exited()
-        {
-            return Err(cm.not_ready(format!("exited with {status}")));
+        // A controller manager or scheduler that failed on its flags exits at once; say so
+        // now rather than letting a cascade or scheduling test time out.
+        for p in self.processes.iter_mut().skip(2) {
+            if let Some(status) = p.exited() {
+                return Err(p.not_ready(format!("exited with {status}")));
+            }
         }
         Ok(())
+    }
+
+    /// Starts kube-scheduler and KWOK, creates `count` fake nodes for KWOK to play, and waits
+    /// until every one is `Ready`.
+    async fn start_nodes(
+        &mut self,
+        bins: &NodeBinaries,
+        count: usize,
+        logs: &Path,
+        timeout: Duration,
+        watchdog: &mut Watchdog,
+    ) -> Result<()> {
+        let kubeconfig = format!("--kubeconfig={}", self.kubeconfig.display());
+        let scheduler_args = vec![
+            kubeconfig.clone(),
+            "--leader-elect=false".to_owned(),
+            // No serving port: nothing scrapes it, and two control planes would collide.
+            "--secure-port=0".to_owned(),
+        ];
+        let scheduler = Process::spawn(
+            KUBE_SCHEDULER,
+            &bins.scheduler,
+            &scheduler_args,
+            logs.join("kube-scheduler.log"),
+            watchdog,
+        )?;
+        self.processes.push(scheduler);
+        let kwok_args = vec![
+            kubeconfig,
+            format!("--config={}", bins.stages.display()),
+            "--manage-all-nodes=false".to_owned(),
+            format!("--manage-nodes-with-annotation-selector={NODE_ANNOTATION}=fake"),
+            // Pod IPs come from a range that reaches nothing, as no container runs.
+            "--cidr=10.244.0.0/16".to_owned(),
+            "--node-ip=127.0.0.1".to_owned(),
+        ];
+        let kwok = Process::spawn(
+            KWOK,
+            &bins.kwok,
+            &kwok_args,
+            logs.join("kwok.log"),
+            watchdog,
+        )?;
+        self.processes.push(kwok);
+        let kwok_idx = self.processes.len() - 1;
+
+        let nodes: kube::Api<Node> = kube::Api::all(self.client()?);
+        for i in 0..count {
+            let node = fake_node(&format!("kwok-node-{i}"));
+            nodes
+                .create(&kube::api::PostParams::default(), &node)
+                .await
+                .map_err(|source| Error::Kube {
+                    context: format!("create fake node kwok-node-{i}"),
+                    source,
+                })?;
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let list = nodes
+                .list(&kube::api::ListParams::default().labels(&format!("{NODE_LABEL}=fake")))
+                .await
+                .map_err(|source| Error::Kube {
+                    context: "list the fake nodes".to_owned(),
+                    source,
+                })?;
+            let ready = list.items.iter().filter(|n| node_ready(n)).count();
+            if ready >= count {
+                return Ok(());
+            }
+            self.check_alive(kwok_idx, deadline, timeout)
+                .map_err(|e| match e {
+                    Error::NotReady {
+                        process,
+                        reason,
+                        log,
+                        tail,
+                    } => Error::NotReady {
+                        process,
+                        reason: format!("{reason} ({ready} of {count} fake nodes Ready)"),
+                        log,
+                        tail,
+                    },
+                    other => other,
+                })?;
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     /// Waits until `port` accepts connections, failing early if process `idx` exits.
@@ -599,6 +743,51 @@ impl Drop for TestEnv {
             tracing::warn!(error = %e, "could not clean up the control plane");
         }
     }
+}
+
+/// The binaries that make Pods run: the scheduler, KWOK and KWOK's stages file.
+struct NodeBinaries {
+    scheduler: PathBuf,
+    kwok: PathBuf,
+    stages: PathBuf,
+}
+
+/// The annotation KWOK selects the nodes it plays by (`kwok --manage-nodes-with-annotation-
+/// selector`).
+const NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// The label on every fake node, for selecting them.
+const NODE_LABEL: &str = "type";
+
+/// A node for KWOK to play: KWOK's own stages fill its status (addresses, capacity,
+/// conditions) once it exists.
+fn fake_node(name: &str) -> Node {
+    Node {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            annotations: Some([(NODE_ANNOTATION.to_owned(), "fake".to_owned())].into()),
+            labels: Some(
+                [
+                    (NODE_LABEL, "fake"),
+                    ("kubernetes.io/hostname", name),
+                    ("kubernetes.io/os", "linux"),
+                    ("kubernetes.io/arch", "amd64"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            ),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// Whether a node's `Ready` condition is `True`.
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// kube-apiserver flags that depend on its version.
