@@ -12,6 +12,7 @@ mod bench_webhook;
 mod ci;
 mod demo;
 mod envtest;
+mod go;
 mod new_operator;
 mod scaffold;
 mod util;
@@ -37,10 +38,12 @@ Tasks:
                           crate, its xtask: test, manifests, run; a README; an envtest
                           test), depending on this Rudder checkout by path
   bench-workqueue [--runs N]
-                          Rudder's work queue against client-go's (built from the envtest
-                          Kubernetes tree with Go in GOPATH mode) and kube-runtime, N times
+                          Rudder's work queue against client-go's, controller-runtime's
+                          priority queue (go/workqueue, with the machine's Go) and
+                          kube-runtime's, N times
   bench-webhook [--runs N] [--duration S] [--connections C] | --callgrind
-                          the webhook server against Go's net/http under wrk, side by side;
+                          the webhook server against Go's net/http and controller-runtime's
+                          (go/cmd/webhook-*) under wrk, side by side;
                           --callgrind: Rudder's instructions per request under callgrind
   bench-failover [--rounds N] [--objects N]
                           the old leader's release to the new leader's first reconcile
