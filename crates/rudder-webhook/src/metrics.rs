@@ -1,7 +1,22 @@
 //! controller-runtime's webhook and certwatcher metrics, recorded through the `metrics`
 //! crate (whatever recorder the process installed; none, and they cost next to nothing).
+//!
+//! Every series is resolved through the recorder current when it is recorded, so a server
+//! made before the recorder is installed still reports to it. [`describe`] gives a recorder
+//! the help texts (the server calls it when it starts; `rudder-manager` calls it when it
+//! installs its recorder), and [`HISTOGRAM_BUCKETS`] gives an exporter controller-runtime's
+//! buckets for the latency histogram (without them `metrics-exporter-prometheus` exports a
+//! summary, which dashboards querying `_bucket` do not find).
 
 use std::time::Instant;
+
+/// Prometheus' default buckets, which controller-runtime's latency histogram uses.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Every histogram this crate reports, with its buckets.
+pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[(LATENCY_SECONDS, LATENCY_BUCKETS)];
 
 /// `controller_runtime_webhook_requests_total{webhook,code}`: requests answered, by path
 /// and HTTP status code.
@@ -103,36 +118,36 @@ pub(crate) fn certificate_read_error() {
     metrics::counter!(CERT_READ_ERRORS_TOTAL).increment(1);
 }
 
-/// Registers descriptions, so an exporter shows help text for every series.
-pub(crate) fn describe() {
-    static DESCRIBED: std::sync::Once = std::sync::Once::new();
-    DESCRIBED.call_once(|| {
-        metrics::describe_counter!(
-            REQUESTS_TOTAL,
-            "Total number of admission requests by HTTP status code."
-        );
-        metrics::describe_gauge!(
-            REQUESTS_IN_FLIGHT,
-            "Current number of admission requests being served."
-        );
-        metrics::describe_histogram!(
-            LATENCY_SECONDS,
-            metrics::Unit::Seconds,
-            "Histogram of the latency of processing admission requests"
-        );
-        metrics::describe_counter!(
-            REQUESTS_BY_PROTOCOL_TOTAL,
-            "Total number of webhook requests by HTTP version."
-        );
-        metrics::describe_counter!(PANICS_TOTAL, "Total number of webhook panics");
-        metrics::describe_counter!(
-            CONVERSION_PANICS_TOTAL,
-            "Total number of conversion webhook panics"
-        );
-        metrics::describe_counter!(CERT_READ_TOTAL, "Total number of certificate reads");
-        metrics::describe_counter!(
-            CERT_READ_ERRORS_TOTAL,
-            "Total number of certificate read errors"
-        );
-    });
+/// Describes every metric of this crate (help text and unit) to the recorder current at this
+/// call; descriptions given before a recorder is installed are lost, so the server calls
+/// this when it starts, and a process that installs its recorder later calls it then.
+/// Calling it again is harmless.
+pub fn describe() {
+    metrics::describe_counter!(
+        REQUESTS_TOTAL,
+        "Total number of admission requests by HTTP status code."
+    );
+    metrics::describe_gauge!(
+        REQUESTS_IN_FLIGHT,
+        "Current number of admission requests being served."
+    );
+    metrics::describe_histogram!(
+        LATENCY_SECONDS,
+        metrics::Unit::Seconds,
+        "Histogram of the latency of processing admission requests"
+    );
+    metrics::describe_counter!(
+        REQUESTS_BY_PROTOCOL_TOTAL,
+        "Total number of webhook requests by HTTP version."
+    );
+    metrics::describe_counter!(PANICS_TOTAL, "Total number of webhook panics");
+    metrics::describe_counter!(
+        CONVERSION_PANICS_TOTAL,
+        "Total number of conversion webhook panics"
+    );
+    metrics::describe_counter!(CERT_READ_TOTAL, "Total number of certificate reads");
+    metrics::describe_counter!(
+        CERT_READ_ERRORS_TOTAL,
+        "Total number of certificate read errors"
+    );
 }

@@ -131,7 +131,6 @@ impl WebhookServer {
     /// A server with no webhooks yet, set up by `options`. Nothing is read or bound until
     /// [`start`](Self::start).
     pub fn new(options: Options) -> Self {
-        metrics::describe();
         Self {
             inner: Arc::new(Inner {
                 options,
@@ -241,6 +240,9 @@ impl WebhookServer {
         if self.inner.started.swap(true, Ordering::SeqCst) {
             return Err(StartError::AlreadyStarted);
         }
+        // At start, not in `new`: the recorder is more likely installed by now, and a
+        // description given to no recorder is lost.
+        metrics::describe();
         let options = &self.inner.options;
         let stop_watcher = CancellationToken::new();
         let (store, watcher) = match &options.certificate {
