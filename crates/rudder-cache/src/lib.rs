@@ -159,7 +159,7 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | `metrics` | `rudder_cache_watch_errors_total` and `rudder_cache_malformed_objects_total` counters (label `resource`), and `rudder_cache_panics_total` (labels `resource`, `function`: `index`, `transform` or `handler`), through the `metrics` crate |
+//! | `metrics` | `rudder_cache_watch_errors_total` and `rudder_cache_malformed_objects_total` counters (label `resource`), and `rudder_cache_panics_total` (labels `resource`, `function`: `index`, `transform` or `handler`), through the `metrics` crate; their names and descriptions in `metrics` |
 //!
 //! # Shutdown
 //!
@@ -174,6 +174,8 @@ mod cache;
 mod error;
 mod informer;
 mod lenient;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod store;
 mod transform;
 mod unwind;

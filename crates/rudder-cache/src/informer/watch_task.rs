@@ -58,6 +58,9 @@ pub(crate) async fn run<K, S>(
     K: Resource + Clone + Send + Sync + 'static,
     S: Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send,
 {
+    // As the informer starts, not when it is built: the recorder is installed by now.
+    #[cfg(feature = "metrics")]
+    crate::metrics::describe();
     let mut stream = pin!(stream);
     // Every list gets a new epoch; objects not stamped with it at its end are gone.
     let mut epoch = 0_u64;
@@ -242,7 +245,7 @@ fn key_of_meta(meta: &kube::core::ObjectMeta) -> ObjectKey {
 fn record_malformed<K>(shared: &Shared<K>, bad: &Malformed) {
     shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
     #[cfg(feature = "metrics")]
-    metrics::counter!("rudder_cache_malformed_objects_total", "resource" => shared.resource.clone())
+    metrics::counter!(crate::metrics::MALFORMED_OBJECTS_TOTAL, "resource" => shared.resource.clone())
         .increment(1);
     tracing::warn!(resource = %shared.resource, object = %bad, "skipping an object that does not decode");
 }
@@ -277,7 +280,7 @@ fn count_panic<K>(shared: &Shared<K>, function: &'static str) {
     shared.stats.panics.fetch_add(1, Ordering::Relaxed);
     #[cfg(feature = "metrics")]
     metrics::counter!(
-        "rudder_cache_panics_total",
+        crate::metrics::PANICS_TOTAL,
         "resource" => shared.resource.clone(),
         "function" => function
     )
@@ -290,13 +293,13 @@ fn record_error<K>(shared: &Shared<K>, err: &watcher::Error) {
     if is_malformed(err) {
         shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
-        metrics::counter!("rudder_cache_malformed_objects_total", "resource" => shared.resource.clone())
+        metrics::counter!(crate::metrics::MALFORMED_OBJECTS_TOTAL, "resource" => shared.resource.clone())
             .increment(1);
         tracing::warn!(resource = %shared.resource, error = %err, "skipping an object that does not decode");
     } else {
         shared.stats.errors.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
-        metrics::counter!("rudder_cache_watch_errors_total", "resource" => shared.resource.clone())
+        metrics::counter!(crate::metrics::WATCH_ERRORS_TOTAL, "resource" => shared.resource.clone())
             .increment(1);
         tracing::warn!(resource = %shared.resource, error = %err, "watch error; retrying with backoff");
     }
