@@ -82,7 +82,8 @@ fn main() {
         bare.create(&PostParams::default(), &fixtures::config_map("target"))
             .await
             .unwrap();
-        let counted: Api<ConfigMap> = Api::namespaced(instrument(ns.client()), ns.name());
+        let host = rudder_manager::client_metrics::host_of(&env.config().cluster_url);
+        let counted: Api<ConfigMap> = Api::namespaced(instrument(ns.client(), &host), ns.name());
         let passed: Api<ConfigMap> = Api::namespaced(
             kube::Client::new(PassThrough(ns.client()), ns.name()),
             ns.name(),

@@ -168,6 +168,7 @@ pub struct ManagerBuilder {
     extra: Vec<(String, ExtraHandler)>,
     raise_fd_limit: bool,
     client_metrics: bool,
+    api_host: Option<String>,
     /// The webhook server, self-signed certificates and secure metrics.
     #[cfg(feature = "webhook")]
     pub(crate) tls: crate::webhooks::Declared,
@@ -344,8 +345,18 @@ impl ManagerBuilder {
         self
     }
 
+    /// The `host` label of `rest_client_requests_total`: the API server's host and port as
+    /// its URL names them ([`client_metrics::host_of`](crate::client_metrics::host_of)).
+    /// Default: [`client_metrics::default_host`](crate::client_metrics::default_host), the
+    /// server `kube::Client::try_default` talks to (empty if there is none); set it when the
+    /// client was made from another configuration.
+    pub fn api_host(mut self, host: impl Into<String>) -> Self {
+        self.api_host = Some(host.into());
+        self
+    }
+
     /// Whether to count every request of the manager's client in
-    /// `rest_client_requests_total{code, method}` ([`client_metrics`](crate::client_metrics);
+    /// `rest_client_requests_total{code, method, host}` ([`client_metrics`](crate::client_metrics);
     /// default on). The manager's cache, controllers, event recorder, leader election,
     /// certificate source and [`Manager::client`] all use the instrumented client. Turn it
     /// off when the client given to [`Manager::builder`] is already instrumented.
@@ -362,7 +373,12 @@ impl ManagerBuilder {
     pub fn build(mut self) -> Result<Manager, BuildError> {
         if self.client_metrics {
             if tokio::runtime::Handle::try_current().is_ok() {
-                self.client = crate::client_metrics::instrument(self.client);
+                let host = self
+                    .api_host
+                    .take()
+                    .or_else(crate::client_metrics::default_host)
+                    .unwrap_or_default();
+                self.client = crate::client_metrics::instrument(self.client, &host);
             } else {
                 tracing::warn!(
                     "ManagerBuilder::build ran outside a Tokio runtime: API requests are not \
@@ -530,6 +546,7 @@ impl Manager {
             extra: Vec::new(),
             raise_fd_limit: true,
             client_metrics: true,
+            api_host: None,
             #[cfg(feature = "webhook")]
             tls: crate::webhooks::Declared::default(),
             render_only: false,
@@ -669,6 +686,9 @@ impl Manager {
         if self.started.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::AlreadyStarted);
         }
+        // Again at start: a handle given to the builder belongs to a recorder installed
+        // elsewhere, whose descriptions only the recorder present now can take.
+        crate::metrics::describe();
         let mut servers = Vec::new();
         let result = self.run(&cancel, &mut servers).await;
         // Servers last: probes keep answering while the rest stops, within the same

@@ -1,22 +1,104 @@
 //! The `/metrics` endpoint: every metric reported through the `metrics` crate (work queues,
-//! controllers, leader election) in Prometheus text format, plus the process's own.
+//! controllers, leader election, webhooks, API requests, sharding) in Prometheus text
+//! format, plus the process's own.
+//!
+//! # Order does not matter
+//!
+//! A `metrics` handle made before a recorder is installed is bound to the no-op recorder
+//! for good, and a description given before then is lost. So no metric here depends on
+//! being made after the recorder: controllers make their handles (and their work queues')
+//! when they start; the leader-election gauge, webhook, API-request and cache counts are
+//! resolved through the current recorder each time they are recorded; a sharding ring
+//! makes its handles when it runs. Every description lives in the crate that reports the
+//! metric, and [`describe`] hands them all to the current recorder: [`prometheus`] calls it
+//! right after installing its recorder, and [`Manager::start`](crate::Manager::start)
+//! calls it again (for a recorder installed elsewhere, [`ManagerBuilder::metrics_handle`](crate::ManagerBuilder::metrics_handle)).
+//!
+//! A histogram's kind depends on the exporter: `metrics-exporter-prometheus` exports a
+//! summary for a histogram it has no buckets for. [`builder`] sets controller-runtime's
+//! buckets for every histogram in [`HISTOGRAM_BUCKETS`], which gathers each crate's table.
+//!
+//! | metric | kind | labels | from |
+//! |---|---|---|---|
+//! | `controller_runtime_reconcile_total` | counter | `controller`, `result` | rudder-controller |
+//! | `controller_runtime_reconcile_errors_total` | counter | `controller` | rudder-controller |
+//! | `controller_runtime_terminal_reconcile_errors_total` | counter | `controller` | rudder-controller |
+//! | `controller_runtime_reconcile_panics_total` | counter | `controller` | rudder-controller |
+//! | `controller_runtime_reconcile_time_seconds` | histogram | `controller` | rudder-controller |
+//! | `controller_runtime_max_concurrent_reconciles` | gauge | `controller` | rudder-controller |
+//! | `controller_runtime_active_workers` | gauge | `controller` | rudder-controller |
+//! | `workqueue_depth`, `workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds` | gauge | `name`, `controller` | rudder-workqueue |
+//! | `workqueue_adds_total`, `workqueue_retries_total` | counter | `name`, `controller` | rudder-workqueue |
+//! | `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds` | histogram | `name`, `controller` | rudder-workqueue |
+//! | `leader_election_master_status` | gauge | `name` (the Lease) | [`leader_election`](crate::leader_election) |
+//! | `rest_client_requests_total` | counter | `code`, `method`, `host` | [`client_metrics`](crate::client_metrics) |
+//! | `controller_runtime_webhook_requests_total` | counter | `webhook`, `code` | rudder-webhook |
+//! | `controller_runtime_webhook_requests_in_flight` | gauge | `webhook` | rudder-webhook |
+//! | `controller_runtime_webhook_latency_seconds` | histogram | `webhook` | rudder-webhook |
+//! | `rudder_shard_*` | gauge, counter, histogram | `ring` | [`sharding`](crate::sharding) |
+//! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds` | counter, gauge | | `/proc/self` |
 
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
-use rudder_controller::metrics::RECONCILE_TIME_BUCKETS;
 
-/// client-go's buckets for the work queue's latency histograms (10 ns to 10 s, by 10).
-const WORKQUEUE_BUCKETS: &[f64] = &[1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1, 1.0, 10.0];
+/// `leader_election_master_status{name}`: 1 while this process leads the Lease `name`, else 0.
+pub const LEADER_ELECTION_MASTER_STATUS: &str = "leader_election_master_status";
+
+/// The sharding ring's histogram, with its buckets.
+const SHARDING_HISTOGRAMS: &[(&str, &[f64])] = &[(
+    crate::sharding::REBALANCE_SECONDS,
+    crate::sharding::REBALANCE_BUCKETS,
+)];
+
+/// Every histogram Rudder reports, by crate, with the buckets it is exported with.
+pub const HISTOGRAM_BUCKETS: &[&[(&str, &[f64])]] = &[
+    rudder_controller::metrics::HISTOGRAM_BUCKETS,
+    #[cfg(feature = "webhook")]
+    rudder_webhook::metrics::HISTOGRAM_BUCKETS,
+    SHARDING_HISTOGRAMS,
+];
+
+/// Describes every metric Rudder reports (help text and unit) to the recorder current at
+/// this call: the controllers' and work queues', the webhook server's, the API client's,
+/// leader election's and sharding's. Descriptions given to no recorder are lost, so call it
+/// once the recorder is installed ([`prometheus`] and [`Manager::start`](crate::Manager::start)
+/// do). Calling it again is harmless.
+pub fn describe() {
+    rudder_controller::metrics::describe();
+    #[cfg(feature = "webhook")]
+    rudder_webhook::metrics::describe();
+    crate::client_metrics::describe();
+    crate::sharding::describe();
+    metrics::describe_gauge!(
+        LEADER_ELECTION_MASTER_STATUS,
+        "Whether this process leads the Lease `name`: 1 while leading, 0 otherwise."
+    );
+}
+
+/// A Prometheus exporter's builder with the buckets of every histogram Rudder reports
+/// ([`HISTOGRAM_BUCKETS`]), so each is exported as a histogram, not a summary: for a
+/// process that installs its own recorder (add its own buckets, install it, call
+/// [`describe`], and pass the handle to [`ManagerBuilder::metrics_handle`](crate::ManagerBuilder::metrics_handle)).
+///
+/// # Errors
+///
+/// [`BuildError`] when a bucket list is empty (none here is).
+pub fn builder() -> Result<PrometheusBuilder, BuildError> {
+    let mut builder = PrometheusBuilder::new();
+    for (name, buckets) in HISTOGRAM_BUCKETS.iter().copied().flatten() {
+        builder = builder.set_buckets_for_metric(Matcher::Full((*name).to_owned()), buckets)?;
+    }
+    Ok(builder)
+}
 
 /// The process-wide Prometheus recorder, installed on first use.
 ///
-/// Installs `metrics-exporter-prometheus` as the global `metrics` recorder, with
-/// controller-runtime's buckets for the reconcile-time histogram, client-go's for the work
-/// queue's, and [`REBALANCE_BUCKETS`](crate::sharding::REBALANCE_BUCKETS) for a sharding
-/// ring's rebalance time. Fails if another global recorder was installed first; pass that recorder's
-/// handle to the manager instead. Safe to call from many threads at once: the first installs,
-/// the others wait for it and share its handle.
+/// Installs `metrics-exporter-prometheus`, built by [`builder`], as the global `metrics`
+/// recorder, and right after [`describe`]s every metric to it. Fails if another global
+/// recorder was installed first; pass that recorder's handle to the manager instead. Safe
+/// to call from many threads at once: the first installs, the others wait for it and share
+/// its handle.
 pub fn prometheus() -> Result<PrometheusHandle, BuildError> {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     // Held while installing, so a second first caller waits instead of failing to install
@@ -29,17 +111,8 @@ pub fn prometheus() -> Result<PrometheusHandle, BuildError> {
     if let Some(handle) = HANDLE.get() {
         return Ok(handle.clone());
     }
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Full("controller_runtime_reconcile_time_seconds".into()),
-            RECONCILE_TIME_BUCKETS,
-        )?
-        .set_buckets_for_metric(Matcher::Prefix("workqueue_".into()), WORKQUEUE_BUCKETS)?
-        .set_buckets_for_metric(
-            Matcher::Full("rudder_shard_rebalance_seconds".into()),
-            crate::sharding::REBALANCE_BUCKETS,
-        )?
-        .install_recorder()?;
+    let handle = builder()?.install_recorder()?;
+    describe();
     Ok(HANDLE.get_or_init(|| handle).clone())
 }
 
@@ -131,6 +204,71 @@ fn process_metrics() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use metrics::Unit;
+
+    /// Takes the names of the histograms described to it.
+    #[derive(Default)]
+    struct Histograms(Mutex<Vec<String>>);
+
+    impl metrics::Recorder for Histograms {
+        fn describe_counter(&self, _: metrics::KeyName, _: Option<Unit>, _: metrics::SharedString) {
+        }
+        fn describe_gauge(&self, _: metrics::KeyName, _: Option<Unit>, _: metrics::SharedString) {}
+        fn describe_histogram(
+            &self,
+            name: metrics::KeyName,
+            _: Option<Unit>,
+            _: metrics::SharedString,
+        ) {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(name.as_str().to_owned());
+        }
+        fn register_counter(
+            &self,
+            _: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Counter {
+            metrics::Counter::noop()
+        }
+        fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+            metrics::Gauge::noop()
+        }
+        fn register_histogram(
+            &self,
+            _: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Histogram {
+            metrics::Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn every_described_histogram_has_buckets() {
+        let described = Histograms::default();
+        metrics::with_local_recorder(&described, describe);
+        let described = described
+            .0
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        assert!(
+            described.len() >= 4,
+            "reconcile time, two work-queue durations, rebalance: {described:?}"
+        );
+        let bucketed: Vec<&str> = HISTOGRAM_BUCKETS
+            .iter()
+            .copied()
+            .flatten()
+            .map(|(name, _)| *name)
+            .collect();
+        for name in &described {
+            assert!(
+                bucketed.contains(&name.as_str()),
+                "{name} has no buckets: it would be a summary"
+            );
+        }
+    }
 
     fn auxv(pairs: &[(usize, usize)]) -> Vec<u8> {
         pairs

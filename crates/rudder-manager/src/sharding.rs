@@ -82,6 +82,40 @@ use crate::runnable::{BoxError, Runnable};
 /// The label naming the ring on every member Lease.
 pub const RING_LABEL: &str = "rudder.dev/ring";
 
+/// `rudder_shard_rebalance_seconds{ring}`: from a change of this replica's view of the ring
+/// until it holds exactly the shards the view gives it.
+pub const REBALANCE_SECONDS: &str = "rudder_shard_rebalance_seconds";
+const MEMBERS: &str = "rudder_shard_members";
+const SHARDS_OWNED: &str = "rudder_shard_shards_owned";
+const KEYS_OWNED: &str = "rudder_shard_keys_owned";
+const HANDOFFS_TOTAL: &str = "rudder_shard_handoffs_total";
+const KEYS_DROPPED_TOTAL: &str = "rudder_shard_keys_dropped_total";
+
+/// Describes every metric of a sharding ring to the recorder current at this call.
+pub(crate) fn describe() {
+    metrics::describe_gauge!(MEMBERS, "Live members of the ring in this replica's view.");
+    metrics::describe_gauge!(SHARDS_OWNED, "Shards of the ring this replica holds.");
+    metrics::describe_gauge!(
+        KEYS_OWNED,
+        "Keys in the shards of the ring this replica holds."
+    );
+    metrics::describe_counter!(
+        HANDOFFS_TOTAL,
+        "Total number of shards this replica acquired or released, by direction."
+    );
+    metrics::describe_histogram!(
+        REBALANCE_SECONDS,
+        metrics::Unit::Seconds,
+        "Time from a change of this replica's view of the ring until it holds exactly the \
+         shards that view gives it."
+    );
+    metrics::describe_counter!(
+        KEYS_DROPPED_TOTAL,
+        "Total number of keys this replica dropped from its queues because their shard \
+         moved to another member."
+    );
+}
+
 /// The buckets of the `rudder_shard_rebalance_seconds` histogram in the manager's
 /// Prometheus recorder (50 ms to 2 minutes).
 pub const REBALANCE_BUCKETS: &[f64] =
@@ -623,13 +657,13 @@ impl RingMetrics {
     fn new(ring: &str) -> Self {
         let ring = ring.to_owned();
         Self {
-            members: metrics::gauge!("rudder_shard_members", "ring" => ring.clone()),
-            shards: metrics::gauge!("rudder_shard_shards_owned", "ring" => ring.clone()),
-            keys: metrics::gauge!("rudder_shard_keys_owned", "ring" => ring.clone()),
-            acquired: metrics::counter!("rudder_shard_handoffs_total", "ring" => ring.clone(), "direction" => "acquired"),
-            released: metrics::counter!("rudder_shard_handoffs_total", "ring" => ring.clone(), "direction" => "released"),
-            rebalance: metrics::histogram!("rudder_shard_rebalance_seconds", "ring" => ring.clone()),
-            dropped: metrics::counter!("rudder_shard_keys_dropped_total", "ring" => ring),
+            members: metrics::gauge!(MEMBERS, "ring" => ring.clone()),
+            shards: metrics::gauge!(SHARDS_OWNED, "ring" => ring.clone()),
+            keys: metrics::gauge!(KEYS_OWNED, "ring" => ring.clone()),
+            acquired: metrics::counter!(HANDOFFS_TOTAL, "ring" => ring.clone(), "direction" => "acquired"),
+            released: metrics::counter!(HANDOFFS_TOTAL, "ring" => ring.clone(), "direction" => "released"),
+            rebalance: metrics::histogram!(REBALANCE_SECONDS, "ring" => ring.clone()),
+            dropped: metrics::counter!(KEYS_DROPPED_TOTAL, "ring" => ring),
         }
     }
 }

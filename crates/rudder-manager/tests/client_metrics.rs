@@ -20,10 +20,13 @@ use rudder_manager::{Manager, metrics};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-/// The value of `rest_client_requests_total{code, method}` in a Prometheus text page (0 when
-/// absent).
+/// The `host` label the tests' clients are instrumented with.
+const HOST: &str = "api.rudder.test:6443";
+
+/// The value of `rest_client_requests_total{code, method, host}` (host [`HOST`]) in a
+/// Prometheus text page (0 when absent).
 fn requests(page: &str, code: &str, method: &str) -> f64 {
-    let series = format!(r#"{REQUESTS_TOTAL}{{code="{code}",method="{method}"}} "#);
+    let series = format!(r#"{REQUESTS_TOTAL}{{code="{code}",method="{method}",host="{HOST}"}} "#);
     page.lines()
         .find_map(|line| line.strip_prefix(&series))
         .map_or(0.0, |value| value.trim().parse().unwrap())
@@ -50,7 +53,7 @@ async fn requests_are_counted_by_code_and_method_and_errors_stay_as_they_were() 
     let handle = metrics::prometheus().unwrap();
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("client-metrics").await.unwrap();
-    let client = instrument(ns.client());
+    let client = instrument(ns.client(), HOST);
     assert_eq!(client.default_namespace(), ns.client().default_namespace());
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
 
@@ -89,7 +92,7 @@ async fn requests_are_counted_by_code_and_method_and_errors_stay_as_they_were() 
 
     // A ServiceAccount with no role: 403, counted as such.
     let nobody = ns.service_account("nobody").await.unwrap();
-    let secrets: Api<Secret> = Api::namespaced(instrument(nobody.client()), ns.name());
+    let secrets: Api<Secret> = Api::namespaced(instrument(nobody.client(), HOST), ns.name());
     let (n, refused) = counted(&handle, "403", "GET", async || {
         secrets.list(&ListParams::default()).await
     })
@@ -109,7 +112,7 @@ async fn requests_are_counted_by_code_and_method_and_errors_stay_as_they_were() 
         .get("y")
         .await
         .unwrap_err();
-    let counted_api: Api<ConfigMap> = Api::namespaced(instrument(bare), "x");
+    let counted_api: Api<ConfigMap> = Api::namespaced(instrument(bare, HOST), "x");
     let (n, error) = counted(&handle, NO_ANSWER, "GET", async || {
         counted_api.get("y").await
     })
@@ -154,6 +157,7 @@ async fn a_manager_counts_its_own_requests_unless_told_not_to() {
         Manager::builder(ns.client())
             .health_probe_address(None)
             .metrics_address(loopback)
+            .api_host(HOST)
             .leader_election(
                 LeaderElectionConfig::new(ns.name(), "client-metrics").with_release_on_cancel(true),
             )

@@ -10,7 +10,6 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube_runtime::WatchStreamExt;
 use kube_runtime::watcher;
-use metrics::Gauge;
 use tokio::sync::{Mutex, Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
@@ -50,8 +49,10 @@ impl LeaderElection {
     /// A candidate for the Lease named in `config`, talking to the API server through
     /// `client`. Nothing is sent until [`acquire`](Self::acquire).
     ///
-    /// The gauge `leader_election_master_status{name="<lease name>"}` is registered here, at 0,
-    /// with the `metrics` recorder current at this call.
+    /// The gauge `leader_election_master_status{name="<lease name>"}` is not made here: it is
+    /// set (to 0) when [`acquire`](Self::acquire) starts and on every change of leadership,
+    /// each time through the `metrics` recorder current then, so a candidate made before the
+    /// process installs its recorder still reports to it.
     ///
     /// # Errors
     ///
@@ -61,11 +62,6 @@ impl LeaderElection {
         let lease_duration_seconds = config
             .lease_duration_seconds()
             .ok_or(ConfigError::LeaseDurationTooLong(config.lease_duration()))?;
-        let status = metrics::gauge!(
-            "leader_election_master_status",
-            "name" => config.lease_name().to_owned()
-        );
-        status.set(0.0);
         Ok(Self {
             shared: Arc::new(Shared {
                 api: Api::namespaced(client, config.lease_namespace()),
@@ -73,7 +69,6 @@ impl LeaderElection {
                 config,
                 leading: AtomicBool::new(false),
                 validity: watch::Sender::new(None),
-                status,
                 observed: Mutex::new(Observed::default()),
             }),
         })
@@ -158,6 +153,8 @@ impl LeaderElection {
     pub async fn acquire(&self, cancel: CancellationToken) -> Result<Leadership> {
         let shared = &self.shared;
         tracing::info!(lease = %shared.key(), identity = %shared.config.identity(), "attempting to acquire the leader lease");
+        // The series exists from the first campaign on, at 0 while this candidate waits.
+        shared.report_status();
         let free = Arc::new(Notify::new());
         let _watch = shared.config.watch().then(|| {
             AbortOnDropHandle::new(tokio::spawn(watch_for_free(
@@ -321,7 +318,6 @@ struct Shared {
     leading: AtomicBool,
     /// See [`LeaderElection::validity`].
     validity: watch::Sender<Option<Instant>>,
-    status: Gauge,
     observed: Mutex<Observed>,
 }
 
@@ -407,7 +403,20 @@ impl Shared {
             self.invalidate();
         }
         self.leading.store(leading, Ordering::Release);
-        self.status.set(if leading { 1.0 } else { 0.0 });
+        self.report_status();
+    }
+
+    /// Sets `leader_election_master_status{name}` to whether this candidate leads, through
+    /// the recorder current now: leadership changes rarely, so resolving the series each
+    /// time costs nothing that matters, and no handle can outlive the recorder it was made
+    /// with.
+    fn report_status(&self) {
+        let leading = self.leading.load(Ordering::Acquire);
+        metrics::gauge!(
+            crate::metrics::LEADER_ELECTION_MASTER_STATUS,
+            "name" => self.config.lease_name().to_owned()
+        )
+        .set(if leading { 1.0 } else { 0.0 });
     }
 
     /// Publishes the validity given by a successful acquire or renew request sent at `sent`.
