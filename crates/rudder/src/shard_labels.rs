@@ -172,6 +172,12 @@ impl<K: Typed> LabelSharded<K> {
         unlabelled: Vec<(Scope, Informer<PartialObjectMeta<K>>)>,
         events: mpsc::UnboundedSender<Event<K>>,
     ) {
+        // As this starts (with the manager), when the recorder is installed: a description
+        // given before then would be lost.
+        metrics::describe_counter!(
+            LABEL_ERRORS_TOTAL,
+            "Total number of failed patches of an object's shard label, by ring."
+        );
         let (to_label, labelling) = mpsc::unbounded_channel::<ToLabel>();
         let labeller = AbortOnDropHandle::new(tokio::spawn(label_objects::<K>(
             self.client.clone(),

@@ -1,0 +1,368 @@
+//! A whole operator's `/metrics` as Prometheus and Kubebuilder's dashboards read it: a
+//! manager with the process-wide recorder, leader election on a real Lease, an admission
+//! webhook called by the real API server and a controller, scraped over HTTP and checked
+//! with `promtool check metrics`. A test binary of its own, so that the recorder it installs
+//! is the process's first and the manager builds its parts in its own order.
+//!
+//! promtool is found on `PATH` or at `RUDDER_PROMTOOL`; without it the lint check is skipped
+//! with a notice, unless `RUDDER_REQUIRE_PROMTOOL=1` (as CI sets), which fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use kube::core::admission::AdmissionRequest;
+use kube::core::{DynamicObject, ObjectMeta};
+use rudder::manager::client_metrics::host_of;
+use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder::prelude::*;
+use rudder::webhook::admission::{Defaulter, Denial, Warnings};
+use rudder::webhook::manifest::ClientConfig;
+use rudder_envtest::{TestNamespace, WebhookOptions, eventually};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(30);
+const LEASE: &str = "scrape-leader";
+const CONTROLLER: &str = "scrape-configmaps";
+
+/// Labels every ConfigMap `defaulted=yes`.
+struct Label;
+
+impl Defaulter<ConfigMap> for Label {
+    async fn default(
+        &self,
+        cm: &mut ConfigMap,
+        _: &AdmissionRequest<DynamicObject>,
+    ) -> Result<Warnings, Denial> {
+        cm.labels_mut().insert("defaulted".into(), "yes".into());
+        Ok(Vec::new())
+    }
+}
+
+/// Reconciles successfully, doing nothing.
+struct Nothing;
+
+impl Reconciler for Nothing {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, _: Request, _: Context) -> Result<Action, Self::Error> {
+        Ok(Action::done())
+    }
+}
+
+fn declare_webhook(manager: &Manager) {
+    rudder::new_webhook(manager)
+        .for_::<ConfigMap>()
+        .defaulter(Label)
+        .complete()
+        .unwrap();
+}
+
+/// The webhook configurations the facade renders for [`declare_webhook`].
+fn webhook_options(ns: &TestNamespace) -> WebhookOptions {
+    let scratch = Manager::builder(ns.client())
+        .health_probe_address(None)
+        .metrics_address(None)
+        .client_metrics(false)
+        .build()
+        .unwrap();
+    declare_webhook(&scratch);
+    let manifests = rudder::webhook_manifests(
+        &scratch,
+        "rudder-scrape",
+        &ClientConfig::service("unused", "unused"),
+        &mut Vec::new(),
+    );
+    WebhookOptions {
+        mutating: manifests.mutating.into_iter().collect(),
+        validating: manifests.validating.into_iter().collect(),
+        conversion_crds: Vec::new(),
+    }
+}
+
+/// A plain HTTP/1.0 GET: (status, body); status 0 when nothing answers.
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return (0, String::new());
+    };
+    let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The samples of `name` in a Prometheus text page: each sample's label text (between the
+/// braces, empty without labels) and value.
+fn samples<'p>(page: &'p str, name: &str) -> Vec<(&'p str, f64)> {
+    page.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let (labels, value) = match rest.strip_prefix('{') {
+                Some(rest) => rest.rsplit_once("} ")?,
+                None => ("", rest.strip_prefix(' ')?),
+            };
+            Some((labels, value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Whether `labels` (a sample's label text) has `label="value"`.
+fn has_label(labels: &str, label: &str, value: &str) -> bool {
+    labels.contains(&format!("{label}=\"{value}\""))
+}
+
+/// The value of `leader_election_master_status{name=LEASE}`, if exported.
+fn leader_status(page: &str) -> Option<f64> {
+    samples(page, "leader_election_master_status")
+        .into_iter()
+        .find(|(labels, _)| has_label(labels, "name", LEASE))
+        .map(|(_, value)| value)
+}
+
+/// promtool, from `RUDDER_PROMTOOL` or `PATH`.
+fn promtool() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("RUDDER_PROMTOOL") {
+        return Some(PathBuf::from(path));
+    }
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|dir| PathBuf::from(dir).join("promtool"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// `promtool check metrics` on `page`: its complaints (empty when it has none).
+fn promtool_lints(promtool: &PathBuf, page: &str) -> String {
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", promtool.display()));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if output.status.success() {
+        said.trim().to_owned()
+    } else {
+        format!("promtool failed ({}): {said}", output.status)
+    }
+}
+
+#[tokio::test]
+async fn a_managers_metrics_pass_promtool_and_have_every_dashboard_series() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("scrape").await.unwrap();
+    let installed = ns.install_webhooks(webhook_options(&ns)).await.unwrap();
+    let namespace = ns.name().to_owned();
+    let host = host_of(&env.config().cluster_url);
+    let loopback = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    // The builder makes the elector before it installs the recorder, and the controller
+    // and webhook are declared after: the order that lost metrics when handles were made
+    // at construction.
+    let manager = Arc::new(
+        Manager::builder(ns.client())
+            .health_probe_address(loopback)
+            .metrics_address(loopback)
+            .api_host(host.clone())
+            .cache(move |c| c.default_namespace(namespace))
+            .leader_election(
+                LeaderElectionConfig::new(ns.name(), LEASE)
+                    .with_identity("scraped")
+                    .with_lease_duration(Duration::from_secs(4))
+                    .with_renew_deadline(Duration::from_secs(3))
+                    .with_retry_period(Duration::from_millis(300)),
+            )
+            .webhook_options(
+                rudder::webhook::Options::new()
+                    .bind_address(installed.addr())
+                    .cert_dir(installed.cert_dir()),
+            )
+            .build()
+            .unwrap(),
+    );
+    declare_webhook(&manager);
+    rudder::new_controller(&manager)
+        .for_::<ConfigMap>()
+        .named(CONTROLLER)
+        .complete(Nothing)
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (manager, stop) = (Arc::clone(&manager), stop.clone());
+        async move { manager.start(stop).await }
+    });
+    let addr = eventually("the metrics server", WAIT, async || {
+        manager.metrics_address()
+    })
+    .await;
+
+    // A create goes through the webhook, then is reconciled by the leader.
+    let created = Api::<ConfigMap>::namespaced(ns.client(), ns.name())
+        .create(
+            &PostParams::default(),
+            &ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some("scraped".into()),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        created.labels().get("defaulted").map(String::as_str),
+        Some("yes")
+    );
+    let page = eventually("a reconcile while leading", WAIT, async || {
+        let (status, page) = get(addr, "/metrics").await;
+        let reconciled = samples(&page, "controller_runtime_reconcile_total")
+            .iter()
+            .any(|(labels, value)| {
+                has_label(labels, "controller", CONTROLLER)
+                    && has_label(labels, "result", "success")
+                    && *value >= 1.0
+            });
+        (status == 200 && reconciled && leader_status(&page) == Some(1.0)).then_some(page)
+    })
+    .await;
+
+    // Every series Kubebuilder's dashboards query, with the labels they group by.
+    let controller = [("controller", CONTROLLER)];
+    let queue = [("name", CONTROLLER), ("controller", CONTROLLER)];
+    let webhook = [("webhook", "")];
+    let expected: Vec<(&str, &[(&str, &str)])> = vec![
+        ("controller_runtime_reconcile_total", &controller),
+        ("controller_runtime_reconcile_errors_total", &controller),
+        (
+            "controller_runtime_reconcile_time_seconds_bucket",
+            &controller,
+        ),
+        ("controller_runtime_max_concurrent_reconciles", &controller),
+        ("controller_runtime_active_workers", &controller),
+        ("workqueue_depth", &queue),
+        ("workqueue_adds_total", &queue),
+        ("workqueue_queue_duration_seconds_bucket", &queue),
+        ("workqueue_work_duration_seconds_bucket", &queue),
+        ("workqueue_unfinished_work_seconds", &queue),
+        ("workqueue_longest_running_processor_seconds", &queue),
+        ("workqueue_retries_total", &queue),
+        (
+            "rest_client_requests_total",
+            &[("code", "200"), ("method", "GET"), ("host", "")],
+        ),
+        (
+            "controller_runtime_webhook_requests_total",
+            &[("webhook", ""), ("code", "200")],
+        ),
+        (
+            "controller_runtime_webhook_latency_seconds_bucket",
+            &webhook,
+        ),
+        ("leader_election_master_status", &[("name", LEASE)]),
+        ("process_cpu_seconds_total", &[]),
+        ("process_resident_memory_bytes", &[]),
+        ("process_open_fds", &[]),
+    ];
+    for (name, labels) in &expected {
+        let found = samples(&page, name).into_iter().any(|(text, _)| {
+            labels.iter().all(|(label, value)| {
+                if value.is_empty() {
+                    text.contains(&format!("{label}=\""))
+                } else {
+                    has_label(text, label, value)
+                }
+            })
+        });
+        assert!(found, "no {name} with labels {labels:?} in:\n{page}");
+    }
+    assert!(
+        samples(&page, "rest_client_requests_total")
+            .iter()
+            .all(|(labels, _)| has_label(labels, "host", &host)),
+        "every API request is labelled with the API server's host {host}:\n{page}"
+    );
+    let summaries: Vec<&str> = page
+        .lines()
+        .filter(|line| line.starts_with("# TYPE ") && line.ends_with(" summary"))
+        .collect();
+    assert!(
+        summaries.is_empty(),
+        "histograms exported as summaries: {summaries:?}"
+    );
+
+    match promtool() {
+        Some(promtool) => {
+            let lints = promtool_lints(&promtool, &page);
+            assert!(lints.is_empty(), "promtool check metrics: {lints}\n{page}");
+        }
+        None if std::env::var("RUDDER_REQUIRE_PROMTOOL").as_deref() == Ok("1") => panic!(
+            "RUDDER_REQUIRE_PROMTOOL=1 but promtool is neither on PATH nor at RUDDER_PROMTOOL \
+             (Debian: apt-get install --no-install-recommends prometheus)"
+        ),
+        None => eprintln!(
+            "NOTICE: promtool not found (PATH or RUDDER_PROMTOOL): `promtool check metrics` \
+             skipped; every other check ran"
+        ),
+    }
+
+    // Taking the Lease away: the next renewal finds another holder, leadership is lost, the
+    // manager stops with LeadershipLost, and the gauge says 0.
+    let leases: Api<Lease> = Api::namespaced(ns.client(), ns.name());
+    eventually("the Lease taken by another holder", WAIT, async || {
+        let mut lease = leases.get(LEASE).await.ok()?;
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        spec.holder_identity = Some("someone-else".into());
+        spec.lease_duration_seconds = Some(3600);
+        spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+        leases
+            .replace(LEASE, &PostParams::default(), &lease)
+            .await
+            .ok()
+            .map(drop)
+    })
+    .await;
+    let ended = tokio::time::timeout(WAIT, running)
+        .await
+        .expect("the manager stops once it has lost its Lease")
+        .unwrap();
+    assert!(
+        matches!(ended, Err(rudder::manager::Error::LeadershipLost)),
+        "{ended:?}"
+    );
+    // The metrics server stopped with the manager; the registry it served is the process's.
+    let after = rudder::manager::metrics::prometheus().unwrap().render();
+    assert_eq!(leader_status(&after), Some(0.0), "{after}");
+    stop.cancel();
+}
