@@ -67,7 +67,7 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
         ));
     };
     let mut print_path = false;
-    let mut version = DEFAULT_KUBERNETES.to_owned();
+    let mut version = None;
     let mut rest = rest.iter();
     while let Some(arg) = rest.next() {
         match *arg {
@@ -77,27 +77,38 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
                     .next()
                     .map(|v| v.trim_start_matches('v').to_owned())
                     .filter(|v| parse_version(&format!("v{v}")).is_some_and(|p| p.len() == 3))
+                    .map(Some)
                     .ok_or_else(|| format!("--version needs a release such as 1.37.2\n{USAGE}"))?;
             }
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
     }
-    install_version(&version, print_path).map(|_| ())
+    match version {
+        Some(version) => install_version(&version, print_path).map(|_| ()),
+        None => install(print_path).map(|_| ()),
+    }
 }
 
-/// Finds or installs the default version and returns the directory holding its binaries.
-pub(crate) fn install(print_path: bool) -> Result<PathBuf, String> {
-    install_version(DEFAULT_KUBERNETES, print_path)
-}
-
-/// Finds or installs `version` (`1.37.2`) and returns the directory holding its binaries.
+/// Finds or installs the default version and returns the directory holding its binaries;
+/// `$RUDDER_ENVTEST_ASSETS`, when set, is that directory instead (it must hold kube-apiserver
+/// and etcd).
 ///
 /// With `print_path`, stdout gets only that directory (progress goes to stderr), so
 /// `export RUDDER_ENVTEST_ASSETS=$(cargo xtask envtest install --print-path)` works.
+pub(crate) fn install(print_path: bool) -> Result<PathBuf, String> {
+    install_inner(DEFAULT_KUBERNETES, true, print_path)
+}
+
+/// Finds or installs `version` (`1.37.2`) in the cache and returns the directory holding its
+/// binaries. A version asked for by name ignores `$RUDDER_ENVTEST_ASSETS`.
 pub(crate) fn install_version(version: &str, print_path: bool) -> Result<PathBuf, String> {
+    install_inner(version, false, print_path)
+}
+
+fn install_inner(version: &str, honour_env: bool, print_path: bool) -> Result<PathBuf, String> {
     let started = Instant::now();
     let installer = Installer::new(print_path)?;
-    let dir = installer.find_or_build(version)?;
+    let dir = installer.find_or_build(version, honour_env)?;
     if print_path {
         println!("{}", dir.display());
     } else {
@@ -146,8 +157,8 @@ impl Installer {
         })
     }
 
-    fn find_or_build(&self, version: &str) -> Result<PathBuf, String> {
-        if let Some(dir) = std::env::var_os(ASSETS_ENV).filter(|v| !v.is_empty()) {
+    fn find_or_build(&self, version: &str, honour_env: bool) -> Result<PathBuf, String> {
+        if let Some(dir) = std::env::var_os(ASSETS_ENV).filter(|v| honour_env && !v.is_empty()) {
             let dir = PathBuf::from(dir);
             return if has_binary(&dir, APISERVER) && has_binary(&dir, ETCD) {
                 Ok(dir)
@@ -210,9 +221,8 @@ impl Installer {
             return Ok(bin);
         }
         let parts = parse_version(&format!("v{version}")).unwrap_or_default();
-        let (major, minor, patch) = match parts[..] {
-            [major, minor, patch] => (major, minor, patch),
-            _ => return Err(format!("not a release version: {version}")),
+        let [major, minor, patch] = parts[..] else {
+            return Err(format!("not a release version: {version}"));
         };
         let upstream = go.download(&format!("k8s.io/kubernetes@v{version}"))?;
         let go_mod = fs::read_to_string(&upstream.go_mod)

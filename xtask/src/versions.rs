@@ -3,10 +3,6 @@
 //! The envtest install builds these, the Go anchors (`go/go.mod`) pin the matching client-go,
 //! and a test below that file keeps the two in step.
 
-// The install step and the Go anchors move onto these constants one at a time; until every one
-// is read outside tests, an unread constant is expected rather than a mistake.
-#![allow(dead_code)]
-
 /// The Kubernetes release everything runs on by default: the newest patch of the newest minor
 /// that k8s-openapi's `latest` feature targets and the machine's Go builds. `go/go.mod` requires
 /// the client-go, api and apimachinery of this release (`v0.<minor>.<patch>`).

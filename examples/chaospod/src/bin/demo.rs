@@ -4,14 +4,16 @@
 //! A guided run of the ChaosPod controller: starts a local control plane (rudder-envtest) or
 //! uses a cluster (`--kubeconfig`), installs the CRD, runs the controller under a manager with
 //! leader election, probes and metrics, creates a few ChaosPods, prints what happens for a
-//! bounded time, then a summary with the manager's own `/metrics` lines, and shuts down.
+//! bounded time (on the local control plane, KWOK's fake nodes run the Pods), then a summary
+//! with the manager's own `/metrics` lines, and shuts down.
 //! It exits non-zero if the controller did not do its job (every ChaosPod stopped and
 //! restarted at least once when the run is long enough).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chaospod::{ChaosPod, Options};
@@ -45,6 +47,9 @@ must be installed: `cargo xtask demo` does that first.";
 const CHAOSPODS: [(&str, u64); 3] = [("alpha", 3), ("beta", 4), ("gamma", 5)];
 
 const IMAGE: &str = "registry.k8s.io/pause:3.9";
+/// Fake nodes on the local control plane: KWOK plays their kubelets, so Pods are scheduled
+/// and reach `Running` (no container runs).
+const NODES: usize = 2;
 
 struct Args {
     duration: Duration,
@@ -133,8 +138,14 @@ async fn run(args: Args) -> Result<bool, BoxError> {
             (kube::Client::try_from(config)?, None)
         }
         None => {
-            clock.say("starting a local control plane (rudder-envtest: etcd + kube-apiserver)");
-            let env = rudder_envtest::TestEnv::start().await?;
+            clock.say(format_args!(
+                "starting a local control plane (rudder-envtest: etcd, kube-apiserver, \
+                 kube-scheduler, and KWOK playing {NODES} nodes so Pods run)"
+            ));
+            let env = rudder_envtest::TestEnv::builder()
+                .nodes(NODES)
+                .start()
+                .await?;
             clock.say(format_args!(
                 "control plane up in {:.1}s: kube-apiserver {}; kubectl works with KUBECONFIG={}",
                 env.started_in().as_secs_f64(),
@@ -233,10 +244,10 @@ async fn demo(
             LeaderElectionConfig::new(namespace, "chaospod-leader").with_release_on_cancel(true),
         ),
     };
-    let manager = std::sync::Arc::new(chaospod::manager(client.clone(), options).await?);
+    let manager = Arc::new(chaospod::manager(client.clone(), options).await?);
     let stop = CancellationToken::new();
     let mut running = tokio::spawn({
-        let (manager, stop) = (std::sync::Arc::clone(&manager), stop.clone());
+        let (manager, stop) = (Arc::clone(&manager), stop.clone());
         async move { manager.start(stop).await }
     });
     // Stop the manager whatever happens below.
@@ -258,10 +269,12 @@ async fn demo(
 
     // Show what happens to Pods and ChaosPods while the controller works.
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let ran = Arc::new(Mutex::new(HashSet::new()));
     let watching = tokio::spawn(narrate(
         Clock(clock.0),
         pods.clone(),
         Api::namespaced(client.clone(), namespace),
+        ran.clone(),
     ));
     let chaospods: Api<ChaosPod> = Api::namespaced(client.clone(), namespace);
     for (name, period) in CHAOSPODS {
@@ -318,16 +331,36 @@ async fn demo(
 
     // The summary: what the ChaosPods say, and what the manager's metrics say.
     println!("\n== after {} s ==", duration.as_secs());
-    println!("{:<8} {:>5} {:>6}  pod now", "chaospod", "runs", "stops");
+    println!(
+        "{:<8} {:>5} {:>6}  {:<9} pod now",
+        "chaospod", "runs", "stops", "seen Running"
+    );
     let mut ok = true;
     for (name, period) in CHAOSPODS {
         let chaos = chaospods.get(name).await?;
         let status = chaos.status.unwrap_or_default();
-        let pod = pods
-            .get_opt(name)
-            .await?
-            .map_or("none".to_owned(), |p| p.uid().unwrap_or_default());
-        println!("{name:<8} {:>5} {:>6}  {pod}", status.runs, status.stops);
+        let pod = pods.get_opt(name).await?.map_or("none".to_owned(), |p| {
+            format!(
+                "{} ({})",
+                p.uid().unwrap_or_default(),
+                p.status
+                    .and_then(|s| s.phase)
+                    .unwrap_or_else(|| "no phase".to_owned())
+            )
+        });
+        let seen_running = ran.lock().is_ok_and(|r| r.contains(name));
+        println!(
+            "{name:<8} {:>5} {:>6}  {:<12} {pod}",
+            status.runs,
+            status.stops,
+            if seen_running { "yes" } else { "no" }
+        );
+        // On the local control plane KWOK runs every Pod: one never seen Running means the
+        // scheduler or the fake nodes did not do their part.
+        if env.is_some() && !seen_running {
+            println!("  ^ expected its Pod to reach Running on a fake node");
+            ok = false;
+        }
         // Long enough for a Pod's stop and the next start: each must have happened.
         if duration.as_secs() > period + 2 && (status.stops == 0 || status.runs < 2) {
             println!(
@@ -385,11 +418,20 @@ async fn demo(
 }
 
 /// Prints Pod starts and stops and ChaosPod status changes as they are seen.
-async fn narrate(clock: Clock, pods: Api<Pod>, chaospods: Api<ChaosPod>) {
+///
+/// Names of Pods seen `Running` are added to `ran`.
+async fn narrate(
+    clock: Clock,
+    pods: Api<Pod>,
+    chaospods: Api<ChaosPod>,
+    ran: Arc<Mutex<HashSet<String>>>,
+) {
     let pod_events = watcher(pods, watcher::Config::default()).map(Seen::Pod);
     let chaos_events = watcher(chaospods, watcher::Config::default()).map(Seen::Chaos);
     let mut events = std::pin::pin!(futures::stream::select(pod_events, chaos_events));
     let mut pods_seen: HashMap<String, String> = HashMap::new();
+    // The uid of each Pod last said to run, so each run is told once.
+    let mut running: HashMap<String, String> = HashMap::new();
     let mut counts: HashMap<String, (u32, u32)> = HashMap::new();
     while let Some(event) = events.next().await {
         match event {
@@ -401,6 +443,23 @@ async fn narrate(clock: Clock, pods: Api<Pod>, chaospods: Api<ChaosPod>) {
                         pod.name_any(),
                         short(&uid)
                     ));
+                }
+                let status = pod.status.as_ref();
+                if status.and_then(|s| s.phase.as_deref()) == Some("Running")
+                    && running.insert(pod.name_any(), uid.clone()).as_ref() != Some(&uid)
+                {
+                    clock.say(format_args!(
+                        "pod {:<6} Running  on {} (ip {})",
+                        pod.name_any(),
+                        pod.spec
+                            .as_ref()
+                            .and_then(|s| s.node_name.as_deref())
+                            .unwrap_or("?"),
+                        status.and_then(|s| s.pod_ip.as_deref()).unwrap_or("?")
+                    ));
+                    if let Ok(mut ran) = ran.lock() {
+                        ran.insert(pod.name_any());
+                    }
                 }
             }
             Seen::Pod(Ok(watcher::Event::Delete(pod))) => {
