@@ -15,6 +15,7 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
         &format!("envtest install (Kubernetes {OLDEST_KUBERNETES}, the oldest supported)"),
         || crate::envtest::install_version(OLDEST_KUBERNETES, false),
     )?;
+    step("tools the tests run (promtool, ss)", install_test_tools)?;
     // A scaffolded controller goes through every check and test below, then is removed.
     let _scaffold = step(
         "cargo xtask new-controller (for CI)",
@@ -73,6 +74,7 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
         sh(cargo()
             .args(["test", "--workspace", "--all-features"])
             .args(test_args)
+            .env("RUDDER_REQUIRE_PROMTOOL", "1")
             .env("RUDDER_ENVTEST_ASSETS", &assets))
     })?;
     // The same tests, already built, on the oldest release k8s-openapi supports: the whole
@@ -83,6 +85,7 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
             sh(cargo()
                 .args(["test", "--workspace", "--all-features"])
                 .args(test_args)
+                .env("RUDDER_REQUIRE_PROMTOOL", "1")
                 .env("RUDDER_ENVTEST_ASSETS", &oldest))
         },
     )?;
@@ -99,6 +102,50 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
     step("demo (12 s)", || crate::demo::run_built(profile, 12))?;
     println!("ci: all checks passed");
     Ok(())
+}
+
+/// Debian packages of the programs some tests run, by the program each provides: Prometheus'
+/// own metrics linter, and the socket statistics that show a listener's backlog.
+const TEST_TOOLS: &[(&str, &str)] = &[("promtool", "prometheus"), ("ss", "iproute2")];
+
+/// Installs the [`TEST_TOOLS`] missing from `PATH` with apt-get. The test steps then set
+/// `RUDDER_REQUIRE_PROMTOOL`, so a test that cannot find promtool fails instead of skipping it.
+fn install_test_tools() -> Result<(), String> {
+    let missing: Vec<&str> = TEST_TOOLS
+        .iter()
+        .filter(|(program, _)| !on_path(program))
+        .map(|(_, package)| *package)
+        .collect();
+    if !missing.is_empty() {
+        let apt = || {
+            let mut cmd = std::process::Command::new("apt-get");
+            cmd.env("DEBIAN_FRONTEND", "noninteractive");
+            cmd
+        };
+        let install = |cmd: &mut std::process::Command| {
+            sh(cmd
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(&missing))
+        };
+        // A machine whose package lists are missing or stale needs an update first.
+        if install(&mut apt()).is_err() {
+            sh(apt().args(["update", "-q"]))?;
+            install(&mut apt())?;
+        }
+    }
+    for (program, package) in TEST_TOOLS {
+        if !on_path(program) {
+            return Err(format!(
+                "{program} is not on PATH after installing {package}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }
 
 /// The facade's TLS promise: the library crates choose no TLS stack, so the crates of one
