@@ -5,6 +5,7 @@
 //! cargo run -p rudder-envtest --example start                  # one start, then stop
 //! cargo run -p rudder-envtest --example start -- --times 5     # measure five starts
 //! cargo run -p rudder-envtest --example start -- --hold        # keep it up until Enter
+//! cargo run -p rudder-envtest --example start -- --nodes 2     # with kube-scheduler and KWOK
 //! ```
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -27,6 +28,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let hold = args.iter().any(|a| a == "--hold");
     let controller_manager = args.iter().any(|a| a == "--controller-manager");
+    let nodes: usize = match args.iter().position(|a| a == "--nodes") {
+        Some(i) => args.get(i + 1).ok_or("--nodes needs a number")?.parse()?,
+        None => 0,
+    };
     let times: usize = match args.iter().position(|a| a == "--times") {
         Some(i) => args.get(i + 1).ok_or("--times needs a number")?.parse()?,
         None => 1,
@@ -36,6 +41,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..times.max(1) {
         let env = TestEnv::builder()
             .controller_manager(controller_manager)
+            .nodes(nodes)
             .start()
             .await?;
         let server = env.client()?.apiserver_version().await?;
