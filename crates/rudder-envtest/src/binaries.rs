@@ -28,7 +28,7 @@ pub(crate) const KWOK: &str = "kwok";
 pub(crate) const KWOK_STAGES: &str = "kwok-stages.yaml";
 
 /// The directory `cargo xtask envtest install` puts binaries under, one sub-directory per
-/// Kubernetes version (`v1.20.2/`): `$XDG_CACHE_HOME/rudder/envtest`, or
+/// Kubernetes version (`v1.37.2/`): `$XDG_CACHE_HOME/rudder/envtest`, or
 /// `$HOME/.cache/rudder/envtest` when `XDG_CACHE_HOME` is unset.
 pub fn cache_dir() -> Option<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {

@@ -31,19 +31,22 @@
 //!
 //! # Getting the binaries
 //!
-//! The control plane needs `kube-apiserver` and `etcd`, and `kube-controller-manager` when
-//! [`TestEnvBuilder::controller_manager`] is on. They are looked up, each on its own, in:
+//! The control plane needs `kube-apiserver` and `etcd`; `kube-controller-manager` when
+//! [`TestEnvBuilder::controller_manager`] is on; `kube-scheduler`, `kwok` and KWOK's stages
+//! file (`kwok-stages.yaml`, beside `kwok`) when [`TestEnvBuilder::nodes`] asks for fake nodes.
+//! They are looked up, each on its own, in:
 //!
 //! 1. the builder's [`binary_dir`](TestEnvBuilder::binary_dir), if set;
 //! 2. the directory in `RUDDER_ENVTEST_ASSETS` ([`ASSETS_ENV`]);
 //! 3. the install cache, [`cache_dir`]`/v<version>/`, newest version first;
 //! 4. `PATH`.
 //!
-//! `cargo xtask envtest install` fills the cache on Debian-like machines (it builds
-//! kube-apiserver v1.20.2 and kube-controller-manager from Debian's source package and links
-//! Debian's etcd); elsewhere, put official binaries of any version from 1.20 on in a
-//! directory and point `RUDDER_ENVTEST_ASSETS` at it. A missing binary is
-//! [`Error::BinaryNotFound`], whose message says both.
+//! `cargo xtask envtest install [--version X.Y.Z]` fills the cache: it builds kube-apiserver,
+//! kube-controller-manager and kube-scheduler of a current release (1.37.2 by default) as Go
+//! modules with the machine's Go, etcd 3.6 and KWOK the same way, so any machine with Go 1.26
+//! and the Go module proxy can run every test. Elsewhere, put official binaries of any
+//! version from 1.20 on in a directory and point `RUDDER_ENVTEST_ASSETS` at it. A missing
+//! binary is [`Error::BinaryNotFound`], whose message says both.
 //!
 //! # What runs
 //!
@@ -55,22 +58,45 @@
 //! - Optionally kube-controller-manager with only the `garbagecollector` and `namespace`
 //!   controllers, so deleting an owner deletes its dependents and deleting a namespace
 //!   removes its objects, as in a real cluster.
+//! - Optionally kube-scheduler and [KWOK](https://kwok.sigs.k8s.io) playing the kubelets of
+//!   fake nodes ([`TestEnvBuilder::nodes`]): Pods are bound to a node, get an IP, reach
+//!   `Running` and `Ready`, Pods of Jobs complete, and a deleted Pod goes away once "its
+//!   kubelet" finishes it, as on a cluster; no container runs. The API server then runs
+//!   without the `TaintNodesByCondition` admission plugin, whose `not-ready` taint only the
+//!   node lifecycle controller (not run here) would lift.
+//!
+//! ```no_run
+//! use k8s_openapi::api::core::v1::Pod;
+//! use rudder_envtest::{TestEnv, eventually};
+//!
+//! # async fn demo(pod: Pod) -> Result<(), Box<dyn std::error::Error>> {
+//! let env = TestEnv::builder().nodes(2).start().await?;
+//! let ns = env.namespace("pods_run").await?;
+//! let pods = ns.api::<Pod>();
+//! pods.create(&Default::default(), &pod).await?;
+//! let name = pod.metadata.name.clone().unwrap_or_default();
+//! eventually("the Pod running", std::time::Duration::from_secs(30), async || {
+//!     let phase = pods.get(&name).await.ok()?.status?.phase?;
+//!     (phase == "Running").then_some(())
+//! })
+//! .await;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! Everything lives in one temporary directory ([`TestEnv::dir`]): data, certificates, the
 //! kubeconfig ([`TestEnv::kubeconfig_path`], usable with kubectl) and `logs/`.
 //!
 //! # Start time
 //!
-//! Measured on the project's machines (2 cores, Debian 12; kube-apiserver v1.20.2 as built by
-//! `cargo xtask envtest install`, Debian's etcd 3.4.23) with
-//! `cargo run -p rudder-envtest --example start -- --times 5`: from `start()` to a ready API
-//! server takes 4.1 to 5.3 s, median 4.45 s, on an otherwise idle machine (about the same
-//! with another cargo build running). etcd accepts connections within 0.1 to 0.25 s;
-//! kube-apiserver then spends about 3 s before it serves (building its storage and OpenAPI
-//! state) and about 1.4 s more in post-start hooks (RBAC bootstrap, priority classes) before
-//! `/readyz` says `ok`. With the controller manager: median 4.55 s, as `start` launches it
-//! once the API server is ready and does not wait for its caches, so the first cascade can
-//! take a few seconds longer. The shared control plane pays the start once per test binary.
+//! Measured on the project's machines (2 cores, Debian 12, another build running beside it)
+//! with `cargo run -p rudder-envtest --example start -- --times 5`: from `start()` to a ready
+//! API server, kube-apiserver v1.37.2 on etcd 3.6.16 takes 2.85 to 4.0 s, median 3.2 s
+//! (v1.33.13: 2.85 to 4.4 s, median 3.6 s). With the controller manager, the scheduler and
+//! two KWOK nodes Ready (`-- --times 3 --nodes 2 --controller-manager`): median 3.35 s on
+//! v1.37.2, 3.55 s on v1.33.13, as those start once the API server is ready and the nodes
+//! are Ready within a few hundred milliseconds. The shared control plane pays the start once
+//! per test binary. `docs/envtest.md` has the install's figures.
 //!
 //! # Stopping, and tests that panic
 //!
@@ -180,9 +206,21 @@
 //!
 //! # Versions
 //!
-//! Any kube-apiserver from 1.20 on. v1.20, which the install builds, lacks CEL validation
-//! rules, ValidatingAdmissionPolicy, streaming lists and server-side field validation; for
-//! those, point `RUDDER_ENVTEST_ASSETS` at newer binaries.
+//! Any kube-apiserver from 1.20 on; flags that releases differ on are chosen from its
+//! `--version`. The project tests on 1.37 (the default) and 1.33 (the oldest release
+//! k8s-openapi 0.29 supports). What differs between those two, as seen through this crate
+//! (`tests/server_features.rs` pins each):
+//!
+//! - Streaming lists (`sendInitialEvents=true`): served from 1.34, where the `WatchList` gate
+//!   is on by default; 1.33 refuses such a watch with 422 unless the gate is turned on
+//!   (`.apiserver_arg("--feature-gates=WatchList=true")`).
+//! - resourceVersions are decimal integers that compare in write order from 1.35 (KEP-5504);
+//!   before, they are opaque strings a client may only test for equality, even though 1.33's
+//!   happen to look the same.
+//! - ValidatingAdmissionPolicy (GA 1.30) and CRD `selectableFields` (GA 1.32) work on both.
+//!
+//! The watch cache is on, as on a cluster (tests that need it off pass
+//! `--watch-cache=false` with [`TestEnvBuilder::apiserver_arg`]).
 
 mod apply;
 mod binaries;
