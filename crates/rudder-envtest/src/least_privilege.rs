@@ -217,10 +217,15 @@ impl std::fmt::Display for FlowRun {
     }
 }
 
-/// A rule in one line, for messages: its API groups, resources and verbs.
+/// A rule in one line, for messages: its API groups, resources, the objects it names if
+/// any, and verbs.
 pub fn describe_rule(rule: &PolicyRule) -> String {
+    let names = match rule.resource_names.as_deref() {
+        Some(names) if !names.is_empty() => format!(" named {names:?}"),
+        _ => String::new(),
+    };
     format!(
-        "{:?} {:?} {:?}",
+        "{:?} {:?}{names} {:?}",
         rule.api_groups.as_deref().unwrap_or_default(),
         rule.resources.as_deref().unwrap_or_default(),
         rule.verbs
@@ -229,13 +234,14 @@ pub fn describe_rule(rule: &PolicyRule) -> String {
 
 impl TestNamespace {
     /// Waits until the authorizer answers `allowed` for `user` doing `rule`'s first verb on
-    /// its first resource of its first API group in this namespace: after a Role with or
-    /// without `rule` was applied, before the user's flow runs
-    /// ([`wait_for_access`](Self::wait_for_access) for one rule).
+    /// its first resource of its first API group in this namespace (on its first object when
+    /// the rule names some in `resourceNames`): after a Role with or without `rule` was
+    /// applied, before the user's flow runs
+    /// ([`wait_for_object_access`](Self::wait_for_object_access) for one rule).
     ///
     /// # Errors
     ///
-    /// As [`wait_for_access`](Self::wait_for_access).
+    /// As [`wait_for_object_access`](Self::wait_for_object_access).
     pub async fn wait_for_rule(
         &self,
         user: &TestUser,
@@ -248,8 +254,16 @@ impl TestNamespace {
         let verb = rule.verbs.first().cloned().unwrap_or_default();
         let group = first(rule.api_groups.as_ref());
         let resource = first(rule.resources.as_ref());
-        self.wait_for_access(user, &verb, &group, &resource, allowed)
-            .await
+        let name = rule.resource_names.as_ref().and_then(|n| n.first());
+        self.wait_for_object_access(
+            user,
+            &verb,
+            &group,
+            &resource,
+            name.map(String::as_str),
+            allowed,
+        )
+        .await
     }
 }
 

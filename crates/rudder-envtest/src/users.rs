@@ -223,6 +223,25 @@ impl TestNamespace {
         resource: &str,
         allowed: bool,
     ) -> Result<()> {
+        self.wait_for_object_access(user, verb, group, resource, None, allowed)
+            .await
+    }
+
+    /// [`wait_for_access`](Self::wait_for_access) on the one object `name` when given: what
+    /// a rule scoped by `resourceNames` grants (a review without a name is refused by it).
+    ///
+    /// # Errors
+    ///
+    /// As [`wait_for_access`](Self::wait_for_access).
+    pub async fn wait_for_object_access(
+        &self,
+        user: &TestUser,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        name: Option<&str>,
+        allowed: bool,
+    ) -> Result<()> {
         let (resource, subresource) = match resource.split_once('/') {
             Some((resource, sub)) => (resource, Some(sub.to_owned())),
             None => (resource, None),
@@ -233,10 +252,14 @@ impl TestNamespace {
             group: Some(group.to_owned()),
             resource: Some(resource.to_owned()),
             subresource,
+            name: name.map(str::to_owned),
             ..ResourceAttributes::default()
         };
         let review = review_for(user, None, Some(attributes));
-        let what = format!("{verb} {group}/{resource} in {}", self.name());
+        let what = match name {
+            Some(name) => format!("{verb} {group}/{resource} {name} in {}", self.name()),
+            None => format!("{verb} {group}/{resource} in {}", self.name()),
+        };
         let what = if allowed {
             what
         } else {

@@ -3,7 +3,9 @@
 //! resolved against the manager's cache into [`Rules`], rendered as Roles and ClusterRoles.
 //!
 //! There is no wildcard: a [`Verb`] names one verb, and every rule names its API group and
-//! resource. Rules are merged and ordered, so the same code renders the same objects.
+//! resource. A rule can name the objects it covers too ([`Rules::add_named`], RBAC's
+//! `resourceNames`), as the manager's own rules on the objects it keeps do. Rules are merged
+//! and ordered, so the same code renders the same objects.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -270,11 +272,15 @@ fn rule_scopes(scopes: Vec<Scope>) -> Vec<RuleScope> {
     out
 }
 
-/// Resolved permissions: verbs by (scope, API group, resource), merged and ordered.
+/// Resolved permissions: verbs by (scope, API group, resource, object name), merged and
+/// ordered. A rule without a name covers every object of its resource in its scope.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rules {
-    verbs: BTreeMap<(RuleScope, String, String), BTreeSet<Verb>>,
+    verbs: BTreeMap<RuleKey, BTreeSet<Verb>>,
 }
+
+/// Scope, API group, resource, and the one object's name (`None`: every object).
+type RuleKey = (RuleScope, String, String, Option<String>);
 
 impl Rules {
     /// No rules.
@@ -297,6 +303,42 @@ impl Rules {
         resource: &str,
         verbs: impl IntoIterator<Item = Verb>,
     ) {
+        self.insert(scope, group, resource, None, verbs);
+    }
+
+    /// Adds `verbs` on the one object `name` of `resource` of `group` in `scope` (rendered
+    /// with `resourceNames`). The API server checks a name only where a request carries one:
+    /// `get`, `update`, `patch`, `delete`, and `list` and `watch` selecting
+    /// `metadata.name=NAME`; never `create` (whose name is in the body) nor an unselected
+    /// `list`, so give those to [`add`](Self::add). An empty name is refused like a
+    /// wildcard.
+    pub fn add_named(
+        &mut self,
+        scope: RuleScope,
+        group: &str,
+        resource: &str,
+        name: &str,
+        verbs: impl IntoIterator<Item = Verb>,
+    ) {
+        if name.is_empty() {
+            tracing::error!(
+                group,
+                resource,
+                "refusing an RBAC rule with an empty resource name"
+            );
+            return;
+        }
+        self.insert(scope, group, resource, Some(name.to_owned()), verbs);
+    }
+
+    fn insert(
+        &mut self,
+        scope: RuleScope,
+        group: &str,
+        resource: &str,
+        name: Option<String>,
+        verbs: impl IntoIterator<Item = Verb>,
+    ) {
         let verbs: BTreeSet<Verb> = verbs.into_iter().collect();
         if verbs.is_empty() {
             return;
@@ -312,60 +354,140 @@ impl Rules {
             return;
         }
         self.verbs
-            .entry((scope, group.to_owned(), resource.to_owned()))
+            .entry((scope, group.to_owned(), resource.to_owned(), name))
             .or_default()
             .extend(verbs);
     }
 
     /// Adds every rule of `other`.
     pub fn merge(&mut self, other: &Rules) {
-        for ((scope, group, resource), verbs) in &other.verbs {
-            self.add(scope.clone(), group, resource, verbs.iter().copied());
+        for ((scope, group, resource, name), verbs) in &other.verbs {
+            self.insert(
+                scope.clone(),
+                group,
+                resource,
+                name.clone(),
+                verbs.iter().copied(),
+            );
         }
     }
 
-    /// Whether `verb` on `resource` of `group` is allowed in `scope` (a cluster-wide rule
-    /// allows it in every namespace too).
+    /// Whether `verb` on every object of `resource` of `group` is allowed in `scope` (a
+    /// cluster-wide rule allows it in every namespace too); rules naming objects do not
+    /// count, see [`allows_named`](Self::allows_named).
     pub fn allows(&self, scope: &RuleScope, group: &str, resource: &str, verb: Verb) -> bool {
+        self.has(scope, group, resource, None, verb)
+    }
+
+    /// Whether `verb` on the object `name` of `resource` of `group` is allowed in `scope`:
+    /// by a rule naming it, or one covering every object.
+    pub fn allows_named(
+        &self,
+        scope: &RuleScope,
+        group: &str,
+        resource: &str,
+        name: &str,
+        verb: Verb,
+    ) -> bool {
+        self.has(scope, group, resource, Some(name), verb)
+            || self.allows(scope, group, resource, verb)
+    }
+
+    fn has(
+        &self,
+        scope: &RuleScope,
+        group: &str,
+        resource: &str,
+        name: Option<&str>,
+        verb: Verb,
+    ) -> bool {
         let has = |scope: &RuleScope| {
-            self.verbs
-                .get(&(scope.clone(), group.to_owned(), resource.to_owned()))
-                .is_some_and(|v| v.contains(&verb))
+            let key = (
+                scope.clone(),
+                group.to_owned(),
+                resource.to_owned(),
+                name.map(str::to_owned),
+            );
+            self.verbs.get(&key).is_some_and(|v| v.contains(&verb))
         };
         has(scope) || has(&RuleScope::Cluster)
     }
 
     /// The scopes with rules: the cluster first (if any), then namespaces in order.
     pub fn scopes(&self) -> Vec<RuleScope> {
-        let mut scopes: Vec<RuleScope> = self.verbs.keys().map(|(s, _, _)| s.clone()).collect();
+        let mut scopes: Vec<RuleScope> = self.verbs.keys().map(|(s, _, _, _)| s.clone()).collect();
         scopes.dedup();
         scopes
     }
 
-    /// The policy rules of `scope`: resources of one API group with the same verbs share a
-    /// rule; ordered by group, then resources.
+    /// The policy rules of `scope`: resources of one API group with the same verbs (and, for
+    /// rules naming objects, the same names) share a rule; ordered by group, resources, then
+    /// names. A rule's `resourceNames` apply to every resource in it, so resources are only
+    /// put together when they name the same objects with the same verbs.
     pub fn policy_rules(&self, scope: &RuleScope) -> Vec<PolicyRule> {
-        let mut grouped: BTreeMap<(String, Vec<Verb>), Vec<String>> = BTreeMap::new();
-        for ((s, group, resource), verbs) in &self.verbs {
+        // The names each (group, resource, verbs) covers; an empty list for every object.
+        let mut named: BTreeMap<(String, String, Vec<Verb>), Vec<String>> = BTreeMap::new();
+        for ((s, group, resource, name), verbs) in &self.verbs {
             if s == scope {
-                grouped
-                    .entry((group.clone(), verbs.iter().copied().collect()))
-                    .or_default()
-                    .push(resource.clone());
+                let names = named
+                    .entry((
+                        group.clone(),
+                        resource.clone(),
+                        verbs.iter().copied().collect(),
+                    ))
+                    .or_default();
+                if let Some(name) = name {
+                    names.push(name.clone());
+                }
             }
+        }
+        // Where one verb set covers every object and some named ones too, the names add
+        // nothing: the wider rule is rendered alone.
+        let mut unnamed: BTreeSet<(String, String, Vec<Verb>)> = BTreeSet::new();
+        for ((s, group, resource, name), verbs) in &self.verbs {
+            if s == scope && name.is_none() {
+                unnamed.insert((
+                    group.clone(),
+                    resource.clone(),
+                    verbs.iter().copied().collect(),
+                ));
+            }
+        }
+        let mut grouped: BTreeMap<(String, Vec<Verb>, Vec<String>), Vec<String>> = BTreeMap::new();
+        for ((group, resource, verbs), names) in named {
+            let key = (group, resource, verbs);
+            let names = if unnamed.contains(&key) {
+                Vec::new()
+            } else {
+                names
+            };
+            let (group, resource, verbs) = key;
+            grouped
+                .entry((group, verbs, names))
+                .or_default()
+                .push(resource);
         }
         let mut rules: Vec<PolicyRule> = grouped
             .into_iter()
-            .map(|((group, verbs), resources)| PolicyRule {
+            .map(|((group, verbs, names), resources)| PolicyRule {
                 api_groups: Some(vec![group]),
                 resources: Some(resources),
+                resource_names: (!names.is_empty()).then_some(names),
                 verbs: verbs.iter().map(|v| v.as_str().to_owned()).collect(),
                 ..PolicyRule::default()
             })
             .collect();
         rules.sort_by(|a, b| {
-            (a.api_groups.as_ref(), a.resources.as_ref())
-                .cmp(&(b.api_groups.as_ref(), b.resources.as_ref()))
+            (
+                a.api_groups.as_ref(),
+                a.resources.as_ref(),
+                a.resource_names.as_ref(),
+            )
+                .cmp(&(
+                    b.api_groups.as_ref(),
+                    b.resources.as_ref(),
+                    b.resource_names.as_ref(),
+                ))
         });
         rules
     }
@@ -466,19 +588,19 @@ pub(crate) fn manager_rules(
     }
     #[cfg(feature = "webhook")]
     if let Some(config) = certificates {
-        rules.add(
-            RuleScope::Namespace(config.namespace().to_owned()),
+        // Every request on the Secret but its creation names it (the watch selects it by
+        // name), so only `create` covers the namespace's other Secrets.
+        let namespace = RuleScope::Namespace(config.namespace().to_owned());
+        rules.add(namespace.clone(), "", "secrets", [Verb::Create]);
+        rules.add_named(
+            namespace,
             "",
             "secrets",
-            [
-                Verb::Get,
-                Verb::List,
-                Verb::Watch,
-                Verb::Create,
-                Verb::Update,
-            ],
+            config.secret(),
+            [Verb::Get, Verb::List, Verb::Watch, Verb::Update],
         );
         let targets = config.inject_targets();
+        // The injector reads, watches (selected by name) and replaces each target by name.
         let injected = [Verb::Get, Verb::List, Verb::Watch, Verb::Update];
         for (names, group, resource) in [
             (
@@ -497,8 +619,8 @@ pub(crate) fn manager_rules(
                 "customresourcedefinitions",
             ),
         ] {
-            if !names.is_empty() {
-                rules.add(RuleScope::Cluster, group, resource, injected);
+            for name in names {
+                rules.add_named(RuleScope::Cluster, group, resource, name, injected);
             }
         }
     }
@@ -631,6 +753,108 @@ mod tests {
         for verb in [Verb::List, Verb::Watch] {
             assert_eq!(lease(verb), (true, false));
         }
+    }
+
+    #[test]
+    fn named_rules_render_resource_names_and_cover_only_their_objects() {
+        let mut rules = Rules::new();
+        let ns = RuleScope::Namespace("ops".into());
+        rules.add(ns.clone(), "", "secrets", [Verb::Create]);
+        rules.add_named(
+            ns.clone(),
+            "",
+            "secrets",
+            "certs",
+            [Verb::Get, Verb::Update],
+        );
+        let group = "admissionregistration.k8s.io";
+        for (resource, name) in [
+            ("mutatingwebhookconfigurations", "op-mutating"),
+            ("validatingwebhookconfigurations", "op-validating"),
+            ("validatingwebhookconfigurations", "op-extra"),
+        ] {
+            rules.add_named(RuleScope::Cluster, group, resource, name, [Verb::Update]);
+        }
+        // A name covered by a rule for every object with the same verbs adds nothing.
+        rules.add(ns.clone(), "", "configmaps", [Verb::Get]);
+        rules.add_named(ns.clone(), "", "configmaps", "one", [Verb::Get]);
+        rules.add_named(ns.clone(), "", "configmaps", "", [Verb::Delete]);
+
+        assert!(rules.allows(&ns, "", "secrets", Verb::Create));
+        assert!(!rules.allows(&ns, "", "secrets", Verb::Get));
+        assert!(rules.allows_named(&ns, "", "secrets", "certs", Verb::Get));
+        assert!(!rules.allows_named(&ns, "", "secrets", "other", Verb::Get));
+        assert!(rules.allows_named(&ns, "", "secrets", "other", Verb::Create));
+        assert!(!rules.allows_named(&ns, "", "configmaps", "", Verb::Delete));
+
+        let namespaced = serde_json::to_value(rules.policy_rules(&ns)).unwrap();
+        assert_eq!(
+            namespaced,
+            serde_json::json!([
+                { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"] },
+                { "apiGroups": [""], "resources": ["secrets"], "verbs": ["create"] },
+                {
+                    "apiGroups": [""],
+                    "resources": ["secrets"],
+                    "resourceNames": ["certs"],
+                    "verbs": ["get", "update"],
+                },
+            ])
+        );
+        // Resources naming different objects are kept apart: a rule's names apply to all
+        // of its resources.
+        let cluster = serde_json::to_value(rules.policy_rules(&RuleScope::Cluster)).unwrap();
+        assert_eq!(
+            cluster,
+            serde_json::json!([
+                {
+                    "apiGroups": [group],
+                    "resources": ["mutatingwebhookconfigurations"],
+                    "resourceNames": ["op-mutating"],
+                    "verbs": ["update"],
+                },
+                {
+                    "apiGroups": [group],
+                    "resources": ["validatingwebhookconfigurations"],
+                    "resourceNames": ["op-extra", "op-validating"],
+                    "verbs": ["update"],
+                },
+            ])
+        );
+        let mut merged = Rules::new();
+        merged.merge(&rules);
+        assert_eq!(merged, rules);
+    }
+
+    #[cfg(feature = "webhook")]
+    #[test]
+    fn self_signed_certificates_name_their_secret_and_targets() {
+        let targets = rudder_certs::InjectTargets::new()
+            .mutating("op-mutating")
+            .validating("op-validating");
+        let config =
+            rudder_certs::SelfSignedConfig::new("op-certs", "ops", "op-webhook").inject(targets);
+        let rules = manager_rules(None, false, Some(&config));
+        let ns = RuleScope::Namespace("ops".into());
+        assert!(rules.allows(&ns, "", "secrets", Verb::Create));
+        for verb in [Verb::Get, Verb::List, Verb::Watch, Verb::Update] {
+            assert!(rules.allows_named(&ns, "", "secrets", "op-certs", verb));
+            assert!(!rules.allows(&ns, "", "secrets", verb));
+            for (resource, name) in [
+                ("mutatingwebhookconfigurations", "op-mutating"),
+                ("validatingwebhookconfigurations", "op-validating"),
+            ] {
+                let group = "admissionregistration.k8s.io";
+                assert!(rules.allows_named(&RuleScope::Cluster, group, resource, name, verb));
+                assert!(!rules.allows(&RuleScope::Cluster, group, resource, verb));
+            }
+        }
+        assert!(!rules.allows(
+            &RuleScope::Cluster,
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            Verb::Get
+        ));
     }
 
     #[test]

@@ -624,16 +624,18 @@ pub fn self_signed_certificates(
 }
 
 /// What the operator's ServiceAccount `service_account` in `namespace` needs for
-/// [`self_signed_certificates`]: a Role for the certificate Secret in `namespace` (`get`,
-/// `list`, `watch`, `create`, `update` on Secrets) and a ClusterRole for CA injection (`get`,
-/// `list`, `watch`, `patch`, `update` on webhook configurations and CRDs), each with its
-/// binding.
-pub fn self_signed_rbac(namespace: &str, service_account: &str) -> SelfSignedRbac {
+/// [`self_signed_certificates`] kept in Secret `secret`: a Role for the Secret in `namespace`
+/// (`create` on Secrets, which cannot be scoped by name; `get`, `list`, `watch`, `update` on
+/// `secret` only) and a ClusterRole for CA injection (`get`, `list`, `watch`, `update` on the
+/// ChaosPod webhook configurations only, by name), each with its binding. The same rules
+/// as the manager derives for `--deploy`.
+pub fn self_signed_rbac(namespace: &str, service_account: &str, secret: &str) -> SelfSignedRbac {
     let name = format!("{CONTROLLER}-webhook-certificates");
     let verbs = |verbs: &[&str]| verbs.iter().map(|v| (*v).to_owned()).collect::<Vec<_>>();
-    let rule = |group: &str, resources: &[&str], v: &[&str]| PolicyRule {
+    let rule = |group: &str, resources: &[&str], names: &[&str], v: &[&str]| PolicyRule {
         api_groups: Some(vec![group.to_owned()]),
         resources: Some(verbs(resources)),
+        resource_names: (!names.is_empty()).then(|| verbs(names)),
         verbs: verbs(v),
         ..PolicyRule::default()
     };
@@ -648,15 +650,15 @@ pub fn self_signed_rbac(namespace: &str, service_account: &str) -> SelfSignedRba
         namespace: namespaced.then(|| namespace.to_owned()),
         ..ObjectMeta::default()
     };
-    let injected = ["get", "list", "watch", "patch", "update"];
+    // What the injector does to each target: read, watch (selected by name), replace.
+    let injected = ["get", "list", "watch", "update"];
     SelfSignedRbac {
         role: Role {
             metadata: meta(true),
-            rules: Some(vec![rule(
-                "",
-                &["secrets"],
-                &["get", "list", "watch", "create", "update"],
-            )]),
+            rules: Some(vec![
+                rule("", &["secrets"], &[], &["create"]),
+                rule("", &["secrets"], &[secret], &injected),
+            ]),
         },
         role_binding: RoleBinding {
             metadata: meta(true),
@@ -669,21 +671,17 @@ pub fn self_signed_rbac(namespace: &str, service_account: &str) -> SelfSignedRba
         },
         cluster_role: ClusterRole {
             metadata: meta(false),
-            rules: Some(vec![
-                rule(
-                    "admissionregistration.k8s.io",
-                    &[
-                        "mutatingwebhookconfigurations",
-                        "validatingwebhookconfigurations",
-                    ],
-                    &injected,
-                ),
-                rule(
-                    "apiextensions.k8s.io",
-                    &["customresourcedefinitions"],
-                    &injected,
-                ),
-            ]),
+            // Both configurations are named after the operator ([`manifests`]); no CRD is
+            // injected into, as ChaosPod has no conversion webhook.
+            rules: Some(vec![rule(
+                "admissionregistration.k8s.io",
+                &[
+                    "mutatingwebhookconfigurations",
+                    "validatingwebhookconfigurations",
+                ],
+                &[CONTROLLER],
+                &injected,
+            )]),
             ..ClusterRole::default()
         },
         cluster_role_binding: ClusterRoleBinding {
@@ -771,7 +769,7 @@ pub struct SelfSignedRbac {
     pub role: Role,
     /// Binds [`role`](Self::role) to the operator's ServiceAccount.
     pub role_binding: RoleBinding,
-    /// Webhook configurations and CRDs, for CA injection.
+    /// The webhook configurations, for CA injection.
     pub cluster_role: ClusterRole,
     /// Binds [`cluster_role`](Self::cluster_role) to the operator's ServiceAccount.
     pub cluster_role_binding: ClusterRoleBinding,

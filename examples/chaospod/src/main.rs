@@ -216,8 +216,8 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
     if manifests && parsed.deploy.is_none() {
         let client = ClientConfig::service(&service.0, &service.1);
         let mut yaml = chaospod::manifests_yaml(&client).map_err(|e| e.to_string())?;
-        if self_signed.is_some() {
-            let rbac = chaospod::self_signed_rbac(&service.1, &service_account);
+        if let Some(secret) = &self_signed {
+            let rbac = chaospod::self_signed_rbac(&service.1, &service_account, secret);
             yaml.push_str(&rbac.to_yaml().map_err(|e| e.to_string())?);
         }
         if secure_metrics {

@@ -101,29 +101,38 @@ fn manifests_with_self_signed_certificates_print_their_rbac() {
             .map(|s| s.as_str().unwrap().to_owned())
             .collect()
     };
+    // The Secret by name but for its creation; the webhook configurations by name.
     let role = &docs[3];
     assert_eq!(role["metadata"]["namespace"].as_str(), Some("ops"));
     assert_eq!(strings(&role["rules"][0]["resources"]), ["secrets"]);
+    assert!(role["rules"][0]["resourceNames"].is_null());
+    assert_eq!(strings(&role["rules"][0]["verbs"]), ["create"]);
+    assert_eq!(strings(&role["rules"][1]["resources"]), ["secrets"]);
+    assert_eq!(strings(&role["rules"][1]["resourceNames"]), ["chaos-certs"]);
     assert_eq!(
-        strings(&role["rules"][0]["verbs"]),
-        ["get", "list", "watch", "create", "update"]
+        strings(&role["rules"][1]["verbs"]),
+        ["get", "list", "watch", "update"]
     );
     let cluster_role = &docs[5];
-    let mut resources = Vec::new();
-    for rule in cluster_role["rules"].as_sequence().unwrap() {
-        assert_eq!(
-            strings(&rule["verbs"]),
-            ["get", "list", "watch", "patch", "update"]
-        );
-        resources.extend(strings(&rule["resources"]));
-    }
+    let rules = cluster_role["rules"].as_sequence().unwrap();
+    assert_eq!(rules.len(), 1);
     assert_eq!(
-        resources,
+        strings(&rules[0]["resources"]),
         [
             "mutatingwebhookconfigurations",
             "validatingwebhookconfigurations",
-            "customresourcedefinitions"
         ]
+    );
+    let configurations: Vec<&str> = docs[1..3]
+        .iter()
+        .map(|d| d["metadata"]["name"].as_str().unwrap())
+        .collect();
+    for name in strings(&rules[0]["resourceNames"]) {
+        assert!(configurations.contains(&name.as_str()), "{name}");
+    }
+    assert_eq!(
+        strings(&rules[0]["verbs"]),
+        ["get", "list", "watch", "update"]
     );
     for binding in [&docs[4], &docs[6]] {
         let subject = &binding["subjects"][0];

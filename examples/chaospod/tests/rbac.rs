@@ -36,6 +36,9 @@ static LOG: LazyLock<LogCapture> = LazyLock::new(LogCapture::new);
 
 const STEP: Duration = Duration::from_secs(20);
 
+/// The Secret the operator keeps its certificates in.
+const SECRET: &str = "chaospod-certs";
+
 /// Polls `check` until it gives a value, giving up on a `forbidden` error in the log or the
 /// metrics (or a manager that ended with one) or after [`STEP`].
 async fn step<T>(
@@ -91,7 +94,7 @@ async fn forbidden(
 }
 
 fn options(ns: &str, port: u16) -> Options {
-    let certificates = chaospod::self_signed_certificates("chaospod-certs", "chaospod-webhook", ns)
+    let certificates = chaospod::self_signed_certificates(SECRET, "chaospod-webhook", ns)
         .unwrap()
         .extra_names(["127.0.0.1"]);
     Options {
@@ -231,12 +234,16 @@ async fn steps(
     Ok(())
 }
 
-/// Deletes ChaosPod `name` and its Pods (no garbage collector runs here).
+/// Deletes ChaosPod `name` and its Pods (no garbage collector runs here), and the
+/// certificate Secret, so that each run creates it again: the only request that needs the
+/// Secret rule not scoped to its name.
 async fn clean_up(ns: &TestNamespace, name: &str) {
     let chaospods: Api<ChaosPod> = ns.api();
     let _ = chaospods.delete(name, &DeleteParams::default()).await;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = ns.api();
     let _ = pods.delete(name, &DeleteParams::default()).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = ns.api();
+    let _ = secrets.delete(SECRET, &DeleteParams::default()).await;
 }
 
 #[tokio::test]
@@ -275,6 +282,45 @@ async fn the_generated_rbac_is_sufficient_and_every_rule_is_needed() {
     let role = manifests.rbac.roles[0].clone();
     assert_eq!(manifests.rbac.roles.len(), 1);
     let cluster_role = manifests.rbac.cluster_role.clone().unwrap();
+    // The Secret and the webhook configurations are reached by name, all but the Secret's
+    // creation: the rules say so, and the runs below show the operator needs no more.
+    let (_, hooks) =
+        chaospod::manifests(&ClientConfig::service("chaospod-webhook", ns.name())).unwrap();
+    let own = [
+        hooks.mutating.unwrap().name_any(),
+        hooks.validating.unwrap().name_any(),
+    ];
+    let rules = role.rules.clone().unwrap();
+    let secret_rules: Vec<_> = rules
+        .iter()
+        .filter(|r| r.resources.as_deref() == Some(&["secrets".to_owned()][..]))
+        .collect();
+    assert_eq!(secret_rules.len(), 2, "{secret_rules:#?}");
+    for rule in secret_rules {
+        match rule.resource_names.as_deref() {
+            None => assert_eq!(rule.verbs, ["create"]),
+            Some(names) => {
+                assert_eq!(names, [SECRET]);
+                assert_eq!(rule.verbs, ["get", "list", "watch", "update"]);
+            }
+        }
+    }
+    let webhook_rules: Vec<_> = cluster_role
+        .rules
+        .iter()
+        .flatten()
+        .filter(|r| {
+            r.api_groups.as_deref() == Some(&["admissionregistration.k8s.io".to_owned()][..])
+        })
+        .collect();
+    assert!(!webhook_rules.is_empty());
+    for rule in webhook_rules {
+        let names = rule.resource_names.clone().unwrap_or_default();
+        assert!(
+            !names.is_empty() && names.iter().all(|n| own.contains(n)),
+            "{rule:?} reaches beyond {own:?}"
+        );
+    }
     let mut rbac: Vec<serde_json::Value> = vec![
         serde_json::to_value(&role).unwrap(),
         serde_json::to_value(&cluster_role).unwrap(),
