@@ -1,12 +1,16 @@
 //! [`manifests`]: every object a cluster needs to run an operator, rendered from its manager
-//! as configured: CRDs, ServiceAccount, RBAC derived from the code, Deployment, and the
-//! webhook Service and configurations when webhooks are registered.
+//! as configured: CRDs, ServiceAccount, RBAC derived from the code, Deployment, the metrics
+//! Service, a NetworkPolicy admitting only the served ports, and the webhook Service and
+//! configurations when webhooks are registered.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, ResourceRequirements, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use rudder_manager::rbac::RbacObjects;
 use rudder_manager::{GracefulShutdown, Manager};
 use rudder_webhook::CertificateSource;
@@ -24,6 +28,22 @@ pub const NAME_LABEL: &str = "app.kubernetes.io/name";
 /// manager's stop, and for the last log lines.
 pub const TERMINATION_MARGIN_SECONDS: i64 = 10;
 
+/// The container's default CPU request (what the scheduler reserves; no CPU limit is set, so
+/// the operator is never throttled below what the node can spare).
+pub const DEFAULT_CPU_REQUEST: &str = "10m";
+/// The container's default memory request.
+pub const DEFAULT_MEMORY_REQUEST: &str = "64Mi";
+/// The container's default memory limit: past it the kubelet restarts the container rather
+/// than let a leak take the node's memory. An operator caching many or large objects needs
+/// more: set [`DeployOptions::resources`].
+pub const DEFAULT_MEMORY_LIMIT: &str = "128Mi";
+
+/// The annotation by which the `checkov` scanner skips one of its checks on an object, with
+/// the reason; [`manifests`] puts it on a ClusterRole whose only grants on webhook
+/// configurations are scoped to the operator's own, by name (the check ignores
+/// `resourceNames`).
+pub const CHECKOV_SKIP_ANNOTATION: &str = "checkov.io/skip1";
+
 /// What [`manifests`] cannot learn from the manager: the operator's name, namespace, image,
 /// the binary's arguments, its CRDs.
 #[derive(Clone, Debug)]
@@ -38,12 +58,16 @@ pub struct DeployOptions {
     create_namespace: bool,
     webhook_service: Option<String>,
     webhook_cert_secret: Option<String>,
+    metrics_service: Option<String>,
+    resources: ResourceRequirements,
+    network_policy: bool,
 }
 
 impl DeployOptions {
     /// An operator `name` (the name of its Deployment, ServiceAccount, roles and bindings)
     /// running `image` in `namespace`: one replica, no arguments, no CRDs, the Namespace
-    /// object included.
+    /// object included, the default resources ([`DEFAULT_CPU_REQUEST`],
+    /// [`DEFAULT_MEMORY_REQUEST`], [`DEFAULT_MEMORY_LIMIT`]) and a NetworkPolicy.
     pub fn new(
         name: impl Into<String>,
         namespace: impl Into<String>,
@@ -60,6 +84,9 @@ impl DeployOptions {
             create_namespace: true,
             webhook_service: None,
             webhook_cert_secret: None,
+            metrics_service: None,
+            resources: default_resources(),
+            network_policy: true,
         }
     }
 
@@ -116,6 +143,33 @@ impl DeployOptions {
         self
     }
 
+    /// The metrics Service's name (default `<name>-metrics`), rendered when the manager
+    /// serves `/metrics`. With secure metrics from self-signed certificates, the certificate
+    /// must name it (`SelfSignedConfig::extra_names`).
+    #[must_use]
+    pub fn metrics_service(mut self, name: impl Into<String>) -> Self {
+        self.metrics_service = Some(name.into());
+        self
+    }
+
+    /// The container's resource requests and limits, in place of the defaults
+    /// ([`DEFAULT_CPU_REQUEST`], [`DEFAULT_MEMORY_REQUEST`], [`DEFAULT_MEMORY_LIMIT`]).
+    #[must_use]
+    pub fn resources(mut self, resources: ResourceRequirements) -> Self {
+        self.resources = resources;
+        self
+    }
+
+    /// Whether to render a NetworkPolicy admitting traffic to the operator's Pods only on
+    /// its webhook and metrics ports (default `true`). Probes need no port of it: the
+    /// kubelet's traffic to its node's Pods is always allowed. Egress is not restricted (the
+    /// operator talks to the API server).
+    #[must_use]
+    pub fn network_policy(mut self, render: bool) -> Self {
+        self.network_policy = render;
+        self
+    }
+
     /// The operator's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -137,6 +191,13 @@ impl DeployOptions {
             .clone()
             .unwrap_or_else(|| format!("{}-webhook", self.name))
     }
+
+    /// The metrics Service's name.
+    pub fn metrics_service_name(&self) -> String {
+        self.metrics_service
+            .clone()
+            .unwrap_or_else(|| format!("{}-metrics", self.name))
+    }
 }
 
 /// Everything [`manifests`] renders, each part typed; [`objects`](Self::objects) and
@@ -156,13 +217,17 @@ pub struct Manifests {
     pub deployment: Deployment,
     /// The Service in front of the webhook server, when webhooks are registered.
     pub webhook_service: Option<Service>,
+    /// The Service in front of the metrics server, when the manager serves `/metrics`.
+    pub metrics_service: Option<Service>,
+    /// The NetworkPolicy admitting only the webhook and metrics ports, unless turned off.
+    pub network_policy: Option<NetworkPolicy>,
     /// The webhook configurations, when webhooks are registered.
     pub webhooks: WebhookManifests,
 }
 
 impl Manifests {
     /// Every object as JSON, in apply order: Namespace, CRDs, ServiceAccount, ClusterRole,
-    /// Roles, bindings, Service, Deployment, webhook configurations.
+    /// Roles, bindings, Services, NetworkPolicy, Deployment, webhook configurations.
     pub fn objects(&self) -> Vec<serde_json::Value> {
         let mut out = Vec::new();
         let mut push = |value: Result<serde_json::Value, serde_json::Error>| {
@@ -192,6 +257,12 @@ impl Manifests {
         }
         if let Some(service) = &self.webhook_service {
             push(serde_json::to_value(service));
+        }
+        if let Some(service) = &self.metrics_service {
+            push(serde_json::to_value(service));
+        }
+        if let Some(policy) = &self.network_policy {
+            push(serde_json::to_value(policy));
         }
         push(serde_json::to_value(&self.deployment));
         if let Some(mutating) = &self.webhooks.mutating {
@@ -225,8 +296,11 @@ impl Manifests {
 /// certificates) bound to the operator's ServiceAccount, never a wildcard; the Deployment
 /// with the manager's probe port wired to `livenessProbe` (`/healthz`) and `readinessProbe`
 /// (`/readyz`), its metrics and webhook ports, and a `terminationGracePeriodSeconds`
-/// [`TERMINATION_MARGIN_SECONDS`] longer than the manager's graceful shutdown; the webhook
-/// Service and configurations when webhooks are registered.
+/// [`TERMINATION_MARGIN_SECONDS`] longer than the manager's graceful shutdown, and resource
+/// requests and a memory limit ([`DeployOptions::resources`]); the metrics Service when the
+/// manager serves `/metrics`; a NetworkPolicy admitting only the webhook and metrics ports
+/// ([`DeployOptions::network_policy`]); the webhook Service and configurations when
+/// webhooks are registered.
 ///
 /// Nothing is sent to the API server: build the manager as the binary would, with
 /// [`ManagerBuilder::render_only`](rudder_manager::ManagerBuilder::render_only) so that
@@ -254,21 +328,27 @@ pub fn manifests(
     };
 
     let mut ports = Vec::new();
-    let mut port = |name: &str, number: u16| {
+    // The ports other Pods and the API server reach, for the NetworkPolicy.
+    let mut admitted = Vec::new();
+    let mut port = |name: &str, number: u16, admit: bool| {
         ports.push(json!({ "name": name, "containerPort": number, "protocol": "TCP" }));
+        if admit {
+            admitted.push(json!({ "port": name, "protocol": "TCP" }));
+        }
     };
     let health = manager.configured_health_address();
     if let Some(addr) = health {
-        port("healthz", addr.port());
+        port("healthz", addr.port(), false);
     }
-    if let Some(addr) = manager.configured_metrics_address() {
-        port("metrics", addr.port());
+    let metrics = manager.configured_metrics_address();
+    if let Some(addr) = metrics {
+        port("metrics", addr.port(), true);
     }
     let mut volumes = Vec::new();
     let mut mounts = Vec::new();
     if has_webhooks {
         let webhook_options = manager.webhook_server().options();
-        port("webhook-server", webhook_options.address().port());
+        port("webhook-server", webhook_options.address().port(), true);
         if let CertificateSource::Files { dir, .. } = webhook_options.certificate_source() {
             let secret = options
                 .webhook_cert_secret
@@ -297,7 +377,7 @@ pub fn manifests(
             "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } },
         }],
         "ports": ports,
-        "resources": { "requests": { "cpu": "10m", "memory": "64Mi" } },
+        "resources": options.resources,
         "securityContext": {
             "allowPrivilegeEscalation": false,
             "readOnlyRootFilesystem": true,
@@ -343,19 +423,57 @@ pub fn manifests(
             "template": { "metadata": { "labels": labels }, "spec": pod },
         },
     }))?;
-    let webhook_service = if has_webhooks {
-        Some(serde_json::from_value::<Service>(json!({
+    let service = |name: &str, port: serde_json::Value| {
+        serde_json::from_value::<Service>(json!({
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": meta(&webhook_service),
+            "metadata": meta(name),
+            "spec": { "selector": labels, "ports": [port] },
+        }))
+    };
+    let webhook_service = if has_webhooks {
+        Some(service(
+            &webhook_service,
+            json!({
+                "name": "webhook",
+                "port": 443,
+                "targetPort": "webhook-server",
+                "protocol": "TCP",
+            }),
+        )?)
+    } else {
+        None
+    };
+    // The port's name says the scheme, which scrape configurations select on.
+    let metrics_service = match metrics {
+        Some(addr) => Some(service(
+            &options.metrics_service_name(),
+            json!({
+                "name": if manager.has_secure_metrics() { "https" } else { "http" },
+                "port": addr.port(),
+                "targetPort": "metrics",
+                "protocol": "TCP",
+            }),
+        )?),
+        None => None,
+    };
+    let network_policy = if options.network_policy {
+        // One ingress rule from anywhere, on the admitted ports only: the webhook's caller is
+        // the API server and the scraper is Prometheus, whose addresses are the cluster's.
+        // With neither port, no ingress is admitted at all.
+        let ingress = if admitted.is_empty() {
+            json!([])
+        } else {
+            json!([{ "ports": admitted }])
+        };
+        Some(serde_json::from_value::<NetworkPolicy>(json!({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": meta(&options.name),
             "spec": {
-                "selector": labels,
-                "ports": [{
-                    "name": "webhook",
-                    "port": 443,
-                    "targetPort": "webhook-server",
-                    "protocol": "TCP",
-                }],
+                "podSelector": { "matchLabels": labels },
+                "policyTypes": ["Ingress"],
+                "ingress": ingress,
             },
         }))?)
     } else {
@@ -375,15 +493,22 @@ pub fn manifests(
         "kind": "ServiceAccount",
         "metadata": meta(&service_account),
     }))?;
+    let mut rbac =
+        manager
+            .permissions()
+            .render(&options.name, &service_account, &options.namespace);
+    if let Some(role) = &mut rbac.cluster_role {
+        annotate_scoped_webhook_grants(role);
+    }
     Ok(Manifests {
         namespace,
         crds,
         service_account: service_account_object,
-        rbac: manager
-            .permissions()
-            .render(&options.name, &service_account, &options.namespace),
+        rbac,
         deployment,
         webhook_service,
+        metrics_service,
+        network_policy,
         webhooks,
     })
 }
@@ -400,6 +525,65 @@ pub fn offline_client() -> Result<kube::Client, kube::Error> {
         .parse()
         .map_err(|e: http::uri::InvalidUri| kube::Error::Service(Box::new(e)))?;
     kube::Client::try_from(kube::Config::new(url))
+}
+
+/// The resources [`DeployOptions::new`] gives the container.
+fn default_resources() -> ResourceRequirements {
+    let quantities = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+            .collect::<BTreeMap<_, _>>()
+    };
+    ResourceRequirements {
+        requests: Some(quantities(&[
+            ("cpu", DEFAULT_CPU_REQUEST),
+            ("memory", DEFAULT_MEMORY_REQUEST),
+        ])),
+        limits: Some(quantities(&[("memory", DEFAULT_MEMORY_LIMIT)])),
+        ..ResourceRequirements::default()
+    }
+}
+
+/// The webhook configuration resources whose control `checkov`'s `CKV_K8S_155` flags.
+const WEBHOOK_CONFIGURATIONS: [&str; 2] = [
+    "mutatingwebhookconfigurations",
+    "validatingwebhookconfigurations",
+];
+
+/// Marks `role` for `checkov` to skip `CKV_K8S_155` when it grants writes on webhook
+/// configurations only by name: the check flags any such grant, `resourceNames` or not,
+/// while injecting a CA (cert-manager's CA injector does the same) needs `update` on the
+/// operator's own configurations and nothing more. A grant on every configuration keeps
+/// the finding.
+fn annotate_scoped_webhook_grants(role: &mut ClusterRole) {
+    let rules = role.rules.as_deref().unwrap_or_default();
+    let on_webhooks: Vec<_> = rules
+        .iter()
+        .filter(|rule| {
+            rule.api_groups
+                .iter()
+                .flatten()
+                .any(|g| g == "admissionregistration.k8s.io")
+                && rule
+                    .resources
+                    .iter()
+                    .flatten()
+                    .any(|r| WEBHOOK_CONFIGURATIONS.contains(&r.as_str()))
+        })
+        .collect();
+    let all_named = on_webhooks
+        .iter()
+        .all(|rule| rule.resource_names.as_ref().is_some_and(|n| !n.is_empty()));
+    if on_webhooks.is_empty() || !all_named {
+        return;
+    }
+    role.metadata.annotations.get_or_insert_default().insert(
+        CHECKOV_SKIP_ANNOTATION.to_owned(),
+        "CKV_K8S_155=update on the operator's own webhook configurations only \
+         (resourceNames), to inject its CA bundle"
+            .to_owned(),
+    );
 }
 
 /// The kubelet's wait before killing the container: the graceful shutdown plus
@@ -419,8 +603,109 @@ fn termination_grace(shutdown: GracefulShutdown) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
     use std::time::Duration;
+
+    fn manager(metrics: bool) -> Manager {
+        let address = metrics.then_some(rudder_manager::DEFAULT_METRICS_ADDRESS);
+        Manager::builder(offline_client().unwrap())
+            .render_only(true)
+            .health_probe_address(Some(rudder_manager::DEFAULT_HEALTH_ADDRESS))
+            .metrics_address(address)
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn resources_and_the_network_policy_follow_the_options() {
+        let options = DeployOptions::new("op", "op-system", "example/op:1");
+        let rendered = manifests(&manager(true), &options).unwrap();
+        let container = serde_json::to_value(&rendered.deployment).unwrap()["spec"]["template"]
+            ["spec"]["containers"][0]
+            .clone();
+        assert_eq!(
+            container["resources"],
+            json!({
+                "requests": { "cpu": DEFAULT_CPU_REQUEST, "memory": DEFAULT_MEMORY_REQUEST },
+                "limits": { "memory": DEFAULT_MEMORY_LIMIT },
+            })
+        );
+        let service = rendered.metrics_service.unwrap();
+        assert_eq!(service.metadata.name.as_deref(), Some("op-metrics"));
+        let policy = serde_json::to_value(rendered.network_policy.unwrap()).unwrap();
+        assert_eq!(
+            policy["spec"]["ingress"],
+            json!([{ "ports": [{ "port": "metrics", "protocol": "TCP" }] }])
+        );
+        // No webhook, so no ClusterRole grant for checkov to be told about.
+        assert!(rendered.rbac.cluster_role.is_none());
+
+        let limits: BTreeMap<String, Quantity> =
+            [("memory".to_owned(), Quantity("1Gi".to_owned()))].into();
+        let custom = options
+            .clone()
+            .resources(ResourceRequirements {
+                limits: Some(limits),
+                ..ResourceRequirements::default()
+            })
+            .network_policy(false);
+        let rendered = manifests(&manager(true), &custom).unwrap();
+        let deployment = serde_json::to_value(&rendered.deployment).unwrap();
+        assert_eq!(
+            deployment["spec"]["template"]["spec"]["containers"][0]["resources"],
+            json!({ "limits": { "memory": "1Gi" } })
+        );
+        assert!(rendered.network_policy.is_none());
+        let kinds: Vec<serde_json::Value> = rendered
+            .objects()
+            .iter()
+            .map(|o| o["kind"].clone())
+            .collect();
+        assert!(!kinds.contains(&json!("NetworkPolicy")), "{kinds:?}");
+
+        // Without a metrics server: no metrics Service, and a policy admitting nothing.
+        let rendered = manifests(&manager(false), &options).unwrap();
+        assert!(rendered.metrics_service.is_none());
+        let policy = serde_json::to_value(rendered.network_policy.unwrap()).unwrap();
+        assert_eq!(policy["spec"]["ingress"], json!([]));
+    }
+
+    #[test]
+    fn only_a_cluster_role_scoped_by_name_on_webhook_configurations_is_annotated() {
+        let rule = |resource: &str, names: Option<&[&str]>| {
+            serde_json::from_value::<k8s_openapi::api::rbac::v1::PolicyRule>(json!({
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": [resource],
+                "resourceNames": names,
+                "verbs": ["get", "update"],
+            }))
+            .unwrap()
+        };
+        let role = |rules| ClusterRole {
+            rules: Some(rules),
+            ..ClusterRole::default()
+        };
+        let annotated = |mut role: ClusterRole| {
+            annotate_scoped_webhook_grants(&mut role);
+            role.metadata
+                .annotations
+                .and_then(|a| a.get(CHECKOV_SKIP_ANNOTATION).cloned())
+        };
+        let scoped = annotated(role(vec![
+            rule("mutatingwebhookconfigurations", Some(&["op"])),
+            rule("validatingwebhookconfigurations", Some(&["op"])),
+        ]));
+        assert!(scoped.unwrap().starts_with("CKV_K8S_155="));
+        let one_open = role(vec![
+            rule("mutatingwebhookconfigurations", Some(&["op"])),
+            rule("validatingwebhookconfigurations", None),
+        ]);
+        assert_eq!(annotated(one_open), None);
+        assert_eq!(annotated(role(vec![rule("pods", None)])), None);
+        assert_eq!(annotated(role(Vec::new())), None);
+    }
 
     #[test]
     fn the_grace_period_is_longer_than_the_shutdown() {

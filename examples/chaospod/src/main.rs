@@ -58,9 +58,10 @@ USAGE: chaospod [FLAGS]
                                as the other flags configure it (multi-document YAML for
                                kubectl apply -f -) and exit: the CRD, ServiceAccount
                                (--service-account), RBAC derived from the code, Deployment in
-                               --webhook-namespace (its container gets the other flags), and
-                               with webhooks their Service (--webhook-service) and
-                               configurations
+                               --webhook-namespace (its container gets the other flags), the
+                               metrics Service (--metrics-service), a NetworkPolicy admitting
+                               only the webhook and metrics ports, and with webhooks their
+                               Service (--webhook-service) and configurations
   --help                       this text
 
 The cluster comes from KUBECONFIG, ~/.kube/config or the in-cluster service account.";
@@ -99,6 +100,7 @@ struct Deploy {
     namespace: String,
     service_account: String,
     webhook_service: String,
+    metrics_service: String,
     args: Vec<String>,
 }
 
@@ -160,6 +162,7 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
                     namespace: String::new(),
                     service_account: String::new(),
                     webhook_service: String::new(),
+                    metrics_service: String::new(),
                     args: operator_args(all),
                 });
             }
@@ -202,6 +205,7 @@ fn parse(args: &[String]) -> Result<Option<Parsed>, String> {
         deploy.namespace = service.1.clone();
         deploy.service_account = service_account.clone();
         deploy.webhook_service = service.0.clone();
+        deploy.metrics_service = metrics_service.clone();
         if parsed.election {
             let namespace = parsed
                 .election_namespace
@@ -279,6 +283,7 @@ async fn run(parsed: Parsed) -> Result<(), Box<dyn std::error::Error + Send + Sy
         let options = DeployOptions::new(chaospod::CONTROLLER, deploy.namespace, deploy.image)
             .service_account(deploy.service_account)
             .webhook_service(deploy.webhook_service)
+            .metrics_service(deploy.metrics_service)
             .args(deploy.args);
         let manifests = chaospod::deploy_manifests(parsed.options, options).await?;
         print!("{}", manifests.to_yaml()?);
