@@ -41,7 +41,7 @@ fn with_assets(cmd: &mut Command, args: &[&str]) -> Result<(), String> {
 }
 
 /// Cargo's target directory, from `cargo metadata`.
-fn target_dir() -> Result<PathBuf, String> {
+pub(crate) fn target_dir() -> Result<PathBuf, String> {
     let out = cargo()
         .args(["metadata", "--format-version", "1", "--no-deps"])
         .output()

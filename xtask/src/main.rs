@@ -9,6 +9,7 @@ mod bench;
 mod bench_election;
 mod bench_failover;
 mod bench_webhook;
+mod checkov;
 mod ci;
 mod demo;
 mod envtest;
@@ -27,6 +28,9 @@ Tasks:
   demo [--duration S] [--kubeconfig PATH]
                           the ChaosPod controller for S seconds (default 30) on a local
                           control plane (installed first if needed) or on a cluster
+  checkov                 both examples' rendered manifests through the checkov scanner
+                          (installed into ~/.cache/rudder/checkov-venv if missing); fails
+                          on any finding but the accepted ones (docs/deploying-an-operator.md)
   ci                      run everything CI runs: envtest install, fmt check, clippy,
                           docs, tests (a freshly scaffolded controller's included), a
                           short demo (the README's test command)
@@ -66,6 +70,7 @@ fn main() -> ExitCode {
         ["bench-webhook", rest @ ..] => bench_webhook::run(rest),
         ["bench-election", rest @ ..] => bench_election::run(rest),
         ["bench-failover", rest @ ..] => bench_failover::run(rest),
+        ["checkov", rest @ ..] => checkov::run(rest),
         ["ci", rest @ ..] => ci::run(rest),
         ["demo", rest @ ..] => demo::run(rest),
         ["new-controller", rest @ ..] => scaffold::run(rest),
