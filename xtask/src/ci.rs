@@ -70,6 +70,7 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
             .args(["doc", "--workspace", "--no-deps", "--all-features"])
             .env("RUSTDOCFLAGS", "-D warnings"))
     })?;
+    step("cargo xtask checkov", crate::checkov::run_checkov)?;
     step("cargo test", || {
         sh(cargo()
             .args(["test", "--workspace", "--all-features"])
