@@ -87,8 +87,9 @@
 //! [`ManagerBuilder::render_only`](manager::ManagerBuilder::render_only), so no cluster is
 //! needed), every object that runs it: CRDs, ServiceAccount, Roles and ClusterRole with
 //! bindings, the Deployment (probes, metrics and webhook ports, a termination grace period
-//! longer than the graceful shutdown), the webhook Service and configurations; `to_yaml`
-//! gives them to `kubectl apply -f -`. `cargo xtask new-operator` scaffolds a project that
+//! longer than the graceful shutdown, requests and a memory limit), the metrics Service, a
+//! NetworkPolicy admitting only the webhook and metrics ports, the webhook Service and
+//! configurations; `to_yaml` gives them to `kubectl apply -f -`. `cargo xtask new-operator` scaffolds a project that
 //! does all this; `docs/deploying-an-operator.md` walks through it.
 //!
 //! # Features
