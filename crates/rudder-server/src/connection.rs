@@ -1,34 +1,36 @@
 //! Serving one connection: the handshake, hyper's HTTP/1 (or, where negotiated and allowed,
-//! HTTP/2) state machine, and a watchdog that closes a connection whose request head is late
-//! or that has been idle too long.
+//! HTTP/2) state machine, and a watchdog that closes a connection whose request head is late,
+//! that has been idle too long, or that the accept loop sheds at the connection cap.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::acceptor::Acceptor;
 use crate::service::{Adapter, HttpService};
+use crate::shedding::Registered;
 
-/// What a connection is doing, as far as its timeouts care. Shared by the stream wrapper
-/// (bytes read), the service adapter (requests and responses) and the watchdog; all three run
-/// in the connection's task, so the lock is never contended.
+/// What a connection is doing, as far as its timeouts and shedding care. Shared by the stream
+/// wrapper (bytes read and written), the service adapter (requests and responses) and the
+/// watchdog, which run in the connection's task, and by the accept loop's scan for a
+/// connection to shed, which takes the lock briefly and only at the cap.
 #[derive(Debug)]
 pub(crate) struct Activity {
     state: Mutex<State>,
-    /// Whether bytes read while idle start a request head (HTTP/1). On HTTP/2 they may be
-    /// control frames (pings, settings): only the first request is bound by the header
-    /// timeout, from the accept.
-    heads_follow_reads: bool,
+    /// The server's wake-up for an accept loop waiting at the cap: rung when this connection
+    /// becomes idle.
+    changed: Arc<Notify>,
 }
 
 #[derive(Debug)]
@@ -37,9 +39,31 @@ struct State {
     in_flight: usize,
     /// When the connection last went idle (accepted, or its last response written).
     idle_since: Instant,
-    /// When the head now being read began: set by the first byte read while idle (and at
-    /// accept, so a client that sends nothing is bound by the header timeout too).
+    /// When the head now being read began: set by the first byte read while idle (and when
+    /// the handshake ends, so a client that sends nothing is bound by the header timeout too).
     head_since: Option<Instant>,
+    /// Whether bytes read while idle start a request head (HTTP/1). On HTTP/2 they may be
+    /// control frames (pings, settings): only the first request is bound by the header
+    /// timeout, from the accept.
+    heads_follow_reads: bool,
+    /// The stream would not take all of what hyper wrote (the client is not reading): an
+    /// answer may still be on its way out, so the connection is not shed.
+    output_blocked: bool,
+    /// The accept loop asked this connection to close for a new client.
+    shed: bool,
+    /// The connection's task, to wake when a shed is asked.
+    shed_waker: Option<Waker>,
+}
+
+/// How [`Activity::idleness`] finds a connection, for shedding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Idleness {
+    /// A request is in flight (or its answer not yet out): never shed.
+    Busy,
+    /// Asked to shed, and not settled yet.
+    Shedding,
+    /// No request in flight since this instant.
+    IdleSince(Instant),
 }
 
 /// Which timer is due next.
@@ -50,14 +74,19 @@ enum Due {
 }
 
 impl Activity {
-    fn new(now: Instant, heads_follow_reads: bool) -> Self {
+    /// A connection accepted at `now`; `changed` is rung whenever it becomes idle.
+    pub(crate) fn new(now: Instant, changed: Arc<Notify>) -> Self {
         Self {
             state: Mutex::new(State {
                 in_flight: 0,
                 idle_since: now,
                 head_since: Some(now),
+                heads_follow_reads: true,
+                output_blocked: false,
+                shed: false,
+                shed_waker: None,
             }),
-            heads_follow_reads,
+            changed,
         }
     }
 
@@ -65,14 +94,81 @@ impl Activity {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn read_some(&self) {
-        if !self.heads_follow_reads {
-            return;
-        }
+    /// The handshake is done: the header timeout runs from now. The idle spell that
+    /// shedding looks at still runs from the accept.
+    fn handshake_done(&self, http2: bool) {
         let mut state = self.state();
-        if state.in_flight == 0 && state.head_since.is_none() {
+        state.head_since = Some(Instant::now());
+        state.heads_follow_reads = !http2;
+    }
+
+    fn read_some(&self) {
+        let mut state = self.state();
+        if state.heads_follow_reads && state.in_flight == 0 && state.head_since.is_none() {
             state.head_since = Some(Instant::now());
         }
+    }
+
+    fn write_blocked(&self) {
+        self.state().output_blocked = true;
+    }
+
+    fn flushed(&self) {
+        let mut state = self.state();
+        if state.output_blocked {
+            state.output_blocked = false;
+            if state.in_flight == 0 {
+                self.changed.notify_one();
+            }
+        }
+    }
+
+    /// Whether the connection could be shed, and since when it has been idle.
+    pub(crate) fn idleness(&self) -> Idleness {
+        let state = self.state();
+        if state.shed {
+            Idleness::Shedding
+        } else if state.in_flight > 0 || state.output_blocked {
+            Idleness::Busy
+        } else {
+            Idleness::IdleSince(state.idle_since)
+        }
+    }
+
+    /// Asks the connection's task to close; it decides in [`confirm_shed`](Self::confirm_shed)
+    /// whether it still may.
+    pub(crate) fn ask_to_shed(&self) {
+        let waker = {
+            let mut state = self.state();
+            state.shed = true;
+            state.shed_waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// Ready once a shed has been asked.
+    fn poll_shed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.state();
+        if state.shed {
+            return Poll::Ready(());
+        }
+        match &mut state.shed_waker {
+            Some(waker) => waker.clone_from(cx.waker()),
+            None => state.shed_waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// Settles an asked shed in the connection's own task, after hyper has read what
+    /// arrived: `true` to close (still idle), `false` if a request came in first, which
+    /// withdraws the shed.
+    pub(crate) fn confirm_shed(&self) -> bool {
+        let mut state = self.state();
+        let idle = state.in_flight == 0 && !state.output_blocked;
+        state.shed = idle;
+        idle
     }
 
     /// A request's head was read; the returned guard ends it when dropped (with the
@@ -106,6 +202,7 @@ impl Drop for InFlight {
         state.in_flight = state.in_flight.saturating_sub(1);
         if state.in_flight == 0 {
             state.idle_since = Instant::now();
+            self.0.changed.notify_one();
         }
     }
 }
@@ -137,11 +234,21 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if polled.is_pending() {
+            self.activity.write_blocked();
+        }
+        polled
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        // hyper flushes after writing all it holds: a flush that completes means every
+        // byte of the answers so far is with the kernel.
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        if matches!(polled, Poll::Ready(Ok(()))) {
+            self.activity.flushed();
+        }
+        polled
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -153,7 +260,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if polled.is_pending() {
+            self.activity.write_blocked();
+        }
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -185,23 +296,33 @@ enum Event {
     Ended(Result<(), hyper::Error>),
     Timer(Due),
     CloseBy,
+    Shed,
     Graceful,
     Hard,
 }
 
-/// Serves one accepted connection until it ends, a timeout closes it, or the server stops.
+/// Serves one accepted connection until it ends, a timeout closes it, it is shed, or the
+/// server stops.
 pub(crate) async fn serve<A, S, B>(
     tcp: TcpStream,
     acceptor: A,
     service: S,
     limits: Limits,
     signals: Signals,
+    registered: Registered,
 ) where
     A: Acceptor,
     S: HttpService<B>,
 {
+    let activity = Arc::clone(registered.activity());
     let stream = tokio::select! {
         () = signals.graceful.cancelled() => return,
+        () = std::future::poll_fn(|cx| activity.poll_shed(cx)) => {
+            // Before the handshake is done no request can be in flight, so the shed holds.
+            let shed = registered.settle_shed();
+            tracing::debug!(shed, "asked to shed during the handshake, for a new client");
+            return;
+        }
         handshake = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)) => {
             match handshake {
                 Ok(Ok(stream)) => stream,
@@ -217,7 +338,7 @@ pub(crate) async fn serve<A, S, B>(
         }
     };
     let http2 = limits.http2 && A::negotiated_http2(&stream);
-    let activity = Arc::new(Activity::new(Instant::now(), !http2));
+    activity.handshake_done(http2);
     let io = TokioIo::new(Tracked {
         inner: stream,
         activity: Arc::clone(&activity),
@@ -232,7 +353,7 @@ pub(crate) async fn serve<A, S, B>(
         drive(
             conn,
             |conn| conn.graceful_shutdown(),
-            &activity,
+            &registered,
             &limits,
             &signals,
         )
@@ -251,24 +372,25 @@ pub(crate) async fn serve<A, S, B>(
     drive(
         conn,
         |conn| conn.graceful_shutdown(),
-        &activity,
+        &registered,
         &limits,
         &signals,
     )
     .await;
 }
 
-/// Runs a connection (HTTP/1 or HTTP/2) until it ends, a timeout closes it, or the server
-/// stops; `graceful_shutdown` asks it to finish what is in flight and close.
+/// Runs a connection (HTTP/1 or HTTP/2) until it ends, a timeout closes it, it is shed, or
+/// the server stops; `graceful_shutdown` asks it to finish what is in flight and close.
 async fn drive<C>(
     mut conn: Pin<&mut C>,
     graceful_shutdown: fn(Pin<&mut C>),
-    activity: &Activity,
+    registered: &Registered,
     limits: &Limits,
     signals: &Signals,
 ) where
     C: Future<Output = Result<(), hyper::Error>>,
 {
+    let activity = registered.activity();
     let mut graceful = std::pin::pin!(signals.graceful.cancelled());
     let mut hard = std::pin::pin!(signals.hard.cancelled());
     let far = Instant::now() + Duration::from_secs(86_400 * 365);
@@ -287,6 +409,11 @@ async fn drive<C>(
             }
             if !graceful_sent && graceful.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Event::Graceful);
+            }
+            // Checked after hyper has read what arrived, so a request whose head is in
+            // withdraws the shed instead of being cut.
+            if activity.poll_shed(cx).is_ready() {
+                return Poll::Ready(Event::Shed);
             }
             // Once closing, the idle timer has done its part; only the head's and the close's
             // deadlines remain.
@@ -324,6 +451,15 @@ async fn drive<C>(
             Event::CloseBy => {
                 tracing::debug!("connection did not close in time: closing it");
                 return;
+            }
+            Event::Shed => {
+                // Idle, so nothing is cut: no request in flight and every answer with the
+                // kernel. Dropping hyper's connection closes the socket at once, where a
+                // graceful shutdown would wait out a partly sent head.
+                if registered.settle_shed() {
+                    tracing::debug!("idle longest at the connection cap: shed for a new client");
+                    return;
+                }
             }
             Event::Timer(Due::Header) => {
                 tracing::debug!("request head not read in time: closing the connection");

@@ -38,10 +38,8 @@
 //! A server is only as available as its worst client lets it be. Every wait a client can
 //! cause is bounded by an [`Options`] field:
 //!
-//! - **Connections**: at most [`Options::max_connections`] are open; at the cap the server
-//!   stops accepting until one closes, so further clients wait in the kernel's listen
-//!   backlog instead of taking file descriptors (see [Listen backlog](#listen-backlog) for
-//!   how many fit there).
+//! - **Connections**: at most [`Options::max_connections`] are open (see [At the
+//!   cap](#at-the-cap) for what a new client then gets).
 //! - **Handshake**: an [`Acceptor`]'s handshake (TLS, in a crate above) has
 //!   [`Options::handshake_timeout`].
 //! - **Request head**: [`Options::header_read_timeout`], from the first byte of a request
@@ -53,14 +51,38 @@
 //!   flight is never cut by it.
 //! - **Body**: a body past [`Options::max_body_size`] is answered `413`.
 //!
+//! # At the cap
+//!
+//! A server at its connection cap keeps accepting. For each new client it closes the
+//! connection idle longest: one with no request in flight and its last answer written out
+//! (waiting for its first request's head, in its handshake, or idle between keep-alive
+//! requests), the one whose idle spell began first (its accept, or its last answer). Bytes
+//! of an unfinished head do not start a new spell, so a client trickling a head cannot keep
+//! its connection young. A request in flight is never cut: a connection whose request head
+//! has been read, or whose answer the client has not taken yet, is not a candidate, and a
+//! request that arrives just as its connection is picked keeps it open (another is picked).
+//! Only when every connection has a request in flight does the new client wait (and the
+//! server accept nothing more) until one finishes or closes; a client just accepted is
+//! held meanwhile, so the server holds at most one descriptor past the cap.
+//!
+//! So a flood of idle or garbage connections, however many, cannot keep a new client, a
+//! kubelet's probe say, from being served at once: it costs the flood one of its
+//! connections, the oldest. Go's `net/http` has no cap and serves every client; this keeps
+//! its promptness and still bounds the descriptors a flood can take. Without shedding, a
+//! client at the cap would wait in the listen backlog until the header timeout closed an
+//! idle connection, ten seconds or more, past a kubelet probe's one-second timeout.
+//! Shedding is counted ([`ServerHandle::shed_connections`]) and logged at most every ten
+//! seconds with the number shed since the last line; each shed is logged at debug level.
+//! The choice scans the open connections, once per client accepted at the cap.
+//!
 //! # Listen backlog
 //!
 //! Every server listens with the system's largest backlog ([`system_backlog`]: Linux's
 //! `net.core.somaxconn`, 4096 by default since Linux 5.4; [`FALLBACK_BACKLOG`] where it
 //! cannot be read), as Go's `net/http` does, or with [`Options::listen_backlog`]. That many
-//! connections can be completed by the kernel and wait to be accepted, during a burst or at
-//! the connection cap; past it the kernel drops a client's SYN, and the client retries only
-//! after a second. tokio's `TcpListener::bind` would ask for 128, which a burst of a few
+//! connections can be completed by the kernel and wait to be accepted, during a burst or
+//! while every connection has a request in flight at the cap; past it the kernel drops a
+//! client's SYN, and the client retries only after a second. tokio's `TcpListener::bind` would ask for 128, which a burst of a few
 //! hundred connections fills: the next kubelet probe then misses its 1 s timeout. `SO_REUSEADDR`
 //! is set on Unix, as Go sets it.
 //!
@@ -93,6 +115,7 @@ mod listener;
 mod options;
 mod server;
 mod service;
+mod shedding;
 
 pub use acceptor::{Acceptor, PlainTcp};
 pub use body::{Body, BodyError};

@@ -13,9 +13,11 @@ pub const DEFAULT_BIND_ADDRESS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr
 /// leaves the other half to the rest of the process (API server connections, watches,
 /// files) even while clients hold every connection it allows, and the cap is well above what
 /// probes, Prometheus scrapes and an API server calling a webhook ever open (a few each).
-/// Clients beyond the cap wait in the kernel's listen backlog, holding no descriptor here:
-/// up to the backlog's size ([`system_backlog`](crate::system_backlog), 4096 on a current
-/// Linux), past which the kernel drops their SYNs and they retry after a second.
+/// At the cap a new client is still served: the connection idle longest is closed for it
+/// ([At the cap](crate#at-the-cap)). Only while every connection has a request in
+/// flight do clients wait in the kernel's listen backlog, holding no descriptor here: up to
+/// the backlog's size ([`system_backlog`](crate::system_backlog), 4096 on a current Linux),
+/// past which the kernel drops their SYNs and they retry after a second.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
 /// The default header read timeout: how long a client has to send a complete request head,
@@ -79,7 +81,9 @@ impl Options {
     }
 
     /// How many connections may be open at once (default [`DEFAULT_MAX_CONNECTIONS`]; at
-    /// least 1). At the cap the server stops accepting until a connection closes.
+    /// least 1). At the cap a new client takes the slot of the connection idle longest,
+    /// which is closed; a request in flight is never cut, and while every connection has
+    /// one the new client waits for one to finish.
     pub fn max_connections(mut self, max: usize) -> Self {
         self.max_connections = max.max(1);
         self

@@ -1,5 +1,5 @@
 //! [`Server`] and [`ServerHandle`]: binding, the accept loop with its backoff and connection
-//! cap, and the bounded graceful stop.
+//! cap (shedding the connection idle longest for a new client), and the bounded graceful stop.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use hyper::body::Bytes;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -22,11 +22,17 @@ use crate::connection::{self, Limits, Signals};
 use crate::listener;
 use crate::options::Options;
 use crate::service::{BoxError, HttpService};
+use crate::shedding::{Registry, Shedding};
 
 /// The first wait after an accept error (Go's `net/http`).
 pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// The longest wait after accept errors in a row (Go's `net/http`).
 pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// How often, at most, the accept loop logs that it is at the connection cap (with the
+/// connections shed since its last such line): a flood logs a line every ten seconds, not
+/// one per client.
+const CAP_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Why a server could not start listening.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +111,7 @@ impl Server {
         B::Error: Into<BoxError>,
     {
         let stats = Arc::new(Stats::default());
+        let registry = Arc::new(Registry::default());
         let accepting = CancellationToken::new();
         let signals = Signals {
             graceful: CancellationToken::new(),
@@ -120,7 +127,11 @@ impl Server {
         };
         let accept_loop = AcceptLoop {
             listener: self.listener,
-            slots: Arc::new(Semaphore::new(self.options.max_connections)),
+            cap: Cap {
+                slots: Arc::new(Semaphore::new(self.options.max_connections)),
+                registry: Arc::clone(&registry),
+                log: CapLog::default(),
+            },
             acceptor,
             service,
             limits,
@@ -138,6 +149,7 @@ impl Server {
             connections,
             accept_task: Some(task),
             stats,
+            registry,
         }
     }
 }
@@ -151,6 +163,7 @@ pub struct ServerHandle {
     connections: TaskTracker,
     accept_task: Option<JoinHandle<()>>,
     stats: Arc<Stats>,
+    registry: Arc<Registry>,
 }
 
 /// How a [`ServerHandle::stop`] went.
@@ -174,6 +187,12 @@ impl ServerHandle {
     /// Connections open now (including those in their handshake).
     pub fn open_connections(&self) -> usize {
         self.connections.len()
+    }
+
+    /// Connections closed so far at the connection cap to give their slot to a new client,
+    /// each the one idle longest ([At the cap](crate#at-the-cap)).
+    pub fn shed_connections(&self) -> u64 {
+        self.registry.shed_count()
     }
 
     /// Stops the server and returns once every connection has ended.
@@ -237,7 +256,7 @@ struct Stats {
 
 struct AcceptLoop<A, S> {
     listener: TcpListener,
-    slots: Arc<Semaphore>,
+    cap: Cap,
     acceptor: A,
     service: S,
     limits: Limits,
@@ -248,38 +267,12 @@ struct AcceptLoop<A, S> {
 }
 
 impl<A: Acceptor, S> AcceptLoop<A, S> {
-    async fn run<B: 'static>(self)
+    async fn run<B: 'static>(mut self)
     where
         S: HttpService<B>,
     {
         let mut backoff = Backoff::default();
-        let mut at_cap_logged = false;
         loop {
-            // At the cap, wait for a connection to close before accepting: clients beyond it
-            // wait in the kernel's listen backlog (the system's maximum unless configured),
-            // holding no descriptor of ours.
-            let permit = match Arc::clone(&self.slots).try_acquire_owned() {
-                Ok(permit) => {
-                    at_cap_logged = false;
-                    permit
-                }
-                Err(_) => {
-                    if !at_cap_logged {
-                        tracing::warn!(
-                            connections = self.connections.len(),
-                            "at the connection cap: accepting again once one closes"
-                        );
-                        at_cap_logged = true;
-                    }
-                    tokio::select! {
-                        () = self.stop.cancelled() => return,
-                        permit = Arc::clone(&self.slots).acquire_owned() => match permit {
-                            Ok(permit) => permit,
-                            Err(_) => return,
-                        },
-                    }
-                }
-            };
             let accepted = tokio::select! {
                 () = self.stop.cancelled() => return,
                 accepted = self.listener.accept() => accepted,
@@ -306,6 +299,11 @@ impl<A: Acceptor, S> AcceptLoop<A, S> {
                     continue;
                 }
             };
+            // Accepted before a slot is found, so that a connection is shed only for a client
+            // that is really there.
+            let Some(permit) = self.cap.slot(&self.stop, &self.connections).await else {
+                return;
+            };
             // Small answers go out at once rather than waiting on Nagle's algorithm.
             let _ = tcp.set_nodelay(true);
             let serving = connection::serve(
@@ -314,11 +312,80 @@ impl<A: Acceptor, S> AcceptLoop<A, S> {
                 self.service.clone(),
                 self.limits,
                 self.signals.clone(),
+                self.cap.registry.register(),
             );
             self.connections.spawn(async move {
                 serving.await;
                 drop(permit);
             });
+        }
+    }
+}
+
+/// The connection cap: its slots, and the open connections to shed from when they are all
+/// taken.
+struct Cap {
+    slots: Arc<Semaphore>,
+    registry: Arc<Registry>,
+    log: CapLog,
+}
+
+impl Cap {
+    /// A slot for a client just accepted: a free one below the cap. At the cap, the
+    /// connection idle longest is asked to close, and its slot goes to the new client once
+    /// it has. While every connection has a request in flight nothing is shed: the new
+    /// client waits (and nothing more is accepted) until one finishes or closes. `None` once
+    /// `stop` is cancelled.
+    async fn slot(
+        &mut self,
+        stop: &CancellationToken,
+        open: &TaskTracker,
+    ) -> Option<OwnedSemaphorePermit> {
+        loop {
+            if let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() {
+                return Some(permit);
+            }
+            let shedding = self.registry.shed_longest_idle();
+            self.log
+                .at_cap(shedding, open.len(), self.registry.shed_count());
+            tokio::select! {
+                () = stop.cancelled() => return None,
+                permit = Arc::clone(&self.slots).acquire_owned() => return permit.ok(),
+                // A connection went idle, or declined its shed: look again.
+                () = self.registry.changed() => {}
+            }
+        }
+    }
+}
+
+/// The accept loop's rate-limited account of being at the cap.
+#[derive(Debug, Default)]
+struct CapLog {
+    last: Option<Instant>,
+    shed_at_last: u64,
+}
+
+impl CapLog {
+    fn at_cap(&mut self, shedding: Shedding, connections: usize, shed: u64) {
+        let now = Instant::now();
+        if self.last.is_some_and(|last| now < last + CAP_LOG_INTERVAL) {
+            return;
+        }
+        self.last = Some(now);
+        let shed_since_last_log = shed - self.shed_at_last;
+        self.shed_at_last = shed;
+        match shedding {
+            Shedding::NoneIdle => tracing::warn!(
+                connections,
+                shed_since_last_log,
+                "at the connection cap with a request in flight on every connection: \
+                 a new client waits for one to finish"
+            ),
+            Shedding::Asked | Shedding::Pending => tracing::warn!(
+                connections,
+                shed_since_last_log,
+                "at the connection cap: closing the connections idle longest to serve new clients"
+            ),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The server's bounds against real TCP clients: connection cap, header and idle timeouts,
-//! body limit, and a flood of bad clients.
+//! The server's bounds against real TCP clients: header and idle timeouts, body limit, and
+//! a flood of bad clients below the connection cap (the cap itself: `shedding.rs`).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
@@ -11,39 +11,6 @@ use rand::{Rng, SeedableRng};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-
-#[tokio::test]
-async fn at_the_cap_a_client_waits_until_a_connection_closes() {
-    let (server, _) = start(
-        options()
-            .max_connections(2)
-            .header_read_timeout(Duration::from_secs(30)),
-    )
-    .await;
-    let addr = server.local_addr();
-    let mut idle = Vec::new();
-    for _ in 0..2 {
-        idle.push(TcpStream::connect(addr).await.expect("connect"));
-    }
-    eventually("two open connections", WAIT, || {
-        (server.open_connections() == 2).then_some(())
-    })
-    .await;
-    // The third connection completes in the kernel's backlog, but is not served.
-    let mut third = TcpStream::connect(addr).await.expect("connect");
-    third
-        .write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
-        .await
-        .expect("write");
-    let early = tokio::time::timeout(Duration::from_millis(300), read_response(&mut third)).await;
-    assert!(early.is_err(), "answered at the cap: {early:?}");
-    assert_eq!(server.open_connections(), 2);
-    drop(idle.pop());
-    let answer = tokio::time::timeout(WAIT, read_response(&mut third))
-        .await
-        .expect("answered once a connection closed");
-    assert_eq!(answer, Some((200, "ok".to_owned())));
-}
 
 #[tokio::test]
 async fn a_half_sent_request_head_is_cut_at_the_header_timeout() {
