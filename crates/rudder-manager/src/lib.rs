@@ -53,14 +53,18 @@
 //! [`ManagerBuilder::metrics_extra_handler`] adds more paths to that server.
 //!
 //! Both servers are tower services on [`rudder_server`], with its bounds: at most 512
-//! connections at once (more wait in the kernel's listen backlog, which is the system's
-//! maximum, `net.core.somaxconn`, 4096 on a current Linux, as with Go's `net/http`; past it
-//! the kernel drops their SYNs and they retry a second later), a 10 s limit to send a
-//! request's head, idle connections closed after 90 s, 1 MiB request bodies, and accept
-//! errors (out of file descriptors, say) backed off 5 ms doubling to 1 s instead of retried
-//! in a loop, so a flood of bad or idle clients cannot keep the kubelet's probes from being
-//! answered. [`Manager::start`] also raises the process's soft file-descriptor limit to its
-//! hard limit, as Go's runtime does ([`ManagerBuilder::raise_fd_limit`] turns that off).
+//! connections at once, a 10 s limit to send a request's head, idle connections closed
+//! after 90 s, 1 MiB request bodies, and accept errors (out of file descriptors, say) backed
+//! off 5 ms doubling to 1 s instead of retried in a loop. At the cap a new connection is
+//! still served: the one idle longest (no request in flight: a client that sent nothing, a
+//! half-sent head, an idle keep-alive) is closed for it, and a request in flight is never
+//! cut. So a flood of bad or idle clients, however many, cannot keep the kubelet's probes
+//! from being answered: each probe costs the flood its oldest connection. Clients wait in
+//! the kernel's listen backlog (the system's maximum, `net.core.somaxconn`, 4096 on a
+//! current Linux, as with Go's `net/http`) only for their turn to be accepted, or while all
+//! 512 connections have a request in flight. [`Manager::start`] also raises the process's
+//! soft file-descriptor limit to its hard limit, as Go's runtime does
+//! ([`ManagerBuilder::raise_fd_limit`] turns that off).
 //!
 //! # Secure metrics
 //!

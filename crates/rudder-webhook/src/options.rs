@@ -191,7 +191,8 @@ impl Options {
     }
 
     /// How many connections may be open at once (default
-    /// [`rudder_server::DEFAULT_MAX_CONNECTIONS`]).
+    /// [`rudder_server::DEFAULT_MAX_CONNECTIONS`]); at the cap a new client takes the slot
+    /// of the connection idle longest, never one with a request in flight.
     pub fn max_connections(mut self, max: usize) -> Self {
         self.server = self.server.max_connections(max);
         self
