@@ -154,14 +154,14 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// The virtualenv checkov lives in: `RUDDER_CHECKOV_VENV`, or `~/.cache/rudder/checkov-venv`
-/// (outside the checkout, shared by its clones).
+/// The virtualenv checkov lives in: `RUDDER_CHECKOV_VENV`, or `checkov-venv` in the project's
+/// cache ([`util::cache_base`]: `~/.cache/rudder/checkov-venv`), outside the checkout and
+/// shared by its clones.
 fn venv() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os("RUDDER_CHECKOV_VENV") {
         return Ok(PathBuf::from(dir));
     }
-    let home = std::env::var_os("HOME").ok_or("HOME is not set")?;
-    Ok(PathBuf::from(home).join(".cache/rudder/checkov-venv"))
+    Ok(crate::util::cache_base()?.join("checkov-venv"))
 }
 
 /// The checkov executable at [`CHECKOV_VERSION`], installed with pip into [`venv`] unless it

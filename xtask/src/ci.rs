@@ -71,6 +71,10 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
             .env("RUSTDOCFLAGS", "-D warnings"))
     })?;
     step("cargo xtask checkov", crate::checkov::run_checkov)?;
+    step(
+        "go/: go mod tidy -diff, go vet, the benches built and run briefly",
+        go_checks,
+    )?;
     step("cargo test", || {
         sh(cargo()
             .args(["test", "--workspace", "--all-features"])
@@ -103,6 +107,23 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
     step("demo (12 s)", || crate::demo::run_built(profile, 12))?;
     println!("ci: all checks passed");
     Ok(())
+}
+
+/// The Go module's own checks: go.mod and go.sum as `go mod tidy` leaves them, `go vet`, and
+/// each benchmark built and run a hundred times, so the anchors keep working between sittings.
+fn go_checks() -> Result<(), String> {
+    let go = crate::go::Go::find()?;
+    sh(go.command().args(["mod", "tidy", "-diff"]))?;
+    sh(go.command().args(["vet", "./..."]))?;
+    sh(go.command().args([
+        "test",
+        "-run",
+        "^$",
+        "-bench",
+        ".",
+        "-benchtime=100x",
+        "./...",
+    ]))
 }
 
 /// Debian packages of the programs some tests run, by the program each provides: Prometheus'

@@ -122,19 +122,6 @@ fn install_inner(version: &str, honour_env: bool, print_path: bool) -> Result<Pa
     Ok(dir)
 }
 
-/// The base of every cache the project keeps: `$XDG_CACHE_HOME/rudder`, else
-/// `~/.cache/rudder`.
-pub(crate) fn cache_base() -> Result<PathBuf, String> {
-    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
-        Some(xdg) => PathBuf::from(xdg),
-        None => std::env::var_os("HOME")
-            .filter(|v| !v.is_empty())
-            .map(|h| PathBuf::from(h).join(".cache"))
-            .ok_or("neither XDG_CACHE_HOME nor HOME is set; cannot choose a cache directory")?,
-    };
-    Ok(base.join("rudder"))
-}
-
 struct Installer {
     print_path: bool,
     /// `.../rudder/envtest`: one `v<version>/` directory per installed Kubernetes version.
@@ -147,7 +134,7 @@ struct Installer {
 
 impl Installer {
     fn new(print_path: bool) -> Result<Self, String> {
-        let base = cache_base()?;
+        let base = util::cache_base()?;
         let cache = base.join("envtest");
         Ok(Self {
             print_path,

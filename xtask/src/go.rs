@@ -92,14 +92,7 @@ pub(crate) fn module_dir() -> PathBuf {
 /// Go's module and build caches live in `mod` and `build` here: `$XDG_CACHE_HOME/rudder/go`,
 /// else `$HOME/.cache/rudder/go` (shared with the envtest install's builds).
 pub(crate) fn cache_dir() -> Result<PathBuf, String> {
-    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
-        Some(xdg) => PathBuf::from(xdg),
-        None => std::env::var_os("HOME")
-            .filter(|v| !v.is_empty())
-            .map(|h| PathBuf::from(h).join(".cache"))
-            .ok_or("neither XDG_CACHE_HOME nor HOME is set; cannot find the cache directory")?,
-    };
-    Ok(base.join("rudder/go"))
+    Ok(util::cache_base()?.join("go"))
 }
 
 fn read_go_mod() -> Result<String, String> {

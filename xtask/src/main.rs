@@ -31,9 +31,10 @@ Tasks:
   checkov                 both examples' rendered manifests through the checkov scanner
                           (installed into ~/.cache/rudder/checkov-venv if missing); fails
                           on any finding but the accepted ones (docs/deploying-an-operator.md)
-  ci                      run everything CI runs: envtest install, fmt check, clippy,
-                          docs, tests (a freshly scaffolded controller's included), a
-                          short demo (the README's test command)
+  ci                      run everything CI runs: envtest install (Kubernetes 1.37.2 and
+                          1.33.13), fmt check, clippy, docs, checkov, the Go module's
+                          checks, tests on both releases (a freshly scaffolded
+                          controller's included), a short demo (the README's test command)
   new-controller NAME [--kind KIND] [--group GROUP]
                           scaffold a controller crate in examples/NAME: a custom resource,
                           a reconciler, an operator binary and an envtest test
@@ -57,7 +58,9 @@ Tasks:
                           a leader's release to the new leader holding the Lease:
                           client-go's elector, Rudder's polling only and with its watch,
                           N rounds (default 10) at 15 s / 10 s / 2 s (--scaled: 3/2/0.5 s)
-  envtest install         install kube-apiserver and etcd for rudder-envtest (idempotent)
+  envtest install [--version X.Y.Z]
+                          build (Go modules) and cache the control plane rudder-envtest
+                          runs: Kubernetes 1.37.2 by default, etcd, KWOK (idempotent)
       --print-path        only print the directory holding the binaries
   help                    this text
 ";

@@ -10,6 +10,20 @@ pub(crate) fn workspace_root() -> PathBuf {
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
+/// The base of every cache the project keeps outside the checkout (control planes, Go's
+/// caches, checkov's virtualenv, CI's target directory): `$XDG_CACHE_HOME/rudder`, else
+/// `~/.cache/rudder`.
+pub(crate) fn cache_base() -> Result<PathBuf, String> {
+    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        Some(xdg) => PathBuf::from(xdg),
+        None => std::env::var_os("HOME")
+            .filter(|v| !v.is_empty())
+            .map(|h| PathBuf::from(h).join(".cache"))
+            .ok_or("neither XDG_CACHE_HOME nor HOME is set; cannot choose a cache directory")?,
+    };
+    Ok(base.join("rudder"))
+}
+
 /// Runs `cmd`, inheriting the terminal, and fails with the command line when it exits non-zero.
 pub(crate) fn run(cmd: &mut Command) -> Result<(), String> {
     let shown = format!("{cmd:?}");
