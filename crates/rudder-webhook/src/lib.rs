@@ -79,10 +79,11 @@
 //! registered twice, or one not starting with `/`, is a [`RegisterError`], never a panic.
 //! HTTP/2 is opt-in, as in controller-runtime since the HTTP/2 "rapid reset" attack
 //! (CVE-2023-44487): with the `http2` feature, `Options::http2(true)` offers `h2` by ALPN
-//! and serves it to clients that take it; others get HTTP/1.1. The API server itself calls
-//! webhooks over HTTP/1.1 whatever they offer (its webhook client asks only for `http/1.1`,
-//! so that concurrent calls spread over a Service's endpoints: kubernetes#75791); HTTP/2
-//! is for other callers.
+//! and serves it to clients that take it; others get HTTP/1.1. Which one the API server
+//! takes depends on its release: 1.20's webhook client asked only for `http/1.1`
+//! (kubernetes#75791), while 1.33 and 1.37 take `h2` when it is offered (the facade's
+//! `tests/webhook.rs` checks this against each release CI runs). Either way the watchdog
+//! bounds every connection the same.
 //!
 //! # Certificates
 //!

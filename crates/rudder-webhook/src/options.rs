@@ -207,9 +207,8 @@ impl Options {
 
     /// Offers HTTP/2 by ALPN and serves it to clients that take it (default off: HTTP/1.1
     /// only, as controller-runtime's webhook server since the HTTP/2 "rapid reset" attack,
-    /// CVE-2023-44487). The API server calls webhooks over HTTP/1.1 even when HTTP/2 is
-    /// offered (kubernetes#75791); HTTP/2 serves other callers. Needs the crate's `http2`
-    /// feature.
+    /// CVE-2023-44487). Current API servers (1.33, 1.37) take HTTP/2 when it is offered;
+    /// 1.20's asked only for HTTP/1.1. Needs the crate's `http2` feature.
     #[cfg(feature = "http2")]
     pub fn http2(mut self, enabled: bool) -> Self {
         self.server = self.server.http2(enabled);
