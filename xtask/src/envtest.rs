@@ -35,8 +35,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use crate::util;
 use crate::versions::{DEFAULT_KUBERNETES, ETCD as ETCD_VERSION, KWOK as KWOK_VERSION};
+use crate::{go, util};
 
 /// The environment variable rudder-envtest reads; also searched first here.
 const ASSETS_ENV: &str = "RUDDER_ENVTEST_ASSETS";
@@ -214,7 +214,7 @@ impl Installer {
         let upstream = go.download(&format!("k8s.io/kubernetes@v{version}"))?;
         let go_mod = fs::read_to_string(&upstream.go_mod)
             .map_err(|e| format!("could not read {}: {e}", upstream.go_mod.display()))?;
-        go.check_version(go_directive(&go_mod).as_deref(), "k8s.io/kubernetes")?;
+        go.check_version(go::go_line(&go_mod), "k8s.io/kubernetes")?;
         let staging = staging_modules(&go_mod);
         if staging.is_empty() {
             return Err(format!(
@@ -227,7 +227,7 @@ impl Installer {
         );
         text.push_str(&format!(
             "go {}\n\n",
-            go_directive(&go_mod).unwrap_or_else(|| go.version.clone())
+            go::go_line(&go_mod).unwrap_or(&go.version)
         ));
         for name in &staging {
             text.push_str(&format!("replace {name} => {name} v0.{minor}.{patch}\n"));
@@ -476,9 +476,7 @@ impl Go {
         let Some(required) = required else {
             return Ok(());
         };
-        let have = parse_version(&format!("v{}", self.version)).unwrap_or_default();
-        let need = parse_version(&format!("v{required}")).unwrap_or_default();
-        if have < need {
+        if !go::new_enough(&format!("go{}", self.version), required) {
             return Err(format!(
                 "{what} needs Go {required} or newer and this machine has Go {}: install a newer \
                  Go (https://go.dev/dl), or set {ASSETS_ENV} to a directory holding official \
@@ -511,14 +509,6 @@ fn staging_modules(go_mod: &str) -> Vec<String> {
                 .then(|| module.trim().to_owned())
         })
         .collect()
-}
-
-/// A go.mod's `go` directive (`1.26.0`).
-fn go_directive(go_mod: &str) -> Option<String> {
-    go_mod
-        .lines()
-        .find_map(|line| line.strip_prefix("go "))
-        .map(|v| v.trim().to_owned())
 }
 
 /// The string value of `"name": "..."` in `go ... -json` output (paths need no unescaping
@@ -597,7 +587,6 @@ mod tests {
             staging_modules(go_mod),
             ["k8s.io/api", "k8s.io/client-go", "k8s.io/kms"]
         );
-        assert_eq!(go_directive(go_mod).as_deref(), Some("1.26.0"));
     }
 
     #[test]

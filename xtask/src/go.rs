@@ -101,7 +101,7 @@ fn read_go_mod() -> Result<String, String> {
 }
 
 /// The version in go.mod's `go` line (the oldest Go that builds the module).
-fn go_line(go_mod: &str) -> Option<&str> {
+pub(crate) fn go_line(go_mod: &str) -> Option<&str> {
     go_mod
         .lines()
         .find_map(|line| line.trim().strip_prefix("go "))
@@ -109,7 +109,7 @@ fn go_line(go_mod: &str) -> Option<&str> {
 }
 
 /// Whether `version` (`go1.26.8`, `go1.27rc1`) is at least `needed` (`1.26.0`, `1.26`).
-fn new_enough(version: &str, needed: &str) -> bool {
+pub(crate) fn new_enough(version: &str, needed: &str) -> bool {
     let numbers = |v: &str| -> Vec<u32> {
         v.split(|c: char| !c.is_ascii_digit())
             .map_while(|n| n.parse().ok())

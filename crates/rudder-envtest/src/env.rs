@@ -626,20 +626,7 @@ impl TestEnv {
                 return Ok(());
             }
             self.check_alive(kwok_idx, deadline, timeout)
-                .map_err(|e| match e {
-                    Error::NotReady {
-                        process,
-                        reason,
-                        log,
-                        tail,
-                    } => Error::NotReady {
-                        process,
-                        reason: format!("{reason} ({ready} of {count} fake nodes Ready)"),
-                        log,
-                        tail,
-                    },
-                    other => other,
-                })?;
+                .map_err(|e| e.noting(&format!("{ready} of {count} fake nodes Ready")))?;
             tokio::time::sleep(POLL).await;
         }
     }
@@ -681,20 +668,7 @@ impl TestEnv {
                 Err(_) => "/readyz took over 2 s".to_owned(),
             };
             self.check_alive(idx, deadline, timeout)
-                .map_err(|e| match e {
-                    Error::NotReady {
-                        process,
-                        reason,
-                        log,
-                        tail,
-                    } => Error::NotReady {
-                        process,
-                        reason: format!("{reason} (last check: {last})"),
-                        log,
-                        tail,
-                    },
-                    other => other,
-                })?;
+                .map_err(|e| e.noting(&format!("last check: {last}")))?;
             tokio::time::sleep(POLL).await;
         }
     }

@@ -183,5 +183,26 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// A [`NotReady`](Error::NotReady) with `note` appended to its reason, in parentheses (what
+    /// was last seen while waiting); any other error unchanged.
+    pub(crate) fn noting(self, note: &str) -> Self {
+        match self {
+            Self::NotReady {
+                process,
+                reason,
+                log,
+                tail,
+            } => Self::NotReady {
+                process,
+                reason: format!("{reason} ({note})"),
+                log,
+                tail,
+            },
+            other => other,
+        }
+    }
+}
+
 /// The result of rudder-envtest calls.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -28,8 +28,10 @@ use rudder::prelude::*;
 use rudder::webhook::admission::{Defaulter, Denial, Warnings};
 use rudder::webhook::manifest::ClientConfig;
 use rudder_envtest::{TestNamespace, WebhookOptions, eventually};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
+
+mod support;
+use support::get;
 
 const WAIT: Duration = Duration::from_secs(30);
 const LEASE: &str = "scrape-leader";
@@ -87,26 +89,6 @@ fn webhook_options(ns: &TestNamespace) -> WebhookOptions {
         validating: manifests.validating.into_iter().collect(),
         conversion_crds: Vec::new(),
     }
-}
-
-/// A plain HTTP/1.0 GET: (status, body); status 0 when nothing answers.
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
-        return (0, String::new());
-    };
-    let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
 }
 
 /// The samples of `name` in a Prometheus text page: each sample's label text (between the

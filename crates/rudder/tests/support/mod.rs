@@ -1,5 +1,5 @@
-//! What the sharded-controller tests share: ConfigMaps to shard, a manager per replica, the
-//! ring's configuration with short Lease timings, and running a manager.
+//! What the facade's integration tests share: ConfigMaps to shard, a manager per replica, the
+//! ring's configuration with short Lease timings, running a manager, and a plain HTTP GET.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -67,4 +67,25 @@ pub(crate) fn start(manager: &Arc<Manager>) -> Running {
         async move { manager.start(stop).await }
     });
     (stop, task)
+}
+
+/// A plain HTTP/1.0 GET: (status, body); status 0 when nothing answers.
+pub(crate) async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return (0, String::new());
+    };
+    let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
 }
