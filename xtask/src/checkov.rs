@@ -155,7 +155,7 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
 }
 
 /// The virtualenv checkov lives in: `RUDDER_CHECKOV_VENV`, or `checkov-venv` in the project's
-/// cache ([`util::cache_base`]: `~/.cache/rudder/checkov-venv`), outside the checkout and
+/// cache ([`crate::util::cache_base`]: `~/.cache/rudder/checkov-venv`), outside the checkout and
 /// shared by its clones.
 fn venv() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os("RUDDER_CHECKOV_VENV") {
