@@ -278,6 +278,7 @@ pub(crate) struct Limits {
     pub(crate) header_read_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
+    pub(crate) body_read_timeout: Duration,
     pub(crate) max_body_size: Option<u64>,
     /// Whether to serve HTTP/2 where the acceptor negotiated it.
     pub(crate) http2: bool,
@@ -343,7 +344,12 @@ pub(crate) async fn serve<A, S, B>(
         inner: stream,
         activity: Arc::clone(&activity),
     });
-    let adapter = Adapter::new(service, Arc::clone(&activity), limits.max_body_size);
+    let adapter = Adapter::new(
+        service,
+        Arc::clone(&activity),
+        limits.max_body_size,
+        limits.body_read_timeout,
+    );
     #[cfg(feature = "http2")]
     if http2 {
         let conn = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())

@@ -49,7 +49,9 @@
 //! - **Idle**: a keep-alive connection with no request in flight for
 //!   [`Options::idle_timeout`] is closed (hyper 1.x has no such timer). A slow request in
 //!   flight is never cut by it.
-//! - **Body**: a body past [`Options::max_body_size`] is answered `413`.
+//! - **Body**: a body past [`Options::max_body_size`] is answered `413`; one not complete
+//!   within [`Options::body_read_timeout`] of its request's head (30 s by default, the API
+//!   server's longest webhook call) is answered `408`. Both close the connection.
 //!
 //! # At the cap
 //!
@@ -122,8 +124,9 @@ pub use body::{Body, BodyError};
 pub use fd_limit::{FdLimit, FdLimitError, raise_fd_limit};
 pub use listener::{FALLBACK_BACKLOG, system_backlog};
 pub use options::{
-    DEFAULT_BIND_ADDRESS, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
-    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY_SIZE, DEFAULT_MAX_CONNECTIONS, Options,
+    DEFAULT_BIND_ADDRESS, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_BODY_SIZE,
+    DEFAULT_MAX_CONNECTIONS, Options,
 };
 pub use server::{
     ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, BindError, Server, ServerHandle, StopReport,

@@ -34,6 +34,12 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// handshake, say) may take to turn an accepted TCP stream into the stream HTTP is served on.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The default body read timeout: how long a client has, from the end of a request's head, to
+/// send the whole body. The API server gives a webhook call at most 30 s (`timeoutSeconds`),
+/// so no caller of Rudder's servers needs longer; a client that trickles its body is answered
+/// `408` and its connection closed.
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The default request body limit: 1 MiB, Go's `MaxHeaderBytes`-sized bound on what a probe
 /// or metrics request could need. Webhooks raise it (Kubernetes sends up to about 3 MiB
 /// objects, so controller-runtime's webhook allows 7 MiB).
@@ -48,6 +54,7 @@ pub struct Options {
     pub(crate) header_read_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) handshake_timeout: Duration,
+    pub(crate) body_read_timeout: Duration,
     pub(crate) max_body_size: Option<u64>,
     pub(crate) http2: bool,
     pub(crate) listen_backlog: Option<u32>,
@@ -61,6 +68,7 @@ impl Default for Options {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             max_body_size: Some(DEFAULT_MAX_BODY_SIZE),
             http2: false,
             listen_backlog: None,
@@ -123,6 +131,15 @@ impl Options {
     /// How long the acceptor's handshake may take (default [`DEFAULT_HANDSHAKE_TIMEOUT`]).
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.handshake_timeout = timeout;
+        self
+    }
+
+    /// How long a client has, once a request's head is in, to send the whole body (default
+    /// [`DEFAULT_BODY_READ_TIMEOUT`]). Past it the service's read of the body fails with
+    /// [`BodyError::TimedOut`](crate::BodyError::TimedOut) and the client is answered
+    /// `408 Request Timeout`, its connection closed.
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.body_read_timeout = timeout;
         self
     }
 

@@ -122,6 +122,7 @@ impl Server {
             header_read_timeout: self.options.header_read_timeout,
             idle_timeout: self.options.idle_timeout,
             handshake_timeout: self.options.handshake_timeout,
+            body_read_timeout: self.options.body_read_timeout,
             max_body_size: self.options.max_body_size,
             http2: self.options.http2,
         };

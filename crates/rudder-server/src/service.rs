@@ -4,6 +4,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use http::{HeaderValue, Request, Response, StatusCode, header};
@@ -62,15 +63,22 @@ pub(crate) struct Adapter<S, B> {
     service: S,
     activity: Arc<Activity>,
     max_body_size: Option<u64>,
+    body_read_timeout: Duration,
     _body: std::marker::PhantomData<fn() -> B>,
 }
 
 impl<S, B> Adapter<S, B> {
-    pub(crate) fn new(service: S, activity: Arc<Activity>, max_body_size: Option<u64>) -> Self {
+    pub(crate) fn new(
+        service: S,
+        activity: Arc<Activity>,
+        max_body_size: Option<u64>,
+        body_read_timeout: Duration,
+    ) -> Self {
         Self {
             service,
             activity,
             max_body_size,
+            body_read_timeout,
             _body: std::marker::PhantomData,
         }
     }
@@ -90,7 +98,17 @@ impl<S: HttpService<B>, B> hyper::service::Service<Request<Incoming>> for Adapte
             return Box::pin(std::future::ready(Ok(too_large(limit, in_flight))));
         }
         let exceeded = Arc::new(AtomicBool::new(false));
-        let request = request.map(|body| Body::new(body, limit, Arc::clone(&exceeded)));
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let timeout = self.body_read_timeout;
+        let request = request.map(|body| {
+            Body::new(
+                body,
+                limit,
+                Arc::clone(&exceeded),
+                timeout,
+                Arc::clone(&timed_out),
+            )
+        });
         let mut service = self.service.clone();
         Box::pin(async move {
             let answered = service.call_boxed(request).await;
@@ -98,6 +116,14 @@ impl<S: HttpService<B>, B> hyper::service::Service<Request<Incoming>> for Adapte
                 && exceeded.load(Ordering::Relaxed)
             {
                 return Ok(too_large(limit, in_flight));
+            }
+            if timed_out.load(Ordering::Relaxed) {
+                tracing::debug!(?timeout, "request body not received in time; answering 408");
+                return Ok(closing(
+                    StatusCode::REQUEST_TIMEOUT,
+                    &format!("request body not received within {timeout:?}\n"),
+                    in_flight,
+                ));
             }
             Ok(match answered {
                 Ok(response) => response.map(|body| Guarded {
@@ -158,11 +184,17 @@ fn declared_length<T>(request: &Request<T>) -> Option<u64> {
 /// `413 Payload Too Large`; the connection is closed after it, since the rest of the body
 /// is not read.
 fn too_large(limit: u64, in_flight: InFlight) -> Response<Guarded> {
-    let mut response = plain(
+    closing(
         StatusCode::PAYLOAD_TOO_LARGE,
         &format!("request body larger than {limit} bytes\n"),
         in_flight,
-    );
+    )
+}
+
+/// A plain answer after which the connection is closed: the rest of the request's body is
+/// not read.
+fn closing(status: StatusCode, text: &str, in_flight: InFlight) -> Response<Guarded> {
+    let mut response = plain(status, text, in_flight);
     response
         .headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -1,4 +1,5 @@
-//! The server's bounds against real TCP clients: header and idle timeouts, body limit, and
+//! The server's bounds against real TCP clients: header and idle timeouts, body limit and
+//! body read timeout, and
 //! a flood of bad clients below the connection cap (the cap itself: `shedding.rs`).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -124,6 +125,50 @@ async fn a_body_over_the_limit_is_answered_413() {
     .expect("a response");
     assert_eq!(status, 413, "{body}");
     assert!(body.contains("1024"), "{body}");
+}
+
+#[tokio::test]
+async fn a_body_trickled_past_the_body_read_timeout_is_answered_408_and_closed() {
+    let timeout = Duration::from_millis(400);
+    let (server, _) = start(
+        options()
+            .body_read_timeout(timeout)
+            .header_read_timeout(Duration::from_secs(30))
+            .idle_timeout(Duration::from_secs(30)),
+    )
+    .await;
+    let addr = server.local_addr();
+    // A head, then one byte of a 100-byte body, then nothing: the service's read of the
+    // body fails at the timeout, and the client is told so whatever the service answered.
+    let started = Instant::now();
+    let mut stalled = TcpStream::connect(addr).await.expect("connect");
+    stalled
+        .write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\na")
+        .await
+        .expect("write");
+    let answer = tokio::time::timeout(WAIT, read_response(&mut stalled))
+        .await
+        .expect("answered in time");
+    let took = started.elapsed();
+    let (status, body) = answer.expect("a response");
+    assert_eq!(status, 408, "{body}");
+    assert!(body.contains("not received within"), "{body}");
+    assert!(took >= timeout - Duration::from_millis(20), "{took:?}");
+    assert!(
+        closed_within(&mut stalled, WAIT).await.is_some(),
+        "the connection is closed after a 408"
+    );
+    // A body sent in two pieces but whole within the timeout is served as usual.
+    let mut slow = TcpStream::connect(addr).await.expect("connect");
+    slow.write_all(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nab")
+        .await
+        .expect("write");
+    tokio::time::sleep(timeout / 4).await;
+    slow.write_all(b"cd").await.expect("write");
+    let answer = tokio::time::timeout(WAIT, read_response(&mut slow))
+        .await
+        .expect("answered in time");
+    assert_eq!(answer, Some((200, "4".to_owned())));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -176,6 +176,14 @@ impl Options {
         self
     }
 
+    /// How long a client has, once a request's head is in, to send the whole review (default
+    /// [`rudder_server::DEFAULT_BODY_READ_TIMEOUT`], the API server's longest call); a
+    /// slower one is answered `408`.
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.server = self.server.body_read_timeout(timeout);
+        self
+    }
+
     /// How long a keep-alive connection may wait with no request (default
     /// [`rudder_server::DEFAULT_IDLE_TIMEOUT`]).
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {

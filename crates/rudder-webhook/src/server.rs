@@ -398,6 +398,12 @@ async fn serve(webhook: Webhook, request: Request<Body>) -> Response<Full<Bytes>
                 &format!("request body larger than {limit} bytes\n"),
             );
         }
+        Err(BodyError::TimedOut { timeout }) => {
+            return plain(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!("request body not received within {timeout:?}\n"),
+            );
+        }
         Err(error) => {
             return plain(
                 StatusCode::BAD_REQUEST,
