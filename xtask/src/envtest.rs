@@ -271,13 +271,13 @@ impl Installer {
     /// Builds etcd's server into `build/etcd-v<version>/bin`.
     fn build_etcd(&self, go: &Go) -> Result<PathBuf, String> {
         let package = "go.etcd.io/etcd/server/v3";
-        self.build_module(go, "etcd", ETCD_VERSION, package, ETCD, |_| Ok(()))
+        self.build_module(go, ETCD_VERSION, package, ETCD, &[], |_| Ok(()))
     }
 
     /// Builds KWOK into `build/kwok-v<version>/bin`, with its stages beside it.
     fn build_kwok(&self, go: &Go) -> Result<PathBuf, String> {
         let package = "sigs.k8s.io/kwok/cmd/kwok";
-        self.build_module(go, "kwok", KWOK_VERSION, package, KWOK, |bin| {
+        self.build_module(go, KWOK_VERSION, package, KWOK, &[KWOK_STAGES], |bin| {
             let module = go.download(&format!("sigs.k8s.io/kwok@v{KWOK_VERSION}"))?;
             let mut stages = format!(
                 "# KWOK v{KWOK_VERSION}'s stages, assembled by `cargo xtask envtest install` from \
@@ -298,26 +298,27 @@ impl Installer {
     }
 
     /// Builds `package@v<version>` (a `main` package) as `binary` in a module of our own under
-    /// `build/<name>-v<version>/bin`, then lets `extra` add files beside it.
+    /// `build/<binary>-v<version>/bin`, then lets `extra` write the files named in `beside`
+    /// next to it (the build counts as done only with all of them).
     fn build_module(
         &self,
         go: &Go,
-        name: &str,
         version: &str,
         package: &str,
         binary: &str,
+        beside: &[&str],
         extra: impl FnOnce(&Path) -> Result<(), String>,
     ) -> Result<PathBuf, String> {
-        let module = self.build.join(format!("{name}-v{version}"));
+        let module = self.build.join(format!("{binary}-v{version}"));
         let bin = module.join("bin");
-        if has_binary(&bin, binary) && (binary != KWOK || bin.join(KWOK_STAGES).is_file()) {
+        if has_binary(&bin, binary) && beside.iter().all(|file| bin.join(file).is_file()) {
             return Ok(bin);
         }
         mkdir(&module)?;
         write(
             &module.join("go.mod"),
             &format!(
-                "// Written by `cargo xtask envtest install`.\nmodule rudder.local/envtest/{name}\n\n\
+                "// Written by `cargo xtask envtest install`.\nmodule rudder.local/envtest/{binary}\n\n\
                  go {}\n",
                 go.version
             ),

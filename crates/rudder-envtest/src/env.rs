@@ -63,7 +63,7 @@ impl TestEnvBuilder {
     }
 
     /// Also runs kube-scheduler and KWOK with `count` fake nodes (`kwok-node-0`, ...), so Pods
-    /// are scheduled, get an IP and reach `Running`, Pods of Jobs complete, and deleting a Pod
+    /// are scheduled, get an IP and reach `Running`, and deleting a Pod
     /// completes as on a cluster (KWOK plays the kubelet; no container runs). `start` returns
     /// once every node is `Ready`. Off (0) by default.
     pub fn nodes(mut self, count: usize) -> Self {

@@ -60,7 +60,7 @@
 //!   removes its objects, as in a real cluster.
 //! - Optionally kube-scheduler and [KWOK](https://kwok.sigs.k8s.io) playing the kubelets of
 //!   fake nodes ([`TestEnvBuilder::nodes`]): Pods are bound to a node, get an IP, reach
-//!   `Running` and `Ready`, Pods of Jobs complete, and a deleted Pod goes away once "its
+//!   `Running` and `Ready`, and a deleted Pod goes away once "its
 //!   kubelet" finishes it, as on a cluster; no container runs. The API server then runs
 //!   without the `TaintNodesByCondition` admission plugin, whose `not-ready` taint only the
 //!   node lifecycle controller (not run here) would lift.

@@ -20,36 +20,20 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
-use kube::core::admission::AdmissionRequest;
-use kube::core::{DynamicObject, ObjectMeta};
+use kube::core::ObjectMeta;
 use rudder::manager::client_metrics::host_of;
 use rudder::manager::leader_election::LeaderElectionConfig;
 use rudder::prelude::*;
-use rudder::webhook::admission::{Defaulter, Denial, Warnings};
 use rudder::webhook::manifest::ClientConfig;
 use rudder_envtest::{TestNamespace, WebhookOptions, eventually};
 use tokio_util::sync::CancellationToken;
 
 mod support;
-use support::get;
+use support::{Label, get};
 
 const WAIT: Duration = Duration::from_secs(30);
 const LEASE: &str = "scrape-leader";
 const CONTROLLER: &str = "scrape-configmaps";
-
-/// Labels every ConfigMap `defaulted=yes`.
-struct Label;
-
-impl Defaulter<ConfigMap> for Label {
-    async fn default(
-        &self,
-        cm: &mut ConfigMap,
-        _: &AdmissionRequest<DynamicObject>,
-    ) -> Result<Warnings, Denial> {
-        cm.labels_mut().insert("defaulted".into(), "yes".into());
-        Ok(Vec::new())
-    }
-}
 
 /// Reconciles successfully, doing nothing.
 struct Nothing;

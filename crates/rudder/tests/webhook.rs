@@ -12,7 +12,7 @@ use kube::core::admission::AdmissionRequest;
 use kube::core::{DynamicObject, ObjectMeta};
 use kube::{CustomResource, CustomResourceExt, ResourceExt};
 use rudder::prelude::*;
-use rudder::webhook::admission::{Defaulter, Denial, Validator, Warnings};
+use rudder::webhook::admission::{Denial, Validator, Warnings};
 use rudder::webhook::manifest::ClientConfig;
 use rudder::webhook::{ConversionError, Convertible, KindConversion};
 use rudder_envtest::{InstalledWebhooks, TestNamespace, WebhookOptions, eventually};
@@ -22,23 +22,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 mod support;
-use support::get;
+use support::{Label, get};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// Labels every ConfigMap `defaulted=yes`.
-struct Label;
-
-impl Defaulter<ConfigMap> for Label {
-    async fn default(
-        &self,
-        cm: &mut ConfigMap,
-        _: &AdmissionRequest<DynamicObject>,
-    ) -> Result<Warnings, Denial> {
-        cm.labels_mut().insert("defaulted".into(), "yes".into());
-        Ok(Vec::new())
-    }
-}
 
 /// Refuses ConfigMaps named `forbidden`, and updates that set `value=bad`; warns about
 /// ConfigMaps named `warn-me`.

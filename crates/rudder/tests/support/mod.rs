@@ -1,5 +1,5 @@
 //! What the facade's integration tests share: ConfigMaps to shard, a manager per replica, the
-//! ring's configuration with short Lease timings, running a manager, and a plain HTTP GET.
+//! ring's configuration with short Lease timings, running a manager, a defaulter, and a plain HTTP GET.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -88,4 +88,19 @@ pub(crate) async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String)
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     (status, body)
+}
+
+/// Labels every ConfigMap `defaulted=yes`.
+pub(crate) struct Label;
+
+impl rudder::webhook::admission::Defaulter<ConfigMap> for Label {
+    async fn default(
+        &self,
+        cm: &mut ConfigMap,
+        _: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
+    ) -> Result<rudder::webhook::admission::Warnings, rudder::webhook::admission::Denial> {
+        use kube::ResourceExt as _;
+        cm.labels_mut().insert("defaulted".into(), "yes".into());
+        Ok(Vec::new())
+    }
 }
