@@ -19,7 +19,7 @@ use tokio_util::task::AbortOnDropHandle;
 use super::config::{JITTER_FACTOR, LeaderElectionConfig};
 use super::error::{ConfigError, Error, LeadershipLost, Result};
 use super::random_u64;
-use super::record::{self, Record, Sighting};
+use super::record::{self, Record, Sighting, View};
 
 /// Elects one leader among candidates sharing a `coordination.k8s.io/v1` Lease, with
 /// client-go's rules, so Rudder and Go controllers can compete for the same Lease.
@@ -94,10 +94,12 @@ impl LeaderElection {
     ///
     /// While this candidate leads, the value is `Some(t + lease_duration)`, where `t` is the
     /// moment (by the monotonic clock, [`tokio::time::Instant`]) the last successful request
-    /// that acquired or renewed the Lease was *sent*. No other candidate can take the Lease
-    /// over before that instant: any of them counts its lease duration from when it saw that
-    /// write, which is after it was sent, and its own write carries the `resourceVersion`, so
-    /// it cannot overtake a write it has not seen. The value is `None` while this candidate
+    /// that acquired or renewed the Lease was *sent*, or, if that request wrote the same
+    /// record as client-go sees it (times in whole seconds: renewals within one second), the
+    /// moment the first request of those was sent. No other candidate can take the Lease over
+    /// before that instant: any of them counts its lease duration from when it saw the record
+    /// change, which is after that write was sent, and its own write carries the
+    /// `resourceVersion`, so it cannot overtake a write it has not seen. The value is `None` while this candidate
     /// does not lead; it becomes `None` before a release is written, when leadership is lost
     /// (including when a renewal finds another holder), and when the [`Leadership`] is
     /// dropped.
@@ -174,15 +176,15 @@ impl LeaderElection {
             )
             .await;
             match attempt {
-                Ok(Attempt::Leading(_)) if cancel.is_cancelled() => {
+                Ok(Attempt::Leading(..)) if cancel.is_cancelled() => {
                     if shared.config.release_on_cancel() {
                         shared.release().await;
                     }
                     return Err(shared.cancelled());
                 }
-                Ok(Attempt::Leading(sent)) => {
-                    shared.renewed(sent);
-                    break sent;
+                Ok(Attempt::Leading(written)) => {
+                    shared.renewed(written);
+                    break written.sent;
                 }
                 Ok(Attempt::HeldBy(holder)) => {
                     tracing::debug!(lease = %shared.key(), %holder, "the lease is held by another candidate");
@@ -327,6 +329,10 @@ struct Shared {
 struct Observed {
     sighting: Option<Sighting>,
     lease: Option<Lease>,
+    /// The last record this candidate wrote, as client-go compares it, and when the first
+    /// request that wrote that view was sent: others count their lease duration from no
+    /// earlier than that.
+    written: Option<(View, Instant)>,
 }
 
 impl Observed {
@@ -345,14 +351,23 @@ impl Observed {
         self.record().is_some_and(|r| r.holder == identity)
     }
 
-    /// Records a Lease this candidate just wrote.
-    fn wrote(&mut self, lease: Lease) {
+    /// Records a Lease this candidate just wrote with a request sent at `sent`, and returns
+    /// when the others' clocks may have restarted for it: `sent`, unless the previous write
+    /// looks the same to client-go, whose candidates then keep counting from that one's view.
+    fn wrote(&mut self, lease: Lease, sent: Instant) -> Written {
         let record = Record::from_spec(lease.spec.as_ref());
+        let view = record.view();
+        let view_since = match &self.written {
+            Some((previous, since)) if *previous == view => *since,
+            _ => sent,
+        };
+        self.written = Some((view, view_since));
         self.sighting = Some(Sighting {
             record,
             since: Instant::now(),
         });
         self.lease = Some(lease);
+        Written { sent, view_since }
     }
 
     /// Records a Lease just read, restarting the expiry clock only if the record changed.
@@ -370,12 +385,22 @@ impl Observed {
 
 /// The outcome of one attempt to acquire or renew.
 enum Attempt {
-    /// This candidate holds the Lease, freshly renewed by a request sent at this instant.
-    Leading(Instant),
+    /// This candidate holds the Lease, freshly renewed.
+    Leading(Written),
     /// Another candidate holds an unexpired Lease.
     HeldBy(String),
     /// A request failed (including a conflict: someone else wrote the Lease first).
     Failed(kube::Error),
+}
+
+/// A successful write of the Lease by this candidate.
+#[derive(Clone, Copy, Debug)]
+struct Written {
+    /// When its request was sent: the renew deadline counts from here.
+    sent: Instant,
+    /// When the first request writing the same record, as client-go compares it, was sent:
+    /// the validity counts from here (see [`Observed::wrote`]).
+    view_since: Instant,
 }
 
 /// How a renewal round ended.
@@ -419,9 +444,10 @@ impl Shared {
         .set(if leading { 1.0 } else { 0.0 });
     }
 
-    /// Publishes the validity given by a successful acquire or renew request sent at `sent`.
-    fn renewed(&self, sent: Instant) {
-        let until = sent + self.config.lease_duration();
+    /// Publishes the validity given by a successful acquire or renew request: a lease
+    /// duration from when the others may have seen the record change (see [`Written`]).
+    fn renewed(&self, written: Written) {
+        let until = written.view_since + self.config.lease_duration();
         self.validity.send_if_modified(|valid| {
             // A slow answer must not move the validity back behind a later one.
             if valid.is_none_or(|v| v < until) {
@@ -483,8 +509,7 @@ impl Shared {
             let sent = Instant::now();
             match self.update(lease, &desired).await {
                 Ok(lease) => {
-                    observed.wrote(lease);
-                    return Attempt::Leading(sent);
+                    return Attempt::Leading(observed.wrote(lease, sent));
                 }
                 Err(error) => {
                     tracing::debug!(lease = %self.key(), %error, "renewing without a read failed, reading the lease");
@@ -510,10 +535,7 @@ impl Shared {
             };
             let sent = Instant::now();
             return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(lease) => {
-                    observed.wrote(lease);
-                    Attempt::Leading(sent)
-                }
+                Ok(lease) => Attempt::Leading(observed.wrote(lease, sent)),
                 Err(error) => Attempt::Failed(error),
             };
         };
@@ -530,10 +552,7 @@ impl Shared {
         }
         let sent = Instant::now();
         match self.update(lease, &desired).await {
-            Ok(lease) => {
-                observed.wrote(lease);
-                Attempt::Leading(sent)
-            }
+            Ok(lease) => Attempt::Leading(observed.wrote(lease, sent)),
             Err(error) => Attempt::Failed(error),
         }
     }
@@ -559,9 +578,9 @@ impl Shared {
                 return Renewal::Failed;
             }
             match timeout_at(deadline, self.try_acquire_or_renew()).await {
-                Ok(Attempt::Leading(sent)) => {
-                    self.renewed(sent);
-                    return Renewal::Renewed(sent);
+                Ok(Attempt::Leading(written)) => {
+                    self.renewed(written);
+                    return Renewal::Renewed(written.sent);
                 }
                 Ok(Attempt::HeldBy(holder)) => {
                     // Another candidate wrote the Lease and holds it unexpired: it took over,
@@ -607,9 +626,10 @@ impl Shared {
             renew_time: Some(now),
             transitions: old.transitions,
         };
+        let sent = Instant::now();
         match timeout(self.config.renew_deadline(), self.update(lease, &released)).await {
             Ok(Ok(lease)) => {
-                observed.wrote(lease);
+                observed.wrote(lease, sent);
                 tracing::info!(lease = %self.key(), identity = %self.config.identity(), "released the leader lease");
             }
             Ok(Err(error)) => {
@@ -777,12 +797,31 @@ mod tests {
         election
     }
 
-    /// The last write the fake saw.
-    fn last_write(fake: &FakeApi) -> super::super::fake::Seen {
+    /// The writes the fake saw.
+    fn writes(fake: &FakeApi) -> Vec<super::super::fake::Seen> {
         fake.seen()
             .into_iter()
-            .rfind(|s| s.method == Method::POST || s.method == Method::PUT)
+            .filter(|s| s.method == Method::POST || s.method == Method::PUT)
+            .collect()
+    }
+
+    /// The last write the fake saw.
+    fn last_write(fake: &FakeApi) -> super::super::fake::Seen {
+        writes(fake).pop().unwrap()
+    }
+
+    /// When the first of the last writes that all wrote the same whole second was sent: what
+    /// a client-go candidate counts its lease duration from, at the earliest.
+    fn view_since(fake: &FakeApi) -> Instant {
+        let writes = writes(fake);
+        let last = writes.last().unwrap().wrote_renew_second;
+        writes
+            .iter()
+            .rev()
+            .take_while(|w| w.wrote_renew_second == last)
+            .last()
             .unwrap()
+            .at
     }
 
     #[tokio::test(start_paused = true)]
@@ -823,6 +862,39 @@ mod tests {
         assert_eq!(fake.holder().as_deref(), Some(""));
     }
 
+    /// client-go compares records with their times in whole seconds: a renewal within the
+    /// second of the previous write does not restart a client-go candidate's clock, so it
+    /// must not extend this leader's validity either.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_within_the_second_of_the_last_write_keeps_its_validity() {
+        let fake = FakeApi::default();
+        fake.set_latency(LATENCY);
+        let election = election(&fake, "a");
+        let validity = election.validity();
+        let stop = CancellationToken::new();
+        let leadership = election.acquire(stop.clone()).await.unwrap();
+        // The create is sent at a whole second (the tests' wall clock starts at one); the
+        // first renewal 0.8 s later, the second 1.6 s later.
+        let create = last_write(&fake);
+        while writes(&fake).len() < 3 {
+            sleep(Duration::from_millis(50)).await;
+        }
+        let all = writes(&fake);
+        let (first, second) = (&all[1], &all[2]);
+        assert_eq!(first.wrote_renew_second, create.wrote_renew_second);
+        assert_eq!(first.at, create.at + Duration::from_millis(800));
+        assert_ne!(second.wrote_renew_second, first.wrote_renew_second);
+        assert_eq!(second.at, create.at + Duration::from_millis(1600));
+        // Between the two renewals, the validity still counted from the create.
+        assert_eq!(first.validity, Some(Some(create.at + LEASE)));
+        assert_eq!(second.validity, Some(Some(create.at + LEASE)));
+        // Once the second is answered, from the second renewal.
+        sleep(LATENCY).await;
+        assert_eq!(*validity.borrow(), Some(second.at + LEASE));
+        stop.cancel();
+        leadership.finished().await.unwrap();
+    }
+
     #[tokio::test(start_paused = true)]
     async fn failing_renewals_are_a_loss_exactly_at_the_renew_deadline_of_the_last_success() {
         let fake = FakeApi::default();
@@ -836,7 +908,7 @@ mod tests {
         renewals.changed().await.unwrap();
         fake.set_failing(true);
         let last = last_write(&fake);
-        assert_eq!(*validity.borrow(), Some(last.at + LEASE));
+        assert_eq!(*validity.borrow(), Some(view_since(&fake) + LEASE));
         let failures_from = fake.seen().len();
 
         let lost = leadership.lost().await;
@@ -872,7 +944,8 @@ mod tests {
         let resumed = Instant::now();
         // Before the renewing task has run, the validity already forbids any new work.
         let valid_until = validity.borrow().expect("not yet withdrawn");
-        assert_eq!(valid_until, last.at + LEASE);
+        assert_eq!(valid_until, view_since(&fake) + LEASE);
+        assert!(valid_until <= last.at + LEASE);
         assert!(resumed >= valid_until);
 
         let lost = leadership.lost().await;

@@ -23,6 +23,9 @@ pub(crate) struct Seen {
     pub(crate) at: Instant,
     /// The holder written, for a create or an update.
     pub(crate) wrote_holder: Option<String>,
+    /// The whole second of the `renewTime` written (as client-go serialises it), for a create
+    /// or an update.
+    pub(crate) wrote_renew_second: Option<i64>,
     /// The elector's validity when the request was sent, if one is observed.
     pub(crate) validity: Option<Option<Instant>>,
 }
@@ -107,10 +110,14 @@ impl FakeApi {
         let Ok(body) = request.into_body().collect_bytes().await else {
             return status(StatusCode::BAD_REQUEST, "BadRequest");
         };
-        let wrote_holder = serde_json::from_slice::<Lease>(&body)
+        let written = serde_json::from_slice::<Lease>(&body)
             .ok()
-            .and_then(|l| l.spec)
-            .and_then(|s| s.holder_identity);
+            .and_then(|l| l.spec);
+        let wrote_renew_second = written
+            .as_ref()
+            .and_then(|s| s.renew_time.as_ref())
+            .map(|t| t.0.as_second());
+        let wrote_holder = written.and_then(|s| s.holder_identity);
         let (latency, failing) = self.with(|s| {
             let validity = s.validity.as_ref().map(|v| *v.borrow());
             s.seen.push(Seen {
@@ -118,6 +125,7 @@ impl FakeApi {
                 list_or_watch,
                 at,
                 wrote_holder,
+                wrote_renew_second,
                 validity,
             });
             (s.latency, s.failing)

@@ -39,8 +39,14 @@ impl Sighting {
 
 /// client-go's `LeaderElectionRecord`, the part of a Lease that leader election uses.
 ///
-/// Two records are compared field by field to tell whether the Lease changed since it was last
-/// seen; client-go compares the serialised record, which amounts to the same.
+/// Reading, this process compares two records field by field, times to the microsecond, to
+/// tell whether the Lease changed since it was last seen. client-go compares the records as it
+/// serialises them, times in whole seconds ([`View`]): two renewals within one second look
+/// unchanged to it. Comparing finer only restarts the expiry clock more often, so a Rudder
+/// candidate takes over no earlier than client-go would. Writing, the difference matters: a
+/// renewal that client-go cannot tell from the previous one does not restart its clock, so a
+/// leader counts its validity from the first write of the same [`View`] (see
+/// `Shared::renewed` in the elector).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Record {
     /// The holder; empty when nobody holds the Lease (never held, or released).
@@ -92,6 +98,19 @@ impl Record {
         }
     }
 
+    /// The record as client-go serialises it to compare: times in whole seconds (a
+    /// `metav1.Time` is written in RFC 3339 without fractions).
+    pub(crate) fn view(&self) -> View {
+        let second = |t: &Option<MicroTime>| t.as_ref().map(|t| t.0.as_second());
+        View {
+            holder: self.holder.clone(),
+            lease_duration_seconds: self.lease_duration_seconds,
+            acquire_second: second(&self.acquire_time),
+            renew_second: second(&self.renew_time),
+            transitions: self.transitions,
+        }
+    }
+
     /// Writes the record into `spec`, keeping the fields leader election does not own
     /// (`preferredHolder`, `strategy`).
     pub(crate) fn write_to(&self, spec: &mut LeaseSpec) {
@@ -103,13 +122,54 @@ impl Record {
     }
 }
 
+/// A [`Record`] as client-go compares it: two records with equal views are, to a client-go
+/// candidate, the same record, and do not restart its expiry clock. (Its record also holds the
+/// Lease's `strategy` and `preferredHolder`, which leader election writes back unchanged.)
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct View {
+    holder: String,
+    lease_duration_seconds: i32,
+    acquire_second: Option<i64>,
+    renew_second: Option<i64>,
+    transitions: i32,
+}
+
 /// The wall-clock time now, at the microsecond precision a Lease holds.
 pub(crate) fn now() -> MicroTime {
-    let micros = match SystemTime::now().duration_since(UNIX_EPOCH) {
+    MicroTime(Timestamp::from_microsecond(wall_micros()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+#[cfg(not(test))]
+fn wall_micros() -> i64 {
+    system_micros()
+}
+
+/// Microseconds since the Unix epoch by the system clock.
+#[cfg_attr(test, allow(dead_code))]
+fn system_micros() -> i64 {
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
         Ok(since) => i64::try_from(since.as_micros()).unwrap_or(i64::MAX),
         Err(before) => -i64::try_from(before.duration().as_micros()).unwrap_or(i64::MAX),
-    };
-    MicroTime(Timestamp::from_microsecond(micros).unwrap_or(Timestamp::UNIX_EPOCH))
+    }
+}
+
+/// Unit tests run on tokio's paused clock, which the system clock does not follow: there, the
+/// wall clock starts at a whole second when first read on a thread and advances with tokio's.
+#[cfg(test)]
+fn wall_micros() -> i64 {
+    use std::cell::Cell;
+
+    /// 2027-01-15T08:00:00Z.
+    const START: i64 = 1_800_000_000_000_000;
+    thread_local!(static FIRST_READ: Cell<Option<tokio::time::Instant>> = const { Cell::new(None) });
+    let now = tokio::time::Instant::now();
+    let first = FIRST_READ.with(|first| {
+        first.get().unwrap_or_else(|| {
+            first.set(Some(now));
+            now
+        })
+    });
+    START + i64::try_from((now - first).as_micros()).unwrap_or(i64::MAX - START)
 }
 
 #[cfg(test)]

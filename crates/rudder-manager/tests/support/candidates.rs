@@ -567,6 +567,8 @@ pub(crate) async fn rudder_candidate(settings: &str) -> ! {
             let until = *validity.borrow_and_update();
             if let Some(until) = until {
                 let until = mono_of(until);
+                // When the write the validity counts from was sent: the last one, or the first
+                // of a run that client-go cannot tell apart (renewals within one second).
                 let sent = until - i64::try_from(lease_duration.as_nanos()).unwrap_or(0);
                 println!("valid {until} {sent}");
             }
