@@ -15,7 +15,10 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
         &format!("envtest install (Kubernetes {OLDEST_KUBERNETES}, the oldest supported)"),
         || crate::envtest::install_version(OLDEST_KUBERNETES, false),
     )?;
-    step("tools the tests run (promtool, ss)", install_test_tools)?;
+    step(
+        "tools the checks run (promtool, ss, dot)",
+        install_test_tools,
+    )?;
     // A scaffolded controller goes through every check and test below, then is removed.
     let _scaffold = step(
         "cargo xtask new-controller (for CI)",
@@ -23,6 +26,9 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
     )?;
     step("cargo fmt --check", || {
         sh(cargo().args(["fmt", "--all", "--check"]))
+    })?;
+    step("cargo xtask tidy", || {
+        crate::tidy::run(&[], crate::COMMANDS)
     })?;
     step(
         "TLS crates only where a feature asks for them",
@@ -126,9 +132,14 @@ fn go_checks() -> Result<(), String> {
     ]))
 }
 
-/// Debian packages of the programs some tests run, by the program each provides: Prometheus'
-/// own metrics linter, and the socket statistics that show a listener's backlog.
-const TEST_TOOLS: &[(&str, &str)] = &[("promtool", "prometheus"), ("ss", "iproute2")];
+/// Debian packages of the programs some checks run, by the program each provides: Prometheus'
+/// own metrics linter, the socket statistics that show a listener's backlog, and Graphviz,
+/// whose renderings `tidy` compares with the committed diagrams.
+const TEST_TOOLS: &[(&str, &str)] = &[
+    ("promtool", "prometheus"),
+    ("ss", "iproute2"),
+    ("dot", "graphviz"),
+];
 
 /// Installs the [`TEST_TOOLS`] missing from `PATH` with apt-get. The test steps then set
 /// `RUDDER_REQUIRE_PROMTOOL`, so a test that cannot find promtool fails instead of skipping it.

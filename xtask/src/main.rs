@@ -12,10 +12,12 @@ mod bench_webhook;
 mod checkov;
 mod ci;
 mod demo;
+mod diagrams;
 mod envtest;
 mod go;
 mod new_operator;
 mod scaffold;
+mod tidy;
 mod util;
 mod versions;
 
@@ -62,8 +64,28 @@ Tasks:
                           build (Go modules) and cache the control plane rudder-envtest
                           runs: Kubernetes 1.37.2 by default, etcd, KWOK (idempotent)
       --print-path        only print the directory holding the binaries
+  tidy                    check what the compiler does not: ARCHITECTURE.md's map, the
+                          feature tables, the README's commands, import cycles, diagrams
+  diagrams                regenerate docs/diagrams (the crate graph from the manifests,
+                          each .dot rendered to .svg with Graphviz's dot)
   help                    this text
 ";
+
+/// The tasks, as `tidy` checks the docs name them.
+const COMMANDS: &[&str] = &[
+    "demo",
+    "checkov",
+    "ci",
+    "tidy",
+    "diagrams",
+    "new-controller",
+    "new-operator",
+    "bench-workqueue",
+    "bench-webhook",
+    "bench-failover",
+    "bench-election",
+    "envtest",
+];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -79,6 +101,8 @@ fn main() -> ExitCode {
         ["new-controller", rest @ ..] => scaffold::run(rest),
         ["new-operator", rest @ ..] => new_operator::run(rest),
         ["envtest", rest @ ..] => envtest::run(rest),
+        ["diagrams", rest @ ..] => diagrams::run(rest),
+        ["tidy", rest @ ..] => tidy::run(rest, COMMANDS),
         [] | ["help" | "--help" | "-h"] => {
             print!("{HELP}");
             Ok(())

@@ -221,6 +221,13 @@
 //!
 //! The watch cache is on, as on a cluster (tests that need it off pass
 //! `--watch-cache=false` with [`TestEnvBuilder::apiserver_arg`]).
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `rustls-tls` | yes | the clients' TLS to the control plane with rustls and `ring` |
+//! | `openssl-tls` | no | the clients' TLS with OpenSSL instead (turn default features off so as not to compile both) |
 
 mod apply;
 mod binaries;

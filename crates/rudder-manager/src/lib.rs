@@ -133,6 +133,12 @@
 //! controllers' caches; turn it off for memory-tight deployments (controllers then start
 //! only on acquire, as before). Other leader-only runnables (closures made with
 //! [`runnable`]`(.., true, ..)`) start only once the replica leads, either way.
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `webhook` | yes | the webhook server (rudder-webhook), self-signed webhook certificates (rudder-certs) and secure metrics: TLS on the server side, rustls on `ring`; without it the manager compiles no TLS stack |
 
 #[cfg(feature = "webhook")]
 mod authz;

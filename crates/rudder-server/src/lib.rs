@@ -1,5 +1,7 @@
-//! An HTTP/1.1 server on hyper for any tower service, with every wait bounded: the
-//! foundation of Rudder's probe, metrics and webhook servers.
+//! An HTTP server on hyper for any tower service, with every wait bounded: the foundation
+//! of Rudder's probe, metrics and webhook servers. It speaks HTTP/1.1, and HTTP/2 too with
+//! the `http2` feature, on connections whose acceptor negotiated it (see
+//! [Features](#features)).
 //!
 //! Start with [`Server::bind`] and [`Options`], serve a service with [`Server::serve`], and
 //! stop it with [`ServerHandle::stop`] and a deadline.
@@ -108,6 +110,12 @@
 //! [`Server::serve_with`] serves on streams an [`Acceptor`] makes of each accepted TCP
 //! stream, in the connection's own task; that is where TLS plugs in. [`PlainTcp`] is the
 //! identity.
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `http2` | no | HTTP/2 on connections whose acceptor negotiates it (TLS ALPN `h2`), when `Options::http2(true)`; without it the `h2` crate is not compiled |
 
 mod acceptor;
 mod body;

@@ -97,9 +97,11 @@
 //!
 //! # Admission
 //!
-//! Reviews are decoded with kube's types as [`DynamicObject`](kube::core::DynamicObject)s,
-//! never as the typed object, so an object that does not decode still gets an answer
-//! with its uid. As in controller-runtime: a body that is not JSON, or not
+//! Reviews are decoded with kube's types, the objects in them first as
+//! [`DynamicObject`](kube::core::DynamicObject)s and only then, for a typed
+//! [`Defaulter`](admission::Defaulter) or [`Validator`](admission::Validator), into the
+//! handler's type, so an object that does not decode as that type still gets an answer with
+//! its uid. As in controller-runtime: a body that is not JSON, or not
 //! `application/json`, is HTTP 400; a review or object that does not decode is
 //! `allowed: false` with code 400; a handler that panics is answered with code 500 and
 //! counted; `dryRun` reaches the handler; the answer is in the review's own API version
@@ -121,6 +123,12 @@
 //! controller-runtime's names, through the `metrics` crate: see [`metrics`]; and one of
 //! Rudder's own, requests by HTTP version
 //! ([`metrics::REQUESTS_BY_PROTOCOL_TOTAL`]).
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `http2` | no | HTTP/2 for clients that negotiate it by ALPN, when `Options::http2(true)` (rudder-server's `http2`) |
 
 pub mod admission;
 mod certificate;

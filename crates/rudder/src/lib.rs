@@ -63,8 +63,12 @@
 //!
 //! [`client::Client`] reads from the cache and writes with the object's own `Api`:
 //! `create`, `update`, `update_status`, `patch`, `patch_status`, `apply`, `apply_status`,
-//! `delete`; writes of what was read carry its resourceVersion, so a stale read is a
-//! conflict ([`client::ClientError::is_conflict`]), never a lost update. [`events`]
+//! `delete`. `update`, `update_status` and `patch_status` are conditional on the
+//! resourceVersion the object carries, so a write computed from a stale read is a conflict
+//! ([`client::ClientError::is_conflict`]), never a lost update; `patch` is conditional only
+//! when the patch carries `metadata.resourceVersion`; `apply` and `apply_status` (server-side
+//! apply, forcing) are not; `delete` is conditional on the uid, so a newer object of the same
+//! name is left alone. [`events`]
 //! re-exports the Event types, so an operator needs no direct kube-runtime dependency.
 //!
 //! [`client`] also has helpers: [`client::set_controller_reference`] (which
@@ -102,6 +106,7 @@
 //! | `controller` | yes | [`controller`](mod@controller) (and `handler`, `workqueue`) |
 //! | `manager` | yes | [`manager`] and the controller builder (and `controller`) |
 //! | `webhook` | yes | [`webhook`] and its builder, [`certs`], secure metrics, [`manifests`] (and `manager`): TLS on the server side, rustls on `ring` |
+//! | `webhook-http2` | no | HTTP/2 for the webhook server when its options ask for it (`webhook::Options::http2(true)`; and `webhook`) |
 //! | `rustls-tls` | yes | TLS to the API server with rustls, `ring` as its crypto provider |
 //! | `envtest` | no | `rudder::envtest` (rudder-envtest): the test control plane, for dev-dependencies |
 //! | `openssl-tls` | no | TLS to the API server with OpenSSL (turn default features off to leave rustls out) |
