@@ -138,13 +138,12 @@
 mod authz;
 pub mod client_metrics;
 pub mod health;
-pub mod leader_election;
 mod manager;
 pub mod metrics;
 pub mod rbac;
+mod ring;
 mod runnable;
 mod server;
-pub mod sharding;
 #[cfg(feature = "webhook")]
 mod webhooks;
 
@@ -159,6 +158,8 @@ pub use manager::{
     DEFAULT_METRICS_ADDRESS, Error, ExtraHandler, GracefulShutdown, Manager, ManagerBuilder,
 };
 pub use rudder_controller::Shutdown;
+pub use rudder_lease::leader_election;
+pub use rudder_lease::sharding;
 pub use runnable::{BoxError, Runnable, runnable};
 #[cfg(feature = "webhook")]
 pub use server::SecureMetricsError;

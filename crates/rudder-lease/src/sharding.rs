@@ -2,23 +2,21 @@
 //! shards, and shard Leases held with the leader election's rules (see `docs/sharding.md`).
 //!
 //! ```no_run
-//! use std::sync::Arc;
-//! use rudder_manager::Manager;
-//! use rudder_manager::sharding::{Ring, ShardingConfig};
+//! use rudder_controller::Shutdown;
+//! use rudder_lease::sharding::{Ring, ShardingConfig};
 //!
 //! # fn demo<R: rudder_controller::Reconciler>(
-//! #     manager: &Manager,
+//! #     client: kube::Client,
 //! #     controller: rudder_controller::Controller<R>,
 //! #     keys: rudder_controller::KeyLister,
 //! # ) -> Result<(), Box<dyn std::error::Error>> {
-//! let ring = Ring::new(
-//!     manager.client().clone(),
-//!     ShardingConfig::new("operators", "configmap-generator"),
-//! )?;
-//! // `keys` lists the primary objects' keys from the manager's cache.
+//! let ring = Ring::new(client, ShardingConfig::new("operators", "configmap-generator"))?;
+//! // `keys` lists the primary objects' keys from the cache.
 //! controller.set_shard_gate(ring.gate(), keys)?;
-//! manager.add(ring);
-//! manager.add_controller(controller);
+//! // With a manager: `manager.add(ring)` (it runs on every replica) and
+//! // `manager.add_controller(controller)`. Alone, it runs until its shutdown fires:
+//! let shutdown = Shutdown::new();
+//! tokio::spawn(ring.run(shutdown.clone()));
 //! # Ok(())
 //! # }
 //! ```
@@ -65,7 +63,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use metrics::{Counter, Gauge, Histogram};
@@ -77,7 +74,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::leader_election::record::{Record, Sighting};
 use crate::leader_election::{ConfigError, LeaderElection, LeaderElectionConfig, default_identity};
-use crate::runnable::{BoxError, Runnable};
+
+/// What [`Ring::run`] ends with: a failed write of the member Lease, its election, or its loss.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The label naming the ring on every member Lease.
 pub const RING_LABEL: &str = "rudder.dev/ring";
@@ -92,7 +91,7 @@ const HANDOFFS_TOTAL: &str = "rudder_shard_handoffs_total";
 const KEYS_DROPPED_TOTAL: &str = "rudder_shard_keys_dropped_total";
 
 /// Describes every metric of a sharding ring to the recorder current at this call.
-pub(crate) fn describe() {
+pub fn describe() {
     metrics::describe_gauge!(MEMBERS, "Live members of the ring in this replica's view.");
     metrics::describe_gauge!(SHARDS_OWNED, "Shards of the ring this replica holds.");
     metrics::describe_gauge!(
@@ -279,9 +278,9 @@ impl ShardingConfig {
     /// What a replica of the ring needs: get, list, watch, create and update on `leases` in
     /// the ring's namespace (its member Lease and the shard Leases it holds, the list of the
     /// ring's Leases, the shard Leases' watch).
-    pub fn permissions(&self) -> crate::rbac::Permissions {
-        use crate::rbac::{RuleScope, Verb};
-        crate::rbac::Permissions::new().resource(
+    pub fn permissions(&self) -> rudder_manifests::rbac::Permissions {
+        use rudder_manifests::rbac::{RuleScope, Verb};
+        rudder_manifests::rbac::Permissions::new().resource(
             RuleScope::Namespace(self.namespace.clone()),
             "coordination.k8s.io",
             "leases",
@@ -317,7 +316,7 @@ pub struct RingStatus {
     pub settled: bool,
 }
 
-/// One replica's membership in a ring and its shard Leases: a [`Runnable`] that feeds a
+/// One replica's membership in a ring and its shard Leases: a runnable that feeds a
 /// [`ShardGate`] (see the module docs). Add it to the manager (it runs on every replica, not
 /// only a leader) and give [`gate`](Self::gate) to the controller.
 pub struct Ring {
@@ -388,7 +387,13 @@ impl Ring {
         self.status.subscribe()
     }
 
-    async fn run(self, shutdown: Shutdown) -> Result<(), BoxError> {
+    /// Joins the ring and holds the shards its view gives this replica until `shutdown`
+    /// fires, then hands them back and leaves (the manager runs it as a runnable).
+    ///
+    /// # Errors
+    ///
+    /// When the member Lease cannot be created or acquired, or its renewal is lost.
+    pub async fn run(self, shutdown: Shutdown) -> Result<(), BoxError> {
         let metrics = RingMetrics::new(&self.config.ring);
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.namespace);
         self.create_member_lease(&api).await?;
@@ -567,20 +572,6 @@ impl Ring {
         // This replica holds its own Lease while it runs here.
         live.insert(self.config.identity.clone());
         live.into_iter().collect()
-    }
-}
-
-impl Runnable for Ring {
-    fn name(&self) -> String {
-        format!("sharding ring {}", self.config.ring)
-    }
-
-    fn needs_leader_election(&self) -> bool {
-        false
-    }
-
-    fn start(self: Box<Self>, shutdown: Shutdown) -> BoxFuture<'static, Result<(), BoxError>> {
-        Box::pin(self.run(shutdown))
     }
 }
 
