@@ -59,6 +59,8 @@
 //! replica's workers took from the queue and dropped because their shard is not open here,
 //! refreshed every retry period).
 
+pub mod labels;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
