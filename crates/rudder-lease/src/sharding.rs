@@ -75,7 +75,9 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::leader_election::record::{Record, Sighting};
-use crate::leader_election::{ConfigError, LeaderElection, LeaderElectionConfig, default_identity};
+use crate::leader_election::{
+    ConfigError, LeaderElection, LeaderElectionConfig, Leadership, default_identity,
+};
 
 /// What [`Ring::run`] ends with: a failed write of the member Lease, its election, or its loss.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -406,84 +408,13 @@ impl Ring {
         };
         tracing::info!(ring = %self.config.ring, identity = %self.config.identity,
             mode = ?self.config.mode, shards = self.config.shards, "joined the ring");
-        let (view_tx, view_rx) = watch::channel(View::default());
+        let (view, view_rx) = watch::channel(View::default());
         let changed = Arc::new(Notify::new());
         let shards_stop = CancellationToken::new();
-        let mut shards = JoinSet::new();
-        for (shard, election) in self.elections.iter().enumerate() {
-            shards.spawn(hold_shard(ShardTask {
-                shard,
-                election: election.clone(),
-                gate: self.gate.clone(),
-                ring: self.config.ring.clone(),
-                identity: self.config.identity.clone(),
-                view: view_rx.clone(),
-                stop: shards_stop.clone(),
-                changed: Arc::clone(&changed),
-                metrics: metrics.clone(),
-            }));
-        }
-        let lost = membership.lost();
-        let mut lost = std::pin::pin!(lost);
-        let mut observed: HashMap<String, Sighting> = HashMap::new();
-        let mut view_changed_at: Option<Instant> = None;
-        let mut next_list = Instant::now();
-        let result = loop {
-            tokio::select! {
-                _ = shutdown.stopped() => break Ok(()),
-                lost = &mut lost => break Err(BoxError::from(lost)),
-                () = changed.notified() => {}
-                () = sleep_until(next_list) => {
-                    next_list = Instant::now() + self.config.retry_period;
-                    // One list serves both: the member Leases (by label) and the shard Leases'
-                    // observations.
-                    match api.list(&ListParams::default()).await {
-                        Ok(leases) => {
-                            self.observe_shards(&leases.items);
-                            let members = self.live_members(&leases.items, &mut observed);
-                            if view_tx.borrow().members != members {
-                                tracing::info!(ring = %self.config.ring, ?members, "the ring's membership changed");
-                                metrics.members.set(members.len() as f64);
-                                view_changed_at = Some(Instant::now());
-                                view_tx.send_replace(View::new(&self.config.ring, self.config.shards, members));
-                            }
-                        }
-                        Err(error) => {
-                            tracing::warn!(ring = %self.config.ring, %error, "failed to list the ring's leases");
-                        }
-                    }
-                    if let Some(keys) = self.gate.owned_keys() {
-                        metrics.keys.set(keys.len() as f64);
-                    }
-                    metrics.dropped.absolute(self.gate.dropped() as u64);
-                }
-            }
-            let (members, desired) = {
-                let view = view_tx.borrow();
-                let desired: Vec<usize> = (0..self.config.shards)
-                    .filter(|&shard| view.gives(shard, &self.config.identity))
-                    .collect();
-                (view.members.clone(), desired)
-            };
-            let held = self.gate.open_shards();
-            let settled = !members.is_empty() && held == desired;
-            metrics.shards.set(held.len() as f64);
-            if settled && let Some(at) = view_changed_at.take() {
-                let took = at.elapsed();
-                metrics.rebalance.record(took.as_secs_f64());
-                tracing::info!(ring = %self.config.ring, shards = held.len(), ?took, "rebalanced");
-            }
-            self.status.send_if_modified(|status| {
-                let next = RingStatus {
-                    members,
-                    held,
-                    settled,
-                };
-                let modified = *status != next;
-                *status = next;
-                modified
-            });
-        };
+        let mut shards = self.spawn_shards(&view_rx, &shards_stop, &changed, &metrics);
+        let result = self
+            .follow(&api, &shutdown, &membership, &view, &changed, &metrics)
+            .await;
         // Hand every shard back (closed, drained, released), then leave the ring.
         shards_stop.cancel();
         while shards.join_next().await.is_some() {}
@@ -496,6 +427,132 @@ impl Ring {
         tracing::info!(ring = %self.config.ring, identity = %self.config.identity, "left the ring");
         result?;
         left.map_err(BoxError::from)
+    }
+
+    /// Starts one task per shard, each trying to hold its shard while `view` gives it to
+    /// this replica, until `stop`.
+    fn spawn_shards(
+        &self,
+        view: &watch::Receiver<View>,
+        stop: &CancellationToken,
+        changed: &Arc<Notify>,
+        metrics: &RingMetrics,
+    ) -> JoinSet<()> {
+        let mut shards = JoinSet::new();
+        for (shard, election) in self.elections.iter().enumerate() {
+            shards.spawn(hold_shard(ShardTask {
+                shard,
+                election: election.clone(),
+                gate: self.gate.clone(),
+                ring: self.config.ring.clone(),
+                identity: self.config.identity.clone(),
+                view: view.clone(),
+                stop: stop.clone(),
+                changed: Arc::clone(changed),
+                metrics: metrics.clone(),
+            }));
+        }
+        shards
+    }
+
+    /// Follows the ring while this replica is a member: lists its Leases every retry
+    /// period (and whenever a shard task reports a change), publishes the view to the shard
+    /// tasks and the status to [`status`](Self::status), until `shutdown` fires (`Ok`) or
+    /// the membership is lost (`Err`).
+    async fn follow(
+        &self,
+        api: &Api<Lease>,
+        shutdown: &Shutdown,
+        membership: &Leadership,
+        view: &watch::Sender<View>,
+        changed: &Notify,
+        metrics: &RingMetrics,
+    ) -> Result<(), BoxError> {
+        let lost = membership.lost();
+        let mut lost = std::pin::pin!(lost);
+        let mut observed: HashMap<String, Sighting> = HashMap::new();
+        let mut view_changed_at: Option<Instant> = None;
+        let mut next_list = Instant::now();
+        loop {
+            tokio::select! {
+                _ = shutdown.stopped() => return Ok(()),
+                lost = &mut lost => return Err(BoxError::from(lost)),
+                () = changed.notified() => {}
+                () = sleep_until(next_list) => {
+                    next_list = Instant::now() + self.config.retry_period;
+                    self.refresh_view(api, &mut observed, view, &mut view_changed_at, metrics)
+                        .await;
+                }
+            }
+            self.publish_status(view, &mut view_changed_at, metrics);
+        }
+    }
+
+    /// Lists the namespace's Leases once for both the member Leases (by label) and the
+    /// shard Leases' observations, sends the view on if its members changed (noting when in
+    /// `view_changed_at`), and refreshes the key metrics.
+    async fn refresh_view(
+        &self,
+        api: &Api<Lease>,
+        observed: &mut HashMap<String, Sighting>,
+        view: &watch::Sender<View>,
+        view_changed_at: &mut Option<Instant>,
+        metrics: &RingMetrics,
+    ) {
+        match api.list(&ListParams::default()).await {
+            Ok(leases) => {
+                self.observe_shards(&leases.items);
+                let members = self.live_members(&leases.items, observed);
+                if view.borrow().members != members {
+                    tracing::info!(ring = %self.config.ring, ?members, "the ring's membership changed");
+                    metrics.members.set(members.len() as f64);
+                    *view_changed_at = Some(Instant::now());
+                    view.send_replace(View::new(&self.config.ring, self.config.shards, members));
+                }
+            }
+            Err(error) => {
+                tracing::warn!(ring = %self.config.ring, %error, "failed to list the ring's leases");
+            }
+        }
+        if let Some(keys) = self.gate.owned_keys() {
+            metrics.keys.set(keys.len() as f64);
+        }
+        metrics.dropped.absolute(self.gate.dropped() as u64);
+    }
+
+    /// Compares the shards held with those the view gives this replica, records the
+    /// rebalance's time once they match after a change of the view, and publishes the status.
+    fn publish_status(
+        &self,
+        view: &watch::Sender<View>,
+        view_changed_at: &mut Option<Instant>,
+        metrics: &RingMetrics,
+    ) {
+        let (members, desired) = {
+            let view = view.borrow();
+            let desired: Vec<usize> = (0..self.config.shards)
+                .filter(|&shard| view.gives(shard, &self.config.identity))
+                .collect();
+            (view.members.clone(), desired)
+        };
+        let held = self.gate.open_shards();
+        let settled = !members.is_empty() && held == desired;
+        metrics.shards.set(held.len() as f64);
+        if settled && let Some(at) = view_changed_at.take() {
+            let took = at.elapsed();
+            metrics.rebalance.record(took.as_secs_f64());
+            tracing::info!(ring = %self.config.ring, shards = held.len(), ?took, "rebalanced");
+        }
+        self.status.send_if_modified(|status| {
+            let next = RingStatus {
+                members,
+                held,
+                settled,
+            };
+            let modified = *status != next;
+            *status = next;
+            modified
+        });
     }
 
     /// Creates this replica's member Lease with the ring's label (empty: the elector then
