@@ -27,4 +27,5 @@
 //! the facade's `rudder::manifests` gathers one manager's CRDs, RBAC, Deployment, Services,
 //! NetworkPolicy and webhook configurations into one list.
 
+pub mod deploy;
 pub mod rbac;
