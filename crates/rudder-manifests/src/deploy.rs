@@ -357,134 +357,27 @@ pub fn render(
     crds: Vec<CustomResourceDefinition>,
     webhooks: WebhookManifests,
 ) -> Result<Manifests, serde_json::Error> {
-    let labels: BTreeMap<String, String> = [(NAME_LABEL.to_owned(), options.name.clone())].into();
-    let meta =
-        |name: &str| json!({ "name": name, "namespace": options.namespace, "labels": labels });
+    let meta = Meta::new(options);
+    let ports = Ports::of(served, options);
     let service_account = options.service_account_name().to_owned();
-    let has_webhooks = served.webhook.is_some();
-    let webhook_service = options.webhook_service_name();
-
-    let mut ports = Vec::new();
-    // The ports other Pods and the API server reach, for the NetworkPolicy.
-    let mut admitted = Vec::new();
-    let mut port = |name: &str, number: u16, admit: bool| {
-        ports.push(json!({ "name": name, "containerPort": number, "protocol": "TCP" }));
-        if admit {
-            admitted.push(json!({ "port": name, "protocol": "TCP" }));
-        }
-    };
-    let health = served.health_address;
-    if let Some(addr) = health {
-        port("healthz", addr.port(), false);
-    }
-    let metrics = served.metrics_address;
-    if let Some(addr) = metrics {
-        port("metrics", addr.port(), true);
-    }
-    let mut volumes = Vec::new();
-    let mut mounts = Vec::new();
-    if let Some(webhook) = &served.webhook {
-        port("webhook-server", webhook.port, true);
-        if let Some(dir) = &webhook.certificate_dir {
-            let secret = options
-                .webhook_cert_secret
-                .clone()
-                .unwrap_or_else(|| format!("{}-webhook-server-cert", options.name));
-            volumes.push(json!({ "name": "webhook-cert", "secret": { "secretName": secret } }));
-            mounts.push(json!({
-                "name": "webhook-cert",
-                "mountPath": dir.display().to_string(),
-                "readOnly": true,
-            }));
-        }
-    }
-    let probe = |path: &str, delay: u32| {
-        json!({
-            "httpGet": { "path": path, "port": "healthz" },
-            "initialDelaySeconds": delay,
-            "periodSeconds": 10,
-        })
-    };
-    let mut container = json!({
-        "name": "manager",
-        "image": options.image,
-        "env": [{
-            "name": "POD_NAMESPACE",
-            "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } },
-        }],
-        "ports": ports,
-        "resources": options.resources,
-        "securityContext": {
-            "allowPrivilegeEscalation": false,
-            "readOnlyRootFilesystem": true,
-            "capabilities": { "drop": ["ALL"] },
-        },
-    });
-    if !options.args.is_empty() {
-        container["args"] = json!(options.args);
-    }
-    if health.is_some() {
-        container["livenessProbe"] = probe("/healthz", 15);
-        container["readinessProbe"] = probe("/readyz", 5);
-    }
-    if !mounts.is_empty() {
-        container["volumeMounts"] = json!(mounts);
-    }
-    let mut pod = json!({
-        "serviceAccountName": service_account,
-        "securityContext": {
-            "runAsNonRoot": true,
-            // A numeric user, so the kubelet can check runAsNonRoot for images whose user
-            // is a name.
-            "runAsUser": 65532,
-            "seccompProfile": { "type": "RuntimeDefault" },
-        },
-        "containers": [container],
-    });
-    if let Some(grace) = termination_grace(served.graceful_shutdown) {
-        pod["terminationGracePeriodSeconds"] = json!(grace);
-    }
-    if !volumes.is_empty() {
-        pod["volumes"] = json!(volumes);
-    }
-    // Built as JSON: these types' fields differ between the Kubernetes versions k8s-openapi
-    // can be built for (a Deployment's spec is optional in some, required in others).
-    let deployment: Deployment = serde_json::from_value(json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta(&options.name),
-        "spec": {
-            "replicas": options.replicas,
-            "selector": { "matchLabels": labels },
-            "template": { "metadata": { "labels": labels }, "spec": pod },
-        },
-    }))?;
-    let service = |name: &str, port: serde_json::Value| {
-        serde_json::from_value::<Service>(json!({
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": meta(name),
-            "spec": { "selector": labels, "ports": [port] },
-        }))
-    };
-    let webhook_service = if has_webhooks {
-        Some(service(
-            &webhook_service,
-            json!({
+    let deployment = deployment(served, options, &meta, &ports)?;
+    let webhook_service = match &served.webhook {
+        Some(_) => Some(meta.service(
+            &options.webhook_service_name(),
+            &json!({
                 "name": "webhook",
                 "port": 443,
                 "targetPort": "webhook-server",
                 "protocol": "TCP",
             }),
-        )?)
-    } else {
-        None
+        )?),
+        None => None,
     };
     // The port's name says the scheme, which scrape configurations select on.
-    let metrics_service = match metrics {
-        Some(addr) => Some(service(
+    let metrics_service = match served.metrics_address {
+        Some(addr) => Some(meta.service(
             &options.metrics_service_name(),
-            json!({
+            &json!({
                 "name": if served.secure_metrics { "https" } else { "http" },
                 "port": addr.port(),
                 "targetPort": "metrics",
@@ -494,24 +387,7 @@ pub fn render(
         None => None,
     };
     let network_policy = if options.network_policy {
-        // One ingress rule from anywhere, on the admitted ports only: the webhook's caller is
-        // the API server and the scraper is Prometheus, whose addresses are the cluster's.
-        // With neither port, no ingress is admitted at all.
-        let ingress = if admitted.is_empty() {
-            json!([])
-        } else {
-            json!([{ "ports": admitted }])
-        };
-        Some(serde_json::from_value::<NetworkPolicy>(json!({
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": meta(&options.name),
-            "spec": {
-                "podSelector": { "matchLabels": labels },
-                "policyTypes": ["Ingress"],
-                "ingress": ingress,
-            },
-        }))?)
+        Some(network_policy(options, &meta, &ports.admitted)?)
     } else {
         None
     };
@@ -519,7 +395,7 @@ pub fn render(
         Some(serde_json::from_value::<Namespace>(json!({
             "apiVersion": "v1",
             "kind": "Namespace",
-            "metadata": { "name": options.namespace, "labels": labels },
+            "metadata": { "name": options.namespace, "labels": meta.labels },
         }))?)
     } else {
         None
@@ -527,7 +403,7 @@ pub fn render(
     let service_account_object: ServiceAccount = serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": meta(&service_account),
+        "metadata": meta.of(&service_account),
     }))?;
     let mut rbac = served
         .rules
@@ -546,6 +422,185 @@ pub fn render(
         network_policy,
         webhooks,
     })
+}
+
+/// The metadata every rendered object shares: the operator's namespace and name label.
+struct Meta {
+    namespace: String,
+    labels: BTreeMap<String, String>,
+}
+
+impl Meta {
+    fn new(options: &DeployOptions) -> Self {
+        Self {
+            namespace: options.namespace.clone(),
+            labels: [(NAME_LABEL.to_owned(), options.name.clone())].into(),
+        }
+    }
+
+    /// The metadata of the object `name`.
+    fn of(&self, name: &str) -> serde_json::Value {
+        json!({ "name": name, "namespace": self.namespace, "labels": self.labels })
+    }
+
+    /// A Service `name` in front of the operator's Pods, with one port.
+    fn service(&self, name: &str, port: &serde_json::Value) -> Result<Service, serde_json::Error> {
+        serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": self.of(name),
+            "spec": { "selector": self.labels, "ports": [port] },
+        }))
+    }
+}
+
+/// The container's ports, the ones other Pods and the API server reach (for the
+/// NetworkPolicy), and the webhook certificate's volume and mount.
+struct Ports {
+    ports: Vec<serde_json::Value>,
+    admitted: Vec<serde_json::Value>,
+    volumes: Vec<serde_json::Value>,
+    mounts: Vec<serde_json::Value>,
+}
+
+impl Ports {
+    fn of(served: &Served, options: &DeployOptions) -> Self {
+        let mut this = Self {
+            ports: Vec::new(),
+            admitted: Vec::new(),
+            volumes: Vec::new(),
+            mounts: Vec::new(),
+        };
+        if let Some(addr) = served.health_address {
+            this.port("healthz", addr.port(), false);
+        }
+        if let Some(addr) = served.metrics_address {
+            this.port("metrics", addr.port(), true);
+        }
+        if let Some(webhook) = &served.webhook {
+            this.port("webhook-server", webhook.port, true);
+            if let Some(dir) = &webhook.certificate_dir {
+                let secret = options
+                    .webhook_cert_secret
+                    .clone()
+                    .unwrap_or_else(|| format!("{}-webhook-server-cert", options.name));
+                this.volumes
+                    .push(json!({ "name": "webhook-cert", "secret": { "secretName": secret } }));
+                this.mounts.push(json!({
+                    "name": "webhook-cert",
+                    "mountPath": dir.display().to_string(),
+                    "readOnly": true,
+                }));
+            }
+        }
+        this
+    }
+
+    fn port(&mut self, name: &str, number: u16, admit: bool) {
+        self.ports
+            .push(json!({ "name": name, "containerPort": number, "protocol": "TCP" }));
+        if admit {
+            self.admitted
+                .push(json!({ "port": name, "protocol": "TCP" }));
+        }
+    }
+}
+
+/// The operator's Deployment: one container with its ports, probes, resources and a
+/// locked-down security context, in a Pod running as a numeric non-root user.
+fn deployment(
+    served: &Served,
+    options: &DeployOptions,
+    meta: &Meta,
+    ports: &Ports,
+) -> Result<Deployment, serde_json::Error> {
+    let probe = |path: &str, delay: u32| {
+        json!({
+            "httpGet": { "path": path, "port": "healthz" },
+            "initialDelaySeconds": delay,
+            "periodSeconds": 10,
+        })
+    };
+    let mut container = json!({
+        "name": "manager",
+        "image": options.image,
+        "env": [{
+            "name": "POD_NAMESPACE",
+            "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } },
+        }],
+        "ports": ports.ports,
+        "resources": options.resources,
+        "securityContext": {
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "capabilities": { "drop": ["ALL"] },
+        },
+    });
+    if !options.args.is_empty() {
+        container["args"] = json!(options.args);
+    }
+    if served.health_address.is_some() {
+        container["livenessProbe"] = probe("/healthz", 15);
+        container["readinessProbe"] = probe("/readyz", 5);
+    }
+    if !ports.mounts.is_empty() {
+        container["volumeMounts"] = json!(ports.mounts);
+    }
+    let mut pod = json!({
+        "serviceAccountName": options.service_account_name(),
+        "securityContext": {
+            "runAsNonRoot": true,
+            // A numeric user, so the kubelet can check runAsNonRoot for images whose user
+            // is a name.
+            "runAsUser": 65532,
+            "seccompProfile": { "type": "RuntimeDefault" },
+        },
+        "containers": [container],
+    });
+    if let Some(grace) = termination_grace(served.graceful_shutdown) {
+        pod["terminationGracePeriodSeconds"] = json!(grace);
+    }
+    if !ports.volumes.is_empty() {
+        pod["volumes"] = json!(ports.volumes);
+    }
+    // Built as JSON: these types' fields differ between the Kubernetes versions k8s-openapi
+    // can be built for (a Deployment's spec is optional in some, required in others).
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta.of(&options.name),
+        "spec": {
+            "replicas": options.replicas,
+            "selector": { "matchLabels": meta.labels },
+            "template": { "metadata": { "labels": meta.labels }, "spec": pod },
+        },
+    }))
+}
+
+/// A NetworkPolicy admitting traffic to the operator's Pods on the `admitted` ports only.
+fn network_policy(
+    options: &DeployOptions,
+    meta: &Meta,
+    admitted: &[serde_json::Value],
+) -> Result<NetworkPolicy, serde_json::Error> {
+    // One ingress rule from anywhere, on the admitted ports only: the webhook's caller is
+    // the API server and the scraper is Prometheus, whose addresses are the cluster's.
+    // With neither port, no ingress is admitted at all.
+    let ingress = if admitted.is_empty() {
+        json!([])
+    } else {
+        json!([{ "ports": admitted }])
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": meta.of(&options.name),
+        "spec": {
+            "podSelector": { "matchLabels": meta.labels },
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }))
 }
 
 /// The resources [`DeployOptions::new`] gives the container.
