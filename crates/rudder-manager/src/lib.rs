@@ -109,8 +109,8 @@
 //!
 //! # Leader election
 //!
-//! [`leader_election`] elects one leader among replicas with a `coordination.k8s.io/v1`
-//! Lease, compatible with client-go's (defaults: lease 15 s, renew deadline 10 s, retry 2 s).
+//! [`leader_election`] (from `rudder-lease`, with [`sharding`]; re-exported here) elects one
+//! leader among replicas with a `coordination.k8s.io/v1` Lease, compatible with client-go's (defaults: lease 15 s, renew deadline 10 s, retry 2 s).
 //! If this replica loses the Lease, the manager stops its leader-only runnables and returns
 //! [`Error::LeadershipLost`]: the process should then exit, to be restarted as a follower,
 //! since another replica leads now.
