@@ -76,11 +76,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::leader_election::record::{Record, Sighting};
 use crate::leader_election::{
-    ConfigError, LeaderElection, LeaderElectionConfig, Leadership, default_identity,
+    ConfigError, Error as ElectionError, LeaderElection, LeaderElectionConfig, Leadership,
+    LeadershipLost, default_identity,
 };
-
-/// What [`Ring::run`] ends with: a failed write of the member Lease, its election, or its loss.
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The label naming the ring on every member Lease.
 pub const RING_LABEL: &str = "rudder.dev/ring";
@@ -309,6 +307,24 @@ impl ShardingConfig {
     }
 }
 
+/// Why [`Ring::run`] ended with an error. Each ends this replica's membership; the process
+/// should restart, as after a lost leader election.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// This replica's member Lease could not be created (the API server unreachable, or no
+    /// RBAC to create Leases: see [`ShardingConfig::permissions`]). Retrying may help.
+    #[error(transparent)]
+    MemberLease(kube::Error),
+    /// The member Lease's election failed before this replica joined.
+    #[error(transparent)]
+    Election(#[from] ElectionError),
+    /// This replica lost its member Lease (renewals failed past the renew deadline, or
+    /// another holder took it), so its view of the ring can no longer be trusted.
+    #[error(transparent)]
+    MembershipLost(#[from] LeadershipLost),
+}
+
 /// What a ring looks like from this replica, as [`Ring::status`] reports it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RingStatus {
@@ -397,7 +413,7 @@ impl Ring {
     /// # Errors
     ///
     /// When the member Lease cannot be created or acquired, or its renewal is lost.
-    pub async fn run(self, shutdown: Shutdown) -> Result<(), BoxError> {
+    pub async fn run(self, shutdown: Shutdown) -> Result<(), RunError> {
         let metrics = RingMetrics::new(&self.config.ring);
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.namespace);
         self.create_member_lease(&api).await?;
@@ -426,7 +442,7 @@ impl Ring {
         let left = membership.finished().await;
         tracing::info!(ring = %self.config.ring, identity = %self.config.identity, "left the ring");
         result?;
-        left.map_err(BoxError::from)
+        left.map_err(RunError::from)
     }
 
     /// Starts one task per shard, each trying to hold its shard while `view` gives it to
@@ -467,7 +483,7 @@ impl Ring {
         view: &watch::Sender<View>,
         changed: &Notify,
         metrics: &RingMetrics,
-    ) -> Result<(), BoxError> {
+    ) -> Result<(), RunError> {
         let lost = membership.lost();
         let mut lost = std::pin::pin!(lost);
         let mut observed: HashMap<String, Sighting> = HashMap::new();
@@ -476,7 +492,7 @@ impl Ring {
         loop {
             tokio::select! {
                 _ = shutdown.stopped() => return Ok(()),
-                lost = &mut lost => return Err(BoxError::from(lost)),
+                lost = &mut lost => return Err(RunError::from(lost)),
                 () = changed.notified() => {}
                 () = sleep_until(next_list) => {
                     next_list = Instant::now() + self.config.retry_period;
@@ -557,7 +573,7 @@ impl Ring {
 
     /// Creates this replica's member Lease with the ring's label (empty: the elector then
     /// takes it), unless it exists.
-    async fn create_member_lease(&self, api: &Api<Lease>) -> Result<(), BoxError> {
+    async fn create_member_lease(&self, api: &Api<Lease>) -> Result<(), RunError> {
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(self.config.member_lease_name()),
@@ -574,7 +590,7 @@ impl Ring {
         match api.create(&PostParams::default(), &lease).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-            Err(error) => Err(error.into()),
+            Err(error) => Err(RunError::MemberLease(error)),
         }
     }
 

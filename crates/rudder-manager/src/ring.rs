@@ -17,6 +17,6 @@ impl Runnable for Ring {
     }
 
     fn start(self: Box<Self>, shutdown: Shutdown) -> BoxFuture<'static, Result<(), BoxError>> {
-        Box::pin(self.run(shutdown))
+        Box::pin(async move { self.run(shutdown).await.map_err(BoxError::from) })
     }
 }
