@@ -4,7 +4,7 @@
 //! Finds (or installs) the envtest control plane, then runs rudder-manager's `election` bench
 //! (`crates/rudder-manager/benches/election.rs`): each candidate a process of its own,
 //! client-go's built from `go/cmd/elector` with the machine's Go on the client-go that
-//! `go/go.mod` pins (see `tests/support/candidates.rs` there); client-go's default timings
+//! `go/go.mod` pins (see `crates/rudder-lease/tests/support/candidates.rs`); client-go's default timings
 //! (15 s / 10 s / 2 s) unless `--scaled` (3 s / 2 s / 0.5 s); one line per round with the load
 //! average, then min / median / max per elector.
 

@@ -2,7 +2,7 @@
 //! controller-runtime pinned once, in `go/go.mod` and `go/go.sum`), with the machine's own
 //! toolchain and one module and build cache for the whole project.
 //!
-//! The environment is the same everywhere Go runs (here, and in rudder-manager's
+//! The environment is the same everywhere Go runs (here, and in rudder-lease's
 //! `tests/support/candidates.rs`, which cannot depend on the xtask): `GOTOOLCHAIN=local` (never
 //! download another Go), `GOFLAGS=-mod=readonly -buildvcs=false` (go.mod and go.sum as
 //! committed; no VCS stamp, so a build does not depend on the checkout's state),

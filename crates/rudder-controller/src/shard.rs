@@ -1,5 +1,9 @@
 //! [`ShardGate`]: which keys this replica of a sharded controller may reconcile now, shard by
 //! shard, with the running reconciles of each shard counted so a shard can be handed off.
+//!
+//! This is sharding's worker side, here because the controller's workers consult it. The
+//! other side, which opens and closes shards as it holds their Leases (the ring: membership,
+//! assignment, label mode's source), is `rudder_lease::sharding`, a crate above this one.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};

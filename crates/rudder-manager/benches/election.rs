@@ -19,7 +19,7 @@
     clippy::print_stdout
 )]
 
-#[path = "../tests/support/candidates.rs"]
+#[path = "../../rudder-lease/tests/support/candidates.rs"]
 mod candidates;
 #[path = "../tests/support/fixtures.rs"]
 mod fixtures;

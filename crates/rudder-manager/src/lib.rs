@@ -109,8 +109,8 @@
 //!
 //! # Leader election
 //!
-//! [`leader_election`] elects one leader among replicas with a `coordination.k8s.io/v1`
-//! Lease, compatible with client-go's (defaults: lease 15 s, renew deadline 10 s, retry 2 s).
+//! [`leader_election`] (from `rudder-lease`, with [`sharding`]; re-exported here) elects one
+//! leader among replicas with a `coordination.k8s.io/v1` Lease, compatible with client-go's (defaults: lease 15 s, renew deadline 10 s, retry 2 s).
 //! If this replica loses the Lease, the manager stops its leader-only runnables and returns
 //! [`Error::LeadershipLost`]: the process should then exit, to be restarted as a follower,
 //! since another replica leads now.
@@ -144,13 +144,12 @@
 mod authz;
 pub mod client_metrics;
 pub mod health;
-pub mod leader_election;
 mod manager;
 pub mod metrics;
 pub mod rbac;
+mod ring;
 mod runnable;
 mod server;
-pub mod sharding;
 #[cfg(feature = "webhook")]
 mod webhooks;
 
@@ -165,6 +164,8 @@ pub use manager::{
     DEFAULT_METRICS_ADDRESS, Error, ExtraHandler, GracefulShutdown, Manager, ManagerBuilder,
 };
 pub use rudder_controller::Shutdown;
+pub use rudder_lease::leader_election;
+pub use rudder_lease::sharding;
 pub use runnable::{BoxError, Runnable, runnable};
 #[cfg(feature = "webhook")]
 pub use server::SecureMetricsError;

@@ -42,21 +42,14 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
-/// `leader_election_master_status{name}`: 1 while this process leads the Lease `name`, else 0.
-pub const LEADER_ELECTION_MASTER_STATUS: &str = "leader_election_master_status";
-
-/// The sharding ring's histogram, with its buckets.
-const SHARDING_HISTOGRAMS: &[(&str, &[f64])] = &[(
-    crate::sharding::REBALANCE_SECONDS,
-    crate::sharding::REBALANCE_BUCKETS,
-)];
+pub use rudder_lease::metrics::LEADER_ELECTION_MASTER_STATUS;
 
 /// Every histogram Rudder reports, by crate, with the buckets it is exported with.
 pub const HISTOGRAM_BUCKETS: &[&[(&str, &[f64])]] = &[
     rudder_controller::metrics::HISTOGRAM_BUCKETS,
     #[cfg(feature = "webhook")]
     rudder_webhook::metrics::HISTOGRAM_BUCKETS,
-    SHARDING_HISTOGRAMS,
+    rudder_lease::metrics::HISTOGRAM_BUCKETS,
 ];
 
 /// Describes every metric Rudder reports (help text and unit) to the recorder current at
@@ -69,11 +62,7 @@ pub fn describe() {
     #[cfg(feature = "webhook")]
     rudder_webhook::metrics::describe();
     crate::client_metrics::describe();
-    crate::sharding::describe();
-    metrics::describe_gauge!(
-        LEADER_ELECTION_MASTER_STATUS,
-        "Whether this process leads the Lease `name`: 1 while leading, 0 otherwise."
-    );
+    rudder_lease::metrics::describe();
 }
 
 /// A Prometheus exporter's builder with the buckets of every histogram Rudder reports

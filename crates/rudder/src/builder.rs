@@ -389,7 +389,8 @@ impl<K: Typed> ControllerBuilder<'_, K> {
         let client = self.manager.client().clone();
         self.primary = Some(Box::new(move |labelled: Option<&Ring>| match labelled {
             Some(ring) => {
-                let (source, keys) = crate::shard_labels::source::<K>(&cache, &client, ring);
+                let (source, keys) =
+                    rudder_manager::sharding::labels::source::<K>(&cache, &client, ring);
                 (pending(source, EnqueueObject, predicate), Some(keys))
             }
             None => (

@@ -126,8 +126,6 @@ pub mod client;
 #[cfg(feature = "webhook")]
 pub mod manifests;
 #[cfg(feature = "manager")]
-mod shard_labels;
-#[cfg(feature = "manager")]
 mod tools;
 #[cfg(feature = "webhook")]
 mod webhook_builder;

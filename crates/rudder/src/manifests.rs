@@ -2,303 +2,33 @@
 //! as configured: CRDs, ServiceAccount, RBAC derived from the code, Deployment, the metrics
 //! Service, a NetworkPolicy admitting only the served ports, and the webhook Service and
 //! configurations when webhooks are registered.
+//!
+//! The rendering is `rudder-manifests`' ([`rudder_manifests::deploy`]); this module reads
+//! what it needs from a [`Manager`] and hands it over.
 
-use std::collections::BTreeMap;
+use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, ResourceRequirements, Service, ServiceAccount};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::rbac::v1::ClusterRole;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use rudder_manager::rbac::RbacObjects;
 use rudder_manager::{GracefulShutdown, Manager};
+use rudder_manifests::deploy::{Served, WebhookServing, render};
 use rudder_webhook::CertificateSource;
 use rudder_webhook::manifest::ClientConfig;
 
-use serde_json::json;
+pub use rudder_manifests::deploy::{
+    CHECKOV_SKIP_ANNOTATION, DEFAULT_CPU_REQUEST, DEFAULT_MEMORY_LIMIT, DEFAULT_MEMORY_REQUEST,
+    DeployOptions, Manifests, NAME_LABEL, TERMINATION_MARGIN_SECONDS,
+};
 
 use crate::{WebhookManifests, webhook_manifests};
 
-/// The label every rendered object carries, with the operator's name.
-pub const NAME_LABEL: &str = "app.kubernetes.io/name";
-
-/// How much longer than the manager's graceful shutdown the kubelet waits before it kills
-/// the container (`terminationGracePeriodSeconds`): time for the process to exit after the
-/// manager's stop, and for the last log lines.
-pub const TERMINATION_MARGIN_SECONDS: i64 = 10;
-
-/// The container's default CPU request (what the scheduler reserves; no CPU limit is set, so
-/// the operator is never throttled below what the node can spare).
-pub const DEFAULT_CPU_REQUEST: &str = "10m";
-/// The container's default memory request.
-pub const DEFAULT_MEMORY_REQUEST: &str = "64Mi";
-/// The container's default memory limit: past it the kubelet restarts the container rather
-/// than let a leak take the node's memory. An operator caching many or large objects needs
-/// more: set [`DeployOptions::resources`].
-pub const DEFAULT_MEMORY_LIMIT: &str = "128Mi";
-
-/// The annotation by which the `checkov` scanner skips one of its checks on an object, with
-/// the reason; [`manifests`] puts it on a ClusterRole whose only grants on webhook
-/// configurations are scoped to the operator's own, by name (the check ignores
-/// `resourceNames`).
-pub const CHECKOV_SKIP_ANNOTATION: &str = "checkov.io/skip1";
-
-/// What [`manifests`] cannot learn from the manager: the operator's name, namespace, image,
-/// the binary's arguments, its CRDs.
-#[derive(Clone, Debug)]
-pub struct DeployOptions {
-    name: String,
-    namespace: String,
-    image: String,
-    replicas: i32,
-    args: Vec<String>,
-    service_account: Option<String>,
-    crds: Vec<CustomResourceDefinition>,
-    create_namespace: bool,
-    webhook_service: Option<String>,
-    webhook_cert_secret: Option<String>,
-    metrics_service: Option<String>,
-    resources: ResourceRequirements,
-    network_policy: bool,
-}
-
-impl DeployOptions {
-    /// An operator `name` (the name of its Deployment, ServiceAccount, roles and bindings)
-    /// running `image` in `namespace`: one replica, no arguments, no CRDs, the Namespace
-    /// object included, the default resources ([`DEFAULT_CPU_REQUEST`],
-    /// [`DEFAULT_MEMORY_REQUEST`], [`DEFAULT_MEMORY_LIMIT`]) and a NetworkPolicy.
-    pub fn new(
-        name: impl Into<String>,
-        namespace: impl Into<String>,
-        image: impl Into<String>,
-    ) -> Self {
-        Self {
-            name: name.into(),
-            namespace: namespace.into(),
-            image: image.into(),
-            replicas: 1,
-            args: Vec::new(),
-            service_account: None,
-            crds: Vec::new(),
-            create_namespace: true,
-            webhook_service: None,
-            webhook_cert_secret: None,
-            metrics_service: None,
-            resources: default_resources(),
-            network_policy: true,
-        }
-    }
-
-    /// How many replicas (default 1; more need leader election for the controllers).
-    #[must_use]
-    pub fn replicas(mut self, replicas: i32) -> Self {
-        self.replicas = replicas;
-        self
-    }
-
-    /// The container's arguments: the operator binary's flags that make it configure its
-    /// manager as the one rendering (leader election, addresses, namespaces).
-    #[must_use]
-    pub fn args(mut self, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.args = args.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// The ServiceAccount's name (default: the operator's name).
-    #[must_use]
-    pub fn service_account(mut self, name: impl Into<String>) -> Self {
-        self.service_account = Some(name.into());
-        self
-    }
-
-    /// The CRDs to install first (their conversion pointed at the webhook Service when a
-    /// conversion webhook is registered for their kind).
-    #[must_use]
-    pub fn crds(mut self, crds: impl IntoIterator<Item = CustomResourceDefinition>) -> Self {
-        self.crds = crds.into_iter().collect();
-        self
-    }
-
-    /// Whether to render the Namespace object too (default `true`).
-    #[must_use]
-    pub fn create_namespace(mut self, create: bool) -> Self {
-        self.create_namespace = create;
-        self
-    }
-
-    /// The webhook Service's name (default `<name>-webhook`).
-    #[must_use]
-    pub fn webhook_service(mut self, name: impl Into<String>) -> Self {
-        self.webhook_service = Some(name.into());
-        self
-    }
-
-    /// The Secret holding the webhook server's certificate, mounted at its certificate
-    /// directory when it reads certificates from files (default
-    /// `<name>-webhook-server-cert`, as cert-manager would be told to write it).
-    #[must_use]
-    pub fn webhook_cert_secret(mut self, name: impl Into<String>) -> Self {
-        self.webhook_cert_secret = Some(name.into());
-        self
-    }
-
-    /// The metrics Service's name (default `<name>-metrics`), rendered when the manager
-    /// serves `/metrics`. With secure metrics from self-signed certificates, the certificate
-    /// must name it (`SelfSignedConfig::extra_names`).
-    #[must_use]
-    pub fn metrics_service(mut self, name: impl Into<String>) -> Self {
-        self.metrics_service = Some(name.into());
-        self
-    }
-
-    /// The container's resource requests and limits, in place of the defaults
-    /// ([`DEFAULT_CPU_REQUEST`], [`DEFAULT_MEMORY_REQUEST`], [`DEFAULT_MEMORY_LIMIT`]).
-    #[must_use]
-    pub fn resources(mut self, resources: ResourceRequirements) -> Self {
-        self.resources = resources;
-        self
-    }
-
-    /// Whether to render a NetworkPolicy admitting traffic to the operator's Pods only on
-    /// its webhook and metrics ports (default `true`). Probes need no port of it: the
-    /// kubelet's traffic to its node's Pods is always allowed. Egress is not restricted (the
-    /// operator talks to the API server).
-    #[must_use]
-    pub fn network_policy(mut self, render: bool) -> Self {
-        self.network_policy = render;
-        self
-    }
-
-    /// The operator's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The operator's namespace.
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    /// The ServiceAccount's name.
-    pub fn service_account_name(&self) -> &str {
-        self.service_account.as_deref().unwrap_or(&self.name)
-    }
-
-    /// The webhook Service's name.
-    pub fn webhook_service_name(&self) -> String {
-        self.webhook_service
-            .clone()
-            .unwrap_or_else(|| format!("{}-webhook", self.name))
-    }
-
-    /// The metrics Service's name.
-    pub fn metrics_service_name(&self) -> String {
-        self.metrics_service
-            .clone()
-            .unwrap_or_else(|| format!("{}-metrics", self.name))
-    }
-}
-
-/// Everything [`manifests`] renders, each part typed; [`objects`](Self::objects) and
-/// [`to_yaml`](Self::to_yaml) give them in the order `kubectl apply` needs.
-#[derive(Clone, Debug)]
-pub struct Manifests {
-    /// The operator's Namespace, unless turned off.
-    pub namespace: Option<Namespace>,
-    /// The CRDs.
-    pub crds: Vec<CustomResourceDefinition>,
-    /// The operator's ServiceAccount.
-    pub service_account: ServiceAccount,
-    /// Its Roles, ClusterRole and bindings, from
-    /// [`Manager::permissions`](rudder_manager::Manager::permissions).
-    pub rbac: RbacObjects,
-    /// The operator's Deployment.
-    pub deployment: Deployment,
-    /// The Service in front of the webhook server, when webhooks are registered.
-    pub webhook_service: Option<Service>,
-    /// The Service in front of the metrics server, when the manager serves `/metrics`.
-    pub metrics_service: Option<Service>,
-    /// The NetworkPolicy admitting only the webhook and metrics ports, unless turned off.
-    pub network_policy: Option<NetworkPolicy>,
-    /// The webhook configurations, when webhooks are registered.
-    pub webhooks: WebhookManifests,
-}
-
-impl Manifests {
-    /// Every object as JSON, in apply order: Namespace, CRDs, ServiceAccount, ClusterRole,
-    /// Roles, bindings, Services, NetworkPolicy, Deployment, webhook configurations.
-    pub fn objects(&self) -> Vec<serde_json::Value> {
-        let mut out = Vec::new();
-        let mut push = |value: Result<serde_json::Value, serde_json::Error>| {
-            // Serialising these types cannot fail: they hold no maps with non-string keys.
-            if let Ok(value) = value {
-                out.push(value);
-            }
-        };
-        if let Some(ns) = &self.namespace {
-            push(serde_json::to_value(ns));
-        }
-        for crd in &self.crds {
-            push(serde_json::to_value(crd));
-        }
-        push(serde_json::to_value(&self.service_account));
-        if let Some(role) = &self.rbac.cluster_role {
-            push(serde_json::to_value(role));
-        }
-        for role in &self.rbac.roles {
-            push(serde_json::to_value(role));
-        }
-        if let Some(binding) = &self.rbac.cluster_role_binding {
-            push(serde_json::to_value(binding));
-        }
-        for binding in &self.rbac.role_bindings {
-            push(serde_json::to_value(binding));
-        }
-        if let Some(service) = &self.webhook_service {
-            push(serde_json::to_value(service));
-        }
-        if let Some(service) = &self.metrics_service {
-            push(serde_json::to_value(service));
-        }
-        if let Some(policy) = &self.network_policy {
-            push(serde_json::to_value(policy));
-        }
-        push(serde_json::to_value(&self.deployment));
-        if let Some(mutating) = &self.webhooks.mutating {
-            push(serde_json::to_value(mutating));
-        }
-        if let Some(validating) = &self.webhooks.validating {
-            push(serde_json::to_value(validating));
-        }
-        out
-    }
-
-    /// [`objects`](Self::objects) as multi-document YAML (each document preceded by `---`),
-    /// for `kubectl apply -f -`.
-    ///
-    /// # Errors
-    ///
-    /// If an object cannot be written as YAML (they always can).
-    pub fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
-        let mut yaml = String::new();
-        for object in self.objects() {
-            yaml.push_str("---\n");
-            yaml.push_str(&serde_yaml::to_string(&object)?);
-        }
-        Ok(yaml)
-    }
-}
-
 /// Renders every object needed to run `manager` as an operator, from what was declared on
-/// it: the RBAC from [`Manager::permissions`](rudder_manager::Manager::permissions) (what
-/// the controllers watch, own and declare, leader election, secure metrics, self-signed
-/// certificates) bound to the operator's ServiceAccount, never a wildcard; the Deployment
-/// with the manager's probe port wired to `livenessProbe` (`/healthz`) and `readinessProbe`
-/// (`/readyz`), its metrics and webhook ports, and a `terminationGracePeriodSeconds`
-/// [`TERMINATION_MARGIN_SECONDS`] longer than the manager's graceful shutdown, and resource
-/// requests and a memory limit ([`DeployOptions::resources`]); the metrics Service when the
-/// manager serves `/metrics`; a NetworkPolicy admitting only the webhook and metrics ports
+/// it: the RBAC from [`Manager::permissions`] (what the controllers watch, own and declare,
+/// leader election, secure metrics, self-signed certificates) bound to the operator's
+/// ServiceAccount, never a wildcard; the Deployment with the manager's probe port wired to
+/// `livenessProbe` (`/healthz`) and `readinessProbe` (`/readyz`), its metrics and webhook
+/// ports, and a `terminationGracePeriodSeconds` [`TERMINATION_MARGIN_SECONDS`] longer than
+/// the manager's graceful shutdown, and resource requests and a memory limit
+/// ([`DeployOptions::resources`]); the metrics Service when the manager serves `/metrics`;
+/// a NetworkPolicy admitting only the webhook and metrics ports
 /// ([`DeployOptions::network_policy`]); the webhook Service and configurations when
 /// webhooks are registered.
 ///
@@ -313,204 +43,34 @@ pub fn manifests(
     manager: &Manager,
     options: &DeployOptions,
 ) -> Result<Manifests, serde_json::Error> {
-    let labels: BTreeMap<String, String> = [(NAME_LABEL.to_owned(), options.name.clone())].into();
-    let meta =
-        |name: &str| json!({ "name": name, "namespace": options.namespace, "labels": labels });
-    let service_account = options.service_account_name().to_owned();
-    let has_webhooks = !manager.webhook_server().is_empty();
-    let webhook_service = options.webhook_service_name();
-    let mut crds = options.crds.clone();
-    let webhooks = if has_webhooks {
-        let client = ClientConfig::service(&webhook_service, &options.namespace);
-        webhook_manifests(manager, &options.name, &client, &mut crds)
+    let server = manager.webhook_server();
+    let webhook = (!server.is_empty()).then(|| WebhookServing {
+        port: server.options().address().port(),
+        certificate_dir: match server.options().certificate_source() {
+            CertificateSource::Files { dir, .. } => Some(dir.clone()),
+            _ => None,
+        },
+    });
+    let mut crds = options.custom_resources().to_vec();
+    let webhooks = if webhook.is_some() {
+        let client = ClientConfig::service(options.webhook_service_name(), options.namespace());
+        webhook_manifests(manager, options.name(), &client, &mut crds)
     } else {
         WebhookManifests::default()
     };
-
-    let mut ports = Vec::new();
-    // The ports other Pods and the API server reach, for the NetworkPolicy.
-    let mut admitted = Vec::new();
-    let mut port = |name: &str, number: u16, admit: bool| {
-        ports.push(json!({ "name": name, "containerPort": number, "protocol": "TCP" }));
-        if admit {
-            admitted.push(json!({ "port": name, "protocol": "TCP" }));
-        }
-    };
-    let health = manager.configured_health_address();
-    if let Some(addr) = health {
-        port("healthz", addr.port(), false);
-    }
-    let metrics = manager.configured_metrics_address();
-    if let Some(addr) = metrics {
-        port("metrics", addr.port(), true);
-    }
-    let mut volumes = Vec::new();
-    let mut mounts = Vec::new();
-    if has_webhooks {
-        let webhook_options = manager.webhook_server().options();
-        port("webhook-server", webhook_options.address().port(), true);
-        if let CertificateSource::Files { dir, .. } = webhook_options.certificate_source() {
-            let secret = options
-                .webhook_cert_secret
-                .clone()
-                .unwrap_or_else(|| format!("{}-webhook-server-cert", options.name));
-            volumes.push(json!({ "name": "webhook-cert", "secret": { "secretName": secret } }));
-            mounts.push(json!({
-                "name": "webhook-cert",
-                "mountPath": dir.display().to_string(),
-                "readOnly": true,
-            }));
-        }
-    }
-    let probe = |path: &str, delay: u32| {
-        json!({
-            "httpGet": { "path": path, "port": "healthz" },
-            "initialDelaySeconds": delay,
-            "periodSeconds": 10,
-        })
-    };
-    let mut container = json!({
-        "name": "manager",
-        "image": options.image,
-        "env": [{
-            "name": "POD_NAMESPACE",
-            "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } },
-        }],
-        "ports": ports,
-        "resources": options.resources,
-        "securityContext": {
-            "allowPrivilegeEscalation": false,
-            "readOnlyRootFilesystem": true,
-            "capabilities": { "drop": ["ALL"] },
+    let served = Served {
+        health_address: manager.configured_health_address(),
+        metrics_address: manager.configured_metrics_address(),
+        secure_metrics: manager.has_secure_metrics(),
+        webhook,
+        graceful_shutdown: match manager.graceful_shutdown() {
+            GracefulShutdown::After(timeout) => Some(timeout),
+            GracefulShutdown::Immediately => Some(Duration::ZERO),
+            GracefulShutdown::Forever => None,
         },
-    });
-    if !options.args.is_empty() {
-        container["args"] = json!(options.args);
-    }
-    if health.is_some() {
-        container["livenessProbe"] = probe("/healthz", 15);
-        container["readinessProbe"] = probe("/readyz", 5);
-    }
-    if !mounts.is_empty() {
-        container["volumeMounts"] = json!(mounts);
-    }
-    let mut pod = json!({
-        "serviceAccountName": service_account,
-        "securityContext": {
-            "runAsNonRoot": true,
-            // A numeric user, so the kubelet can check runAsNonRoot for images whose user
-            // is a name.
-            "runAsUser": 65532,
-            "seccompProfile": { "type": "RuntimeDefault" },
-        },
-        "containers": [container],
-    });
-    if let Some(grace) = termination_grace(manager.graceful_shutdown()) {
-        pod["terminationGracePeriodSeconds"] = json!(grace);
-    }
-    if !volumes.is_empty() {
-        pod["volumes"] = json!(volumes);
-    }
-    // Built as JSON: these types' fields differ between the Kubernetes versions k8s-openapi
-    // can be built for (a Deployment's spec is optional in some, required in others).
-    let deployment: Deployment = serde_json::from_value(json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta(&options.name),
-        "spec": {
-            "replicas": options.replicas,
-            "selector": { "matchLabels": labels },
-            "template": { "metadata": { "labels": labels }, "spec": pod },
-        },
-    }))?;
-    let service = |name: &str, port: serde_json::Value| {
-        serde_json::from_value::<Service>(json!({
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": meta(name),
-            "spec": { "selector": labels, "ports": [port] },
-        }))
+        rules: manager.permissions(),
     };
-    let webhook_service = if has_webhooks {
-        Some(service(
-            &webhook_service,
-            json!({
-                "name": "webhook",
-                "port": 443,
-                "targetPort": "webhook-server",
-                "protocol": "TCP",
-            }),
-        )?)
-    } else {
-        None
-    };
-    // The port's name says the scheme, which scrape configurations select on.
-    let metrics_service = match metrics {
-        Some(addr) => Some(service(
-            &options.metrics_service_name(),
-            json!({
-                "name": if manager.has_secure_metrics() { "https" } else { "http" },
-                "port": addr.port(),
-                "targetPort": "metrics",
-                "protocol": "TCP",
-            }),
-        )?),
-        None => None,
-    };
-    let network_policy = if options.network_policy {
-        // One ingress rule from anywhere, on the admitted ports only: the webhook's caller is
-        // the API server and the scraper is Prometheus, whose addresses are the cluster's.
-        // With neither port, no ingress is admitted at all.
-        let ingress = if admitted.is_empty() {
-            json!([])
-        } else {
-            json!([{ "ports": admitted }])
-        };
-        Some(serde_json::from_value::<NetworkPolicy>(json!({
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": meta(&options.name),
-            "spec": {
-                "podSelector": { "matchLabels": labels },
-                "policyTypes": ["Ingress"],
-                "ingress": ingress,
-            },
-        }))?)
-    } else {
-        None
-    };
-    let namespace = if options.create_namespace {
-        Some(serde_json::from_value::<Namespace>(json!({
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": { "name": options.namespace, "labels": labels },
-        }))?)
-    } else {
-        None
-    };
-    let service_account_object: ServiceAccount = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": meta(&service_account),
-    }))?;
-    let mut rbac =
-        manager
-            .permissions()
-            .render(&options.name, &service_account, &options.namespace);
-    if let Some(role) = &mut rbac.cluster_role {
-        annotate_scoped_webhook_grants(role);
-    }
-    Ok(Manifests {
-        namespace,
-        crds,
-        service_account: service_account_object,
-        rbac,
-        deployment,
-        webhook_service,
-        metrics_service,
-        network_policy,
-        webhooks,
-    })
+    render(&served, options, crds, webhooks)
 }
 
 /// A client that never reaches a server, for a manager built only to render manifests
@@ -527,86 +87,17 @@ pub fn offline_client() -> Result<kube::Client, kube::Error> {
     kube::Client::try_from(kube::Config::new(url))
 }
 
-/// The resources [`DeployOptions::new`] gives the container.
-fn default_resources() -> ResourceRequirements {
-    let quantities = |pairs: &[(&str, &str)]| {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
-            .collect::<BTreeMap<_, _>>()
-    };
-    ResourceRequirements {
-        requests: Some(quantities(&[
-            ("cpu", DEFAULT_CPU_REQUEST),
-            ("memory", DEFAULT_MEMORY_REQUEST),
-        ])),
-        limits: Some(quantities(&[("memory", DEFAULT_MEMORY_LIMIT)])),
-        ..ResourceRequirements::default()
-    }
-}
-
-/// The webhook configuration resources whose control `checkov`'s `CKV_K8S_155` flags.
-const WEBHOOK_CONFIGURATIONS: [&str; 2] = [
-    "mutatingwebhookconfigurations",
-    "validatingwebhookconfigurations",
-];
-
-/// Marks `role` for `checkov` to skip `CKV_K8S_155` when it grants writes on webhook
-/// configurations only by name: the check flags any such grant, `resourceNames` or not,
-/// while injecting a CA (cert-manager's CA injector does the same) needs `update` on the
-/// operator's own configurations and nothing more. A grant on every configuration keeps
-/// the finding.
-fn annotate_scoped_webhook_grants(role: &mut ClusterRole) {
-    let rules = role.rules.as_deref().unwrap_or_default();
-    let on_webhooks: Vec<_> = rules
-        .iter()
-        .filter(|rule| {
-            rule.api_groups
-                .iter()
-                .flatten()
-                .any(|g| g == "admissionregistration.k8s.io")
-                && rule
-                    .resources
-                    .iter()
-                    .flatten()
-                    .any(|r| WEBHOOK_CONFIGURATIONS.contains(&r.as_str()))
-        })
-        .collect();
-    let all_named = on_webhooks
-        .iter()
-        .all(|rule| rule.resource_names.as_ref().is_some_and(|n| !n.is_empty()));
-    if on_webhooks.is_empty() || !all_named {
-        return;
-    }
-    role.metadata.annotations.get_or_insert_default().insert(
-        CHECKOV_SKIP_ANNOTATION.to_owned(),
-        "CKV_K8S_155=update on the operator's own webhook configurations only \
-         (resourceNames), to inject its CA bundle"
-            .to_owned(),
-    );
-}
-
-/// The kubelet's wait before killing the container: the graceful shutdown plus
-/// [`TERMINATION_MARGIN_SECONDS`]; with [`GracefulShutdown::Forever`], none is set (no finite
-/// period is longer than forever; Kubernetes' default of 30 s applies).
-fn termination_grace(shutdown: GracefulShutdown) -> Option<i64> {
-    match shutdown {
-        GracefulShutdown::After(timeout) => {
-            let seconds = i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX / 2);
-            let rounded_up = seconds + i64::from(timeout.subsec_nanos() > 0);
-            Some(rounded_up.saturating_add(TERMINATION_MARGIN_SECONDS))
-        }
-        GracefulShutdown::Immediately => Some(TERMINATION_MARGIN_SECONDS),
-        GracefulShutdown::Forever => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use serde_json::json;
+
     use super::*;
-    use std::time::Duration;
 
     fn manager(metrics: bool) -> Manager {
         let address = metrics.then_some(rudder_manager::DEFAULT_METRICS_ADDRESS);
@@ -670,54 +161,5 @@ mod tests {
         assert!(rendered.metrics_service.is_none());
         let policy = serde_json::to_value(rendered.network_policy.unwrap()).unwrap();
         assert_eq!(policy["spec"]["ingress"], json!([]));
-    }
-
-    #[test]
-    fn only_a_cluster_role_scoped_by_name_on_webhook_configurations_is_annotated() {
-        let rule = |resource: &str, names: Option<&[&str]>| {
-            serde_json::from_value::<k8s_openapi::api::rbac::v1::PolicyRule>(json!({
-                "apiGroups": ["admissionregistration.k8s.io"],
-                "resources": [resource],
-                "resourceNames": names,
-                "verbs": ["get", "update"],
-            }))
-            .unwrap()
-        };
-        let role = |rules| ClusterRole {
-            rules: Some(rules),
-            ..ClusterRole::default()
-        };
-        let annotated = |mut role: ClusterRole| {
-            annotate_scoped_webhook_grants(&mut role);
-            role.metadata
-                .annotations
-                .and_then(|a| a.get(CHECKOV_SKIP_ANNOTATION).cloned())
-        };
-        let scoped = annotated(role(vec![
-            rule("mutatingwebhookconfigurations", Some(&["op"])),
-            rule("validatingwebhookconfigurations", Some(&["op"])),
-        ]));
-        assert!(scoped.unwrap().starts_with("CKV_K8S_155="));
-        let one_open = role(vec![
-            rule("mutatingwebhookconfigurations", Some(&["op"])),
-            rule("validatingwebhookconfigurations", None),
-        ]);
-        assert_eq!(annotated(one_open), None);
-        assert_eq!(annotated(role(vec![rule("pods", None)])), None);
-        assert_eq!(annotated(role(Vec::new())), None);
-    }
-
-    #[test]
-    fn the_grace_period_is_longer_than_the_shutdown() {
-        assert_eq!(
-            termination_grace(GracefulShutdown::After(Duration::from_secs(30))),
-            Some(40)
-        );
-        assert_eq!(
-            termination_grace(GracefulShutdown::After(Duration::from_millis(1500))),
-            Some(12)
-        );
-        assert_eq!(termination_grace(GracefulShutdown::Immediately), Some(10));
-        assert_eq!(termination_grace(GracefulShutdown::Forever), None);
     }
 }

@@ -178,12 +178,4 @@ pub fn webhook_manifests(
     }
 }
 
-/// The webhook configurations [`webhook_manifests`] renders.
-#[derive(Clone, Debug, Default)]
-pub struct WebhookManifests {
-    /// The mutating webhooks, if any.
-    pub mutating: Option<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>,
-    /// The validating webhooks, if any.
-    pub validating:
-        Option<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>,
-}
+pub use rudder_manifests::deploy::WebhookManifests;

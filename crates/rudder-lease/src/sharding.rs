@@ -2,23 +2,21 @@
 //! shards, and shard Leases held with the leader election's rules (see `docs/sharding.md`).
 //!
 //! ```no_run
-//! use std::sync::Arc;
-//! use rudder_manager::Manager;
-//! use rudder_manager::sharding::{Ring, ShardingConfig};
+//! use rudder_controller::Shutdown;
+//! use rudder_lease::sharding::{Ring, ShardingConfig};
 //!
 //! # fn demo<R: rudder_controller::Reconciler>(
-//! #     manager: &Manager,
+//! #     client: kube::Client,
 //! #     controller: rudder_controller::Controller<R>,
 //! #     keys: rudder_controller::KeyLister,
 //! # ) -> Result<(), Box<dyn std::error::Error>> {
-//! let ring = Ring::new(
-//!     manager.client().clone(),
-//!     ShardingConfig::new("operators", "configmap-generator"),
-//! )?;
-//! // `keys` lists the primary objects' keys from the manager's cache.
+//! let ring = Ring::new(client, ShardingConfig::new("operators", "configmap-generator"))?;
+//! // `keys` lists the primary objects' keys from the cache.
 //! controller.set_shard_gate(ring.gate(), keys)?;
-//! manager.add(ring);
-//! manager.add_controller(controller);
+//! // With a manager: `manager.add(ring)` (it runs on every replica) and
+//! // `manager.add_controller(controller)`. Alone, it runs until its shutdown fires:
+//! let shutdown = Shutdown::new();
+//! tokio::spawn(ring.run(shutdown.clone()));
 //! # Ok(())
 //! # }
 //! ```
@@ -61,11 +59,12 @@
 //! replica's workers took from the queue and dropped because their shard is not open here,
 //! refreshed every retry period).
 
+pub mod labels;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use metrics::{Counter, Gauge, Histogram};
@@ -76,8 +75,10 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::leader_election::record::{Record, Sighting};
-use crate::leader_election::{ConfigError, LeaderElection, LeaderElectionConfig, default_identity};
-use crate::runnable::{BoxError, Runnable};
+use crate::leader_election::{
+    ConfigError, Error as ElectionError, LeaderElection, LeaderElectionConfig, Leadership,
+    LeadershipLost, default_identity,
+};
 
 /// The label naming the ring on every member Lease.
 pub const RING_LABEL: &str = "rudder.dev/ring";
@@ -92,7 +93,7 @@ const HANDOFFS_TOTAL: &str = "rudder_shard_handoffs_total";
 const KEYS_DROPPED_TOTAL: &str = "rudder_shard_keys_dropped_total";
 
 /// Describes every metric of a sharding ring to the recorder current at this call.
-pub(crate) fn describe() {
+pub fn describe() {
     metrics::describe_gauge!(MEMBERS, "Live members of the ring in this replica's view.");
     metrics::describe_gauge!(SHARDS_OWNED, "Shards of the ring this replica holds.");
     metrics::describe_gauge!(
@@ -279,9 +280,9 @@ impl ShardingConfig {
     /// What a replica of the ring needs: get, list, watch, create and update on `leases` in
     /// the ring's namespace (its member Lease and the shard Leases it holds, the list of the
     /// ring's Leases, the shard Leases' watch).
-    pub fn permissions(&self) -> crate::rbac::Permissions {
-        use crate::rbac::{RuleScope, Verb};
-        crate::rbac::Permissions::new().resource(
+    pub fn permissions(&self) -> rudder_manifests::rbac::Permissions {
+        use rudder_manifests::rbac::{RuleScope, Verb};
+        rudder_manifests::rbac::Permissions::new().resource(
             RuleScope::Namespace(self.namespace.clone()),
             "coordination.k8s.io",
             "leases",
@@ -306,6 +307,24 @@ impl ShardingConfig {
     }
 }
 
+/// Why [`Ring::run`] ended with an error. Each ends this replica's membership; the process
+/// should restart, as after a lost leader election.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// This replica's member Lease could not be created (the API server unreachable, or no
+    /// RBAC to create Leases: see [`ShardingConfig::permissions`]). Retrying may help.
+    #[error(transparent)]
+    MemberLease(kube::Error),
+    /// The member Lease's election failed before this replica joined.
+    #[error(transparent)]
+    Election(#[from] ElectionError),
+    /// This replica lost its member Lease (renewals failed past the renew deadline, or
+    /// another holder took it), so its view of the ring can no longer be trusted.
+    #[error(transparent)]
+    MembershipLost(#[from] LeadershipLost),
+}
+
 /// What a ring looks like from this replica, as [`Ring::status`] reports it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RingStatus {
@@ -317,7 +336,7 @@ pub struct RingStatus {
     pub settled: bool,
 }
 
-/// One replica's membership in a ring and its shard Leases: a [`Runnable`] that feeds a
+/// One replica's membership in a ring and its shard Leases: a runnable that feeds a
 /// [`ShardGate`] (see the module docs). Add it to the manager (it runs on every replica, not
 /// only a leader) and give [`gate`](Self::gate) to the controller.
 pub struct Ring {
@@ -388,7 +407,13 @@ impl Ring {
         self.status.subscribe()
     }
 
-    async fn run(self, shutdown: Shutdown) -> Result<(), BoxError> {
+    /// Joins the ring and holds the shards its view gives this replica until `shutdown`
+    /// fires, then hands them back and leaves (the manager runs it as a runnable).
+    ///
+    /// # Errors
+    ///
+    /// When the member Lease cannot be created or acquired, or its renewal is lost.
+    pub async fn run(self, shutdown: Shutdown) -> Result<(), RunError> {
         let metrics = RingMetrics::new(&self.config.ring);
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.namespace);
         self.create_member_lease(&api).await?;
@@ -399,84 +424,13 @@ impl Ring {
         };
         tracing::info!(ring = %self.config.ring, identity = %self.config.identity,
             mode = ?self.config.mode, shards = self.config.shards, "joined the ring");
-        let (view_tx, view_rx) = watch::channel(View::default());
+        let (view, view_rx) = watch::channel(View::default());
         let changed = Arc::new(Notify::new());
         let shards_stop = CancellationToken::new();
-        let mut shards = JoinSet::new();
-        for (shard, election) in self.elections.iter().enumerate() {
-            shards.spawn(hold_shard(ShardTask {
-                shard,
-                election: election.clone(),
-                gate: self.gate.clone(),
-                ring: self.config.ring.clone(),
-                identity: self.config.identity.clone(),
-                view: view_rx.clone(),
-                stop: shards_stop.clone(),
-                changed: Arc::clone(&changed),
-                metrics: metrics.clone(),
-            }));
-        }
-        let lost = membership.lost();
-        let mut lost = std::pin::pin!(lost);
-        let mut observed: HashMap<String, Sighting> = HashMap::new();
-        let mut view_changed_at: Option<Instant> = None;
-        let mut next_list = Instant::now();
-        let result = loop {
-            tokio::select! {
-                _ = shutdown.stopped() => break Ok(()),
-                lost = &mut lost => break Err(BoxError::from(lost)),
-                () = changed.notified() => {}
-                () = sleep_until(next_list) => {
-                    next_list = Instant::now() + self.config.retry_period;
-                    // One list serves both: the member Leases (by label) and the shard Leases'
-                    // observations.
-                    match api.list(&ListParams::default()).await {
-                        Ok(leases) => {
-                            self.observe_shards(&leases.items);
-                            let members = self.live_members(&leases.items, &mut observed);
-                            if view_tx.borrow().members != members {
-                                tracing::info!(ring = %self.config.ring, ?members, "the ring's membership changed");
-                                metrics.members.set(members.len() as f64);
-                                view_changed_at = Some(Instant::now());
-                                view_tx.send_replace(View::new(&self.config.ring, self.config.shards, members));
-                            }
-                        }
-                        Err(error) => {
-                            tracing::warn!(ring = %self.config.ring, %error, "failed to list the ring's leases");
-                        }
-                    }
-                    if let Some(keys) = self.gate.owned_keys() {
-                        metrics.keys.set(keys.len() as f64);
-                    }
-                    metrics.dropped.absolute(self.gate.dropped() as u64);
-                }
-            }
-            let (members, desired) = {
-                let view = view_tx.borrow();
-                let desired: Vec<usize> = (0..self.config.shards)
-                    .filter(|&shard| view.gives(shard, &self.config.identity))
-                    .collect();
-                (view.members.clone(), desired)
-            };
-            let held = self.gate.open_shards();
-            let settled = !members.is_empty() && held == desired;
-            metrics.shards.set(held.len() as f64);
-            if settled && let Some(at) = view_changed_at.take() {
-                let took = at.elapsed();
-                metrics.rebalance.record(took.as_secs_f64());
-                tracing::info!(ring = %self.config.ring, shards = held.len(), ?took, "rebalanced");
-            }
-            self.status.send_if_modified(|status| {
-                let next = RingStatus {
-                    members,
-                    held,
-                    settled,
-                };
-                let modified = *status != next;
-                *status = next;
-                modified
-            });
-        };
+        let mut shards = self.spawn_shards(&view_rx, &shards_stop, &changed, &metrics);
+        let result = self
+            .follow(&api, &shutdown, &membership, &view, &changed, &metrics)
+            .await;
         // Hand every shard back (closed, drained, released), then leave the ring.
         shards_stop.cancel();
         while shards.join_next().await.is_some() {}
@@ -488,12 +442,138 @@ impl Ring {
         let left = membership.finished().await;
         tracing::info!(ring = %self.config.ring, identity = %self.config.identity, "left the ring");
         result?;
-        left.map_err(BoxError::from)
+        left.map_err(RunError::from)
+    }
+
+    /// Starts one task per shard, each trying to hold its shard while `view` gives it to
+    /// this replica, until `stop`.
+    fn spawn_shards(
+        &self,
+        view: &watch::Receiver<View>,
+        stop: &CancellationToken,
+        changed: &Arc<Notify>,
+        metrics: &RingMetrics,
+    ) -> JoinSet<()> {
+        let mut shards = JoinSet::new();
+        for (shard, election) in self.elections.iter().enumerate() {
+            shards.spawn(hold_shard(ShardTask {
+                shard,
+                election: election.clone(),
+                gate: self.gate.clone(),
+                ring: self.config.ring.clone(),
+                identity: self.config.identity.clone(),
+                view: view.clone(),
+                stop: stop.clone(),
+                changed: Arc::clone(changed),
+                metrics: metrics.clone(),
+            }));
+        }
+        shards
+    }
+
+    /// Follows the ring while this replica is a member: lists its Leases every retry
+    /// period (and whenever a shard task reports a change), publishes the view to the shard
+    /// tasks and the status to [`status`](Self::status), until `shutdown` fires (`Ok`) or
+    /// the membership is lost (`Err`).
+    async fn follow(
+        &self,
+        api: &Api<Lease>,
+        shutdown: &Shutdown,
+        membership: &Leadership,
+        view: &watch::Sender<View>,
+        changed: &Notify,
+        metrics: &RingMetrics,
+    ) -> Result<(), RunError> {
+        let lost = membership.lost();
+        let mut lost = std::pin::pin!(lost);
+        let mut observed: HashMap<String, Sighting> = HashMap::new();
+        let mut view_changed_at: Option<Instant> = None;
+        let mut next_list = Instant::now();
+        loop {
+            tokio::select! {
+                _ = shutdown.stopped() => return Ok(()),
+                lost = &mut lost => return Err(RunError::from(lost)),
+                () = changed.notified() => {}
+                () = sleep_until(next_list) => {
+                    next_list = Instant::now() + self.config.retry_period;
+                    self.refresh_view(api, &mut observed, view, &mut view_changed_at, metrics)
+                        .await;
+                }
+            }
+            self.publish_status(view, &mut view_changed_at, metrics);
+        }
+    }
+
+    /// Lists the namespace's Leases once for both the member Leases (by label) and the
+    /// shard Leases' observations, sends the view on if its members changed (noting when in
+    /// `view_changed_at`), and refreshes the key metrics.
+    async fn refresh_view(
+        &self,
+        api: &Api<Lease>,
+        observed: &mut HashMap<String, Sighting>,
+        view: &watch::Sender<View>,
+        view_changed_at: &mut Option<Instant>,
+        metrics: &RingMetrics,
+    ) {
+        match api.list(&ListParams::default()).await {
+            Ok(leases) => {
+                self.observe_shards(&leases.items);
+                let members = self.live_members(&leases.items, observed);
+                if view.borrow().members != members {
+                    tracing::info!(ring = %self.config.ring, ?members, "the ring's membership changed");
+                    metrics.members.set(members.len() as f64);
+                    *view_changed_at = Some(Instant::now());
+                    view.send_replace(View::new(&self.config.ring, self.config.shards, members));
+                }
+            }
+            Err(error) => {
+                tracing::warn!(ring = %self.config.ring, %error, "failed to list the ring's leases");
+            }
+        }
+        if let Some(keys) = self.gate.owned_keys() {
+            metrics.keys.set(keys.len() as f64);
+        }
+        metrics.dropped.absolute(self.gate.dropped() as u64);
+    }
+
+    /// Compares the shards held with those the view gives this replica, records the
+    /// rebalance's time once they match after a change of the view, and publishes the status.
+    fn publish_status(
+        &self,
+        view: &watch::Sender<View>,
+        view_changed_at: &mut Option<Instant>,
+        metrics: &RingMetrics,
+    ) {
+        let (members, desired) = {
+            let view = view.borrow();
+            let desired: Vec<usize> = (0..self.config.shards)
+                .filter(|&shard| view.gives(shard, &self.config.identity))
+                .collect();
+            (view.members.clone(), desired)
+        };
+        let held = self.gate.open_shards();
+        let settled = !members.is_empty() && held == desired;
+        metrics.shards.set(held.len() as f64);
+        if settled && let Some(at) = view_changed_at.take() {
+            let took = at.elapsed();
+            metrics.rebalance.record(took.as_secs_f64());
+            tracing::info!(ring = %self.config.ring, shards = held.len(), ?took, "rebalanced");
+        }
+        self.status.send_if_modified(|status| {
+            let next = RingStatus {
+                members,
+                held,
+                settled,
+            };
+            let modified = *status != next;
+            *status = next;
+            modified
+        });
     }
 
     /// Creates this replica's member Lease with the ring's label (empty: the elector then
     /// takes it), unless it exists.
-    async fn create_member_lease(&self, api: &Api<Lease>) -> Result<(), BoxError> {
+    async fn create_member_lease(&self, api: &Api<Lease>) -> Result<(), RunError> {
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(self.config.member_lease_name()),
@@ -510,7 +590,7 @@ impl Ring {
         match api.create(&PostParams::default(), &lease).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-            Err(error) => Err(error.into()),
+            Err(error) => Err(RunError::MemberLease(error)),
         }
     }
 
@@ -567,20 +647,6 @@ impl Ring {
         // This replica holds its own Lease while it runs here.
         live.insert(self.config.identity.clone());
         live.into_iter().collect()
-    }
-}
-
-impl Runnable for Ring {
-    fn name(&self) -> String {
-        format!("sharding ring {}", self.config.ring)
-    }
-
-    fn needs_leader_election(&self) -> bool {
-        false
-    }
-
-    fn start(self: Box<Self>, shutdown: Shutdown) -> BoxFuture<'static, Result<(), BoxError>> {
-        Box::pin(self.run(shutdown))
     }
 }
 

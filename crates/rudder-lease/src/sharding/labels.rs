@@ -6,12 +6,13 @@
 //! before closing it, so the informer of a shard starts once its keys are admitted (its
 //! first list queues every one of them) and stops before they no longer are.
 //!
-//! [`ShardMode::Labels`]: rudder_manager::sharding::ShardMode::Labels
+//! [`ShardMode::Labels`]: super::ShardMode::Labels
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use super::{Ring, RingStatus};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::Client;
@@ -20,7 +21,6 @@ use kube::core::{ObjectMeta, PartialObjectMeta};
 use rudder_cache::{ApiScope, Cache, Informer, Scope, Typed};
 use rudder_controller::{KeyLister, ShardGate};
 use rudder_handler::{Event, Request, Source, SourceError, Started, Synced, resubscribing};
-use rudder_manager::sharding::{Ring, RingStatus};
 use tokio::sync::{mpsc, watch};
 use tokio_util::task::AbortOnDropHandle;
 
@@ -54,7 +54,7 @@ impl ToLabel {
 
 /// The source, and the key lister over the same informers (for the gate's resync and the
 /// `rudder_shard_keys_owned` metric).
-pub(crate) fn source<K: Typed>(
+pub fn source<K: Typed>(
     cache: &Cache,
     client: &Client,
     ring: &Ring,
@@ -82,7 +82,7 @@ pub(crate) fn source<K: Typed>(
 }
 
 /// See the module docs.
-pub(crate) struct LabelSharded<K> {
+pub struct LabelSharded<K> {
     cache: Cache,
     client: Client,
     status: watch::Receiver<RingStatus>,

@@ -525,7 +525,7 @@ pub(crate) fn assert_no_overlap(candidates: &[Candidate], end: i64) {
 /// A Rudder candidate, in the child process: reads its settings from [`CHILD_ENV`], tries to
 /// lead, and prints what it believes; exits 0 after a release, 3 on a loss.
 pub(crate) async fn rudder_candidate(settings: &str) -> ! {
-    use rudder_manager::leader_election::{LeaderElection, LeaderElectionConfig};
+    use rudder_lease::leader_election::{LeaderElection, LeaderElectionConfig};
     use tokio_util::sync::CancellationToken;
 
     let fields: Vec<&str> = settings.split('|').collect();

@@ -2,9 +2,6 @@
 //! a Lease written as client-go writes it, renewal and loss, the status metric.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/fixtures.rs"]
-mod fixtures;
-
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -13,7 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use rudder_envtest::{TestEnv, TestNamespace};
-use rudder_manager::leader_election::{
+use rudder_lease::leader_election::{
     ConfigError, Error, LeaderElection, LeaderElectionConfig, Leadership,
 };
 use tokio::task::JoinHandle;
@@ -38,7 +35,11 @@ async fn namespace(test: &str) -> TestNamespace {
 }
 
 fn config(ns: &TestNamespace, identity: &str) -> LeaderElectionConfig {
-    fixtures::election(ns.name(), NAME, identity, (LEASE, RENEW, RETRY))
+    LeaderElectionConfig::new(ns.name(), NAME)
+        .with_identity(identity)
+        .with_lease_duration(LEASE)
+        .with_renew_deadline(RENEW)
+        .with_retry_period(RETRY)
 }
 
 fn elector(ns: &TestNamespace, identity: &str, release: bool) -> LeaderElection {
@@ -64,7 +65,12 @@ async fn lease(ns: &TestNamespace) -> LeaseSpec {
 }
 
 async fn holder(ns: &TestNamespace) -> Option<String> {
-    fixtures::holder(&ns.api(), NAME).await
+    ns.api::<Lease>()
+        .get_opt(NAME)
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
 }
 
 /// Checks for `window` that `leader` leads, `waiting` does not, and the Lease names `leader`.

@@ -4,7 +4,7 @@
 //! Start with [`LeaderElection::new`] and [`LeaderElection::acquire`]:
 //!
 //! ```no_run
-//! use rudder_manager::leader_election::{LeaderElection, LeaderElectionConfig};
+//! use rudder_lease::leader_election::{LeaderElection, LeaderElectionConfig};
 //! use tokio_util::sync::CancellationToken;
 //!
 //! # async fn demo(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {

@@ -1,0 +1,22 @@
+//! The metrics of leader election and sharding, described for whichever recorder is
+//! current when [`describe`] is called (the manager calls it right after installing its
+//! own), with the buckets of the one histogram.
+
+/// `leader_election_master_status{name}`: 1 while this process leads the Lease `name`, else 0.
+pub const LEADER_ELECTION_MASTER_STATUS: &str = "leader_election_master_status";
+
+/// The sharding ring's histogram (`rudder_shard_rebalance_seconds`), with its buckets.
+pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[(
+    crate::sharding::REBALANCE_SECONDS,
+    crate::sharding::REBALANCE_BUCKETS,
+)];
+
+/// Describes leader election's gauge and every metric of a sharding ring to the recorder
+/// current at this call. Calling it again is harmless.
+pub fn describe() {
+    crate::sharding::describe();
+    metrics::describe_gauge!(
+        LEADER_ELECTION_MASTER_STATUS,
+        "Whether this process leads the Lease `name`: 1 while leading, 0 otherwise."
+    );
+}
