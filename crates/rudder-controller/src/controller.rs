@@ -1,6 +1,5 @@
 //! [`Controller`]: watches feeding a work queue, and workers running a reconciler over it.
 
-use std::any::Any;
 use std::collections::HashSet;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
@@ -10,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::{Either, FutureExt, join_all, select};
 use futures::stream::StreamExt;
+use rudder_core::panic_message;
 use rudder_handler::{EventHandler, Predicate, Queue, Request, Source, SourceError, Synced};
 use rudder_workqueue::rate_limiter::default_controller_rate_limiter;
 use rudder_workqueue::{AddOptions, WorkItem};
@@ -810,16 +810,6 @@ fn requeue<R>(inner: &Inner<R>, request: Request, action: Action) -> Outcome {
             inner.queue.add_with(request, options);
             Outcome::RequeueAfter
         }
-    }
-}
-
-fn panic_message(panic: &(dyn Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic with a non-string payload".to_owned()
     }
 }
 

@@ -3,6 +3,8 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
+pub use rudder_core::ErrorChain;
+
 /// A reconcile error that retrying cannot fix: the request is not requeued, but the error is
 /// counted (`controller_runtime_terminal_reconcile_errors_total`) and logged.
 ///
@@ -92,50 +94,3 @@ pub enum RunError {
 
 /// A `Result` with an error of this crate (a [`RunError`] unless said otherwise).
 pub type Result<T, E = RunError> = std::result::Result<T, E>;
-
-/// Displays an error with its sources, `outer: inner: root`, so a log line (or a `main` that
-/// reports its failure) says what failed underneath, not only the outermost context. The
-/// controller logs reconcile errors this way.
-///
-/// ```
-/// use std::{error::Error, fmt};
-///
-/// #[derive(Debug)]
-/// struct Outer(std::io::Error);
-/// impl fmt::Display for Outer {
-///     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-///         f.write_str("cannot write the status")
-///     }
-/// }
-/// impl Error for Outer {
-///     fn source(&self) -> Option<&(dyn Error + 'static)> {
-///         Some(&self.0)
-///     }
-/// }
-///
-/// let error = Outer(std::io::Error::other("409 Conflict"));
-/// assert_eq!(
-///     rudder_controller::ErrorChain(&error).to_string(),
-///     "cannot write the status: 409 Conflict"
-/// );
-/// ```
-#[derive(Clone, Copy)]
-pub struct ErrorChain<'a>(pub &'a (dyn StdError + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(error) = source {
-            write!(f, ": {error}")?;
-            source = error.source();
-        }
-        Ok(())
-    }
-}
-
-impl std::fmt::Debug for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(self, f)
-    }
-}

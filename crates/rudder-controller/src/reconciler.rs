@@ -8,8 +8,7 @@ use std::time::Duration;
 use rudder_handler::Request;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-/// Any error, boxed: what a reconciler's error is turned into for logging and retries.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use rudder_core::BoxError;
 
 /// Brings one object's actual state towards its desired state.
 ///

@@ -1,11 +1,12 @@
 //! [`Kind`]: a source on the shared informers of one type from rudder-cache.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt};
 use kube::Resource;
 use rudder_cache::{Cache, Informer, Scope, Typed};
+use rudder_core::sync::LockExt;
 
 use crate::source::{SourceError, Started};
 use crate::{Event, Source, Synced};
@@ -167,13 +168,13 @@ where
     let events = futures::stream::select_all(parts).boxed();
     let (probe, waiter) = (Arc::clone(&current), current);
     let synced = Synced::from_fn(
-        move || lock(&probe).iter().all(Informer::has_synced),
+        move || probe.lock_unpoisoned().iter().all(Informer::has_synced),
         move || {
             let current = Arc::clone(&waiter);
             Box::pin(async move {
                 // The informers of the moment; a replacement syncs on its own, and the
                 // probe above reads the current ones.
-                let informers = lock(&current).clone();
+                let informers = current.lock_unpoisoned().clone();
                 for informer in informers {
                     // Stopped informers never sync: wait forever rather than claim so.
                     if informer.wait_for_sync(Duration::MAX).await.is_err() {
@@ -184,10 +185,6 @@ where
         },
     );
     Started::new(events, synced)
-}
-
-fn lock<K>(current: &Mutex<Vec<Informer<K>>>) -> std::sync::MutexGuard<'_, Vec<Informer<K>>> {
-    current.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The events of the informer at `index`, resubscribing to a replacement when it ends (if it
@@ -208,7 +205,7 @@ where
         informer,
         move || resolve(),
         move |new| {
-            if let Some(slot) = lock(&current).get_mut(index) {
+            if let Some(slot) = current.lock_unpoisoned().get_mut(index) {
                 *slot = new.clone();
             }
         },

@@ -38,9 +38,10 @@
 //! | `rudder_shard_*` | gauge, counter, histogram | `ring` | [`sharding`](crate::sharding) |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds` | counter, gauge | | `/proc/self` |
 
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, OnceLock};
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use rudder_core::sync::LockExt;
 
 /// `leader_election_master_status{name}`: 1 while this process leads the Lease `name`, else 0.
 pub const LEADER_ELECTION_MASTER_STATUS: &str = "leader_election_master_status";
@@ -107,7 +108,7 @@ pub fn prometheus() -> Result<PrometheusHandle, BuildError> {
     if let Some(handle) = HANDLE.get() {
         return Ok(handle.clone());
     }
-    let _installing = INSTALLING.lock().unwrap_or_else(PoisonError::into_inner);
+    let _installing = INSTALLING.lock_unpoisoned();
     if let Some(handle) = HANDLE.get() {
         return Ok(handle.clone());
     }
@@ -220,10 +221,7 @@ mod tests {
             _: Option<Unit>,
             _: metrics::SharedString,
         ) {
-            self.0
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(name.as_str().to_owned());
+            self.0.lock_unpoisoned().push(name.as_str().to_owned());
         }
         fn register_counter(
             &self,
@@ -251,7 +249,7 @@ mod tests {
         let described = described
             .0
             .into_inner()
-            .unwrap_or_else(PoisonError::into_inner);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         assert!(
             described.len() >= 4,
             "reconcile time, two work-queue durations, rebalance: {described:?}"

@@ -5,8 +5,7 @@ use std::future::Future;
 use futures::future::BoxFuture;
 use rudder_controller::{Controller, LeaderGate, Reconciler, Shutdown};
 
-/// An error a runnable ends with.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use rudder_core::BoxError;
 
 /// Something the manager starts and stops: a controller, a server, a periodic job.
 ///

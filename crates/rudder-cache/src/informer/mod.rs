@@ -6,12 +6,13 @@
 
 use std::fmt::{self, Debug};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::Stream;
 use kube::Resource;
 use kube_runtime::watcher;
+use rudder_core::sync::LockExt;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
@@ -244,9 +245,7 @@ pub(crate) struct Shared<K> {
 
 impl<K> Shared<K> {
     pub(crate) fn subscribers(&self) -> MutexGuard<'_, Vec<mpsc::UnboundedSender<Event<K>>>> {
-        self.subscribers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.subscribers.lock_unpoisoned()
     }
 }
 

@@ -145,7 +145,7 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
                     Ok(future) => AssertUnwindSafe(future)
                         .catch_unwind()
                         .await
-                        .map_err(|payload| crate::unwind::message(&*payload)),
+                        .map_err(|payload| rudder_core::panic_message(&*payload)),
                     Err(message) => Err(message),
                 };
                 if let Err(message) = handled {

@@ -37,7 +37,7 @@ pub(crate) async fn supervise<K>(shared: Arc<Shared<K>>, run: impl Future<Output
         shared.failed.store(true, Ordering::Release);
         tracing::error!(
             resource = %shared.resource,
-            panic = %unwind::message(&*payload),
+            panic = %rudder_core::panic_message(&*payload),
             "the informer's watch task panicked; the informer has stopped"
         );
         shared.token.cancel();
