@@ -11,6 +11,8 @@
 //! ```
 
 pub mod error;
+mod event;
 pub mod sync;
 
 pub use error::{BoxError, ErrorChain, panic_message};
+pub use event::Event;

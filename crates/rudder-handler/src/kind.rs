@@ -270,6 +270,22 @@ where
     .boxed()
 }
 
+/// An informer's event as a source's: an add is a [`Event::Create`] (keeping whether it came
+/// from the informer's first list), an update an [`Event::Update`], a delete an
+/// [`Event::Delete`].
 fn convert<K>(event: rudder_cache::Event<K>) -> Event<K> {
-    Event::from(event)
+    match event {
+        rudder_cache::Event::Add { obj, initial_list } => Event::Create {
+            object: obj,
+            initial_list,
+        },
+        rudder_cache::Event::Update { old, new } => Event::Update { old, new },
+        rudder_cache::Event::Delete {
+            obj,
+            final_state_unknown,
+        } => Event::Delete {
+            object: obj,
+            final_state_unknown,
+        },
+    }
 }

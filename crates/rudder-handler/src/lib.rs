@@ -56,14 +56,12 @@
 //! outside the cluster, [`from_stream`] for any stream of events; each has a [`Synced`]
 //! signal.
 
-mod event;
 mod handler;
 mod kind;
 pub mod predicate;
 mod request;
 mod source;
 
-pub use event::Event;
 pub use handler::{
     EnqueueMapped, EnqueueObject, EnqueueOwner, EventHandler, HandlerFuncs, LOW_PRIORITY, Queue,
     enqueue,
@@ -75,6 +73,7 @@ pub use predicate::{
     ResourceVersionChanged,
 };
 pub use request::Request;
+pub use rudder_core::Event;
 pub use source::{
     ChannelSource, EventSender, Source, SourceClosed, SourceError, Started, StreamSource, Synced,
     channel, from_stream, from_stream_with_sync,
