@@ -199,7 +199,7 @@ where
     K: Resource + Send + Sync + 'static,
 {
     let Some(resolve) = resolve else {
-        return informer.subscribe().map(convert).boxed();
+        return informer.subscribe().boxed();
     };
     resubscribing(
         informer,
@@ -210,8 +210,6 @@ where
             }
         },
     )
-    .map(convert)
-    .boxed()
 }
 
 /// The events of `informer`, then of its replacements: an informer's stream ends only when
@@ -225,12 +223,12 @@ pub fn resubscribing<K>(
     informer: &Informer<K>,
     resolve: impl Fn() -> rudder_cache::Result<Informer<K>> + Send + 'static,
     replaced: impl Fn(&Informer<K>) + Send + 'static,
-) -> BoxStream<'static, rudder_cache::Event<K>>
+) -> BoxStream<'static, Event<K>>
 where
     K: Resource + Send + Sync + 'static,
 {
     struct State<K, R, P> {
-        events: BoxStream<'static, rudder_cache::Event<K>>,
+        events: BoxStream<'static, Event<K>>,
         resolve: R,
         replaced: P,
         resource: String,
@@ -268,24 +266,4 @@ where
         }
     })
     .boxed()
-}
-
-/// An informer's event as a source's: an add is a [`Event::Create`] (keeping whether it came
-/// from the informer's first list), an update an [`Event::Update`], a delete an
-/// [`Event::Delete`].
-fn convert<K>(event: rudder_cache::Event<K>) -> Event<K> {
-    match event {
-        rudder_cache::Event::Add { obj, initial_list } => Event::Create {
-            object: obj,
-            initial_list,
-        },
-        rudder_cache::Event::Update { old, new } => Event::Update { old, new },
-        rudder_cache::Event::Delete {
-            obj,
-            final_state_unknown,
-        } => Event::Delete {
-            object: obj,
-            final_state_unknown,
-        },
-    }
 }

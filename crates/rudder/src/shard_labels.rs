@@ -111,7 +111,7 @@ fn resilient<T: Typed>(
     scope: Scope,
     informer: &Informer<T>,
     replaced: impl Fn(Informer<T>) + Send + 'static,
-) -> BoxStream<'static, rudder_cache::Event<T>> {
+) -> BoxStream<'static, Event<T>> {
     resubscribing(
         informer,
         move || cache.informer_in::<T>(&scope),
@@ -235,9 +235,9 @@ impl<K: Typed> LabelSharded<K> {
                 }
                 event = unlabelled_events.next() => {
                     let object = match event {
-                        Some(rudder_cache::Event::Add { obj, .. }) => obj,
-                        Some(rudder_cache::Event::Update { new, .. }) => new,
-                        Some(rudder_cache::Event::Delete { .. }) => continue,
+                        Some(Event::Create { object, .. }) => object,
+                        Some(Event::Update { new, .. }) => new,
+                        Some(Event::Delete { .. } | Event::Generic { .. }) => continue,
                         // The cache is stopping.
                         None => break,
                     };
@@ -354,7 +354,7 @@ impl<K: Typed> LabelSharded<K> {
 /// the default priority, like the resync of a shard handed over), and sends objects whose
 /// label names another shard than their key's to be labelled again.
 async fn forward<K: Typed>(
-    mut stream: BoxStream<'static, rudder_cache::Event<K>>,
+    mut stream: BoxStream<'static, Event<K>>,
     shard: usize,
     gate: ShardGate,
     label: String,
@@ -362,7 +362,7 @@ async fn forward<K: Typed>(
     to_label: mpsc::UnboundedSender<ToLabel>,
 ) {
     while let Some(event) = stream.next().await {
-        let event = match Event::from(event) {
+        let event = match event {
             Event::Create { object, .. } => Event::Create {
                 object,
                 initial_list: false,

@@ -27,7 +27,8 @@ mod subscribers;
 mod watch_task;
 
 pub use builder::InformerBuilder;
-pub use subscribers::{Event, EventStream};
+pub use rudder_core::Event;
+pub use subscribers::EventStream;
 
 /// The default resync period, as in controller-runtime: 10 hours, plus up to 10% jitter.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(10 * 60 * 60);
@@ -338,21 +339,25 @@ mod tests {
                 .unwrap()
                 .unwrap();
             match event {
-                Event::Add { obj, initial_list } => format!(
+                Event::Create {
+                    object,
+                    initial_list,
+                } => format!(
                     "add {} {initial_list}",
-                    obj.metadata.name.as_deref().unwrap()
+                    object.metadata.name.as_deref().unwrap()
                 ),
                 Event::Update { new, .. } => {
                     format!("update {}", new.metadata.name.as_deref().unwrap())
                 }
                 Event::Delete {
-                    obj,
+                    object,
                     final_state_unknown,
                 } => format!(
                     "delete {}@{} {final_state_unknown}",
-                    obj.metadata.name.as_deref().unwrap(),
-                    obj.metadata.resource_version.as_deref().unwrap()
+                    object.metadata.name.as_deref().unwrap(),
+                    object.metadata.resource_version.as_deref().unwrap()
                 ),
+                Event::Generic { .. } => unreachable!("an informer sends no generic events"),
             }
         };
         let key = |name: &str| ObjectKey::namespaced("ns", name);
@@ -431,9 +436,10 @@ mod tests {
             .expect("an event within 5 s")
             .expect("the stream goes on");
         let kind = match &event {
-            Event::Add { .. } => "add",
+            Event::Create { .. } => "add",
             Event::Update { .. } => "update",
             Event::Delete { .. } => "delete",
+            Event::Generic { .. } => "generic",
         };
         format!(
             "{kind} {}",
