@@ -685,13 +685,9 @@ async fn process<R: Reconciler>(
     mut permit: Option<ShardPermit>,
 ) {
     let request = item.key().clone();
-    let id = ReconcileId(NEXT_RECONCILE_ID.fetch_add(1, Ordering::Relaxed));
+    let id = ReconcileId::new(NEXT_RECONCILE_ID.fetch_add(1, Ordering::Relaxed));
     let cancel = inner.hard_stop.child_token();
-    let ctx = Context {
-        cancel: cancel.clone(),
-        reconcile_id: id,
-        controller: Arc::clone(&inner.name),
-    };
+    let ctx = Context::new(cancel.clone(), id, Arc::clone(&inner.name));
     let span = tracing::info_span!(
         "reconcile",
         controller = %inner.name,
@@ -793,8 +789,8 @@ async fn process<R: Reconciler>(
 
 /// Queues what a successful reconcile asked for.
 fn requeue<R>(inner: &Inner<R>, request: Request, action: Action) -> Outcome {
-    let priority = action.priority.unwrap_or(0);
-    match action.next {
+    let priority = action.priority().unwrap_or(0);
+    match action.next() {
         Next::Done => {
             inner.queue.forget(&request);
             Outcome::Success

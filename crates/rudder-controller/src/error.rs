@@ -1,45 +1,9 @@
-//! Errors: the controller's own, and [`TerminalError`] for reconcilers.
+//! Errors: the controller's own; [`TerminalError`] for reconcilers and [`ErrorChain`] are
+//! rudder-core's, re-exported here.
 
-use std::error::Error as StdError;
 use std::time::Duration;
 
-pub use rudder_core::ErrorChain;
-
-/// A reconcile error that retrying cannot fix: the request is not requeued, but the error is
-/// counted (`controller_runtime_terminal_reconcile_errors_total`) and logged.
-///
-/// Return it as the reconciler's error, or anywhere in its chain of sources (a variant of
-/// your error type holding it as `#[source]`).
-///
-/// Its message is `terminal error`; what went wrong is its source, so a log line that prints
-/// the chain ([`ErrorChain`]) says `terminal error: <cause>` with the cause once.
-#[derive(Debug, thiserror::Error)]
-#[error("terminal error")]
-pub struct TerminalError {
-    #[source]
-    source: Box<dyn StdError + Send + Sync>,
-}
-
-impl TerminalError {
-    /// Wraps `source` as terminal.
-    pub fn new(source: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
-        Self {
-            source: source.into(),
-        }
-    }
-}
-
-/// Whether `error` or any error in its chain of sources is a [`TerminalError`].
-pub fn is_terminal(error: &(dyn StdError + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if e.is::<TerminalError>() {
-            return true;
-        }
-        next = e.source();
-    }
-    false
-}
+pub use rudder_core::{ErrorChain, TerminalError, is_terminal};
 
 /// Why a controller could not be built ([`Builder::build`](crate::Builder::build)).
 #[derive(Debug, thiserror::Error)]

@@ -123,6 +123,7 @@ mod gate;
 pub mod metrics;
 mod options;
 mod reconciler;
+mod runnable;
 mod shard;
 mod shutdown;
 
@@ -130,6 +131,6 @@ pub use controller::{Builder, Controller, WatchSpec};
 pub use error::{BuildError, ErrorChain, Result, RunError, TerminalError, is_terminal};
 pub use gate::LeaderGate;
 pub use options::{DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_SHUTDOWN_GRACE, Options};
-pub use reconciler::{Action, BoxError, Context, ReconcileId, Reconciler};
+pub use reconciler::{Action, BoxError, Context, Next, ReconcileId, Reconciler};
 pub use shard::{KeyAffinity, KeyLister, ShardGate, ShardPermit, fnv1a, fnv1a64, mix};
 pub use shutdown::Shutdown;

@@ -1,4 +1,5 @@
-//! Error helpers every crate shares: [`BoxError`], [`ErrorChain`] and [`panic_message`].
+//! Errors every crate shares: [`BoxError`], [`TerminalError`] (a reconcile error not to
+//! retry), [`ErrorChain`] and [`panic_message`].
 
 use std::any::Any;
 use std::error::Error as StdError;
@@ -7,6 +8,42 @@ use std::fmt;
 /// Any error, boxed: what a reconciler's, a runnable's or a source's error is turned into
 /// where its type no longer matters (logs, retries, the manager's stop).
 pub type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// A reconcile error that retrying cannot fix: the request is not requeued, but the error is
+/// counted (`controller_runtime_terminal_reconcile_errors_total`) and logged.
+///
+/// Return it as the reconciler's error, or anywhere in its chain of sources (a variant of
+/// your error type holding it as `#[source]`).
+///
+/// Its message is `terminal error`; what went wrong is its source, so a log line that prints
+/// the chain ([`ErrorChain`]) says `terminal error: <cause>` with the cause once.
+#[derive(Debug, thiserror::Error)]
+#[error("terminal error")]
+pub struct TerminalError {
+    #[source]
+    source: BoxError,
+}
+
+impl TerminalError {
+    /// Wraps `source` as terminal.
+    pub fn new(source: impl Into<BoxError>) -> Self {
+        Self {
+            source: source.into(),
+        }
+    }
+}
+
+/// Whether `error` or any error in its chain of sources is a [`TerminalError`].
+pub fn is_terminal(error: &(dyn StdError + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.is::<TerminalError>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
 
 /// Displays an error with its sources, `outer: inner: root`, so a log line (or a `main` that
 /// reports its failure) says what failed underneath, not only the outermost context.

@@ -10,9 +10,25 @@
 //! assert_eq!(panic_message(&*payload), "boom");
 //! ```
 
-pub mod error;
+mod error;
 mod event;
+mod gate;
+mod handler;
+mod predicate;
+mod reconcile;
+mod request;
+mod runnable;
+mod shutdown;
+mod source;
 pub mod sync;
 
-pub use error::{BoxError, ErrorChain, panic_message};
+pub use error::{BoxError, ErrorChain, TerminalError, is_terminal, panic_message};
 pub use event::Event;
+pub use gate::LeaderGate;
+pub use handler::{EventHandler, LOW_PRIORITY, Queue, enqueue};
+pub use predicate::{And, Compose, MetaEvent, MetaPredicate, MetaPredicates, Not, Or, Predicate};
+pub use reconcile::{Action, Context, Next, ReconcileId, Reconciler};
+pub use request::Request;
+pub use runnable::{Runnable, runnable};
+pub use shutdown::Shutdown;
+pub use source::{Source, SourceError, Started, Synced};

@@ -59,7 +59,6 @@
 mod handler;
 mod kind;
 pub mod predicate;
-mod request;
 mod source;
 
 pub use handler::{
@@ -72,8 +71,8 @@ pub use predicate::{
     LabelSelectorPredicate, MetaEvent, MetaPredicate, MetaPredicates, Not, Or, Predicate,
     ResourceVersionChanged,
 };
-pub use request::Request;
 pub use rudder_core::Event;
+pub use rudder_core::Request;
 pub use source::{
     ChannelSource, EventSender, Source, SourceClosed, SourceError, Started, StreamSource, Synced,
     channel, from_stream, from_stream_with_sync,
