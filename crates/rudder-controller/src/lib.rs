@@ -63,6 +63,8 @@
 //! (cancellation, a reconcile id) and returns an [`Action`]: done, requeue with backoff, or
 //! requeue after a delay, optionally at a priority. An error means "retry with backoff"; an
 //! error whose chain holds a [`TerminalError`] is not retried, only counted and logged.
+//! These types, with [`Shutdown`] and [`LeaderGate`], are rudder-core's, re-exported here:
+//! a library of reconcilers depends on rudder-core alone.
 //!
 //! # Controllers
 //!

@@ -1,5 +1,10 @@
 //! The [`EventHandler`] contract: which requests an event puts on the controller's [`Queue`],
-//! and at which priority ([`enqueue`], [`LOW_PRIORITY`]).
+//! and at which priority.
+//!
+//! Requests for old news (objects from the first list, resyncs that changed nothing; see
+//! [`Event::is_low_priority`]) go in at [`LOW_PRIORITY`], everything else at priority 0, so
+//! that fresh changes overtake a backlog; the work queue's ageing keeps old news from
+//! waiting forever. [`enqueue`] applies the rule; a handler that queues through it keeps it.
 
 use kube::Resource;
 use rudder_workqueue::{AddOptions, WorkQueue};

@@ -6,6 +6,11 @@
 //! [`Predicate`]s, then its [`EventHandler`] turns it into [`Request`]s on the controller's
 //! work queue.
 //!
+//! The contracts ([`Event`], [`Request`], [`Source`], [`EventHandler`], [`Predicate`],
+//! [`MetaPredicate`], [`Compose`]) are rudder-core's, re-exported here at their old paths;
+//! this crate holds the concrete sources, handlers and predicates. A library that writes
+//! its own depends on rudder-core alone.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use k8s_openapi::api::core::v1::ConfigMap;
