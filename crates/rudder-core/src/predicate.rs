@@ -35,7 +35,9 @@ impl<K> Predicate<K> for Box<dyn Predicate<K>> {
 }
 
 /// An event seen through the object's metadata only, whatever its type: what a
-/// [`MetaPredicate`] looks at.
+/// [`MetaPredicate`] looks at. Not a second event type: it is a borrowed view of an
+/// [`Event`] ([`MetaEvent::of`]) with the same variants under the same names, so that one
+/// predicate, compiled once, applies to the watches of every type.
 #[derive(Clone, Copy, Debug)]
 pub enum MetaEvent<'a> {
     /// See [`Event::Create`].
