@@ -101,9 +101,10 @@ pub struct Context {
 
 impl Context {
     /// The context of one reconcile: `cancel` fires when it should give up, `reconcile_id`
-    /// names it, `controller` is the name of the controller running it. A controller makes
-    /// one per reconcile; a test calling a reconciler directly makes its own.
-    /// (`controller` is shared: a controller hands each reconcile a clone of its own `Arc`).
+    /// names it, `controller` is the name of the controller running it (an `Arc<str>`, so
+    /// a controller hands each reconcile a clone of its own name rather than a copy). A
+    /// controller makes one per reconcile; a test calling a reconciler directly makes its
+    /// own.
     pub fn new(
         cancel: CancellationToken,
         reconcile_id: ReconcileId,
