@@ -26,11 +26,15 @@
 //! })?;
 //! informer.add_handler(|event: Event<ConfigMap>| async move {
 //!     match event {
-//!         Event::Add { obj, initial_list } => println!("add {:?} ({initial_list})", obj.metadata.name),
-//!         Event::Update { new, .. } => println!("update {:?}", new.metadata.name),
-//!         Event::Delete { obj, final_state_unknown } => {
-//!             println!("delete {:?} ({final_state_unknown})", obj.metadata.name)
+//!         Event::Create { object, initial_list } => {
+//!             println!("create {:?} ({initial_list})", object.metadata.name)
 //!         }
+//!         Event::Update { new, .. } => println!("update {:?}", new.metadata.name),
+//!         Event::Delete { object, final_state_unknown } => {
+//!             println!("delete {:?} ({final_state_unknown})", object.metadata.name)
+//!         }
+//!         // Only sources outside the cluster send these; an informer never does.
+//!         Event::Generic { .. } => {}
 //!     }
 //! });
 //! informer.wait_for_sync(Duration::from_secs(30)).await?;
@@ -49,16 +53,20 @@
 //!
 //! An [`Informer`] runs one kube-runtime [`watcher`](kube_runtime::watcher::watcher) (with
 //! its default backoff) and applies each object to its [`Store`] one at a time. Every
-//! handler receives:
+//! handler receives an [`Event`], rudder-core's, the same type the controllers' predicates
+//! and event handlers take (`rudder_handler::Event` is it too), so nothing is renamed on
+//! the way:
 //!
-//! - [`Event::Add`] for a new object, with `initial_list` set for objects from the first
+//! - [`Event::Create`] for a new object, with `initial_list` set for objects from the first
 //!   list (and for the replay a late handler gets, below);
 //! - [`Event::Update`] with the old and new stored objects when the `resourceVersion`
 //!   changed; a watch event that repeats the stored `resourceVersion` produces nothing;
 //! - [`Event::Delete`] with the deleted object, and `final_state_unknown` set when the
 //!   delete was inferred from a relist rather than seen.
 //!
-//! A handler registered after the informer has (partly) listed first gets an `Add` for every
+//! An informer never sends [`Event::Generic`]: only sources outside the cluster do.
+//!
+//! A handler registered after the informer has (partly) listed first gets a `Create` for every
 //! object already stored, then every change, without gap or overlap: the replay and the
 //! registration happen under the lock the watch holds while it applies an event.
 //! [`Informer::has_synced`] and [`Informer::wait_for_sync`] say when the first list is in.
@@ -80,7 +88,7 @@
 //! When the watch cannot be resumed (410 Gone after compaction, or an expired watch), the
 //! watcher lists again. Every list has an epoch number; each listed object is stamped with
 //! it as it is applied, and compared with the stored one by `resourceVersion`: new objects
-//! give `Add`, changed ones `Update`, unchanged ones nothing (the listed copy is dropped at
+//! give `Create`, changed ones `Update`, unchanged ones nothing (the listed copy is dropped at
 //! once, keeping the stored `Arc`). At the end of the list, objects not stamped with the
 //! epoch are removed and given to handlers as `Delete` with `final_state_unknown`. Peak
 //! memory during a relist is therefore the store plus one list page, not two stores.

@@ -1,12 +1,13 @@
 //! The indexed object store behind every informer: `Arc<K>` by namespace/name, plus indexes.
 
 use std::fmt;
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use std::hash::BuildHasher;
 
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use kube::Resource;
+use rudder_core::sync::RwLockExt;
 
 use crate::error::IndexError;
 use crate::unwind;
@@ -111,11 +112,11 @@ impl<K> Store<K> {
         // Index functions, the only user code run under the lock, are called inside
         // `catch_unwind`, so the lock is never poisoned; were it to be, the maps are still
         // consistent (they change only after every index value has been computed).
-        self.inner.read().unwrap_or_else(PoisonError::into_inner)
+        self.inner.read_unpoisoned()
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, Inner<K>> {
-        self.inner.write().unwrap_or_else(PoisonError::into_inner)
+        self.inner.write_unpoisoned()
     }
 }
 

@@ -1,7 +1,8 @@
 //! Catching panics in user code (index functions, transforms) so they cannot take a watch down.
 
-use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use rudder_core::panic_message;
 
 /// Runs `f`, turning a panic into its message.
 ///
@@ -10,16 +11,5 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 /// reference it can only read, and mutates nothing shared until `f` has returned; each call
 /// site says which.
 pub(crate) fn catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    catch_unwind(AssertUnwindSafe(f)).map_err(|payload| message(&*payload))
-}
-
-/// The message of a panic payload (`panic!` gives a `&str` or a `String`).
-pub(crate) fn message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic with a non-string payload".to_owned()
-    }
+    catch_unwind(AssertUnwindSafe(f)).map_err(|payload| panic_message(&*payload))
 }

@@ -11,6 +11,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use kube_runtime::WatchStreamExt;
 use kube_runtime::watcher::{self, Event, watcher};
+pub(crate) use rudder_core::ErrorChain;
 use rudder_webhook::CertificateStore;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -332,20 +333,5 @@ fn post_params() -> PostParams {
     PostParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..PostParams::default()
-    }
-}
-
-/// An error and its sources, `: `-separated, for logs.
-pub(crate) struct ErrorChain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(error) = source {
-            write!(f, ": {error}")?;
-            source = error.source();
-        }
-        Ok(())
     }
 }

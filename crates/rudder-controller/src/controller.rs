@@ -1,6 +1,5 @@
 //! [`Controller`]: watches feeding a work queue, and workers running a reconciler over it.
 
-use std::any::Any;
 use std::collections::HashSet;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
@@ -10,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::{Either, FutureExt, join_all, select};
 use futures::stream::StreamExt;
+use rudder_core::panic_message;
 use rudder_handler::{EventHandler, Predicate, Queue, Request, Source, SourceError, Synced};
 use rudder_workqueue::rate_limiter::default_controller_rate_limiter;
 use rudder_workqueue::{AddOptions, WorkItem};
@@ -685,13 +685,9 @@ async fn process<R: Reconciler>(
     mut permit: Option<ShardPermit>,
 ) {
     let request = item.key().clone();
-    let id = ReconcileId(NEXT_RECONCILE_ID.fetch_add(1, Ordering::Relaxed));
+    let id = ReconcileId::new(NEXT_RECONCILE_ID.fetch_add(1, Ordering::Relaxed));
     let cancel = inner.hard_stop.child_token();
-    let ctx = Context {
-        cancel: cancel.clone(),
-        reconcile_id: id,
-        controller: Arc::clone(&inner.name),
-    };
+    let ctx = Context::new(cancel.clone(), id, Arc::clone(&inner.name));
     let span = tracing::info_span!(
         "reconcile",
         controller = %inner.name,
@@ -793,8 +789,8 @@ async fn process<R: Reconciler>(
 
 /// Queues what a successful reconcile asked for.
 fn requeue<R>(inner: &Inner<R>, request: Request, action: Action) -> Outcome {
-    let priority = action.priority.unwrap_or(0);
-    match action.next {
+    let priority = action.priority().unwrap_or(0);
+    match action.next() {
         Next::Done => {
             inner.queue.forget(&request);
             Outcome::Success
@@ -810,16 +806,6 @@ fn requeue<R>(inner: &Inner<R>, request: Request, action: Action) -> Outcome {
             inner.queue.add_with(request, options);
             Outcome::RequeueAfter
         }
-    }
-}
-
-fn panic_message(panic: &(dyn Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic with a non-string payload".to_owned()
     }
 }
 

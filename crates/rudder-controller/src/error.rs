@@ -1,43 +1,9 @@
-//! Errors: the controller's own, and [`TerminalError`] for reconcilers.
+//! Errors: the controller's own; [`TerminalError`] for reconcilers and [`ErrorChain`] are
+//! rudder-core's, re-exported here.
 
-use std::error::Error as StdError;
 use std::time::Duration;
 
-/// A reconcile error that retrying cannot fix: the request is not requeued, but the error is
-/// counted (`controller_runtime_terminal_reconcile_errors_total`) and logged.
-///
-/// Return it as the reconciler's error, or anywhere in its chain of sources (a variant of
-/// your error type holding it as `#[source]`).
-///
-/// Its message is `terminal error`; what went wrong is its source, so a log line that prints
-/// the chain ([`ErrorChain`]) says `terminal error: <cause>` with the cause once.
-#[derive(Debug, thiserror::Error)]
-#[error("terminal error")]
-pub struct TerminalError {
-    #[source]
-    source: Box<dyn StdError + Send + Sync>,
-}
-
-impl TerminalError {
-    /// Wraps `source` as terminal.
-    pub fn new(source: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
-        Self {
-            source: source.into(),
-        }
-    }
-}
-
-/// Whether `error` or any error in its chain of sources is a [`TerminalError`].
-pub fn is_terminal(error: &(dyn StdError + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if e.is::<TerminalError>() {
-            return true;
-        }
-        next = e.source();
-    }
-    false
-}
+pub use rudder_core::{ErrorChain, TerminalError, is_terminal};
 
 /// Why a controller could not be built ([`Builder::build`](crate::Builder::build)).
 #[derive(Debug, thiserror::Error)]
@@ -92,50 +58,3 @@ pub enum RunError {
 
 /// A `Result` with an error of this crate (a [`RunError`] unless said otherwise).
 pub type Result<T, E = RunError> = std::result::Result<T, E>;
-
-/// Displays an error with its sources, `outer: inner: root`, so a log line (or a `main` that
-/// reports its failure) says what failed underneath, not only the outermost context. The
-/// controller logs reconcile errors this way.
-///
-/// ```
-/// use std::{error::Error, fmt};
-///
-/// #[derive(Debug)]
-/// struct Outer(std::io::Error);
-/// impl fmt::Display for Outer {
-///     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-///         f.write_str("cannot write the status")
-///     }
-/// }
-/// impl Error for Outer {
-///     fn source(&self) -> Option<&(dyn Error + 'static)> {
-///         Some(&self.0)
-///     }
-/// }
-///
-/// let error = Outer(std::io::Error::other("409 Conflict"));
-/// assert_eq!(
-///     rudder_controller::ErrorChain(&error).to_string(),
-///     "cannot write the status: 409 Conflict"
-/// );
-/// ```
-#[derive(Clone, Copy)]
-pub struct ErrorChain<'a>(pub &'a (dyn StdError + 'static));
-
-impl std::fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(error) = source {
-            write!(f, ": {error}")?;
-            source = error.source();
-        }
-        Ok(())
-    }
-}
-
-impl std::fmt::Debug for ErrorChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(self, f)
-    }
-}

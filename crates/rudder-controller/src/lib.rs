@@ -63,6 +63,8 @@
 //! (cancellation, a reconcile id) and returns an [`Action`]: done, requeue with backoff, or
 //! requeue after a delay, optionally at a priority. An error means "retry with backoff"; an
 //! error whose chain holds a [`TerminalError`] is not retried, only counted and logged.
+//! These types, with [`Shutdown`] and [`LeaderGate`], are rudder-core's, re-exported here:
+//! a library of reconcilers depends on rudder-core alone.
 //!
 //! # Controllers
 //!
@@ -123,6 +125,7 @@ mod gate;
 pub mod metrics;
 mod options;
 mod reconciler;
+mod runnable;
 mod shard;
 mod shutdown;
 
@@ -130,6 +133,6 @@ pub use controller::{Builder, Controller, WatchSpec};
 pub use error::{BuildError, ErrorChain, Result, RunError, TerminalError, is_terminal};
 pub use gate::LeaderGate;
 pub use options::{DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_SHUTDOWN_GRACE, Options};
-pub use reconciler::{Action, BoxError, Context, ReconcileId, Reconciler};
+pub use reconciler::{Action, BoxError, Context, Next, ReconcileId, Reconciler};
 pub use shard::{KeyAffinity, KeyLister, ShardGate, ShardPermit, fnv1a, fnv1a64, mix};
 pub use shutdown::Shutdown;

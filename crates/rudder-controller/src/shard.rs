@@ -9,6 +9,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use rudder_core::sync::LockExt;
 use rudder_handler::Request;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
@@ -144,7 +145,7 @@ impl ShardGate {
         let Some(slot) = self.shared.slots.get(shard) else {
             return;
         };
-        lock(slot).validity = Some(LeaderGate::new(validity));
+        slot.lock_unpoisoned().validity = Some(LeaderGate::new(validity));
         // The receiver may be gone (no controller): nothing to resync then.
         let _ = self.shared.opened_tx.send(shard);
     }
@@ -153,7 +154,7 @@ impl ShardGate {
     /// go on; [`drained`](Self::drained) waits for them.
     pub fn close(&self, shard: usize) {
         if let Some(slot) = self.shared.slots.get(shard) {
-            lock(slot).validity = None;
+            slot.lock_unpoisoned().validity = None;
         }
     }
 
@@ -167,7 +168,7 @@ impl ShardGate {
             let released = self.shared.released.notified();
             let mut released = std::pin::pin!(released);
             released.as_mut().enable();
-            if lock(slot).in_flight == 0 {
+            if slot.lock_unpoisoned().in_flight == 0 {
                 return;
             }
             released.await;
@@ -179,7 +180,7 @@ impl ShardGate {
         self.shared
             .slots
             .get(shard)
-            .is_some_and(|slot| is_valid(&lock(slot), Instant::now()))
+            .is_some_and(|slot| is_valid(&slot.lock_unpoisoned(), Instant::now()))
     }
 
     /// The shards whose keys are admitted now.
@@ -192,7 +193,7 @@ impl ShardGate {
         self.shared
             .slots
             .get(shard)
-            .map_or(0, |slot| lock(slot).in_flight)
+            .map_or(0, |slot| slot.lock_unpoisoned().in_flight)
     }
 
     /// Admits `request` if its shard is open now, with a permit to hold while it is
@@ -200,7 +201,7 @@ impl ShardGate {
     pub fn admit(&self, request: &Request) -> Option<ShardPermit> {
         let shard = self.shard_of(request);
         let slot = &self.shared.slots[shard];
-        let mut slot = lock(slot);
+        let mut slot = slot.lock_unpoisoned();
         let now = Instant::now();
         let Some(validity) = slot.validity.clone().filter(|v| v.is_open_at(now)) else {
             drop(slot);
@@ -297,15 +298,11 @@ impl fmt::Debug for ShardPermit {
 
 impl Drop for ShardPermit {
     fn drop(&mut self) {
-        let mut slot = lock(&self.shared.slots[self.shard]);
+        let mut slot = self.shared.slots[self.shard].lock_unpoisoned();
         slot.in_flight = slot.in_flight.saturating_sub(1);
         drop(slot);
         self.shared.released.notify_waiters();
     }
-}
-
-fn lock(slot: &Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
-    slot.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn is_valid(slot: &Slot, now: Instant) -> bool {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use rudder_core::sync::LockExt;
 
 use crate::binaries::{
     self, ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KWOK, Version,
@@ -813,9 +814,7 @@ fn make_dir() -> Result<PathBuf> {
 pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N]> {
     static HANDED_OUT: OnceLock<Mutex<Vec<u16>>> = OnceLock::new();
     let handed = HANDED_OUT.get_or_init(Default::default);
-    let mut handed = handed
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut handed = handed.lock_unpoisoned();
     // Listeners stay open until all are chosen, so they differ.
     let mut listeners = Vec::new();
     let mut ports = [0; N];

@@ -12,11 +12,12 @@
 //! and says which rules a flow did not show to be needed (in the log and the metrics).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use kube::api::{Api, Patch, PatchParams};
+use rudder_core::sync::LockExt;
 
 use crate::{Error, Result, TestNamespace, TestUser};
 
@@ -37,8 +38,7 @@ impl LogCapture {
     /// The lines written so far that mention `forbidden` (in any case), oldest first.
     pub fn forbidden_lines(&self) -> Vec<String> {
         self.buffer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .lock_unpoisoned()
             .lines()
             .filter(|line| line.to_lowercase().contains("forbidden"))
             .map(str::to_owned)
@@ -47,18 +47,14 @@ impl LogCapture {
 
     /// Forgets what was written (between two runs of a flow).
     pub fn clear(&self) {
-        self.buffer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.buffer.lock_unpoisoned().clear();
     }
 }
 
 impl std::io::Write for LogCapture {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         self.buffer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .lock_unpoisoned()
             .push_str(&String::from_utf8_lossy(bytes));
         Ok(bytes.len())
     }

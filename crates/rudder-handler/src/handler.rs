@@ -1,4 +1,6 @@
-//! [`EventHandler`]s: which requests an event puts on the work queue.
+//! The event handlers: which requests an event puts on the work queue. The
+//! [`EventHandler`] contract, the [`Queue`] and [`enqueue`] are rudder-core's, re-exported
+//! here.
 //!
 //! Requests for old news (objects from the first list, resyncs that changed nothing; see
 //! [`Event::is_low_priority`]) are queued at [`LOW_PRIORITY`], everything else at priority 0,
@@ -11,48 +13,9 @@ use std::marker::PhantomData;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
-use rudder_workqueue::{AddOptions, WorkQueue};
+pub use rudder_core::{EventHandler, LOW_PRIORITY, Queue, enqueue};
 
 use crate::{Event, Request};
-
-/// The priority of requests for old news: objects from the first list and no-op resyncs.
-pub const LOW_PRIORITY: i32 = -100;
-
-/// The work queue controllers reconcile from.
-pub type Queue = WorkQueue<Request>;
-
-/// Turns events into requests on the queue.
-pub trait EventHandler<K>: Send + Sync {
-    /// Queues the requests `event` calls for.
-    fn handle(&self, event: &Event<K>, queue: &Queue);
-}
-
-/// Any `Fn(&Event<K>, &Queue)` is a handler: the way to map items of a raw source (a
-/// channel of anything) to requests.
-impl<K, F> EventHandler<K> for F
-where
-    F: Fn(&Event<K>, &Queue) + Send + Sync,
-{
-    fn handle(&self, event: &Event<K>, queue: &Queue) {
-        self(event, queue);
-    }
-}
-
-impl<K> EventHandler<K> for Box<dyn EventHandler<K>> {
-    fn handle(&self, event: &Event<K>, queue: &Queue) {
-        (**self).handle(event, queue);
-    }
-}
-
-/// Queues `request` at the priority `event` deserves.
-pub fn enqueue<K: Resource>(queue: &Queue, event: &Event<K>, request: Request) {
-    let priority = if event.is_low_priority() {
-        LOW_PRIORITY
-    } else {
-        0
-    };
-    queue.add_with(request, AddOptions::new().priority(priority));
-}
 
 /// Queues a request for the object itself (controller-runtime's
 /// `EnqueueRequestForObject`).

@@ -1,11 +1,12 @@
 //! [`Kind`]: a source on the shared informers of one type from rudder-cache.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt};
 use kube::Resource;
 use rudder_cache::{Cache, Informer, Scope, Typed};
+use rudder_core::sync::LockExt;
 
 use crate::source::{SourceError, Started};
 use crate::{Event, Source, Synced};
@@ -167,13 +168,13 @@ where
     let events = futures::stream::select_all(parts).boxed();
     let (probe, waiter) = (Arc::clone(&current), current);
     let synced = Synced::from_fn(
-        move || lock(&probe).iter().all(Informer::has_synced),
+        move || probe.lock_unpoisoned().iter().all(Informer::has_synced),
         move || {
             let current = Arc::clone(&waiter);
             Box::pin(async move {
                 // The informers of the moment; a replacement syncs on its own, and the
                 // probe above reads the current ones.
-                let informers = lock(&current).clone();
+                let informers = current.lock_unpoisoned().clone();
                 for informer in informers {
                     // Stopped informers never sync: wait forever rather than claim so.
                     if informer.wait_for_sync(Duration::MAX).await.is_err() {
@@ -184,10 +185,6 @@ where
         },
     );
     Started::new(events, synced)
-}
-
-fn lock<K>(current: &Mutex<Vec<Informer<K>>>) -> std::sync::MutexGuard<'_, Vec<Informer<K>>> {
-    current.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The events of the informer at `index`, resubscribing to a replacement when it ends (if it
@@ -202,19 +199,17 @@ where
     K: Resource + Send + Sync + 'static,
 {
     let Some(resolve) = resolve else {
-        return informer.subscribe().map(convert).boxed();
+        return informer.subscribe().boxed();
     };
     resubscribing(
         informer,
         move || resolve(),
         move |new| {
-            if let Some(slot) = lock(&current).get_mut(index) {
+            if let Some(slot) = current.lock_unpoisoned().get_mut(index) {
                 *slot = new.clone();
             }
         },
     )
-    .map(convert)
-    .boxed()
 }
 
 /// The events of `informer`, then of its replacements: an informer's stream ends only when
@@ -228,12 +223,12 @@ pub fn resubscribing<K>(
     informer: &Informer<K>,
     resolve: impl Fn() -> rudder_cache::Result<Informer<K>> + Send + 'static,
     replaced: impl Fn(&Informer<K>) + Send + 'static,
-) -> BoxStream<'static, rudder_cache::Event<K>>
+) -> BoxStream<'static, Event<K>>
 where
     K: Resource + Send + Sync + 'static,
 {
     struct State<K, R, P> {
-        events: BoxStream<'static, rudder_cache::Event<K>>,
+        events: BoxStream<'static, Event<K>>,
         resolve: R,
         replaced: P,
         resource: String,
@@ -271,8 +266,4 @@ where
         }
     })
     .boxed()
-}
-
-fn convert<K>(event: rudder_cache::Event<K>) -> Event<K> {
-    Event::from(event)
 }

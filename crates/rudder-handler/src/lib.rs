@@ -6,6 +6,11 @@
 //! [`Predicate`]s, then its [`EventHandler`] turns it into [`Request`]s on the controller's
 //! work queue.
 //!
+//! The contracts ([`Event`], [`Request`], [`Source`], [`EventHandler`], [`Predicate`],
+//! [`MetaPredicate`], [`Compose`]) are rudder-core's, re-exported here at their old paths;
+//! this crate holds the concrete sources, handlers and predicates. A library that writes
+//! its own depends on rudder-core alone.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use k8s_openapi::api::core::v1::ConfigMap;
@@ -56,14 +61,11 @@
 //! outside the cluster, [`from_stream`] for any stream of events; each has a [`Synced`]
 //! signal.
 
-mod event;
 mod handler;
 mod kind;
 pub mod predicate;
-mod request;
 mod source;
 
-pub use event::Event;
 pub use handler::{
     EnqueueMapped, EnqueueObject, EnqueueOwner, EventHandler, HandlerFuncs, LOW_PRIORITY, Queue,
     enqueue,
@@ -74,7 +76,8 @@ pub use predicate::{
     LabelSelectorPredicate, MetaEvent, MetaPredicate, MetaPredicates, Not, Or, Predicate,
     ResourceVersionChanged,
 };
-pub use request::Request;
+pub use rudder_core::Event;
+pub use rudder_core::Request;
 pub use source::{
     ChannelSource, EventSender, Source, SourceClosed, SourceError, Started, StreamSource, Synced,
     channel, from_stream, from_stream_with_sync,

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use futures::future::BoxFuture;
+use rudder_core::sync::RwLockExt;
 
 /// A named check: `Ok` when healthy, `Err(reason)` when not.
 pub type Check = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
@@ -61,9 +62,7 @@ impl HealthChecks {
             Probe::Liveness => &self.healthz,
             Probe::Readiness => &self.readyz,
         };
-        map.write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(name.into(), check);
+        map.write_unpoisoned().insert(name.into(), check);
     }
 
     fn checks(&self, probe: Probe) -> Vec<(String, Check)> {
@@ -71,8 +70,7 @@ impl HealthChecks {
             Probe::Liveness => &self.healthz,
             Probe::Readiness => &self.readyz,
         };
-        map.read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        map.read_unpoisoned()
             .iter()
             .map(|(k, v)| (k.clone(), Arc::clone(v)))
             .collect()

@@ -11,6 +11,7 @@ use kube_runtime::events::{Recorder, Reporter};
 use metrics_exporter_prometheus::PrometheusHandle;
 use rudder_cache::{Cache, CacheBuilder};
 use rudder_controller::{Controller, ErrorChain, LeaderGate, Reconciler, Shutdown};
+use rudder_core::panic_message;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -1042,16 +1043,6 @@ impl Group {
         self.set.abort_all();
         while self.set.join_next().await.is_some() {}
         left
-    }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic with a non-string payload".to_owned()
     }
 }
 

@@ -38,9 +38,10 @@
 //! | `rudder_shard_*` | gauge, counter, histogram | `ring` | [`sharding`](crate::sharding) |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds` | counter, gauge | | `/proc/self` |
 
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, OnceLock};
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use rudder_core::sync::LockExt;
 
 pub use rudder_lease::metrics::LEADER_ELECTION_MASTER_STATUS;
 
@@ -96,7 +97,7 @@ pub fn prometheus() -> Result<PrometheusHandle, BuildError> {
     if let Some(handle) = HANDLE.get() {
         return Ok(handle.clone());
     }
-    let _installing = INSTALLING.lock().unwrap_or_else(PoisonError::into_inner);
+    let _installing = INSTALLING.lock_unpoisoned();
     if let Some(handle) = HANDLE.get() {
         return Ok(handle.clone());
     }
@@ -209,10 +210,7 @@ mod tests {
             _: Option<Unit>,
             _: metrics::SharedString,
         ) {
-            self.0
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(name.as_str().to_owned());
+            self.0.lock_unpoisoned().push(name.as_str().to_owned());
         }
         fn register_counter(
             &self,
@@ -240,7 +238,7 @@ mod tests {
         let described = described
             .0
             .into_inner()
-            .unwrap_or_else(PoisonError::into_inner);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         assert!(
             described.len() >= 4,
             "reconcile time, two work-queue durations, rebalance: {described:?}"

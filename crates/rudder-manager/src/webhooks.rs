@@ -3,8 +3,9 @@
 //! Without the feature none of it (nor rustls) is compiled.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
+use rudder_core::sync::LockExt;
 use rudder_server::ServerHandle;
 use rudder_webhook::manifest::Registration;
 use rudder_webhook::{RunningWebhookServer, WebhookServer};
@@ -114,10 +115,7 @@ impl Parts {
                 .start(client.clone())
                 .await
                 .map_err(Error::Certificates)?;
-            *self
-                .running_certificates
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(running);
+            *self.running_certificates.lock_unpoisoned() = Some(running);
         }
         if !self.webhook.is_empty() {
             let running = self.webhook.start().await.map_err(Error::Webhook)?;
@@ -132,11 +130,7 @@ impl Parts {
         if let Some(running) = self.running_webhook.write().await.take() {
             running.stop(deadline).await;
         }
-        let certificates = self
-            .running_certificates
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let certificates = self.running_certificates.lock_unpoisoned().take();
         if let Some(running) = certificates {
             running.stop(deadline).await;
         }
@@ -222,21 +216,13 @@ impl Manager {
     /// `rudder` facade's webhook builder records every webhook it registers. (Feature
     /// `webhook`.)
     pub fn record_webhook(&self, registration: Registration) {
-        self.tls
-            .registrations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(registration);
+        self.tls.registrations.lock_unpoisoned().push(registration);
     }
 
     /// What [`record_webhook`](Self::record_webhook) recorded, in order. (Feature
     /// `webhook`.)
     pub fn webhook_registrations(&self) -> Vec<Registration> {
-        self.tls
-            .registrations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.tls.registrations.lock_unpoisoned().clone()
     }
 
     /// The self-signed webhook certificates, if

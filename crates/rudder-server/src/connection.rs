@@ -5,12 +5,15 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use hyper::server::conn::http1;
+// parking_lot's lock: no poisoning (nothing panics while holding it), and this crate
+// serves HTTP without Kubernetes, so it does not take rudder-core's std-lock helpers.
 use hyper_util::rt::{TokioIo, TokioTimer};
+use parking_lot::{Mutex, MutexGuard};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
@@ -90,8 +93,8 @@ impl Activity {
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// The handshake is done: the header timeout runs from now. The idle spell that

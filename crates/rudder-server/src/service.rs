@@ -18,6 +18,8 @@ use crate::body::Body;
 use crate::connection::{Activity, InFlight};
 
 /// The error type services and bodies are boxed into.
+// The one definition is rudder-core's; this crate serves HTTP without Kubernetes and so
+// does not depend on it (the two are the same type, so errors pass between them).
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A response body as hyper writes it: the service's, boxed.

@@ -2,9 +2,11 @@
 //! accept loop picks the one idle longest to close when a new client needs its slot.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+// parking_lot's lock, as the connection's: no poisoning.
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -90,7 +92,7 @@ impl Registry {
     }
 
     fn entries(&self) -> MutexGuard<'_, HashMap<u64, Arc<Activity>>> {
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+        self.entries.lock()
     }
 }
 

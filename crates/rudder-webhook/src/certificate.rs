@@ -2,8 +2,9 @@
 //! TLS handshake; and parsing a PEM pair into one.
 
 use std::fmt;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 
+use rudder_core::sync::RwLockExt;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -67,13 +68,13 @@ impl CertificateStore {
 
     /// Serves `key` from the next handshake on. Connections already open keep theirs.
     pub fn set(&self, key: Arc<CertifiedKey>) {
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(key);
+        *self.current.write_unpoisoned() = Some(key);
     }
 
     /// Removes the certificate: handshakes fail (and readiness with them) until one is set
     /// again. For a source that must stop serving a certificate it no longer trusts.
     pub fn clear(&self) {
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = None;
+        *self.current.write_unpoisoned() = None;
     }
 
     /// Parses a PEM certificate chain and PEM private key, checks that they belong
@@ -87,10 +88,7 @@ impl CertificateStore {
 
     /// The certificate served now, if any.
     pub fn current(&self) -> Option<Arc<CertifiedKey>> {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.current.read_unpoisoned().clone()
     }
 
     /// The current end-entity certificate, DER-encoded.

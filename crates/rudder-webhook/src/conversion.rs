@@ -5,20 +5,21 @@
 use std::collections::{BTreeSet, HashMap};
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 
 use http::StatusCode;
 use hyper::body::Bytes;
 use kube::core::Resource;
 use kube::core::Status;
 use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionReview};
+use rudder_core::sync::RwLockExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::admission::panic_message;
 use crate::metrics;
 use crate::server::{RegisterError, Rejection};
+use rudder_core::panic_message;
 
 /// One version (a spoke) of a kind that converts to and from the kind's hub version `H`.
 ///
@@ -238,7 +239,7 @@ impl std::fmt::Debug for Conversions {
 
 impl Conversions {
     pub(crate) fn insert(&self, kind: ErasedKind) -> Result<(), RegisterError> {
-        let mut kinds = self.kinds.write().unwrap_or_else(PoisonError::into_inner);
+        let mut kinds = self.kinds.write_unpoisoned();
         let key = (kind.group.clone(), kind.kind.clone());
         if kinds.contains_key(&key) {
             return Err(RegisterError::DuplicateConversion {
@@ -289,11 +290,7 @@ impl Conversions {
 
     fn convert_all(&self, objects: Vec<Value>, desired: &str) -> Result<Vec<Value>, String> {
         let (desired_group, desired_version) = split_api_version(desired);
-        let kinds = self
-            .kinds
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let kinds = self.kinds.read_unpoisoned().clone();
         objects
             .into_iter()
             .enumerate()

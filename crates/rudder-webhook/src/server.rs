@@ -7,7 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use futures::future::BoxFuture;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
+use rudder_core::sync::RwLockExt;
 use rudder_server::{Body, BodyError, Server, ServerHandle, StopReport};
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -285,17 +286,11 @@ impl WebhookServer {
     }
 
     fn routes(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Route>> {
-        self.inner
-            .routes
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.inner.routes.read_unpoisoned()
     }
 
     fn routes_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Route>> {
-        self.inner
-            .routes
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.inner.routes.write_unpoisoned()
     }
 }
 
@@ -367,8 +362,7 @@ impl tower_service::Service<Request<Body>> for Router {
         metrics::request_protocol(request.version());
         let route = self
             .routes
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+            .read_unpoisoned()
             .get(request.uri().path())
             .cloned();
         Box::pin(async move {

@@ -5,12 +5,12 @@ use std::future::{Future, poll_fn};
 use std::hash::{BuildHasher, Hash};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use hashbrown::DefaultHashBuilder;
-use parking_lot::MutexGuard;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -47,7 +47,7 @@ pub(crate) struct Shared<K> {
     /// (spin, then sleep in the kernel) made the 2-producer, 2-worker bench 1.5-2x slower
     /// than parking_lot's (spin with backoff, yield, then park); uncontended they cost the
     /// same (docs/benchmarks.md).
-    state: parking_lot::Mutex<State<K>>,
+    state: Mutex<State<K>>,
     /// Hashes keys before the lock is taken, so hashing a long key holds no one up.
     hasher: DefaultHashBuilder,
     /// Whether the last add read the clock (it queued a key, with ageing on or a delay).
@@ -66,10 +66,7 @@ pub(crate) struct Shared<K> {
 
 impl<K> Drop for Shared<K> {
     fn drop(&mut self) {
-        let updater = self
-            .updater
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
+        let updater = self.updater.get_mut();
         if let Some(task) = updater.take() {
             task.abort();
         }
@@ -137,7 +134,7 @@ where
         let metrics = self.metrics.map(|p| p.queue_metrics(&self.name));
         let has_metrics = metrics.is_some();
         let shared = Arc::new(Shared {
-            state: parking_lot::Mutex::new(State::new(aging, has_metrics)),
+            state: Mutex::new(State::new(aging, has_metrics)),
             hasher: DefaultHashBuilder::default(),
             adds_need_time: AtomicBool::new(false),
             drained: Notify::new(),
@@ -151,10 +148,7 @@ where
         });
         if has_metrics && let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let task = runtime.spawn(update_unfinished_work(Arc::downgrade(&shared)));
-            *shared
-                .updater
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(task);
+            *shared.updater.lock() = Some(task);
         }
         WorkQueue { shared }
     }

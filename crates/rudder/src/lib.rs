@@ -51,6 +51,7 @@
 //!
 //! | module | crate | what it holds |
 //! |---|---|---|
+//! | [`core`] | rudder-core | the contracts: [`Event`], `Request`, the `Source`, `EventHandler`, `Predicate`, `Reconciler` and `Runnable` traits, shared helpers |
 //! | [`workqueue`] | rudder-workqueue | the dedup / delaying / rate-limited / priority work queue |
 //! | [`cache`] | rudder-cache | shared informers, indexed stores, the cache reader |
 //! | [`handler`] | rudder-handler | requests, events, sources, event handlers, predicates |
@@ -130,6 +131,12 @@ mod tools;
 #[cfg(feature = "webhook")]
 mod webhook_builder;
 
+/// The contracts every layer shares (events, requests, the source, handler, predicate,
+/// reconciler and runnable traits): rudder-core. The layers' modules re-export the same
+/// types, so `rudder::core::Event`, `rudder::cache::Event` and `rudder::handler::Event` are
+/// one type.
+pub use rudder_core as core;
+
 /// The work queue: rudder-workqueue.
 #[cfg(feature = "workqueue")]
 pub use rudder_workqueue as workqueue;
@@ -182,6 +189,10 @@ pub use webhook_builder::{WebhookBuilder, WebhookManifests, new_webhook, webhook
 
 /// Kubernetes Events: what [`Tools::record`] and [`Tools::publish`] take (kube-runtime's
 /// types, re-exported so an operator does not depend on kube-runtime in lockstep).
+///
+/// These are Event *objects* written to the API server for people to read (`kubectl get
+/// events`), a different thing from [`Event`], the change to an object that
+/// informers report and handlers act on.
 pub mod events {
     pub use kube_runtime::events::{Event, EventType, Recorder, Reporter};
 }
@@ -193,6 +204,10 @@ pub use rudder_cache::Cache;
 pub use rudder_controller::{
     Action, BoxError, Context, Controller, Options as ControllerOptions, Reconciler, TerminalError,
 };
+/// A change to an object, one type from the informer to the event handlers (also at
+/// `rudder::cache::Event` and `rudder::handler::Event`).
+#[doc(inline)]
+pub use rudder_core::Event;
 #[cfg(feature = "handler")]
 #[doc(inline)]
 pub use rudder_handler::Request;

@@ -14,6 +14,7 @@ use hashbrown::HashMap;
 use kube::api::{ApiResource, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::{Api, Client, Resource};
+use rudder_core::sync::LockExt;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result, SyncError};
@@ -308,8 +309,7 @@ impl Cache {
     pub fn set_scopes<K: Typed>(&self, scopes: Vec<Scope>) {
         self.inner
             .scopes_set
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .lock_unpoisoned()
             .insert(TypeKey::Typed(TypeId::of::<K>()), scopes);
     }
 
@@ -318,8 +318,7 @@ impl Cache {
     pub fn reset_scopes<K: Typed>(&self) {
         self.inner
             .scopes_set
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .lock_unpoisoned()
             .remove(&TypeKey::Typed(TypeId::of::<K>()));
     }
 
@@ -332,13 +331,7 @@ impl Cache {
     /// `K`'s scopes (set, or default), normalised for its scope kind.
     fn typed_scopes<K: Typed>(&self) -> Vec<Scope> {
         let ty = TypeKey::Typed(TypeId::of::<K>());
-        let set = self
-            .inner
-            .scopes_set
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&ty)
-            .cloned();
+        let set = self.inner.scopes_set.lock_unpoisoned().get(&ty).cloned();
         let mut scopes: Vec<Scope> = set
             .unwrap_or_else(|| self.inner.default_scopes::<K>(&ty))
             .iter()

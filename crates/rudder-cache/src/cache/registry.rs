@@ -3,13 +3,14 @@
 
 use std::any::{Any, TypeId};
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use hashbrown::HashMap;
 use kube::api::ApiResource;
 use kube::{Client, Resource};
+use rudder_core::sync::LockExt;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -86,9 +87,7 @@ pub(crate) struct Inner {
 
 impl Inner {
     pub(crate) fn informers(&self) -> MutexGuard<'_, HashMap<InformerKey, Slot>> {
-        self.informers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.informers.lock_unpoisoned()
     }
 
     pub(crate) fn by_object<K: 'static>(&self, ty: &TypeKey) -> Option<&ByObject<K>> {

@@ -6,12 +6,13 @@
 
 use std::fmt::{self, Debug};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::Stream;
 use kube::Resource;
 use kube_runtime::watcher;
+use rudder_core::sync::LockExt;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
@@ -26,7 +27,8 @@ mod subscribers;
 mod watch_task;
 
 pub use builder::InformerBuilder;
-pub use subscribers::{Event, EventStream};
+pub use rudder_core::Event;
+pub use subscribers::EventStream;
 
 /// The default resync period, as in controller-runtime: 10 hours, plus up to 10% jitter.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(10 * 60 * 60);
@@ -244,9 +246,7 @@ pub(crate) struct Shared<K> {
 
 impl<K> Shared<K> {
     pub(crate) fn subscribers(&self) -> MutexGuard<'_, Vec<mpsc::UnboundedSender<Event<K>>>> {
-        self.subscribers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.subscribers.lock_unpoisoned()
     }
 }
 
@@ -339,21 +339,25 @@ mod tests {
                 .unwrap()
                 .unwrap();
             match event {
-                Event::Add { obj, initial_list } => format!(
+                Event::Create {
+                    object,
+                    initial_list,
+                } => format!(
                     "add {} {initial_list}",
-                    obj.metadata.name.as_deref().unwrap()
+                    object.metadata.name.as_deref().unwrap()
                 ),
                 Event::Update { new, .. } => {
                     format!("update {}", new.metadata.name.as_deref().unwrap())
                 }
                 Event::Delete {
-                    obj,
+                    object,
                     final_state_unknown,
                 } => format!(
                     "delete {}@{} {final_state_unknown}",
-                    obj.metadata.name.as_deref().unwrap(),
-                    obj.metadata.resource_version.as_deref().unwrap()
+                    object.metadata.name.as_deref().unwrap(),
+                    object.metadata.resource_version.as_deref().unwrap()
                 ),
+                Event::Generic { .. } => unreachable!("an informer sends no generic events"),
             }
         };
         let key = |name: &str| ObjectKey::namespaced("ns", name);
@@ -432,9 +436,10 @@ mod tests {
             .expect("an event within 5 s")
             .expect("the stream goes on");
         let kind = match &event {
-            Event::Add { .. } => "add",
+            Event::Create { .. } => "add",
             Event::Update { .. } => "update",
             Event::Delete { .. } => "delete",
+            Event::Generic { .. } => "generic",
         };
         format!(
             "{kind} {}",

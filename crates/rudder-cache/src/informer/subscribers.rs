@@ -1,4 +1,4 @@
-//! What subscribers get: [`Event`]s, each subscriber's queue ([`EventStream`]), and the
+//! What subscribers get: [`Event`]s (rudder-core's, the one event type), each subscriber's queue ([`EventStream`]), and the
 //! registration that replays the store first.
 
 use std::future::Future;
@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 
 use futures::{FutureExt, Stream, StreamExt};
 use kube::Resource;
+use rudder_core::Event;
 use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
 
@@ -16,70 +17,8 @@ use super::Informer;
 use super::watch_task::record_panic;
 use crate::store::ObjectKey;
 
-/// What a handler is told.
-#[derive(Debug)]
-pub enum Event<K> {
-    /// An object appeared.
-    Add {
-        /// The object as stored.
-        obj: Arc<K>,
-        /// Whether it came from the informer's first list (or, for a handler registered
-        /// later, from the replay of the store's contents), rather than from a watch event.
-        initial_list: bool,
-    },
-    /// An object changed (its `resourceVersion` differs), or a resync re-delivers it, in
-    /// which case `old` and `new` are the same `Arc`.
-    Update {
-        /// The object as stored before.
-        old: Arc<K>,
-        /// The object as stored now.
-        new: Arc<K>,
-    },
-    /// An object went away.
-    Delete {
-        /// The object from the delete event, or the last stored version when the delete
-        /// was inferred from a relist.
-        obj: Arc<K>,
-        /// True when the delete was inferred: the object was missing from a relist, so its
-        /// final state (and whether it was deleted or only stopped matching) is unknown.
-        final_state_unknown: bool,
-    },
-}
-
-impl<K> Clone for Event<K> {
-    fn clone(&self) -> Self {
-        match self {
-            Self::Add { obj, initial_list } => Self::Add {
-                obj: Arc::clone(obj),
-                initial_list: *initial_list,
-            },
-            Self::Update { old, new } => Self::Update {
-                old: Arc::clone(old),
-                new: Arc::clone(new),
-            },
-            Self::Delete {
-                obj,
-                final_state_unknown,
-            } => Self::Delete {
-                obj: Arc::clone(obj),
-                final_state_unknown: *final_state_unknown,
-            },
-        }
-    }
-}
-
-impl<K> Event<K> {
-    /// The object the event is about (the new one for an update).
-    pub fn object(&self) -> &Arc<K> {
-        match self {
-            Self::Add { obj, .. } | Self::Delete { obj, .. } => obj,
-            Self::Update { new, .. } => new,
-        }
-    }
-}
-
 impl<K: Resource + Send + Sync + 'static> Informer<K> {
-    /// A stream of events with a queue of its own: it first yields an [`Event::Add`] (with
+    /// A stream of events with a queue of its own: it first yields an [`Event::Create`] (with
     /// `initial_list` set) for every object already stored, then every change.
     ///
     /// The queue is unbounded, so a consumer that falls behind never slows the watch or
@@ -95,8 +34,8 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut subscribers = self.shared.subscribers();
         self.shared.store.for_each(|obj| {
-            let _ = tx.send(Event::Add {
-                obj: Arc::clone(obj),
+            let _ = tx.send(Event::Create {
+                object: Arc::clone(obj),
                 initial_list: true,
             });
         });
@@ -137,7 +76,7 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
                     event = events.next() => event,
                 };
                 let Some(event) = event else { break };
-                let key = ObjectKey::of(&**event.object());
+                let key = ObjectKey::of(event.object());
                 // The handler is the user's: a panic in it (making the future, or running
                 // it) must not end this task, which would silently stop its events. What
                 // the handler mutated is its own; the informer's state is not touched here.
@@ -145,7 +84,7 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
                     Ok(future) => AssertUnwindSafe(future)
                         .catch_unwind()
                         .await
-                        .map_err(|payload| crate::unwind::message(&*payload)),
+                        .map_err(|payload| rudder_core::panic_message(&*payload)),
                     Err(message) => Err(message),
                 };
                 if let Err(message) = handled {

@@ -15,8 +15,10 @@ use kube::Resource;
 use kube_runtime::watcher;
 use tokio::time::Instant;
 
+use rudder_core::Event;
+
 use super::Shared;
-use super::subscribers::{Event, send};
+use super::subscribers::send;
 use crate::lenient::{Lenient, Malformed};
 use crate::store::{Applied, IndexPanic, ObjectKey};
 use crate::transform::Transform;
@@ -37,7 +39,7 @@ pub(crate) async fn supervise<K>(shared: Arc<Shared<K>>, run: impl Future<Output
         shared.failed.store(true, Ordering::Release);
         tracing::error!(
             resource = %shared.resource,
-            panic = %unwind::message(&*payload),
+            panic = %rudder_core::panic_message(&*payload),
             "the informer's watch task panicked; the informer has stopped"
         );
         shared.token.cancel();
@@ -142,7 +144,7 @@ pub(crate) async fn run<K, S>(
                     send(
                         &mut subscribers,
                         &Event::Delete {
-                            obj,
+                            object: obj,
                             final_state_unknown: true,
                         },
                     );
@@ -162,7 +164,13 @@ pub(crate) async fn run<K, S>(
                 let mut subscribers = shared.subscribers();
                 match shared.store.apply(obj, epoch, &mut panics) {
                     Applied::Added(obj) => {
-                        send(&mut subscribers, &Event::Add { obj, initial_list });
+                        send(
+                            &mut subscribers,
+                            &Event::Create {
+                                object: obj,
+                                initial_list,
+                            },
+                        );
                     }
                     Applied::Updated { old, new } => {
                         send(&mut subscribers, &Event::Update { old, new });
@@ -176,7 +184,7 @@ pub(crate) async fn run<K, S>(
                     send(
                         &mut subscribers,
                         &Event::Delete {
-                            obj,
+                            object: obj,
                             final_state_unknown: true,
                         },
                     );
@@ -201,11 +209,11 @@ pub(crate) async fn run<K, S>(
                 // stored version stands for it, as for a malformed one.
                 let event = match (transformed, stored) {
                     (Ok(obj), _) => Some(Event::Delete {
-                        obj: Arc::new(obj),
+                        object: Arc::new(obj),
                         final_state_unknown: false,
                     }),
                     (Err(_), Some(obj)) => Some(Event::Delete {
-                        obj,
+                        object: obj,
                         final_state_unknown: true,
                     }),
                     (Err(_), None) => None,

@@ -151,17 +151,21 @@ pub async fn next<K>(events: &mut EventStream<K>) -> Event<K> {
 pub fn describe<K: kube::Resource>(event: &Event<K>) -> String {
     let name = |o: &K| o.meta().name.clone().unwrap_or_default();
     match event {
-        Event::Add { obj, initial_list } => format!("add {} initial={initial_list}", name(obj)),
+        Event::Create {
+            object,
+            initial_list,
+        } => format!("add {} initial={initial_list}", name(object)),
         Event::Update { old, new } => {
             let rv_changed = old.meta().resource_version != new.meta().resource_version;
             format!("update {} changed={rv_changed}", name(new))
         }
         Event::Delete {
-            obj,
+            object,
             final_state_unknown,
         } => {
-            format!("delete {} unknown={final_state_unknown}", name(obj))
+            format!("delete {} unknown={final_state_unknown}", name(object))
         }
+        Event::Generic { object } => format!("generic {}", name(object)),
     }
 }
 

@@ -9,7 +9,7 @@
 //! [`ShardMode::Labels`]: super::ShardMode::Labels
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Ring, RingStatus};
@@ -20,6 +20,7 @@ use kube::api::{Patch, PatchParams};
 use kube::core::{ObjectMeta, PartialObjectMeta};
 use rudder_cache::{ApiScope, Cache, Informer, Scope, Typed};
 use rudder_controller::{KeyLister, ShardGate};
+use rudder_core::sync::LockExt;
 use rudder_handler::{Event, Request, Source, SourceError, Started, Synced, resubscribing};
 use tokio::sync::{mpsc, watch};
 use tokio_util::task::AbortOnDropHandle;
@@ -62,7 +63,8 @@ pub fn source<K: Typed>(
     let current: Current<K> = Arc::default();
     let listed = Arc::clone(&current);
     let keys: KeyLister = Arc::new(move || {
-        lock(&listed)
+        listed
+            .lock_unpoisoned()
             .values()
             .flatten()
             .flat_map(|informer| informer.store().list())
@@ -92,10 +94,6 @@ pub struct LabelSharded<K> {
     current: Current<K>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// `base` narrowed by one more label requirement.
 fn narrowed(base: &Scope, requirement: &str) -> Scope {
     let mut scope = base.clone();
@@ -113,7 +111,7 @@ fn resilient<T: Typed>(
     scope: Scope,
     informer: &Informer<T>,
     replaced: impl Fn(Informer<T>) + Send + 'static,
-) -> BoxStream<'static, rudder_cache::Event<T>> {
+) -> BoxStream<'static, Event<T>> {
     resubscribing(
         informer,
         move || cache.informer_in::<T>(&scope),
@@ -146,10 +144,20 @@ impl<K: Typed> Source<K> for LabelSharded<K> {
         .boxed();
         let (probe, waiter) = (Arc::clone(&current), current);
         let synced = Synced::from_fn(
-            move || lock(&probe).values().flatten().all(Informer::has_synced),
             move || {
-                let informers: Vec<Informer<K>> =
-                    lock(&waiter).values().flatten().cloned().collect();
+                probe
+                    .lock_unpoisoned()
+                    .values()
+                    .flatten()
+                    .all(Informer::has_synced)
+            },
+            move || {
+                let informers: Vec<Informer<K>> = waiter
+                    .lock_unpoisoned()
+                    .values()
+                    .flatten()
+                    .cloned()
+                    .collect();
                 Box::pin(async move {
                     for informer in informers {
                         if informer.wait_for_sync(Duration::MAX).await.is_err() {
@@ -193,7 +201,7 @@ impl<K: Typed> LabelSharded<K> {
             |(index, (scope, informer))| {
                 let now = Arc::clone(&unlabelled_now);
                 resilient(self.cache.clone(), scope.clone(), informer, move |new| {
-                    if let Some(slot) = lock(&now).get_mut(index) {
+                    if let Some(slot) = now.lock_unpoisoned().get_mut(index) {
                         *slot = new;
                     }
                 })
@@ -214,7 +222,7 @@ impl<K: Typed> LabelSharded<K> {
                     .await;
                 held = now;
                 // Objects waiting for a label whose shard came here.
-                let informers = lock(&unlabelled_now).clone();
+                let informers = unlabelled_now.lock_unpoisoned().clone();
                 for object in informers.iter().flat_map(|i| i.store().list()) {
                     self.label_if_held(&object.metadata, &held, &to_label);
                 }
@@ -227,9 +235,9 @@ impl<K: Typed> LabelSharded<K> {
                 }
                 event = unlabelled_events.next() => {
                     let object = match event {
-                        Some(rudder_cache::Event::Add { obj, .. }) => obj,
-                        Some(rudder_cache::Event::Update { new, .. }) => new,
-                        Some(rudder_cache::Event::Delete { .. }) => continue,
+                        Some(Event::Create { object, .. }) => object,
+                        Some(Event::Update { new, .. }) => new,
+                        Some(Event::Delete { .. } | Event::Generic { .. }) => continue,
                         // The cache is stopping.
                         None => break,
                     };
@@ -280,7 +288,7 @@ impl<K: Typed> LabelSharded<K> {
         let gone: Vec<usize> = before.difference(now).copied().collect();
         for &shard in &gone {
             forwarders.remove(&shard);
-            lock(&self.current).remove(&shard);
+            self.current.lock_unpoisoned().remove(&shard);
         }
         let mut started = Vec::new();
         for &shard in now.difference(before) {
@@ -297,7 +305,9 @@ impl<K: Typed> LabelSharded<K> {
             }
         }
         for (shard, informers) in started {
-            lock(&self.current).insert(shard, informers.clone());
+            self.current
+                .lock_unpoisoned()
+                .insert(shard, informers.clone());
             let tasks = scopes(shard)
                 .into_iter()
                 .zip(&informers)
@@ -305,7 +315,8 @@ impl<K: Typed> LabelSharded<K> {
                 .map(|(index, (scope, informer))| {
                     let current = Arc::clone(&self.current);
                     let stream = resilient(self.cache.clone(), scope, informer, move |new| {
-                        if let Some(slot) = lock(&current)
+                        if let Some(slot) = current
+                            .lock_unpoisoned()
                             .get_mut(&shard)
                             .and_then(|informers| informers.get_mut(index))
                         {
@@ -324,7 +335,9 @@ impl<K: Typed> LabelSharded<K> {
                 .collect();
             forwarders.insert(shard, tasks);
         }
-        let reading: Vec<Scope> = lock(&self.current)
+        let reading: Vec<Scope> = self
+            .current
+            .lock_unpoisoned()
             .keys()
             .flat_map(|&s| scopes(s))
             .collect();
@@ -341,7 +354,7 @@ impl<K: Typed> LabelSharded<K> {
 /// the default priority, like the resync of a shard handed over), and sends objects whose
 /// label names another shard than their key's to be labelled again.
 async fn forward<K: Typed>(
-    mut stream: BoxStream<'static, rudder_cache::Event<K>>,
+    mut stream: BoxStream<'static, Event<K>>,
     shard: usize,
     gate: ShardGate,
     label: String,
@@ -349,7 +362,7 @@ async fn forward<K: Typed>(
     to_label: mpsc::UnboundedSender<ToLabel>,
 ) {
     while let Some(event) = stream.next().await {
-        let event = match Event::from(event) {
+        let event = match event {
             Event::Create { object, .. } => Event::Create {
                 object,
                 initial_list: false,

@@ -25,6 +25,8 @@ pub use self::defaulter::{Defaulter, Defaulting};
 pub use self::denial::{Denial, FieldError, Warnings};
 pub use self::patch::defaulting_patch;
 pub use self::validator::{Validating, Validator};
+use rudder_core::panic_message;
+
 use crate::metrics;
 use crate::server::Rejection;
 
@@ -424,16 +426,6 @@ fn answer_types(request: &TypeMeta) -> TypeMeta {
     TypeMeta {
         api_version,
         kind: "AdmissionReview".to_owned(),
-    }
-}
-
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(text) = panic.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = panic.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "a panic with a non-string payload".to_owned()
     }
 }
 

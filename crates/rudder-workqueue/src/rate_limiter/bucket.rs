@@ -1,6 +1,7 @@
 //! An overall token bucket: a steady rate with bursts, shared by every key.
 
-use std::sync::{Mutex, PoisonError};
+// parking_lot's lock, as the queue's: no poisoning (nothing panics while holding it).
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -60,7 +61,7 @@ impl TokenBucket {
 
     fn reserve(&self) -> Duration {
         let now = Instant::now();
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut st = self.state.lock();
         let elapsed = now.saturating_duration_since(st.updated).as_secs_f64();
         st.tokens = (st.tokens + elapsed * self.rate).min(self.burst);
         st.updated = now;

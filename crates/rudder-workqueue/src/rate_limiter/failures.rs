@@ -1,7 +1,8 @@
 //! A per-key failure count that forgets keys which stopped failing, shared by the per-key limiters.
 
 use std::hash::Hash;
-use std::sync::{Mutex, PoisonError};
+// parking_lot's lock, as the queue's: no poisoning (nothing panics while holding it).
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use hashbrown::HashMap;
@@ -42,7 +43,7 @@ impl<K: Hash + Eq + Clone> FailureTable<K> {
     /// Records a failure and returns how many failures came before it.
     pub(super) fn fail(&self, key: &K) -> u32 {
         let now = Instant::now();
-        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut inner = self.inner.lock();
         if inner.records.len() >= inner.sweep_at_len {
             let ttl = self.idle_ttl;
             inner
@@ -76,13 +77,13 @@ impl<K: Hash + Eq + Clone> FailureTable<K> {
     }
 
     pub(super) fn forget(&self, key: &K) {
-        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut inner = self.inner.lock();
         inner.records.remove(key);
     }
 
     pub(super) fn count(&self, key: &K) -> u32 {
         let now = Instant::now();
-        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let inner = self.inner.lock();
         inner
             .records
             .get(key)
@@ -93,10 +94,6 @@ impl<K: Hash + Eq + Clone> FailureTable<K> {
     /// Keys currently remembered (expired ones included until the next sweep).
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .records
-            .len()
+        self.inner.lock().records.len()
     }
 }

@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube_runtime::watcher;
+use rudder::BoxError;
 use rudder::controller::ErrorChain;
 use rudder::manager::leader_election::LeaderElectionConfig;
 use rudder::webhook::manifest::ClientConfig;
@@ -111,8 +112,6 @@ async fn main() -> ExitCode {
         }
     }
 }
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Prints a progress line with the time since the demo started.
 struct Clock(Instant);

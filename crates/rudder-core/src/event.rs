@@ -1,40 +1,49 @@
-//! [`Event`]: what a source saw happen to an object.
+//! [`Event`]: what a source saw happen to an object, from the informer to the handlers.
 
 use std::sync::Arc;
 
 use kube::Resource;
 
-/// A change a [`Source`](crate::Source) observed, handed to predicates and event handlers.
+/// A change to an object, from the informer that saw it to the predicates and event handlers
+/// of every controller watching it: one type all the way (controller-runtime's names), so no
+/// layer renames a variant.
+///
+/// An informer (rudder-cache) emits `Create`, `Update` and `Delete`; `Generic` comes only from
+/// sources outside the cluster (a channel source, a stream), as in controller-runtime.
 #[derive(Debug)]
 pub enum Event<K> {
-    /// The object appeared.
+    /// The object appeared: it was created, or is part of the state the source started from.
     Create {
-        /// The object.
+        /// The object as stored.
         object: Arc<K>,
         /// It was part of the state the source started from (an informer's first list, or
         /// the replay of its store to a new subscriber) rather than a change seen since:
-        /// the handlers queue it at [`LOW_PRIORITY`](crate::LOW_PRIORITY) so new changes
+        /// handlers queue it at [`LOW_PRIORITY`](crate::LOW_PRIORITY) so new changes
         /// overtake it. An object that first appears in a later relist (it was created
         /// while the watch was down) is a change, so this is `false` for it, as in
         /// controller-runtime (client-go sets `isInInitialList` only for the first list).
         initial_list: bool,
     },
-    /// The object changed (or was re-delivered by a resync, with the same resourceVersion).
+    /// The object changed (its resourceVersion differs), or a resync re-delivers it, in
+    /// which case `old` and `new` are the same `Arc`.
     Update {
-        /// The object before.
+        /// The object as stored before.
         old: Arc<K>,
-        /// The object after.
+        /// The object as stored now.
         new: Arc<K>,
     },
-    /// The object was deleted.
+    /// The object went away.
     Delete {
-        /// The last state known of the object.
+        /// The object from the delete event, or the last stored version when the delete was
+        /// inferred from a relist.
         object: Arc<K>,
-        /// The deletion was inferred (the object vanished during a relist), so `object` may
-        /// be older than its final state.
+        /// The delete was inferred: the object was missing from a relist, so its final state
+        /// (and whether it was deleted or only stopped matching the watch) is unknown, and
+        /// `object` may be older than it.
         final_state_unknown: bool,
     },
-    /// Something outside the cluster asks for the object to be looked at.
+    /// Something outside the cluster asks for the object to be looked at (never sent by an
+    /// informer).
     Generic {
         /// The object.
         object: Arc<K>,
@@ -104,28 +113,6 @@ impl<K: Resource> Event<K> {
                 old.resource_version.is_some() && old.resource_version == new.resource_version
             }
             Self::Delete { .. } | Self::Generic { .. } => false,
-        }
-    }
-}
-
-/// An informer's event as a source's: an add is a [`Event::Create`] (keeping whether it came
-/// from the informer's first list), an update an [`Event::Update`], a delete an
-/// [`Event::Delete`].
-impl<K> From<rudder_cache::Event<K>> for Event<K> {
-    fn from(event: rudder_cache::Event<K>) -> Self {
-        match event {
-            rudder_cache::Event::Add { obj, initial_list } => Event::Create {
-                object: obj,
-                initial_list,
-            },
-            rudder_cache::Event::Update { old, new } => Event::Update { old, new },
-            rudder_cache::Event::Delete {
-                obj,
-                final_state_unknown,
-            } => Event::Delete {
-                object: obj,
-                final_state_unknown,
-            },
         }
     }
 }
