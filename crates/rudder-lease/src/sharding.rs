@@ -60,6 +60,7 @@
 //! refreshed every retry period).
 
 pub mod labels;
+mod runnable;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

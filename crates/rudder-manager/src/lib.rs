@@ -147,7 +147,6 @@ pub mod health;
 mod manager;
 pub mod metrics;
 pub mod rbac;
-mod ring;
 mod runnable;
 mod server;
 #[cfg(feature = "webhook")]

@@ -1,11 +1,11 @@
-//! The manager's wiring of a sharding ring ([`rudder_lease::sharding::Ring`]): a runnable
-//! that runs on every replica, not only a leader.
+//! A sharding [`Ring`] is a [`Runnable`] that runs on every replica, not only a leader: the
+//! manager starts it beside the controllers whose shards it opens and closes. (The impl is
+//! here because both the trait, rudder-core's, and the type are foreign to the manager.)
 
 use futures::future::BoxFuture;
-use rudder_controller::Shutdown;
-use rudder_lease::sharding::Ring;
+use rudder_core::{BoxError, Runnable, Shutdown};
 
-use crate::runnable::{BoxError, Runnable};
+use super::Ring;
 
 impl Runnable for Ring {
     fn name(&self) -> String {
