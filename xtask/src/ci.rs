@@ -96,7 +96,7 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
     )?;
     step(
         "cargo xtask new-operator (a project outside the workspace)",
-        || crate::new_operator::ci_check(&assets),
+        || crate::scaffold::operator_ci_check(&assets),
     )?;
     // The binary the tests built: in the profile they were built in.
     let profile = if test_args.contains(&"--release") {

@@ -14,7 +14,6 @@ mod ci;
 mod demo;
 mod envtest;
 mod go;
-mod new_operator;
 mod scaffold;
 mod util;
 mod versions;
@@ -65,6 +64,27 @@ Tasks:
   help                    this text
 ";
 
+/// A scaffold's arguments: its name or path, `--kind`, `--group`, and `--webhook` where
+/// `webhook` allows it.
+type ScaffoldArgs<'a> = (&'a str, Option<&'a str>, Option<&'a str>, bool);
+
+fn scaffold_args<'a>(args: &[&'a str], webhook_allowed: bool) -> Result<ScaffoldArgs<'a>, String> {
+    let (mut path, mut kind, mut group, mut webhook) = (None, None, None, false);
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match *arg {
+            "--kind" => kind = Some(*args.next().ok_or("--kind needs a value")?),
+            "--group" => group = Some(*args.next().ok_or("--group needs a value")?),
+            "--webhook" if webhook_allowed => webhook = true,
+            other if other.starts_with('-') => return Err(format!("unknown flag {other:?}")),
+            other if path.is_none() => path = Some(other),
+            other => return Err(format!("unexpected argument {other:?}")),
+        }
+    }
+    let path = path.ok_or("a name or path is needed")?;
+    Ok((path, kind, group, webhook))
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -76,8 +96,13 @@ fn main() -> ExitCode {
         ["checkov", rest @ ..] => checkov::run(rest),
         ["ci", rest @ ..] => ci::run(rest),
         ["demo", rest @ ..] => demo::run(rest),
-        ["new-controller", rest @ ..] => scaffold::run(rest),
-        ["new-operator", rest @ ..] => new_operator::run(rest),
+        ["new-controller", rest @ ..] => scaffold_args(rest, false)
+            .and_then(|(name, kind, group, _)| scaffold::new_controller(name, kind, group)),
+        ["new-operator", rest @ ..] => {
+            scaffold_args(rest, true).and_then(|(path, kind, group, webhook)| {
+                scaffold::new_operator(path, kind, group, webhook)
+            })
+        }
         ["envtest", rest @ ..] => envtest::run(rest),
         [] | ["help" | "--help" | "-h"] => {
             print!("{HELP}");

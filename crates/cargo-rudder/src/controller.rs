@@ -1,292 +1,239 @@
-//! `cargo xtask new-controller NAME`: a new controller crate in `examples/NAME`, with a
-//! custom resource, a reconciler, an operator binary and an envtest test, ready to build,
-//! run and test; CI scaffolds one and runs its checks and test with the rest.
+//! `cargo rudder new-controller NAME`: a controller crate in an existing workspace, with a
+//! custom resource, a reconciler, an operator binary and a test against a real API server,
+//! ready to build, run and test.
+//!
+//! The crate inherits from the workspace what the workspace declares (package fields,
+//! dependencies, lints) and states the rest itself, so one template serves Rudder's own
+//! workspace, a project made by `cargo rudder new`, and any other.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::util::{cargo, run as sh, workspace_root};
+use crate::error::{Error, Result};
+use crate::names::Names;
+use crate::source::{Dependency, RudderSource, absolute, inherited};
+use crate::template::{GeneratedFile, cargo, output, sections, write_all};
 
 const CARGO_TOML: &str = include_str!("../templates/controller/Cargo.toml.tmpl");
 const LIB_RS: &str = include_str!("../templates/controller/lib.rs.tmpl");
 const MAIN_RS: &str = include_str!("../templates/controller/main.rs.tmpl");
 const TEST_RS: &str = include_str!("../templates/controller/test.rs.tmpl");
 
-/// The crate CI scaffolds, checks and tests, then removes.
-pub(crate) const CI_CHECK: &str = "scaffold-check";
-/// Marks a crate CI scaffolded, so a leftover from an interrupted run can be removed safely.
-const CI_MARKER: &str = ".scaffolded-by-ci";
-
-const HELP: &str = "\
-cargo xtask new-controller NAME [--kind KIND] [--group GROUP]
-
-Creates examples/NAME: a crate with a custom resource KIND (default: NAME in PascalCase) in
-API group GROUP (default: NAME.example.com), a reconciler, an operator binary and a test
-against a real API server. NAME: lowercase letters, digits and '-', starting with a letter.";
-
-/// Kinds the generated code cannot use: names it defines or imports.
-const TAKEN_KINDS: &[&str] = &[
-    "Action",
-    "Api",
-    "Cache",
-    "Context",
-    "Controller",
-    "CustomResource",
-    "Deserialize",
-    "Duration",
-    "EnqueueObject",
-    "EnqueueOwner",
-    "Error",
-    "Event",
-    "EventType",
-    "GenerationChanged",
-    "JsonSchema",
-    "Kind",
-    "Manager",
-    "Patch",
-    "PatchParams",
-    "Reconciler",
-    "Request",
-    "Serialize",
-    "TerminalError",
-    "Tools",
-];
-
-/// Package names the generated crate cannot take: the workspace's own and its dependencies'.
-const TAKEN_CRATES: &[&str] = &[
-    "rudder",
-    "kube",
-    "kube-runtime",
-    "k8s-openapi",
-    "schemars",
-    "serde",
-    "serde-json",
-    "serde-yaml",
-    "thiserror",
-    "tokio",
-    "tokio-util",
-    "tracing",
-    "xtask",
-];
-
-/// The names a scaffold is made of.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Names {
-    /// The package: `cron-tab`.
-    pub(crate) name: String,
-    /// The crate as Rust names it: `cron_tab`.
-    pub(crate) krate: String,
-    /// The resource's kind: `CronTab`.
-    pub(crate) kind: String,
-    /// The API group: `cron-tab.example.com`.
-    pub(crate) group: String,
+/// What [`new_controller`] makes, beyond the crate's name.
+#[derive(Debug, Clone, Default)]
+pub struct ControllerOptions {
+    /// The custom resource's kind; by default the crate's name in PascalCase.
+    pub kind: Option<String>,
+    /// The custom resource's API group; by default `NAME.example.com`.
+    pub group: Option<String>,
+    /// Where the crate takes Rudder from when the workspace declares no `rudder` in its
+    /// `[workspace.dependencies]` (when it does, the crate inherits that).
+    pub rudder: RudderSource,
 }
 
-impl Names {
-    pub(crate) fn new(name: &str, kind: Option<&str>, group: Option<&str>) -> Result<Self, String> {
-        let valid_name = name.len() <= 40
-            && name.starts_with(|c: char| c.is_ascii_lowercase())
-            && !name.ends_with('-')
-            && !name.contains("--")
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if !valid_name {
-            return Err(format!(
-                "bad name {name:?}: use lowercase letters, digits and single '-' (at most 40), starting with a letter"
-            ));
-        }
-        let kind = match kind {
-            Some(kind) => kind.to_owned(),
-            None => name
-                .split('-')
-                .map(|part| {
-                    let mut chars = part.chars();
-                    chars.next().map_or_else(String::new, |first| {
-                        first.to_ascii_uppercase().to_string() + chars.as_str()
-                    })
-                })
-                .collect(),
-        };
-        let valid_kind = kind.starts_with(|c: char| c.is_ascii_uppercase())
-            && kind.chars().all(|c| c.is_ascii_alphanumeric());
-        if !valid_kind {
-            return Err(format!(
-                "bad kind {kind:?}: use letters and digits, starting with a capital"
-            ));
-        }
-        if TAKEN_KINDS.contains(&kind.as_str()) {
-            return Err(format!(
-                "kind {kind:?} would clash with a name the generated code uses: pick another with --kind"
-            ));
-        }
-        let taken = TAKEN_CRATES.contains(&name)
-            || ["crates", "examples"]
-                .iter()
-                .any(|dir| workspace_root().join(dir).join(name).exists());
-        if taken {
-            return Err(format!(
-                "name {name:?} is a crate the workspace already has or depends on: pick another"
-            ));
-        }
-        let group = group.map_or_else(|| format!("{name}.example.com"), str::to_owned);
-        let valid_group = group.contains('.')
-            && group.split('.').all(|label| {
-                !label.is_empty()
-                    && !label.starts_with('-')
-                    && !label.ends_with('-')
-                    && label
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            });
-        if !valid_group {
-            return Err(format!(
-                "bad group {group:?}: use a DNS name with a dot, such as example.com"
-            ));
-        }
-        Ok(Self {
-            name: name.to_owned(),
-            krate: name.replace('-', "_"),
-            kind,
-            group,
-        })
-    }
-
-    /// `template` with the names filled in.
-    pub(crate) fn render(&self, template: &str) -> String {
-        template
-            .replace("{{name}}", &self.name)
-            .replace("{{crate}}", &self.krate)
-            .replace("{{Kind}}", &self.kind)
-            .replace("{{group}}", &self.group)
-    }
-}
-
-/// Writes the crate for `names` into `dir`, which must not exist.
-fn write(dir: &Path, names: &Names) -> Result<(), String> {
+/// Creates the controller crate at `dir` (which must not exist; its last part names the
+/// crate) in the workspace enclosing `dir`'s parent, as cargo finds it, and formats it.
+///
+/// The crate is made with `cargo new` first, so cargo adds it to the workspace's `members`
+/// when no glob there covers it yet. Fails when there is no workspace, or when the name is
+/// a package the workspace already has or depends on (its `Cargo.lock` lists it). Returns
+/// the crate's absolute directory.
+pub fn new_controller(dir: &Path, options: &ControllerOptions) -> Result<PathBuf> {
+    let dir = absolute(dir)?;
     if dir.exists() {
-        return Err(format!(
-            "{} already exists: pick another name, or remove it",
+        return Err(Error::Exists(dir));
+    }
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name().and_then(|n| n.to_str()))
+    else {
+        return Err(Error::Invalid(format!(
+            "{} has no name to call the crate by",
             dir.display()
-        ));
-    }
-    let files = [
-        ("Cargo.toml".to_owned(), CARGO_TOML),
-        ("src/lib.rs".to_owned(), LIB_RS),
-        ("src/main.rs".to_owned(), MAIN_RS),
-        (format!("tests/{}.rs", names.krate), TEST_RS),
-    ];
-    for (path, template) in files {
-        let path = dir.join(path);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        )));
+    };
+    let names = Names::new(name, options.kind.as_deref(), options.group.as_deref())?;
+    options.rudder.check()?;
+    let root = workspace_root(parent)?;
+    let manifest_path = root.join("Cargo.toml");
+    let manifest =
+        fs::read_to_string(&manifest_path).map_err(|e| Error::io("read", &manifest_path, e))?;
+    if let Ok(lock) = fs::read_to_string(root.join("Cargo.lock")) {
+        let entry = format!("name = \"{name}\"");
+        if lock.lines().any(|line| line.trim() == entry) {
+            return Err(Error::Invalid(format!(
+                "name {name:?} is a package the workspace at {} already has or depends on: pick another",
+                root.display()
+            )));
         }
-        let text = names.render(template);
-        if let Some(at) = text.find("{{") {
-            return Err(format!(
-                "template left a placeholder in {}: {}",
-                path.display(),
-                &text[at..]
-            ));
-        }
-        fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    Ok(())
-}
-
-/// Scaffolds `examples/<names.name>` and formats it; returns its directory.
-fn scaffold(names: &Names) -> Result<PathBuf, String> {
-    let dir = workspace_root().join("examples").join(&names.name);
-    write(&dir, names)?;
-    // The templates are close to rustfmt's style; names of other lengths shift lines.
-    let formatted = sh(cargo().args(["fmt", "-p", &names.name]));
-    if let Err(error) = formatted {
+    let files = controller_files(&names, &manifest, options)?;
+    output(
+        cargo(parent)
+            .args(["new", "--quiet", "--vcs", "none", "--lib", "--name", name])
+            .arg(&dir),
+    )?;
+    let written = write_all(&dir, &files)
+        .and_then(|()| output(cargo(&root).args(["fmt", "-p", name])).map(drop));
+    if let Err(error) = written {
         let _ = fs::remove_dir_all(&dir);
         return Err(error);
     }
     Ok(dir)
 }
 
-/// Entry point for `cargo xtask new-controller NAME [--kind KIND] [--group GROUP]`.
-pub(crate) fn run(args: &[&str]) -> Result<(), String> {
-    let (mut name, mut kind, mut group) = (None, None, None);
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match *arg {
-            "--help" | "-h" => {
-                println!("{HELP}");
-                return Ok(());
+/// The files of the controller crate for `names`, unformatted, for a workspace whose root
+/// `Cargo.toml` holds `workspace_manifest`; nothing is written.
+///
+/// ```
+/// use cargo_rudder::{ControllerOptions, Names, controller_files};
+///
+/// let names = Names::new("cron-tab", None, None)?;
+/// let workspace = "[workspace]\nmembers = [\"cron-tab\"]\n";
+/// let files = controller_files(&names, workspace, &ControllerOptions::default())?;
+/// let manifest = files.iter().find(|f| f.path.ends_with("Cargo.toml")).unwrap();
+/// assert!(manifest.text.contains("rudder = \"0.1\""));
+/// # Ok::<(), cargo_rudder::Error>(())
+/// ```
+pub fn controller_files(
+    names: &Names,
+    workspace_manifest: &str,
+    options: &ControllerOptions,
+) -> Result<Vec<GeneratedFile>> {
+    let inherits = Inherits::scan(workspace_manifest);
+    let templates = [
+        ("Cargo.toml".to_owned(), CARGO_TOML),
+        ("src/lib.rs".to_owned(), LIB_RS),
+        ("src/main.rs".to_owned(), MAIN_RS),
+        (format!("tests/{}.rs", names.krate()), TEST_RS),
+    ];
+    templates
+        .into_iter()
+        .map(|(path, template)| {
+            let text = sections(template, &[("lints", inherits.lints)]);
+            let text = inherits.resolve(&names.render(&text), &options.rudder);
+            GeneratedFile::new(path, text)
+        })
+        .collect()
+}
+
+/// The root of the workspace enclosing `dir`, as cargo finds it.
+pub(crate) fn workspace_root(dir: &Path) -> Result<PathBuf> {
+    let found = output(cargo(dir).args([
+        "locate-project",
+        "--workspace",
+        "--message-format",
+        "plain",
+    ]))
+    .map_err(|e| {
+        Error::Invalid(format!(
+            "{} is not inside a Cargo workspace ({e}): make one with `cargo rudder new`, or name one with --workspace",
+            dir.display()
+        ))
+    })?;
+    let manifest = PathBuf::from(String::from_utf8_lossy(&found.stdout).trim());
+    let is_workspace = fs::read_to_string(&manifest)
+        .is_ok_and(|text| text.lines().any(|line| line.trim() == "[workspace]"));
+    match manifest.parent() {
+        Some(root) if is_workspace => Ok(root.to_owned()),
+        _ => Err(Error::Invalid(format!(
+            "{} is a package, not a workspace: a controller crate goes into a workspace's directory",
+            manifest.display()
+        ))),
+    }
+}
+
+/// What a workspace's root manifest lets its members inherit.
+#[derive(Debug, Default)]
+struct Inherits {
+    /// The keys of `[workspace.package]`.
+    package: BTreeSet<String>,
+    /// The names in `[workspace.dependencies]`.
+    dependencies: BTreeSet<String>,
+    /// Whether it has `[workspace.lints]`.
+    lints: bool,
+}
+
+impl Inherits {
+    /// Reads the tables a member can inherit from, line by line: each key is on a line of
+    /// its own (`name = ...`, `name.workspace = ...`) or is a table of its own
+    /// (`[workspace.dependencies.name]`).
+    fn scan(manifest: &str) -> Self {
+        let mut inherits = Self::default();
+        let mut table = String::new();
+        for line in manifest.lines().map(str::trim) {
+            if let Some(header) = line.strip_prefix('[').and_then(|l| l.split(']').next()) {
+                table = header.trim().to_owned();
+                if table == "workspace.lints" || table.starts_with("workspace.lints.") {
+                    inherits.lints = true;
+                }
+                if let Some(dep) = table.strip_prefix("workspace.dependencies.") {
+                    inherits.dependencies.insert(unquote(dep));
+                }
+                continue;
             }
-            "--kind" => kind = Some(*args.next().ok_or("--kind needs a value")?),
-            "--group" => group = Some(*args.next().ok_or("--group needs a value")?),
-            other if other.starts_with('-') => {
-                return Err(format!("unknown flag {other:?}\n\n{HELP}"));
+            let Some((key, _)) = line.split_once('=') else {
+                continue;
+            };
+            let key = unquote(key.split('.').next().unwrap_or(key));
+            match table.as_str() {
+                "workspace.package" => inherits.package.insert(key),
+                "workspace.dependencies" => inherits.dependencies.insert(key),
+                _ => false,
+            };
+        }
+        inherits
+    }
+
+    /// Replaces each `{{field KEY ["DEFAULT"]}}` and `{{dep NAME [FEATURE,...]}}` line of
+    /// `text`: inherited when the workspace declares it, else stated (a field without a
+    /// default is then left out).
+    fn resolve(&self, text: &str, rudder: &RudderSource) -> String {
+        let mut out = String::with_capacity(text.len());
+        for line in text.split_inclusive('\n') {
+            let directive = line
+                .trim()
+                .strip_prefix("{{")
+                .and_then(|l| l.strip_suffix("}}"));
+            let mut words = directive.map(str::split_whitespace).into_iter().flatten();
+            let resolved = match (words.next(), words.next(), words.next()) {
+                (Some("field"), Some(key), default) if directive.is_some() => {
+                    Some(if self.package.contains(key) {
+                        format!("{key}.workspace = true")
+                    } else if let Some(default) = default {
+                        format!("{key} = {default}")
+                    } else {
+                        String::new()
+                    })
+                }
+                (Some("dep"), Some(name), features) => {
+                    let features: Vec<&str> =
+                        features.map(|f| f.split(',').collect()).unwrap_or_default();
+                    if self.dependencies.contains(name) {
+                        Some(inherited(name, &features))
+                    } else if name == "rudder" {
+                        Some(rudder.dependency(&features))
+                    } else {
+                        // A name the table lacks stays a placeholder, which fails the render.
+                        Dependency::named(name).map(|dep| dep.line(&features))
+                    }
+                }
+                _ => None,
+            };
+            match resolved {
+                Some(resolved) if resolved.is_empty() => {}
+                Some(resolved) => {
+                    out.push_str(&resolved);
+                    out.push('\n');
+                }
+                None => out.push_str(line),
             }
-            other if name.is_none() => name = Some(other),
-            other => return Err(format!("unexpected argument {other:?}\n\n{HELP}")),
         }
+        out
     }
-    let name = name.ok_or_else(|| format!("a name is needed\n\n{HELP}"))?;
-    let names = Names::new(name, kind, group)?;
-    let dir = scaffold(&names)?;
-    println!(
-        "created {dir}: the {kind} resource ({group}/v1) and its controller\n\n\
-         next:\n  \
-         cargo test -p {name}                 # against a real API server (run `cargo xtask envtest install` once)\n  \
-         cargo run -p {name} -- --crd         # the CRD, for `kubectl apply -f -`\n  \
-         cargo run -p {name}                  # the operator, on the cluster your kubeconfig names\n\n\
-         Edit the spec and the reconcile in {dir}/src/lib.rs; docs/writing-an-operator.md walks through a whole operator.",
-        dir = dir.display(),
-        kind = names.kind,
-        group = names.group,
-    );
-    Ok(())
 }
 
-/// For CI: scaffolds [`CI_CHECK`] so the workspace's checks and tests include it. A
-/// leftover from an interrupted run is replaced; a crate of that name that CI did not make
-/// is an error.
-pub(crate) fn scaffold_for_ci() -> Result<CiScaffold, String> {
-    let dir = workspace_root().join("examples").join(CI_CHECK);
-    if dir.exists() {
-        if !dir.join(CI_MARKER).exists() {
-            return Err(format!(
-                "{} exists and was not made by CI: rename it",
-                dir.display()
-            ));
-        }
-        fs::remove_dir_all(&dir).map_err(|e| format!("cannot remove {}: {e}", dir.display()))?;
-    }
-    let lock = workspace_root().join("Cargo.lock");
-    let saved_lock = fs::read(&lock).ok();
-    let guard = CiScaffold {
-        dir: dir.clone(),
-        lock,
-        saved_lock,
-    };
-    let names = Names::new(CI_CHECK, Some("ScaffoldCheck"), Some("scaffold.rudder.dev"))?;
-    write(&dir, &names)?;
-    fs::write(dir.join(CI_MARKER), "")
-        .map_err(|e| format!("cannot mark {}: {e}", dir.display()))?;
-    sh(cargo().args(["fmt", "-p", CI_CHECK]))?;
-    Ok(guard)
-}
-
-/// Removes CI's scaffold and puts `Cargo.lock` back as it was, when dropped.
-pub(crate) struct CiScaffold {
-    dir: PathBuf,
-    lock: PathBuf,
-    saved_lock: Option<Vec<u8>>,
-}
-
-impl Drop for CiScaffold {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
-        if let Some(lock) = &self.saved_lock {
-            let _ = fs::write(&self.lock, lock);
-        }
-    }
+fn unquote(key: &str) -> String {
+    key.trim().trim_matches('"').to_owned()
 }
 
 #[cfg(test)]
@@ -295,57 +242,65 @@ mod tests {
 
     use super::*;
 
+    const RUDDER_LIKE: &str = "\
+[workspace]
+members = [\"crates/*\"]
+
+[workspace.package]
+version = \"0.1.0\"
+edition = \"2024\"
+
+[workspace.dependencies]
+rudder = { path = \"crates/rudder\" }
+kube = { version = \"5\", default-features = false }
+\"tokio\".workspace = true
+
+[workspace.dependencies.serde]
+version = \"1\"
+
+[workspace.lints.rust]
+unsafe_code = \"forbid\"
+";
+
     #[test]
-    fn names_are_derived_and_checked() {
-        let names = Names::new("cron-tab", None, None).unwrap();
+    fn a_workspace_is_read_for_what_it_offers() {
+        let inherits = Inherits::scan(RUDDER_LIKE);
         assert_eq!(
-            names,
-            Names {
-                name: "cron-tab".into(),
-                krate: "cron_tab".into(),
-                kind: "CronTab".into(),
-                group: "cron-tab.example.com".into(),
-            }
+            inherits.package.iter().collect::<Vec<_>>(),
+            ["edition", "version"]
         );
-        let named = Names::new("db", Some("Database"), Some("data.acme.io")).unwrap();
         assert_eq!(
-            (named.kind.as_str(), named.group.as_str()),
-            ("Database", "data.acme.io")
+            inherits.dependencies.iter().collect::<Vec<_>>(),
+            ["kube", "rudder", "serde", "tokio"]
         );
-        for bad in ["", "Cron", "9lives", "a_b", "tab-", "a--b", &"x".repeat(41)] {
-            assert!(Names::new(bad, None, None).is_err(), "{bad:?}");
-        }
-        assert!(Names::new("ok", Some("lower"), None).is_err());
-        assert!(Names::new("ok", Some("Manager"), None).is_err());
-        assert!(Names::new("manager", None, None).is_err(), "kind Manager");
-        assert!(Names::new("tokio", None, None).is_err());
-        assert!(
-            Names::new("chaospod", None, None).is_err(),
-            "an example already"
-        );
-        assert!(
-            Names::new("rudder-cache", None, None).is_err(),
-            "a crate already"
-        );
-        assert!(Names::new("ok", None, Some("nodot")).is_err());
-        assert!(Names::new("ok", None, Some("Upper.io")).is_err());
+        assert!(inherits.lints);
+        assert!(!Inherits::scan("[workspace]\n").lints);
     }
 
     #[test]
-    fn every_placeholder_is_filled_and_an_existing_directory_is_refused() {
-        let dir = std::env::temp_dir().join(format!("rudder-scaffold-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+    fn what_the_workspace_declares_is_inherited_and_the_rest_stated() {
         let names = Names::new("cron-tab", None, None).unwrap();
-        write(&dir, &names).unwrap();
-        let lib = fs::read_to_string(dir.join("src/lib.rs")).unwrap();
+        let files = controller_files(&names, RUDDER_LIKE, &ControllerOptions::default()).unwrap();
+        let manifest = &files[0].text;
+        for line in [
+            "version.workspace = true",
+            "edition.workspace = true",
+            "rudder.workspace = true",
+            "rudder = { workspace = true, features = [\"envtest\"] }",
+            "kube = { workspace = true, features = [\"client\", \"derive\"] }",
+            "k8s-openapi = { version = \"0.29\", default-features = false, features = [\"latest\"] }",
+            "[lints]",
+        ] {
+            assert!(
+                manifest.lines().any(|l| l == line),
+                "{line:?} in\n{manifest}"
+            );
+        }
+        assert!(!manifest.contains("rust-version"), "{manifest}");
+        let lib = &files[1].text;
         assert!(lib.contains("kind = \"CronTab\""));
         assert!(lib.contains("group = \"cron-tab.example.com\""));
-        assert!(
-            fs::read_to_string(dir.join("tests/cron_tab.rs"))
-                .unwrap()
-                .contains("use cron_tab::")
-        );
-        assert!(write(&dir, &names).unwrap_err().contains("already exists"));
-        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(files[3].path, Path::new("tests/cron_tab.rs"));
+        assert!(files[3].text.contains("use cron_tab::"));
     }
 }
