@@ -134,6 +134,9 @@
 //! only on acquire, as before). Other leader-only runnables (closures made with
 //! [`runnable`]`(.., true, ..)`) start only once the replica leads, either way.
 
+// Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(feature = "webhook")]
 mod authz;
 pub mod client_metrics;
@@ -149,6 +152,7 @@ pub mod sharding;
 mod webhooks;
 
 #[cfg(feature = "webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub use authz::{
     AuthStats, DEFAULT_ALLOWED_TTL, DEFAULT_CACHE_CAPACITY, DEFAULT_DENIED_TTL,
     DEFAULT_REVIEW_TIMEOUT, MAX_TOKEN_LENGTH, SecureMetrics,
@@ -161,4 +165,5 @@ pub use manager::{
 pub use rudder_controller::Shutdown;
 pub use runnable::{BoxError, Runnable, runnable};
 #[cfg(feature = "webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub use server::SecureMetricsError;

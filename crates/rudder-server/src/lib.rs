@@ -109,6 +109,9 @@
 //! stream, in the connection's own task; that is where TLS plugs in. [`PlainTcp`] is the
 //! identity.
 
+// Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod acceptor;
 mod body;
 mod connection;

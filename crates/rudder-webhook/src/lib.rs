@@ -122,6 +122,9 @@
 //! Rudder's own, requests by HTTP version
 //! ([`metrics::REQUESTS_BY_PROTOCOL_TOTAL`]).
 
+// Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod admission;
 mod certificate;
 mod certwatcher;
