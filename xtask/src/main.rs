@@ -1,12 +1,14 @@
 //! `cargo xtask`: the project's automation, in Rust so it runs wherever cargo does.
 //!
-//! Each task lives in its own module. Run `cargo xtask help` for the list.
+//! Each task lives in its own module; `commands.rs` declares them all (names, arguments,
+//! flags, help). Run `cargo xtask help` for the list.
 
 // A command-line tool reports to its terminal; printing is its job.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod checkov;
 mod ci;
+mod commands;
 mod demo;
 mod scaffold;
 
@@ -14,107 +16,10 @@ use std::process::ExitCode;
 
 use xtask::{envtest, go, util, versions};
 
-const HELP: &str = "\
-cargo xtask <task>
-
-Tasks:
-  demo [--duration S] [--kubeconfig PATH]
-                          the ChaosPod controller for S seconds (default 30) on a local
-                          control plane (installed first if needed) or on a cluster
-  checkov                 both examples' rendered manifests through the checkov scanner
-                          (installed into ~/.cache/rudder/checkov-venv if missing); fails
-                          on any finding but the accepted ones (docs/deploying-an-operator.md)
-  ci                      run everything CI runs: envtest install (Kubernetes 1.37.2 and
-                          1.33.13), fmt check, clippy, docs, checkov, the Go module's
-                          checks, tests on both releases (a freshly scaffolded
-                          controller's included), a short demo (the README's test command)
-  new-controller NAME [--kind KIND] [--group GROUP]
-                          scaffold a controller crate in examples/NAME: a custom resource,
-                          a reconciler, an operator binary and an envtest test
-  new-operator PATH [--kind KIND] [--group GROUP]
-                          a standalone workspace at PATH for an operator of your own (its
-                          crate, its xtask: test, manifests, run; a README; an envtest
-                          test), depending on this Rudder checkout by path
-  bench-workqueue [--runs N]
-                          Rudder's work queue against client-go's, controller-runtime's
-                          priority queue (go/workqueue, with the machine's Go) and
-                          kube-runtime's, N times
-  bench-webhook [--runs N] [--duration S] [--connections C] | --callgrind
-                          the webhook server against Go's net/http and controller-runtime's
-                          (go/cmd/webhook-*) under wrk, side by side;
-                          --callgrind: Rudder's instructions per request under callgrind
-  bench-failover [--rounds N] [--objects N]
-                          the old leader's release to the new leader's first reconcile
-                          with N objects (default 5000) in the cache, warm standby off
-                          and on, N rounds each (default 5), on a local control plane
-  bench-election [--rounds N] [--scaled]
-                          a leader's release to the new leader holding the Lease:
-                          client-go's elector, Rudder's polling only and with its watch,
-                          N rounds (default 10) at 15 s / 10 s / 2 s (--scaled: 3/2/0.5 s)
-  envtest install [--version X.Y.Z]
-                          build (Go modules) and cache the control plane rudder-envtest
-                          runs: Kubernetes 1.37.2 by default, etcd, KWOK (idempotent)
-      --print-path        only print the directory holding the binaries
-  help                    this text
-";
-
-/// A scaffold's arguments: its name or path, `--kind`, `--group`, and `--webhook` where
-/// `webhook` allows it.
-type ScaffoldArgs<'a> = (&'a str, Option<&'a str>, Option<&'a str>, bool);
-
-fn scaffold_args<'a>(args: &[&'a str], webhook_allowed: bool) -> Result<ScaffoldArgs<'a>, String> {
-    let (mut path, mut kind, mut group, mut webhook) = (None, None, None, false);
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match *arg {
-            "--kind" => kind = Some(*args.next().ok_or("--kind needs a value")?),
-            "--group" => group = Some(*args.next().ok_or("--group needs a value")?),
-            "--webhook" if webhook_allowed => webhook = true,
-            other if other.starts_with('-') => return Err(format!("unknown flag {other:?}")),
-            other if path.is_none() => path = Some(other),
-            other => return Err(format!("unexpected argument {other:?}")),
-        }
-    }
-    let path = path.ok_or("a name or path is needed")?;
-    Ok((path, kind, group, webhook))
-}
-
-/// Runs the bench package's `command`. A debug build: it only orchestrates, and each
-/// benchmark builds what it measures in the profile it needs.
-fn bench(command: &str, args: &[&str]) -> Result<(), String> {
-    util::run(
-        util::cargo()
-            .args(["run", "--quiet", "--package", "bench", "--", command])
-            .args(args),
-    )
-}
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let result = match args.as_slice() {
-        ["bench-workqueue", rest @ ..] => bench("workqueue", rest),
-        ["bench-webhook", rest @ ..] => bench("webhook", rest),
-        ["bench-election", rest @ ..] => bench("election", rest),
-        ["bench-failover", rest @ ..] => bench("failover", rest),
-        ["checkov", rest @ ..] => checkov::run(rest),
-        ["ci", rest @ ..] => ci::run(rest),
-        ["demo", rest @ ..] => demo::run(rest),
-        ["new-controller", rest @ ..] => scaffold_args(rest, false)
-            .and_then(|(name, kind, group, _)| scaffold::new_controller(name, kind, group)),
-        ["new-operator", rest @ ..] => {
-            scaffold_args(rest, true).and_then(|(path, kind, group, webhook)| {
-                scaffold::new_operator(path, kind, group, webhook)
-            })
-        }
-        ["envtest", rest @ ..] => envtest::run(rest),
-        [] | ["help" | "--help" | "-h"] => {
-            print!("{HELP}");
-            Ok(())
-        }
-        other => Err(format!("unknown task `{}`\n\n{HELP}", other.join(" "))),
-    };
-    match result {
+    match commands::dispatch(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("error: {message}");
