@@ -52,7 +52,10 @@ pub fn new_controller(dir: &Path, options: &ControllerOptions) -> Result<PathBuf
         )));
     };
     let names = Names::new(name, options.kind.as_deref(), options.group.as_deref())?;
-    options.rudder.check()?;
+    let options = &ControllerOptions {
+        rudder: options.rudder.resolved()?,
+        ..options.clone()
+    };
     let root = workspace_root(parent)?;
     let manifest_path = root.join("Cargo.toml");
     let manifest =

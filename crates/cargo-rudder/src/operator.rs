@@ -55,8 +55,11 @@ pub fn new_operator(path: &Path, options: &OperatorOptions) -> Result<PathBuf> {
         ))
     })?;
     let names = Names::new(name, options.kind.as_deref(), options.group.as_deref())?;
-    options.rudder.check()?;
-    let files = operator_files(&names, options)?;
+    let options = OperatorOptions {
+        rudder: options.rudder.resolved()?,
+        ..options.clone()
+    };
+    let files = operator_files(&names, &options)?;
     write_all(&path, &files)?;
     if let Some(lock) = options.rudder.lockfile() {
         // Cargo keeps the locked versions of what the project uses and drops the rest.

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 pub enum RudderSource {
     /// A version requirement on crates.io, such as `0.1`.
     Version(String),
-    /// The root of a checkout of Rudder's repository: the project depends on its
+    /// The root of a checkout of Rudder's repository (a relative path is taken from the
+    /// current directory): the project depends on its
     /// `crates/rudder` by path and starts from its `Cargo.lock`, so it builds with the
     /// versions Rudder is tested with.
     Path(PathBuf),
@@ -84,18 +85,22 @@ impl RudderSource {
         }
     }
 
-    /// Fails unless a path source is a checkout of Rudder (it has `crates/rudder`).
-    pub(crate) fn check(&self) -> crate::Result<()> {
-        if let Self::Path(root) = self {
-            let manifest = root.join("crates").join("rudder").join("Cargo.toml");
-            if !manifest.is_file() {
-                return Err(crate::Error::Invalid(format!(
-                    "{} is not a checkout of Rudder: it has no crates/rudder/Cargo.toml",
-                    root.display()
-                )));
-            }
+    /// This source with a path made absolute (a relative one is taken from the current
+    /// directory, as a command line names it); fails unless a path source is a checkout of
+    /// Rudder (it has `crates/rudder`).
+    pub(crate) fn resolved(&self) -> crate::Result<Self> {
+        let Self::Path(root) = self else {
+            return Ok(self.clone());
+        };
+        let root = absolute(root)?;
+        let manifest = root.join("crates").join("rudder").join("Cargo.toml");
+        if !manifest.is_file() {
+            return Err(crate::Error::Invalid(format!(
+                "{} is not a checkout of Rudder: it has no crates/rudder/Cargo.toml",
+                root.display()
+            )));
         }
-        Ok(())
+        Ok(Self::Path(root))
     }
 }
 
