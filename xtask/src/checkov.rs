@@ -143,17 +143,6 @@ pub(crate) fn run_checkov() -> Result<(), String> {
     result
 }
 
-/// Entry point for `cargo xtask checkov`.
-pub(crate) fn run(args: &[&str]) -> Result<(), String> {
-    match args {
-        [] => run_checkov(),
-        other => Err(format!(
-            "unexpected arguments to `checkov`: {}",
-            other.join(" ")
-        )),
-    }
-}
-
 /// The virtualenv checkov lives in: `RUDDER_CHECKOV_VENV`, or `checkov-venv` in the project's
 /// cache ([`crate::util::cache_base`]: `~/.cache/rudder/checkov-venv`), outside the checkout and
 /// shared by its clones.

@@ -28,7 +28,7 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
         sh(cargo().args(["fmt", "--all", "--check"]))
     })?;
     step("cargo xtask tidy", || {
-        crate::tidy::run(&[], crate::COMMANDS)
+        crate::tidy::run(&[], &crate::commands::names())
     })?;
     step(
         "TLS crates only where a feature asks for them",
@@ -76,6 +76,7 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
             .args(["doc", "--workspace", "--no-deps", "--all-features"])
             .env("RUSTDOCFLAGS", "-D warnings"))
     })?;
+    step("cargo package (every publishable crate)", package)?;
     step("cargo xtask checkov", crate::checkov::run_checkov)?;
     step(
         "go/: go mod tidy -diff, go vet, the benches built and run briefly",
@@ -102,7 +103,7 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
     )?;
     step(
         "cargo xtask new-operator (a project outside the workspace)",
-        || crate::new_operator::ci_check(&assets),
+        || crate::scaffold::operator_ci_check(&assets),
     )?;
     // The binary the tests built: in the profile they were built in.
     let profile = if test_args.contains(&"--release") {
@@ -226,12 +227,87 @@ fn tls_by_feature() -> Result<(), String> {
     Ok(())
 }
 
-/// Entry point for `cargo xtask ci [-- test args]`.
-pub(crate) fn run(args: &[&str]) -> Result<(), String> {
-    let test_args = match args {
-        [] => &[][..],
-        ["--", rest @ ..] => rest,
-        other => return Err(format!("unexpected arguments to `ci`: {}", other.join(" "))),
-    };
-    run_ci(test_args)
+/// `cargo package` of every publishable package under `crates/` (those whose manifest does
+/// not say `publish = false`), together, so cargo packages the ones that depend on each
+/// other against each other's packaged sources, and verifies each by building it from its
+/// `.crate` file alone: a file a crate needs but does not ship (a template, a README) fails
+/// here, not on crates.io.
+///
+/// `--allow-dirty`: CI scaffolds `examples/scaffold-check` and rewrites `Cargo.lock` for it
+/// (both put back at the end), and a contributor's run has edits of its own; what is checked
+/// is the packages, not the state of the checkout.
+fn package() -> Result<(), String> {
+    let packages = publishable(&crate::util::workspace_root().join("crates"))?;
+    let mut cmd = cargo();
+    cmd.args(["package", "--allow-dirty"]);
+    for package in &packages {
+        cmd.args(["--package", package]);
+    }
+    sh(&mut cmd)?;
+    println!("  packaged and verified: {}", packages.join(", "));
+    Ok(())
+}
+
+/// The names of the publishable packages in `dir`'s subdirectories, sorted.
+fn publishable(dir: &std::path::Path) -> Result<Vec<String>, String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let manifest = entry
+            .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+            .path()
+            .join("Cargo.toml");
+        let Ok(text) = std::fs::read_to_string(&manifest) else {
+            continue;
+        };
+        if let Some(name) = package_name(&text).filter(|_| is_publishable(&text)) {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// The `name` of a manifest's `[package]`.
+fn package_name(manifest: &str) -> Option<String> {
+    package_lines(manifest).find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        (key.trim() == "name").then(|| value.trim().trim_matches('"').to_owned())
+    })
+}
+
+/// Whether a manifest's `[package]` leaves publishing on (no `publish = false`).
+fn is_publishable(manifest: &str) -> bool {
+    !package_lines(manifest).any(|line| line.replace(' ', "") == "publish=false")
+}
+
+/// The lines of a manifest's `[package]` table.
+fn package_lines(manifest: &str) -> impl Iterator<Item = &str> {
+    manifest
+        .lines()
+        .map(str::trim)
+        .skip_while(|line| *line != "[package]")
+        .skip(1)
+        .take_while(|line| !line.starts_with('['))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn publishable_crates_are_those_not_saying_publish_false() {
+        let crates = publishable(&crate::util::workspace_root().join("crates")).unwrap();
+        assert!(crates.contains(&"rudder".to_owned()), "{crates:?}");
+        assert!(crates.contains(&"cargo-rudder".to_owned()), "{crates:?}");
+        let bench = "[package]\nname = \"b\"\npublish = false\n\n[dependencies]\n";
+        assert_eq!(package_name(bench).as_deref(), Some("b"));
+        assert!(!is_publishable(bench));
+        assert!(is_publishable(
+            "[package]\nname = \"a\"\n[features]\npublish = false\n"
+        ));
+    }
 }

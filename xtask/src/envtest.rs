@@ -59,7 +59,7 @@ const STAGE_FILES: &[&str] = &[
 const USAGE: &str = "usage: cargo xtask envtest install [--version X.Y.Z] [--print-path]";
 
 /// Entry point for `cargo xtask envtest <subcommand>`.
-pub(crate) fn run(args: &[&str]) -> Result<(), String> {
+pub fn run(args: &[&str]) -> Result<(), String> {
     let ["install", rest @ ..] = args else {
         return Err(format!(
             "unknown envtest subcommand: {}\n{USAGE}",
@@ -95,13 +95,13 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
 ///
 /// With `print_path`, stdout gets only that directory (progress goes to stderr), so
 /// `export RUDDER_ENVTEST_ASSETS=$(cargo xtask envtest install --print-path)` works.
-pub(crate) fn install(print_path: bool) -> Result<PathBuf, String> {
+pub fn install(print_path: bool) -> Result<PathBuf, String> {
     install_inner(DEFAULT_KUBERNETES, true, print_path)
 }
 
 /// Finds or installs `version` (`1.37.2`) in the cache and returns the directory holding its
 /// binaries. A version asked for by name ignores `$RUDDER_ENVTEST_ASSETS`.
-pub(crate) fn install_version(version: &str, print_path: bool) -> Result<PathBuf, String> {
+pub fn install_version(version: &str, print_path: bool) -> Result<PathBuf, String> {
     install_inner(version, false, print_path)
 }
 

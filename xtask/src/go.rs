@@ -14,7 +14,7 @@ use std::process::Command;
 use crate::util;
 
 /// The `go` on the PATH, checked to be new enough for `go/go.mod`.
-pub(crate) struct Go {
+pub struct Go {
     version: String,
     cache: PathBuf,
 }
@@ -22,7 +22,7 @@ pub(crate) struct Go {
 impl Go {
     /// Finds `go`, and fails with what to do when it is missing or older than `go/go.mod`
     /// needs.
-    pub(crate) fn find() -> Result<Self, String> {
+    pub fn find() -> Result<Self, String> {
         let go_mod = read_go_mod()?;
         let needed = go_line(&go_mod).ok_or("go/go.mod has no `go` line")?;
         let output = Command::new("go")
@@ -55,12 +55,12 @@ impl Go {
     }
 
     /// The version, as `go env GOVERSION` prints it (`go1.26.8`).
-    pub(crate) fn version(&self) -> &str {
+    pub fn version(&self) -> &str {
         &self.version
     }
 
     /// `go` in the module's directory, with the project's environment.
-    pub(crate) fn command(&self) -> Command {
+    pub fn command(&self) -> Command {
         let mut command = Command::new("go");
         command
             .current_dir(module_dir())
@@ -73,7 +73,7 @@ impl Go {
     }
 
     /// Builds the module's `./cmd/<name>` into `output`.
-    pub(crate) fn build(&self, name: &str, output: &Path) -> Result<(), String> {
+    pub fn build(&self, name: &str, output: &Path) -> Result<(), String> {
         util::run(
             self.command()
                 .arg("build")
@@ -85,13 +85,13 @@ impl Go {
 }
 
 /// The Go module's directory, `go/` at the repository's root.
-pub(crate) fn module_dir() -> PathBuf {
+pub fn module_dir() -> PathBuf {
     util::workspace_root().join("go")
 }
 
 /// Go's module and build caches live in `mod` and `build` here: `$XDG_CACHE_HOME/rudder/go`,
 /// else `$HOME/.cache/rudder/go` (shared with the envtest install's builds).
-pub(crate) fn cache_dir() -> Result<PathBuf, String> {
+pub fn cache_dir() -> Result<PathBuf, String> {
     Ok(util::cache_base()?.join("go"))
 }
 
@@ -101,7 +101,7 @@ fn read_go_mod() -> Result<String, String> {
 }
 
 /// The version in go.mod's `go` line (the oldest Go that builds the module).
-pub(crate) fn go_line(go_mod: &str) -> Option<&str> {
+pub fn go_line(go_mod: &str) -> Option<&str> {
     go_mod
         .lines()
         .find_map(|line| line.trim().strip_prefix("go "))
@@ -109,7 +109,7 @@ pub(crate) fn go_line(go_mod: &str) -> Option<&str> {
 }
 
 /// Whether `version` (`go1.26.8`, `go1.27rc1`) is at least `needed` (`1.26.0`, `1.26`).
-pub(crate) fn new_enough(version: &str, needed: &str) -> bool {
+pub fn new_enough(version: &str, needed: &str) -> bool {
     let numbers = |v: &str| -> Vec<u32> {
         v.split(|c: char| !c.is_ascii_digit())
             .map_while(|n| n.parse().ok())

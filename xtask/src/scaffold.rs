@@ -1,235 +1,55 @@
-//! `cargo xtask new-controller NAME`: a new controller crate in `examples/NAME`, with a
-//! custom resource, a reconciler, an operator binary and an envtest test, ready to build,
-//! run and test; CI scaffolds one and runs its checks and test with the rest.
+//! `cargo xtask new-operator` and `new-controller`: cargo-rudder's scaffolds from this
+//! checkout, depending on it by path; and CI's checks of both.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use crate::util::{cargo, run as sh, workspace_root};
+use cargo_rudder::{ControllerOptions, OperatorOptions, RudderSource};
 
-const CARGO_TOML: &str = include_str!("../templates/controller/Cargo.toml.tmpl");
-const LIB_RS: &str = include_str!("../templates/controller/lib.rs.tmpl");
-const MAIN_RS: &str = include_str!("../templates/controller/main.rs.tmpl");
-const TEST_RS: &str = include_str!("../templates/controller/test.rs.tmpl");
+use crate::util::{run as sh, workspace_root};
 
 /// The crate CI scaffolds, checks and tests, then removes.
 pub(crate) const CI_CHECK: &str = "scaffold-check";
 /// Marks a crate CI scaffolded, so a leftover from an interrupted run can be removed safely.
 const CI_MARKER: &str = ".scaffolded-by-ci";
 
-const HELP: &str = "\
-cargo xtask new-controller NAME [--kind KIND] [--group GROUP]
-
-Creates examples/NAME: a crate with a custom resource KIND (default: NAME in PascalCase) in
-API group GROUP (default: NAME.example.com), a reconciler, an operator binary and a test
-against a real API server. NAME: lowercase letters, digits and '-', starting with a letter.";
-
-/// Kinds the generated code cannot use: names it defines or imports.
-const TAKEN_KINDS: &[&str] = &[
-    "Action",
-    "Api",
-    "Cache",
-    "Context",
-    "Controller",
-    "CustomResource",
-    "Deserialize",
-    "Duration",
-    "EnqueueObject",
-    "EnqueueOwner",
-    "Error",
-    "Event",
-    "EventType",
-    "GenerationChanged",
-    "JsonSchema",
-    "Kind",
-    "Manager",
-    "Patch",
-    "PatchParams",
-    "Reconciler",
-    "Request",
-    "Serialize",
-    "TerminalError",
-    "Tools",
-];
-
-/// Package names the generated crate cannot take: the workspace's own and its dependencies'.
-const TAKEN_CRATES: &[&str] = &[
-    "rudder",
-    "kube",
-    "kube-runtime",
-    "k8s-openapi",
-    "schemars",
-    "serde",
-    "serde-json",
-    "serde-yaml",
-    "thiserror",
-    "tokio",
-    "tokio-util",
-    "tracing",
-    "xtask",
-];
-
-/// The names a scaffold is made of.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Names {
-    /// The package: `cron-tab`.
-    pub(crate) name: String,
-    /// The crate as Rust names it: `cron_tab`.
-    pub(crate) krate: String,
-    /// The resource's kind: `CronTab`.
-    pub(crate) kind: String,
-    /// The API group: `cron-tab.example.com`.
-    pub(crate) group: String,
+/// This checkout, as the scaffolds' Rudder.
+fn this_checkout() -> RudderSource {
+    RudderSource::Path(workspace_root())
 }
 
-impl Names {
-    pub(crate) fn new(name: &str, kind: Option<&str>, group: Option<&str>) -> Result<Self, String> {
-        let valid_name = name.len() <= 40
-            && name.starts_with(|c: char| c.is_ascii_lowercase())
-            && !name.ends_with('-')
-            && !name.contains("--")
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if !valid_name {
-            return Err(format!(
-                "bad name {name:?}: use lowercase letters, digits and single '-' (at most 40), starting with a letter"
-            ));
-        }
-        let kind = match kind {
-            Some(kind) => kind.to_owned(),
-            None => name
-                .split('-')
-                .map(|part| {
-                    let mut chars = part.chars();
-                    chars.next().map_or_else(String::new, |first| {
-                        first.to_ascii_uppercase().to_string() + chars.as_str()
-                    })
-                })
-                .collect(),
-        };
-        let valid_kind = kind.starts_with(|c: char| c.is_ascii_uppercase())
-            && kind.chars().all(|c| c.is_ascii_alphanumeric());
-        if !valid_kind {
-            return Err(format!(
-                "bad kind {kind:?}: use letters and digits, starting with a capital"
-            ));
-        }
-        if TAKEN_KINDS.contains(&kind.as_str()) {
-            return Err(format!(
-                "kind {kind:?} would clash with a name the generated code uses: pick another with --kind"
-            ));
-        }
-        let taken = TAKEN_CRATES.contains(&name)
-            || ["crates", "examples"]
-                .iter()
-                .any(|dir| workspace_root().join(dir).join(name).exists());
-        if taken {
-            return Err(format!(
-                "name {name:?} is a crate the workspace already has or depends on: pick another"
-            ));
-        }
-        let group = group.map_or_else(|| format!("{name}.example.com"), str::to_owned);
-        let valid_group = group.contains('.')
-            && group.split('.').all(|label| {
-                !label.is_empty()
-                    && !label.starts_with('-')
-                    && !label.ends_with('-')
-                    && label
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            });
-        if !valid_group {
-            return Err(format!(
-                "bad group {group:?}: use a DNS name with a dot, such as example.com"
-            ));
-        }
-        Ok(Self {
-            name: name.to_owned(),
-            krate: name.replace('-', "_"),
-            kind,
-            group,
-        })
-    }
-
-    /// `template` with the names filled in.
-    pub(crate) fn render(&self, template: &str) -> String {
-        template
-            .replace("{{name}}", &self.name)
-            .replace("{{crate}}", &self.krate)
-            .replace("{{Kind}}", &self.kind)
-            .replace("{{group}}", &self.group)
-    }
-}
-
-/// Writes the crate for `names` into `dir`, which must not exist.
-fn write(dir: &Path, names: &Names) -> Result<(), String> {
-    if dir.exists() {
-        return Err(format!(
-            "{} already exists: pick another name, or remove it",
-            dir.display()
-        ));
-    }
-    let files = [
-        ("Cargo.toml".to_owned(), CARGO_TOML),
-        ("src/lib.rs".to_owned(), LIB_RS),
-        ("src/main.rs".to_owned(), MAIN_RS),
-        (format!("tests/{}.rs", names.krate), TEST_RS),
-    ];
-    for (path, template) in files {
-        let path = dir.join(path);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-        }
-        let text = names.render(template);
-        if let Some(at) = text.find("{{") {
-            return Err(format!(
-                "template left a placeholder in {}: {}",
-                path.display(),
-                &text[at..]
-            ));
-        }
-        fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
+/// `cargo xtask new-operator PATH`: cargo-rudder's `new` with this checkout as Rudder.
+pub(crate) fn new_operator(
+    path: &str,
+    kind: Option<&str>,
+    group: Option<&str>,
+    webhook: bool,
+) -> Result<(), String> {
+    let options = OperatorOptions {
+        kind: kind.map(str::to_owned),
+        group: group.map(str::to_owned),
+        webhook,
+        rudder: this_checkout(),
+    };
+    let dir = cargo_rudder::new_operator(Path::new(path), &options).map_err(|e| e.to_string())?;
+    println!(
+        "created {dir}\n\nnext, in {dir}:\n  \
+         cargo xtask test                                   # the operator against a real API server\n  \
+         cargo xtask manifests --image IMAGE | kubectl apply -f -   # deploy it",
+        dir = dir.display()
+    );
     Ok(())
 }
 
-/// Scaffolds `examples/<names.name>` and formats it; returns its directory.
-fn scaffold(names: &Names) -> Result<PathBuf, String> {
-    let dir = workspace_root().join("examples").join(&names.name);
-    write(&dir, names)?;
-    // The templates are close to rustfmt's style; names of other lengths shift lines.
-    let formatted = sh(cargo().args(["fmt", "-p", &names.name]));
-    if let Err(error) = formatted {
-        let _ = fs::remove_dir_all(&dir);
-        return Err(error);
-    }
-    Ok(dir)
-}
-
-/// Entry point for `cargo xtask new-controller NAME [--kind KIND] [--group GROUP]`.
-pub(crate) fn run(args: &[&str]) -> Result<(), String> {
-    let (mut name, mut kind, mut group) = (None, None, None);
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match *arg {
-            "--help" | "-h" => {
-                println!("{HELP}");
-                return Ok(());
-            }
-            "--kind" => kind = Some(*args.next().ok_or("--kind needs a value")?),
-            "--group" => group = Some(*args.next().ok_or("--group needs a value")?),
-            other if other.starts_with('-') => {
-                return Err(format!("unknown flag {other:?}\n\n{HELP}"));
-            }
-            other if name.is_none() => name = Some(other),
-            other => return Err(format!("unexpected argument {other:?}\n\n{HELP}")),
-        }
-    }
-    let name = name.ok_or_else(|| format!("a name is needed\n\n{HELP}"))?;
-    let names = Names::new(name, kind, group)?;
-    let dir = scaffold(&names)?;
+/// `cargo xtask new-controller NAME`: cargo-rudder's `new-controller` into `examples/NAME`.
+pub(crate) fn new_controller(
+    name: &str,
+    kind: Option<&str>,
+    group: Option<&str>,
+) -> Result<(), String> {
+    let dir = controller(name, kind, group)?;
+    let names = cargo_rudder::Names::new(name, kind, group).map_err(|e| e.to_string())?;
     println!(
         "created {dir}: the {kind} resource ({group}/v1) and its controller\n\n\
          next:\n  \
@@ -238,10 +58,20 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
          cargo run -p {name}                  # the operator, on the cluster your kubeconfig names\n\n\
          Edit the spec and the reconcile in {dir}/src/lib.rs; docs/writing-an-operator.md walks through a whole operator.",
         dir = dir.display(),
-        kind = names.kind,
-        group = names.group,
+        kind = names.kind(),
+        group = names.group(),
     );
     Ok(())
+}
+
+fn controller(name: &str, kind: Option<&str>, group: Option<&str>) -> Result<PathBuf, String> {
+    let options = ControllerOptions {
+        kind: kind.map(str::to_owned),
+        group: group.map(str::to_owned),
+        rudder: this_checkout(),
+    };
+    let dir = workspace_root().join("examples").join(name);
+    cargo_rudder::new_controller(&dir, &options).map_err(|e| e.to_string())
 }
 
 /// For CI: scaffolds [`CI_CHECK`] so the workspace's checks and tests include it. A
@@ -265,11 +95,9 @@ pub(crate) fn scaffold_for_ci() -> Result<CiScaffold, String> {
         lock,
         saved_lock,
     };
-    let names = Names::new(CI_CHECK, Some("ScaffoldCheck"), Some("scaffold.rudder.dev"))?;
-    write(&dir, &names)?;
+    controller(CI_CHECK, Some("ScaffoldCheck"), Some("scaffold.rudder.dev"))?;
     fs::write(dir.join(CI_MARKER), "")
         .map_err(|e| format!("cannot mark {}: {e}", dir.display()))?;
-    sh(cargo().args(["fmt", "-p", CI_CHECK]))?;
     Ok(guard)
 }
 
@@ -289,63 +117,95 @@ impl Drop for CiScaffold {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
+/// For CI: scaffolds two operator projects (without and with webhooks) into a temporary
+/// directory outside the workspace, runs each one's own test command (`cargo xtask test`,
+/// against the control plane in `assets`) and renders its manifests, then removes them.
+/// They build into Rudder's target directory from Rudder's Cargo.lock, so no crate version
+/// Rudder's build did not compile is compiled again.
+pub(crate) fn operator_ci_check(assets: &Path) -> Result<(), String> {
+    let parent = std::env::temp_dir().join(format!("rudder-ci-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&parent);
+    let guard = RemoveOnDrop(parent.clone());
+    let plain = [
+        "kind: CustomResourceDefinition",
+        "kind: ServiceAccount",
+        "kind: ClusterRole",
+        "kind: Deployment",
+    ];
+    check_project(&parent.join("ci-operator"), false, assets, &plain)?;
+    let webhooks = [
+        &plain[..],
+        &[
+            "kind: Service",
+            "kind: MutatingWebhookConfiguration",
+            "kind: ValidatingWebhookConfiguration",
+            "- secrets",
+        ],
+    ]
+    .concat();
+    check_project(&parent.join("ci-webhook-operator"), true, assets, &webhooks)?;
+    drop(guard);
+    Ok(())
+}
 
-    use super::*;
-
-    #[test]
-    fn names_are_derived_and_checked() {
-        let names = Names::new("cron-tab", None, None).unwrap();
-        assert_eq!(
-            names,
-            Names {
-                name: "cron-tab".into(),
-                krate: "cron_tab".into(),
-                kind: "CronTab".into(),
-                group: "cron-tab.example.com".into(),
-            }
-        );
-        let named = Names::new("db", Some("Database"), Some("data.acme.io")).unwrap();
-        assert_eq!(
-            (named.kind.as_str(), named.group.as_str()),
-            ("Database", "data.acme.io")
-        );
-        for bad in ["", "Cron", "9lives", "a_b", "tab-", "a--b", &"x".repeat(41)] {
-            assert!(Names::new(bad, None, None).is_err(), "{bad:?}");
+/// Scaffolds one project at `path`, runs its tests and checks its manifests hold `expected`.
+fn check_project(
+    path: &Path,
+    webhook: bool,
+    assets: &Path,
+    expected: &[&str],
+) -> Result<(), String> {
+    let options = OperatorOptions {
+        webhook,
+        rudder: this_checkout(),
+        ..OperatorOptions::default()
+    };
+    let dir = cargo_rudder::new_operator(path, &options).map_err(|e| e.to_string())?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), PathBuf::from);
+    let with_env = |mut cmd: Command| {
+        cmd.env("CARGO_TARGET_DIR", &target)
+            .env("RUDDER_ENVTEST_ASSETS", assets);
+        cmd
+    };
+    sh(with_env(project_cargo(&dir)).args(["xtask", "test"]))?;
+    let output = with_env(project_cargo(&dir))
+        .args(["xtask", "manifests", "--image", "example/ci-operator:ci"])
+        .output()
+        .map_err(|e| format!("cannot run the project's cargo xtask manifests: {e}"))?;
+    let yaml = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!(
+            "the project's cargo xtask manifests failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    for line in expected {
+        if !yaml.contains(line) {
+            return Err(format!("the project's manifests lack {line:?}:\n{yaml}"));
         }
-        assert!(Names::new("ok", Some("lower"), None).is_err());
-        assert!(Names::new("ok", Some("Manager"), None).is_err());
-        assert!(Names::new("manager", None, None).is_err(), "kind Manager");
-        assert!(Names::new("tokio", None, None).is_err());
-        assert!(
-            Names::new("chaospod", None, None).is_err(),
-            "an example already"
-        );
-        assert!(
-            Names::new("rudder-cache", None, None).is_err(),
-            "a crate already"
-        );
-        assert!(Names::new("ok", None, Some("nodot")).is_err());
-        assert!(Names::new("ok", None, Some("Upper.io")).is_err());
     }
+    println!(
+        "new-operator: {} scaffolded (webhooks: {webhook}), tested, {} manifest documents rendered",
+        dir.display(),
+        yaml.matches("---\n").count()
+    );
+    Ok(())
+}
 
-    #[test]
-    fn every_placeholder_is_filled_and_an_existing_directory_is_refused() {
-        let dir = std::env::temp_dir().join(format!("rudder-scaffold-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        let names = Names::new("cron-tab", None, None).unwrap();
-        write(&dir, &names).unwrap();
-        let lib = fs::read_to_string(dir.join("src/lib.rs")).unwrap();
-        assert!(lib.contains("kind = \"CronTab\""));
-        assert!(lib.contains("group = \"cron-tab.example.com\""));
-        assert!(
-            fs::read_to_string(dir.join("tests/cron_tab.rs"))
-                .unwrap()
-                .contains("use cron_tab::")
-        );
-        assert!(write(&dir, &names).unwrap_err().contains("already exists"));
-        fs::remove_dir_all(&dir).unwrap();
+/// Removes a directory when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
     }
+}
+
+/// `cargo` run in the project at `dir`.
+fn project_cargo(dir: &Path) -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(dir);
+    cmd
 }

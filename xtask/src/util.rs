@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::Instant;
 
 /// The workspace root (the parent of this crate's directory).
-pub(crate) fn workspace_root() -> PathBuf {
+pub fn workspace_root() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
@@ -13,7 +13,7 @@ pub(crate) fn workspace_root() -> PathBuf {
 /// The base of every cache the project keeps outside the checkout (control planes, Go's
 /// caches, checkov's virtualenv, CI's target directory): `$XDG_CACHE_HOME/rudder`, else
 /// `~/.cache/rudder`.
-pub(crate) fn cache_base() -> Result<PathBuf, String> {
+pub fn cache_base() -> Result<PathBuf, String> {
     let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         Some(xdg) => PathBuf::from(xdg),
         None => std::env::var_os("HOME")
@@ -25,7 +25,7 @@ pub(crate) fn cache_base() -> Result<PathBuf, String> {
 }
 
 /// Runs `cmd`, inheriting the terminal, and fails with the command line when it exits non-zero.
-pub(crate) fn run(cmd: &mut Command) -> Result<(), String> {
+pub fn run(cmd: &mut Command) -> Result<(), String> {
     let shown = format!("{cmd:?}");
     let status = cmd
         .status()
@@ -38,7 +38,7 @@ pub(crate) fn run(cmd: &mut Command) -> Result<(), String> {
 }
 
 /// Prints a step's name, runs it, then prints how long it took.
-pub(crate) fn step<T>(name: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+pub fn step<T>(name: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     println!("==> {name}");
     let started = Instant::now();
     let out = f();
@@ -51,7 +51,7 @@ pub(crate) fn step<T>(name: &str, f: impl FnOnce() -> Result<T, String>) -> Resu
 }
 
 /// The `cargo` this task was started by, so nested runs use the same toolchain.
-pub(crate) fn cargo() -> Command {
+pub fn cargo() -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(workspace_root());

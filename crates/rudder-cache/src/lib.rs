@@ -178,11 +178,15 @@
 //! whose last handle and last `subscribe` stream are dropped stops by itself (its tasks end
 //! shortly after, unwaited); a cache holds a handle to each of its informers.
 
+// Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod cache;
 mod error;
 mod informer;
 mod lenient;
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod store;
 mod transform;

@@ -140,6 +140,9 @@
 //! |---|---|---|
 //! | `webhook` | yes | the webhook server (rudder-webhook), self-signed webhook certificates (rudder-certs) and secure metrics: TLS on the server side, rustls on `ring`; without it the manager compiles no TLS stack |
 
+// Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(feature = "webhook")]
 mod authz;
 pub mod client_metrics;
@@ -153,6 +156,7 @@ mod server;
 mod webhooks;
 
 #[cfg(feature = "webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub use authz::{
     AuthStats, DEFAULT_ALLOWED_TTL, DEFAULT_CACHE_CAPACITY, DEFAULT_DENIED_TTL,
     DEFAULT_REVIEW_TIMEOUT, MAX_TOKEN_LENGTH, SecureMetrics,
@@ -167,4 +171,5 @@ pub use rudder_lease::leader_election;
 pub use rudder_lease::sharding;
 pub use runnable::{BoxError, Runnable, runnable};
 #[cfg(feature = "webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub use server::SecureMetricsError;

@@ -26,6 +26,7 @@ use crate::manager::ExtraHandler;
 
 /// Why the secure metrics server could not start; nothing else was started after it.
 #[cfg(feature = "webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SecureMetricsError {

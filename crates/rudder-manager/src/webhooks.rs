@@ -149,6 +149,7 @@ impl Parts {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 impl ManagerBuilder {
     /// Serves `/metrics` and the extra handlers over HTTPS, only to callers whose bearer
     /// token the API server authenticates and authorizes for the request's path (`get` on
@@ -199,6 +200,7 @@ impl ManagerBuilder {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 impl Manager {
     /// The webhook server: register admission and conversion webhooks on it (the `rudder`
     /// facade's `new_webhook` builder does). It starts with the manager, right after the

@@ -117,6 +117,9 @@
 //! |---|---|---|
 //! | `http2` | no | HTTP/2 on connections whose acceptor negotiates it (TLS ALPN `h2`), when `Options::http2(true)`; without it the `h2` crate is not compiled |
 
+// Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod acceptor;
 mod body;
 mod connection;

@@ -158,6 +158,7 @@ impl Options {
     /// read timeout bounds the wait for the first request of a connection, and the idle
     /// timeout the waits between requests.
     #[cfg(feature = "http2")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http2")))]
     pub fn http2(mut self, enabled: bool) -> Self {
         self.http2 = enabled;
         self

@@ -130,6 +130,9 @@
 //! |---|---|---|
 //! | `http2` | no | HTTP/2 for clients that negotiate it by ALPN, when `Options::http2(true)` (rudder-server's `http2`) |
 
+// Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod admission;
 mod certificate;
 mod certwatcher;

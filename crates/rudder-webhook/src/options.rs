@@ -218,6 +218,7 @@ impl Options {
     /// CVE-2023-44487). Current API servers (1.33, 1.37) take HTTP/2 when it is offered;
     /// 1.20's asked only for HTTP/1.1. Needs the crate's `http2` feature.
     #[cfg(feature = "http2")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http2")))]
     pub fn http2(mut self, enabled: bool) -> Self {
         self.server = self.server.http2(enabled);
         self

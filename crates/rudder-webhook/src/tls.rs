@@ -45,6 +45,7 @@ impl Tls {
     /// [`new`](Self::new), offering HTTP/2 (`h2`) before HTTP/1.1: for a server whose
     /// options serve HTTP/2 (`rudder_server::Options::http2`).
     #[cfg(feature = "http2")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http2")))]
     pub fn with_http2(store: &CertificateStore) -> Result<Self, rustls::Error> {
         Self::offering(store, true)
     }

@@ -117,9 +117,13 @@
 //! |---|---|---|
 //! | `metrics` | no | `MetricsCrateProvider`, reporting through the `metrics` crate |
 
+// Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod item;
 pub mod metrics;
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics_crate;
 mod options;
 mod queue;
@@ -131,6 +135,7 @@ mod waiters;
 pub use item::WorkItem;
 pub use metrics::{MetricsProvider, QueueMetrics};
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use metrics_crate::MetricsCrateProvider;
 pub use options::AddOptions;
 pub use queue::{Builder, DEFAULT_PRIORITY_AGING, QueueStats, WorkQueue};

@@ -121,10 +121,14 @@
 //! (`cargo tree -p rudder --no-default-features --features manager,openssl-tls -i rustls`
 //! finds nothing; CI checks it).
 
+// Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(feature = "manager")]
 mod builder;
 pub mod client;
 #[cfg(feature = "webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub mod manifests;
 #[cfg(feature = "manager")]
 mod tools;
@@ -139,33 +143,40 @@ pub use rudder_core as core;
 
 /// The work queue: rudder-workqueue.
 #[cfg(feature = "workqueue")]
+#[cfg_attr(docsrs, doc(cfg(feature = "workqueue")))]
 pub use rudder_workqueue as workqueue;
 
 /// Shared informers and the cache reader: rudder-cache.
 #[cfg(feature = "cache")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
 pub use rudder_cache as cache;
 
 /// Requests, events, sources, event handlers, predicates: rudder-handler.
 #[cfg(feature = "handler")]
+#[cfg_attr(docsrs, doc(cfg(feature = "handler")))]
 pub use rudder_handler as handler;
 
 /// Reconcilers and controllers: rudder-controller.
 #[cfg(feature = "controller")]
+#[cfg_attr(docsrs, doc(cfg(feature = "controller")))]
 pub use rudder_controller as controller;
 
 /// The manager, probes, metrics and leader election: rudder-manager.
 #[cfg(feature = "manager")]
+#[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
 pub use rudder_manager as manager;
 
 /// Admission and conversion webhooks, their server and manifests: rudder-webhook (the
 /// manager runs the server; declare webhooks with [`new_webhook`]).
 #[cfg(feature = "webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub use rudder_webhook as webhook;
 
 /// RBAC derived from the code: the [`Permissions`](rbac::Permissions) the builders record
 /// and the reconciler declares, resolved into [`Rules`](rbac::Rules) and rendered as Roles
 /// and ClusterRoles (see [`manifests`]).
 #[cfg(feature = "manager")]
+#[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
 pub use rudder_manager::rbac;
 
 /// Webhook certificates the operator makes itself: a CA and a serving certificate shared
@@ -173,17 +184,21 @@ pub use rudder_manager::rbac;
 /// rudder-certs (turn it on with
 /// [`ManagerBuilder::self_signed_webhook_certificates`](manager::ManagerBuilder::self_signed_webhook_certificates)).
 #[cfg(feature = "webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub use rudder_certs as certs;
 
 /// The test control plane: a real kube-apiserver and etcd for tests, rudder-envtest (feature
 /// `envtest`, for dev-dependencies).
 #[cfg(feature = "envtest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "envtest")))]
 pub use rudder_envtest as envtest;
 
 #[cfg(feature = "manager")]
+#[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
 #[doc(inline)]
 pub use builder::{ControllerBuilder, new_controller};
 #[cfg(feature = "webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 #[doc(inline)]
 pub use webhook_builder::{WebhookBuilder, WebhookManifests, new_webhook, webhook_manifests};
 
@@ -197,9 +212,11 @@ pub mod events {
     pub use kube_runtime::events::{Event, EventType, Recorder, Reporter};
 }
 #[cfg(feature = "cache")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
 #[doc(inline)]
 pub use rudder_cache::Cache;
 #[cfg(feature = "controller")]
+#[cfg_attr(docsrs, doc(cfg(feature = "controller")))]
 #[doc(inline)]
 pub use rudder_controller::{
     Action, BoxError, Context, Controller, Options as ControllerOptions, Reconciler, TerminalError,
@@ -209,34 +226,43 @@ pub use rudder_controller::{
 #[doc(inline)]
 pub use rudder_core::Event;
 #[cfg(feature = "handler")]
+#[cfg_attr(docsrs, doc(cfg(feature = "handler")))]
 #[doc(inline)]
 pub use rudder_handler::Request;
 #[cfg(feature = "manager")]
+#[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
 #[doc(inline)]
 pub use rudder_manager::Manager;
 #[cfg(feature = "workqueue")]
+#[cfg_attr(docsrs, doc(cfg(feature = "workqueue")))]
 #[doc(inline)]
 pub use rudder_workqueue::WorkQueue;
 #[cfg(feature = "manager")]
+#[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
 #[doc(inline)]
 pub use tools::Tools;
 
 /// The names an operator uses most, to `use rudder::prelude::*`.
 pub mod prelude {
     #[cfg(feature = "manager")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
     pub use crate::Tools;
     pub use crate::events::EventType;
     #[cfg(feature = "cache")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
     pub use rudder_cache::Cache;
     #[cfg(feature = "controller")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "controller")))]
     pub use rudder_controller::{
         Action, Context, Controller, Options as ControllerOptions, Reconciler, TerminalError,
     };
     #[cfg(feature = "handler")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "handler")))]
     pub use rudder_handler::{
         Compose, EnqueueObject, EnqueueOwner, GenerationChanged, Kind, Request,
     };
     #[cfg(feature = "manager")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
     pub use rudder_manager::Manager;
 }
 

@@ -9,7 +9,7 @@
 //! with a kube-runtime side run both on the real clock.
 //!
 //! The row names are the link to client-go's benchmarks: keep them in step with
-//! `xtask/src/bench.rs`.
+//! `bench/src/workqueue.rs`.
 #![allow(missing_docs, clippy::unwrap_used, clippy::print_stdout)]
 
 use std::hint::black_box;

@@ -5,6 +5,7 @@
 #[cfg(feature = "handler")]
 mod typed;
 #[cfg(feature = "handler")]
+#[cfg_attr(docsrs, doc(cfg(feature = "handler")))]
 pub use typed::Client;
 
 use std::fmt::Debug;

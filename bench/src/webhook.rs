@@ -31,6 +31,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::go::Go;
+use crate::report::range;
 use crate::util;
 
 const HELP: &str =
@@ -990,19 +991,6 @@ fn table(names: &[&str], runs: &[Run]) -> String {
         out.push('\n');
     }
     out
-}
-
-/// `min-max` (or the one value) with a unit; `-` when there is none.
-fn range(values: &[f64], precision: usize, unit: &str) -> String {
-    let min = values.iter().copied().reduce(f64::min);
-    let max = values.iter().copied().reduce(f64::max);
-    match (min, max) {
-        (Some(min), Some(max)) if format!("{min:.precision$}") == format!("{max:.precision$}") => {
-            format!("{min:.precision$}{unit}")
-        }
-        (Some(min), Some(max)) => format!("{min:.precision$}-{max:.precision$}{unit}"),
-        _ => "-".to_owned(),
-    }
 }
 
 #[cfg(test)]

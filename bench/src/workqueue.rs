@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 
 use crate::go::Go;
+use crate::report;
 use crate::util;
 
 /// The Go libraries, as `go/workqueue` names its sub-benchmarks.
@@ -306,19 +307,19 @@ fn table(runs: &[Run], side: Side) -> String {
         out.push_str(&match side {
             Side::Production => format!(
                 "| {row} | {} | {} | {} | {} | {} | {} | {} |\n",
-                range(client_go, ""),
-                range(runtime, ""),
-                range(&rudder, ""),
-                range(&kube, ""),
-                range(client_go_ratio, "x"),
-                range(runtime_ratio, "x"),
-                range(&kube_ratio, "x"),
+                report::range(client_go, 0, ""),
+                report::range(runtime, 0, ""),
+                report::range(&rudder, 0, ""),
+                report::range(&kube, 0, ""),
+                report::range(client_go_ratio, 2, "x"),
+                report::range(runtime_ratio, 2, "x"),
+                report::range(&kube_ratio, 2, "x"),
             ),
             Side::Paused => format!(
                 "| {row} | {} | {} | {} |\n",
-                range(&rudder, ""),
-                range(&kube, ""),
-                range(&kube_ratio, "x"),
+                report::range(&rudder, 0, ""),
+                report::range(&kube, 0, ""),
+                report::range(&kube_ratio, 2, "x"),
             ),
         });
     }
@@ -349,20 +350,6 @@ fn ratios_by_run(runs: &[Run]) -> String {
         out.push_str(&format!("- {row}: {}\n", by_library.join("; ")));
     }
     out
-}
-
-/// `min-max` (or the one value) with a unit; `-` when there is none.
-fn range(values: &[f64], unit: &str) -> String {
-    let precision = if unit == "x" { 2 } else { 0 };
-    let min = values.iter().copied().reduce(f64::min);
-    let max = values.iter().copied().reduce(f64::max);
-    match (min, max) {
-        (Some(min), Some(max)) if format!("{min:.precision$}") == format!("{max:.precision$}") => {
-            format!("{min:.precision$}{unit}")
-        }
-        (Some(min), Some(max)) => format!("{min:.precision$}-{max:.precision$}{unit}"),
-        _ => "-".to_owned(),
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,63 @@
+//! Scaffolds for operators on Rudder: the library behind the `cargo rudder` command, which
+//! Rudder's own `cargo xtask new-operator` and `new-controller` call too.
+//!
+//! Install the command with `cargo install cargo-rudder`; then `cargo rudder new PATH`
+//! makes a standalone workspace for an operator (see [`new_operator`]) and
+//! `cargo rudder new-controller NAME` adds a controller crate to a workspace (see
+//! [`new_controller`]). From a program, render the files without writing anything:
+//!
+//! ```
+//! use cargo_rudder::{Names, OperatorOptions, RudderSource, operator_files};
+//!
+//! let names = Names::new("widget-operator", Some("Widget"), Some("widgets.example.com"))?;
+//! let options = OperatorOptions {
+//!     webhook: true,
+//!     // To work on Rudder itself: depend on a checkout instead of crates.io.
+//!     rudder: RudderSource::Path("/src/rudder".into()),
+//!     ..OperatorOptions::default()
+//! };
+//! for file in operator_files(&names, &options)? {
+//!     println!("{}: {} bytes", file.path.display(), file.text.len());
+//! }
+//! # Ok::<(), cargo_rudder::Error>(())
+//! ```
+//!
+//! # Where Rudder comes from
+//!
+//! A generated project depends on Rudder by version (`rudder = "0.1"`, this crate's own
+//! `MAJOR.MINOR`) unless told otherwise: [`RudderSource::Path`] (`--rudder-path DIR`) names
+//! a checkout of Rudder's repository, and the project starts from that checkout's
+//! `Cargo.lock`; [`RudderSource::Git`] (`--rudder-git URL [--rudder-rev REV]`) a git
+//! repository. Either way it is one line of the project's `Cargo.toml` to change later.
+//!
+//! # Which workspace a controller joins
+//!
+//! [`new_controller`] writes the crate where it is told and joins the workspace enclosing
+//! that directory, as cargo finds it (`cargo locate-project --workspace`); the command puts
+//! it at the root of the current directory's workspace, or of `--workspace DIR`'s. The crate
+//! inherits what the workspace's `Cargo.toml` declares (its `[workspace.package]` fields,
+//! `[workspace.dependencies]`, `[workspace.lints]`) and states the rest with the versions
+//! Rudder is tested with.
+//!
+//! # Templates
+//!
+//! The templates are plain files in the crate's `templates/` directory, compiled in. They
+//! name the scaffold with `{{name}}`, `{{crate}}`, `{{Kind}}` and `{{group}}`, keep or drop
+//! `{{#webhook}}` sections, and every file is checked for a placeholder left unfilled before
+//! anything is written.
+
+mod cli;
+mod controller;
+mod error;
+mod names;
+mod operator;
+mod source;
+mod template;
+
+pub use cli::{HELP, run};
+pub use controller::{ControllerOptions, controller_files, new_controller};
+pub use error::{Error, Result};
+pub use names::Names;
+pub use operator::{OperatorOptions, new_operator, operator_files};
+pub use source::RudderSource;
+pub use template::GeneratedFile;

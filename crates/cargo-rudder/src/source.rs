@@ -1,0 +1,280 @@
+//! Where a generated project takes Rudder from, and the versions of what else it uses.
+
+use std::path::{Path, PathBuf};
+
+/// Where the generated project's `rudder` dependency comes from.
+///
+/// The default is crates.io at this scaffold's own version (`rudder = "0.1"`). To work on
+/// Rudder itself, point the project at a checkout ([`RudderSource::Path`]) or a git
+/// repository ([`RudderSource::Git`]); either one is the single line in the project's
+/// `Cargo.toml` to change later.
+///
+/// ```
+/// use cargo_rudder::RudderSource;
+///
+/// assert_eq!(RudderSource::default().dependency(&[]), r#"rudder = "0.1""#);
+/// let git = RudderSource::Git {
+///     url: "https://github.com/rudder-rs/rudder".into(),
+///     rev: Some("main".into()),
+/// };
+/// assert_eq!(
+///     git.dependency(&["envtest"]),
+///     r#"rudder = { git = "https://github.com/rudder-rs/rudder", rev = "main", features = ["envtest"] }"#
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RudderSource {
+    /// A version requirement on crates.io, such as `0.1`.
+    Version(String),
+    /// The root of a checkout of Rudder's repository (a relative path is taken from the
+    /// current directory): the project depends on its
+    /// `crates/rudder` by path and starts from its `Cargo.lock`, so it builds with the
+    /// versions Rudder is tested with.
+    Path(PathBuf),
+    /// A git repository holding Rudder's workspace, at a revision (a branch, tag or commit)
+    /// if given, else its default branch.
+    Git {
+        /// The repository's URL.
+        url: String,
+        /// The revision, if any.
+        rev: Option<String>,
+    },
+}
+
+impl Default for RudderSource {
+    /// crates.io, at the `MAJOR.MINOR` of this scaffold's version (the two are released
+    /// together).
+    fn default() -> Self {
+        let version = env!("CARGO_PKG_VERSION");
+        let minor = version.splitn(3, '.').take(2).collect::<Vec<_>>().join(".");
+        Self::Version(minor)
+    }
+}
+
+impl RudderSource {
+    /// The `rudder = ...` line of a `Cargo.toml` for this source, with `features`.
+    pub fn dependency(&self, features: &[&str]) -> String {
+        let mut fields = match self {
+            Self::Version(version) if features.is_empty() => {
+                return format!("rudder = {}", toml_string(version));
+            }
+            Self::Version(version) => vec![format!("version = {}", toml_string(version))],
+            Self::Path(root) => vec![format!(
+                "path = {}",
+                toml_string(&root.join("crates").join("rudder").display().to_string())
+            )],
+            Self::Git { url, rev } => {
+                let mut fields = vec![format!("git = {}", toml_string(url))];
+                if let Some(rev) = rev {
+                    fields.push(format!("rev = {}", toml_string(rev)));
+                }
+                fields
+            }
+        };
+        if !features.is_empty() {
+            fields.push(format!("features = {}", toml_list(features)));
+        }
+        format!("rudder = {{ {} }}", fields.join(", "))
+    }
+
+    /// The `Cargo.lock` a new project starts from: a checkout's own.
+    pub(crate) fn lockfile(&self) -> Option<PathBuf> {
+        match self {
+            Self::Path(root) => Some(root.join("Cargo.lock")),
+            Self::Version(_) | Self::Git { .. } => None,
+        }
+    }
+
+    /// This source with a path made absolute (a relative one is taken from the current
+    /// directory, as a command line names it); fails unless a path source is a checkout of
+    /// Rudder (it has `crates/rudder`).
+    pub(crate) fn resolved(&self) -> crate::Result<Self> {
+        let Self::Path(root) = self else {
+            return Ok(self.clone());
+        };
+        let root = absolute(root)?;
+        let manifest = root.join("crates").join("rudder").join("Cargo.toml");
+        if !manifest.is_file() {
+            return Err(crate::Error::Invalid(format!(
+                "{} is not a checkout of Rudder: it has no crates/rudder/Cargo.toml",
+                root.display()
+            )));
+        }
+        Ok(Self::Path(root))
+    }
+}
+
+/// One external dependency of the generated code, as Rudder's own workspace declares it.
+#[derive(Debug)]
+pub(crate) struct Dependency {
+    pub(crate) name: &'static str,
+    version: &'static str,
+    default_features: bool,
+    features: &'static [&'static str],
+}
+
+/// The external dependencies the generated code uses, with the requirements Rudder is built
+/// and tested with (a test keeps them equal to Rudder's `[workspace.dependencies]`).
+pub(crate) const DEPENDENCIES: &[Dependency] = &[
+    Dependency {
+        name: "k8s-openapi",
+        version: "0.29",
+        default_features: false,
+        features: &[],
+    },
+    Dependency {
+        name: "kube",
+        version: "5",
+        default_features: false,
+        features: &[],
+    },
+    Dependency {
+        name: "schemars",
+        version: "1",
+        default_features: true,
+        features: &[],
+    },
+    Dependency {
+        name: "serde",
+        version: "1",
+        default_features: true,
+        features: &["derive"],
+    },
+    Dependency {
+        name: "serde_json",
+        version: "1",
+        default_features: true,
+        features: &[],
+    },
+    Dependency {
+        name: "serde_yaml",
+        version: "0.9",
+        default_features: true,
+        features: &[],
+    },
+    Dependency {
+        name: "tokio",
+        version: "1.54",
+        default_features: false,
+        features: &[],
+    },
+    Dependency {
+        name: "tokio-util",
+        version: "0.7",
+        default_features: false,
+        features: &[],
+    },
+];
+
+impl Dependency {
+    /// The dependency named `name`, if the generated code uses it.
+    pub(crate) fn named(name: &str) -> Option<&'static Self> {
+        DEPENDENCIES.iter().find(|dep| dep.name == name)
+    }
+
+    /// Its line in a `Cargo.toml`, with `extra` features beside its own.
+    pub(crate) fn line(&self, extra: &[&str]) -> String {
+        let features: Vec<&str> = self.features.iter().chain(extra).copied().collect();
+        if self.default_features && features.is_empty() {
+            return format!("{} = {}", self.name, toml_string(self.version));
+        }
+        let mut fields = vec![format!("version = {}", toml_string(self.version))];
+        if !self.default_features {
+            fields.push("default-features = false".to_owned());
+        }
+        if !features.is_empty() {
+            fields.push(format!("features = {}", toml_list(&features)));
+        }
+        format!("{} = {{ {} }}", self.name, fields.join(", "))
+    }
+}
+
+/// The line inheriting `name` from the workspace, with `features`.
+pub(crate) fn inherited(name: &str, features: &[&str]) -> String {
+    if features.is_empty() {
+        format!("{name}.workspace = true")
+    } else {
+        format!(
+            "{name} = {{ workspace = true, features = {} }}",
+            toml_list(features)
+        )
+    }
+}
+
+/// `s` as a TOML basic string.
+pub(crate) fn toml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn toml_list(items: &[&str]) -> String {
+    let items: Vec<String> = items.iter().map(|item| toml_string(item)).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// The absolute form of `path`, resolved against the current directory if relative (the
+/// path need not exist).
+pub(crate) fn absolute(path: &Path) -> crate::Result<PathBuf> {
+    std::path::absolute(path).map_err(|e| crate::Error::io("resolve", path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The table above against Rudder's own `[workspace.dependencies]`, when this crate is
+    /// built inside Rudder's workspace (a packaged copy has no workspace to compare with).
+    #[test]
+    fn the_dependencies_are_rudders_workspace_dependencies() {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
+        let Ok(manifest) = std::fs::read_to_string(manifest) else {
+            return;
+        };
+        for dep in DEPENDENCIES {
+            let line = dep.line(&[]);
+            assert!(
+                manifest.lines().any(|l| l.trim() == line),
+                "Rudder's Cargo.toml has no line {line:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn sources_render_as_cargo_reads_them() {
+        assert_eq!(
+            RudderSource::Version("0.1".into()).dependency(&["envtest"]),
+            r#"rudder = { version = "0.1", features = ["envtest"] }"#
+        );
+        assert_eq!(
+            RudderSource::Path("/src/rud\"der".into()).dependency(&[]),
+            r#"rudder = { path = "/src/rud\"der/crates/rudder" }"#
+        );
+        assert_eq!(
+            RudderSource::Git {
+                url: "https://example.com/r.git".into(),
+                rev: None
+            }
+            .dependency(&[]),
+            r#"rudder = { git = "https://example.com/r.git" }"#
+        );
+        assert_eq!(
+            Dependency::named("kube").unwrap().line(&["client"]),
+            r#"kube = { version = "5", default-features = false, features = ["client"] }"#
+        );
+        assert_eq!(inherited("tokio-util", &[]), "tokio-util.workspace = true");
+    }
+}
