@@ -237,7 +237,7 @@ fn tls_by_feature() -> Result<(), String> {
 /// (both put back at the end), and a contributor's run has edits of its own; what is checked
 /// is the packages, not the state of the checkout.
 fn package() -> Result<(), String> {
-    let packages = publishable(&crate::util::workspace_root().join("crates"))?;
+    let packages = publishable(&crate::util::workspace_root())?;
     let mut cmd = cargo();
     cmd.args(["package", "--allow-dirty"]);
     for package in &packages {
@@ -248,48 +248,13 @@ fn package() -> Result<(), String> {
     Ok(())
 }
 
-/// The names of the publishable packages in `dir`'s subdirectories, sorted.
-fn publishable(dir: &std::path::Path) -> Result<Vec<String>, String> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-    let mut names = Vec::new();
-    for entry in entries {
-        let manifest = entry
-            .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
-            .path()
-            .join("Cargo.toml");
-        let Ok(text) = std::fs::read_to_string(&manifest) else {
-            continue;
-        };
-        if let Some(name) = package_name(&text).filter(|_| is_publishable(&text)) {
-            names.push(name);
-        }
-    }
-    names.sort();
-    Ok(names)
-}
-
-/// The `name` of a manifest's `[package]`.
-fn package_name(manifest: &str) -> Option<String> {
-    package_lines(manifest).find_map(|line| {
-        let (key, value) = line.split_once('=')?;
-        (key.trim() == "name").then(|| value.trim().trim_matches('"').to_owned())
-    })
-}
-
-/// Whether a manifest's `[package]` leaves publishing on (no `publish = false`).
-fn is_publishable(manifest: &str) -> bool {
-    !package_lines(manifest).any(|line| line.replace(' ', "") == "publish=false")
-}
-
-/// The lines of a manifest's `[package]` table.
-fn package_lines(manifest: &str) -> impl Iterator<Item = &str> {
-    manifest
-        .lines()
-        .map(str::trim)
-        .skip_while(|line| *line != "[package]")
-        .skip(1)
-        .take_while(|line| !line.starts_with('['))
+/// The names of the publishable packages under `root`'s `crates/`, sorted.
+fn publishable(root: &std::path::Path) -> Result<Vec<String>, String> {
+    Ok(crate::manifests::manifests(root)?
+        .into_values()
+        .filter(|m| m.publish)
+        .map(|m| m.name)
+        .collect())
 }
 
 #[cfg(test)]
@@ -300,14 +265,12 @@ mod tests {
 
     #[test]
     fn publishable_crates_are_those_not_saying_publish_false() {
-        let crates = publishable(&crate::util::workspace_root().join("crates")).unwrap();
+        let crates = publishable(&crate::util::workspace_root()).unwrap();
         assert!(crates.contains(&"rudder".to_owned()), "{crates:?}");
         assert!(crates.contains(&"cargo-rudder".to_owned()), "{crates:?}");
         let bench = "[package]\nname = \"b\"\npublish = false\n\n[dependencies]\n";
-        assert_eq!(package_name(bench).as_deref(), Some("b"));
-        assert!(!is_publishable(bench));
-        assert!(is_publishable(
-            "[package]\nname = \"a\"\n[features]\npublish = false\n"
-        ));
+        assert!(!crate::manifests::parse(bench).unwrap().publish);
+        let feature = "[package]\nname = \"a\"\n[features]\npublish = false\n";
+        assert!(crate::manifests::parse(feature).unwrap().publish);
     }
 }

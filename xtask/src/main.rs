@@ -11,6 +11,7 @@ mod ci;
 mod commands;
 mod demo;
 mod diagrams;
+mod manifests;
 mod scaffold;
 mod tidy;
 

@@ -142,7 +142,7 @@ fn feature_tables(root: &Path) -> Result<Vec<String>, String> {
         let Ok(lib) = std::fs::read_to_string(dir.join("src").join("lib.rs")) else {
             continue;
         };
-        let declared = diagrams::parse_features(&manifest);
+        let declared = crate::manifests::parse_features(&manifest);
         let shown = dir.strip_prefix(root).unwrap_or(&dir).display().to_string();
         match table_features(&lib) {
             None if declared.is_empty() => {}
