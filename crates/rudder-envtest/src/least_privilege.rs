@@ -94,29 +94,16 @@ pub fn forbidden_requests(page: &str) -> f64 {
 /// [`Error::Scrape`] when the server cannot be reached, answers with anything but 200, or
 /// takes longer than [`SCRAPE_TIMEOUT`].
 pub async fn scrape(addr: SocketAddr) -> Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let fail = |reason: String| Error::Scrape { addr, reason };
-    let fetch = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .await?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await?;
-        Ok::<_, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
-    };
-    let answer = tokio::time::timeout(SCRAPE_TIMEOUT, fetch)
+    let answer = tokio::time::timeout(SCRAPE_TIMEOUT, crate::http::get(addr, "/metrics"))
         .await
         .map_err(|_| fail(format!("no whole answer within {SCRAPE_TIMEOUT:?}")))?
         .map_err(|e| fail(e.to_string()))?;
-    let (head, body) = answer
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| fail("an answer without a header end".to_owned()))?;
-    let status = head.lines().next().unwrap_or_default();
-    if status.split_whitespace().nth(1) != Some("200") {
+    if answer.status != 200 {
+        let status = answer.head.lines().next().unwrap_or_default();
         return Err(fail(format!("answered {status:?}")));
     }
-    Ok(body.to_owned())
+    Ok(answer.body)
 }
 
 /// Where one run of an operator under test reports `forbidden`: its log (a [`LogCapture`])

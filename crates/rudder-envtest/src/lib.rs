@@ -3,7 +3,8 @@
 //!
 //! Start with [`TestEnv::builder`], or with [`TestEnvBuilder::shared`] for one control plane
 //! per test binary and [`TestEnv::namespace`] for one namespace per test; wait for what the
-//! server does with [`eventually`] (a poll with a deadline), never a fixed sleep.
+//! server does with [`eventually`] (a poll with a deadline, [`poll`] has the others), never a
+//! fixed sleep.
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;
@@ -228,9 +229,10 @@ mod certs;
 mod crd;
 mod env;
 mod error;
+pub mod http;
 pub mod least_privilege;
 mod namespace;
-mod poll;
+pub mod poll;
 mod process;
 mod users;
 mod webhook;
