@@ -123,6 +123,8 @@
 //! [`TestEnv::install_crds`], [`TestEnv::install_crd_yaml`] and [`TestEnv::install_crd_file`]
 //! apply CRDs and return once they are established and discovery serves them, so the next
 //! request for a custom object succeeds. [`TestEnvBuilder::crds`] installs them during start.
+//! [`TestCrd`] builds the CRD of a test's own kind (any fields in its `spec` and `status`)
+//! without its YAML.
 //!
 //! # Webhooks
 //!
@@ -234,6 +236,7 @@ pub mod least_privilege;
 mod namespace;
 pub mod poll;
 mod process;
+mod test_crd;
 mod users;
 mod webhook;
 
@@ -244,5 +247,6 @@ pub use env::{TestEnv, TestEnvBuilder};
 pub use error::{Error, Result};
 pub use namespace::TestNamespace;
 pub use poll::{POLL_INTERVAL, eventually};
+pub use test_crd::TestCrd;
 pub use users::{GRANT_TIMEOUT, TEST_TOKEN_LIFETIME, TestUser};
 pub use webhook::{InstalledWebhooks, NAMESPACE_LABEL, PROBE_LABEL, WebhookOptions};
