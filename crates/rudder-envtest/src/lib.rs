@@ -187,6 +187,9 @@
 //! # }
 //! ```
 //!
+//! Calling that server, a test trusts only the CA with [`tls::client_config_pem`] (with the
+//! default `rustls-tls` feature); [`http::get`] reads a plain-HTTP server (probes, metrics).
+//!
 //! # Users other than the admin
 //!
 //! [`TestNamespace::service_account`] creates a ServiceAccount and returns it as a
@@ -237,6 +240,9 @@ mod namespace;
 pub mod poll;
 mod process;
 mod test_crd;
+#[cfg(feature = "rustls-tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rustls-tls")))]
+pub mod tls;
 mod users;
 mod webhook;
 
