@@ -20,6 +20,7 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rudder_envtest::poll::Poll;
 use rudder_webhook::{Options, RunningWebhookServer, WebhookServer};
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
@@ -165,17 +166,9 @@ pub struct Client {
     pub peer_certificate: Option<CertificateDer<'static>>,
 }
 
+/// A client configuration trusting only `ca` (rudder-envtest's).
 pub fn tls_config(ca: &CertificateDer<'static>) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone()).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    Arc::new(config)
+    rudder_envtest::tls::client_config([ca.clone()]).unwrap()
 }
 
 impl Client {
@@ -267,17 +260,10 @@ pub fn counter(name: &str, labels: &str) -> f64 {
 
 /// Polls `condition` every 10 ms until it holds, or panics after [`WAIT`].
 pub async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if condition().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    Poll::new(what, WAIT)
+        .every(Duration::from_millis(10))
+        .eventually(async || condition().await.then_some(()))
+        .await;
 }
 
 /// An admission review (v1) for `object` with `operation`.
