@@ -17,7 +17,6 @@ use rudder_envtest::{TestEnv, eventually};
 use rudder_manager::client_metrics::{NO_ANSWER, REQUESTS_TOTAL, instrument};
 use rudder_manager::leader_election::LeaderElectionConfig;
 use rudder_manager::{Manager, metrics};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 /// The `host` label the tests' clients are instrumented with.
@@ -137,14 +136,10 @@ async fn requests_are_counted_by_code_and_method_and_errors_stay_as_they_were() 
 
 /// A plain HTTP/1.0 GET of `/metrics`: the body.
 async fn scrape(addr: SocketAddr) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+    rudder_envtest::http::get(addr, "/metrics")
         .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    response.split_once("\r\n\r\n").unwrap().1.to_owned()
+        .unwrap()
+        .body
 }
 
 #[tokio::test]
