@@ -26,7 +26,6 @@ use rudder::manager::leader_election::LeaderElectionConfig;
 use rudder::prelude::*;
 use rudder::webhook::manifest::ClientConfig;
 use rudder_envtest::{TestNamespace, WebhookOptions, eventually};
-use tokio_util::sync::CancellationToken;
 
 mod support;
 use support::{Label, get};
@@ -183,11 +182,7 @@ async fn a_managers_metrics_pass_promtool_and_have_every_dashboard_series() {
         .complete(Nothing)
         .await
         .unwrap();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (manager, stop) = (Arc::clone(&manager), stop.clone());
-        async move { manager.start(stop).await }
-    });
+    let (stop, running) = support::start(&manager);
     let addr = eventually("the metrics server", WAIT, async || {
         manager.metrics_address()
     })

@@ -1,6 +1,9 @@
 //! What the facade's integration tests share: ConfigMaps to shard, a manager per replica, the
-//! ring's configuration with short Lease timings, running a manager, a defaulter, and a plain HTTP GET.
+//! ring's configuration with short Lease timings, running a manager, a defaulter, a plain HTTP
+//! GET, and [`gizmo`], a kind in two versions for the conversion tests.
 #![allow(dead_code, clippy::unwrap_used)]
+
+pub(crate) mod gizmo;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,23 +74,9 @@ pub(crate) fn start(manager: &Arc<Manager>) -> Running {
 
 /// A plain HTTP/1.0 GET: (status, body); status 0 when nothing answers.
 pub(crate) async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
-        return (0, String::new());
-    };
-    let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    rudder_envtest::http::get(addr, path)
+        .await
+        .map_or((0, String::new()), |answer| (answer.status, answer.body))
 }
 
 /// Labels every ConfigMap `defaulted=yes`.
