@@ -1,6 +1,6 @@
 //! What the webhook tests share: test certificates (a CA and serving pairs, written the
 //! way a Secret volume lays them out), HTTPS clients trusting the test CA, a metrics
-//! recorder, and polling.
+//! recorder, polling, and a handler that admits everything.
 #![allow(
     dead_code,
     unreachable_pub,
@@ -18,10 +18,13 @@ use http::{Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rudder_envtest::poll::Poll;
-use rudder_webhook::{Options, RunningWebhookServer, WebhookServer};
+use rudder_webhook::admission::{AdmissionHandler, allowed};
+use rudder_webhook::{Options, RunningWebhookServer, Webhook, WebhookServer};
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -264,6 +267,22 @@ pub async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
         .every(Duration::from_millis(10))
         .eventually(async || condition().await.then_some(()))
         .await;
+}
+
+/// Admits every review.
+pub struct Allow;
+
+impl AdmissionHandler for Allow {
+    async fn handle(&self, request: AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+        allowed(&request)
+    }
+}
+
+/// Registers [`Allow`] at `/allow`.
+pub fn register_allow(server: &WebhookServer) {
+    server
+        .register("/allow", Webhook::admission(Allow))
+        .unwrap();
 }
 
 /// An admission review (v1) for `object` with `operation`.
