@@ -2,6 +2,9 @@
 //! deletes it on schedule, creates the next one, and keeps the status.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::chaos_pod;
+
 use std::time::Duration;
 
 use chaospod::{ChaosPod, Options};
@@ -49,7 +52,7 @@ async fn pods_are_created_owned_stopped_on_schedule_and_recreated() {
     let chaos = chaospods
         .create(
             &PostParams::default(),
-            &ChaosPod::new_with_image("chaos", "registry.k8s.io/pause:3.9", Duration::from_secs(2)),
+            &chaos_pod("chaos", Duration::from_secs(2)),
         )
         .await
         .unwrap();

@@ -2,6 +2,9 @@
 //! name is unique in a process, and the manager here declares it too).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::chaos_pod;
+
 use std::time::Duration;
 
 use chaospod::{CONTROLLER, ChaosPod, ChaosPodSpec, Options};
@@ -59,11 +62,7 @@ async fn webhooks_default_next_stop_and_refuse_what_cannot_run() {
     let created = chaospods
         .create(
             &PostParams::default(),
-            &ChaosPod::new_with_image(
-                "defaulted",
-                "registry.k8s.io/pause:3.9",
-                Duration::from_secs(60),
-            ),
+            &chaos_pod("defaulted", Duration::from_secs(60)),
         )
         .await
         .unwrap();
