@@ -2,8 +2,10 @@
 //! disappears was deleted by the reconciler): create, scale down, change data, delete.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::{manager, start};
+
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use configmap_generator::{
@@ -12,9 +14,7 @@ use configmap_generator::{
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{CustomResourceExt, ResourceExt};
-use rudder::Manager;
 use rudder_envtest::eventually;
-use tokio_util::sync::CancellationToken;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::prelude::*;
 
@@ -90,21 +90,9 @@ async fn generates_scales_updates_and_cleans_up() {
     env.install_crds([ConfigMapGenerator::crd()]).await.unwrap();
     let ns = env.namespace("cmgen").await.unwrap();
 
-    let namespace = ns.name().to_owned();
-    let manager = Arc::new(
-        Manager::builder(ns.client())
-            .health_probe_address(None)
-            .metrics_address(None)
-            .cache(move |c| c.default_namespace(namespace))
-            .build()
-            .unwrap(),
-    );
+    let manager = manager(&ns);
     configmap_generator::register(&manager).await.unwrap();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (manager, stop) = (Arc::clone(&manager), stop.clone());
-        async move { manager.start(stop).await }
-    });
+    let (stop, running) = start(&manager);
 
     let generators: Api<ConfigMapGenerator> = ns.api();
     let cms: Api<ConfigMap> = ns.api();
