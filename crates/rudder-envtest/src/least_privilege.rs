@@ -78,11 +78,10 @@ pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The number of API requests answered 403 Forbidden in a Prometheus text page: the sum of
 /// every [`REQUESTS_METRIC`] series labelled `code="403"` (any method), 0 when there is none.
 pub fn forbidden_requests(page: &str) -> f64 {
-    page.lines()
-        .filter_map(|line| line.strip_prefix(REQUESTS_METRIC)?.strip_prefix('{'))
-        .filter_map(|rest| rest.split_once("} "))
-        .filter(|(labels, _)| labels.split(',').any(|label| label == r#"code="403""#))
-        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
+    crate::metrics::samples(page, REQUESTS_METRIC)
+        .into_iter()
+        .filter(|(labels, _)| crate::metrics::has_label(labels, "code", "403"))
+        .map(|(_, value)| value)
         .sum()
 }
 

@@ -188,7 +188,8 @@
 //! ```
 //!
 //! Calling that server, a test trusts only the CA with [`tls::client_config_pem`] (with the
-//! default `rustls-tls` feature); [`http::get`] reads a plain-HTTP server (probes, metrics).
+//! default `rustls-tls` feature); [`http::get`] reads a plain-HTTP server (probes, metrics)
+//! and [`metrics`] the series on a Prometheus page.
 //!
 //! # Users other than the admin
 //!
@@ -236,6 +237,7 @@ mod env;
 mod error;
 pub mod http;
 pub mod least_privilege;
+pub mod metrics;
 mod namespace;
 pub mod poll;
 mod process;

@@ -25,10 +25,8 @@ const HOST: &str = "api.rudder.test:6443";
 /// The value of `rest_client_requests_total{code, method, host}` (host [`HOST`]) in a
 /// Prometheus text page (0 when absent).
 fn requests(page: &str, code: &str, method: &str) -> f64 {
-    let series = format!(r#"{REQUESTS_TOTAL}{{code="{code}",method="{method}",host="{HOST}"}} "#);
-    page.lines()
-        .find_map(|line| line.strip_prefix(&series))
-        .map_or(0.0, |value| value.trim().parse().unwrap())
+    let labels = format!(r#"code="{code}",method="{method}",host="{HOST}""#);
+    rudder_envtest::metrics::value(page, REQUESTS_TOTAL, &labels).unwrap_or(0.0)
 }
 
 /// How many requests `code`/`method` gained while `act` ran.
