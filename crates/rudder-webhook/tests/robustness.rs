@@ -137,9 +137,7 @@ fn fixture() -> &'static Fixture {
                 },
             )
             .await;
-            let client = Client::connect(served.running.local_addr(), &served.ca.der)
-                .await
-                .unwrap();
+            let client = served.client().await;
             (served, client)
         });
         Fixture {

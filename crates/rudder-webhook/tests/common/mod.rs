@@ -163,6 +163,15 @@ pub async fn serve(
     }
 }
 
+impl Served {
+    /// A client connected to the server, trusting its CA.
+    pub async fn client(&self) -> Client {
+        Client::connect(self.running.local_addr(), &self.ca.der)
+            .await
+            .unwrap()
+    }
+}
+
 /// An HTTPS/1.1 client on one connection, trusting one CA.
 pub struct Client {
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
@@ -253,12 +262,9 @@ pub fn metrics() -> &'static PrometheusHandle {
 /// A counter's value in the rendered metrics (0 when absent); `labels` is the exact label
 /// set as rendered, e.g. `{webhook="/x",code="200"}`, or empty.
 pub fn counter(name: &str, labels: &str) -> f64 {
-    let rendered = metrics().render();
-    let prefix = format!("{name}{labels} ");
-    rendered
-        .lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map_or(0.0, |value| value.trim().parse().unwrap())
+    let labels = labels.strip_prefix('{').and_then(|l| l.strip_suffix('}'));
+    rudder_envtest::metrics::value(&metrics().render(), name, labels.unwrap_or_default())
+        .unwrap_or(0.0)
 }
 
 /// Polls `condition` every 10 ms until it holds, or panics after [`WAIT`].
