@@ -1,6 +1,7 @@
 //! What the facade's integration tests share: ConfigMaps to shard, a manager per replica, the
 //! ring's configuration with short Lease timings, running a manager, a defaulter, a plain HTTP
-//! GET, and [`gizmo`], a kind in two versions for the conversion tests.
+//! GET, an object's field managers, and [`gizmo`], a kind in two versions for the conversion
+//! tests.
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub(crate) mod gizmo;
@@ -77,6 +78,15 @@ pub(crate) async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String)
     rudder_envtest::http::get(addr, path)
         .await
         .map_or((0, String::new()), |answer| (answer.status, answer.body))
+}
+
+/// The field managers recorded in an object's `managedFields`.
+pub(crate) fn field_managers(meta: &ObjectMeta) -> Vec<String> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect()
 }
 
 /// Labels every ConfigMap `defaulted=yes`.
