@@ -3,7 +3,7 @@
 //! roles apart rule by rule.
 //!
 //! [`LogCapture`] collects what a tracing subscriber writes (give it to the subscriber as its
-//! writer); [`scrape`] and [`forbidden_requests`] read the operator's `/metrics` for API
+//! writer, or take [`LogCapture::global`], which installs one); [`scrape`] and [`forbidden_requests`] read the operator's `/metrics` for API
 //! requests answered 403 ([`REQUESTS_METRIC`], which a Rudder manager exports for its
 //! client), and [`ForbiddenWatch`] watches both for one run; [`Outcome`] says how a flow
 //! ended and [`FlowRun`] adds the 403s its metrics counted; [`TestNamespace::wait_for_rule`]
@@ -12,7 +12,7 @@
 //! and says which rules a flow did not show to be needed (in the log and the metrics).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
@@ -43,6 +43,35 @@ impl LogCapture {
             .filter(|line| line.to_lowercase().contains("forbidden"))
             .map(str::to_owned)
             .collect()
+    }
+
+    /// The process's capture of everything logged: on first use it installs, as the global
+    /// tracing subscriber, a plain-text formatter (no colours) at `INFO` writing into it.
+    /// Call it before the operator under test starts. If the process already has a global
+    /// subscriber, that one stays and this capture sees nothing.
+    ///
+    /// ```
+    /// let log = rudder_envtest::least_privilege::LogCapture::global();
+    /// tracing::warn!("listing pods is forbidden");
+    /// assert_eq!(log.forbidden_lines().len(), 1);
+    /// ```
+    pub fn global() -> &'static LogCapture {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        static GLOBAL: OnceLock<LogCapture> = OnceLock::new();
+        GLOBAL.get_or_init(|| {
+            let capture = LogCapture::new();
+            let writer = capture.clone();
+            let _ = tracing_subscriber::registry()
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .with_ansi(false)
+                        .with_writer(move || writer.clone()),
+                )
+                .with(tracing_subscriber::filter::LevelFilter::INFO)
+                .try_init();
+            capture
+        })
     }
 
     /// Forgets what was written (between two runs of a flow).
