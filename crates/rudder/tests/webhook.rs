@@ -9,11 +9,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::core::admission::AdmissionRequest;
-use kube::core::{DynamicObject, ObjectMeta};
+use kube::core::ObjectMeta;
 use rudder::prelude::*;
 use rudder::webhook::KindConversion;
-use rudder::webhook::admission::{Denial, Validator, Warnings};
 use rudder::webhook::manifest::ClientConfig;
 use rudder_envtest::{InstalledWebhooks, TestNamespace, WebhookOptions, eventually};
 use tokio::sync::mpsc;
@@ -21,44 +19,9 @@ use tokio_util::sync::CancellationToken;
 
 mod support;
 use support::gizmo::{self, v1, v2};
-use support::{Label, get};
+use support::{DENIAL, Label, Rules, get};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// Refuses ConfigMaps named `forbidden`, and updates that set `value=bad`; warns about
-/// ConfigMaps named `warn-me`.
-struct Rules;
-
-impl Validator<ConfigMap> for Rules {
-    async fn validate_create(
-        &self,
-        cm: &ConfigMap,
-        _: &AdmissionRequest<DynamicObject>,
-    ) -> Result<Warnings, Denial> {
-        match cm.name_any().as_str() {
-            "forbidden" => Err(Denial::new("forbidden is not a name for a ConfigMap")),
-            "warn-me" => Ok(vec!["warn-me is a questionable name".into()]),
-            _ => Ok(Vec::new()),
-        }
-    }
-
-    async fn validate_update(
-        &self,
-        _old: &ConfigMap,
-        new: &ConfigMap,
-        _: &AdmissionRequest<DynamicObject>,
-    ) -> Result<Warnings, Denial> {
-        let bad = new
-            .data
-            .as_ref()
-            .and_then(|d| d.get("value"))
-            .map(String::as_str);
-        if bad == Some("bad") {
-            return Err(Denial::new("value may not be bad"));
-        }
-        Ok(Vec::new())
-    }
-}
 
 fn declare_admission(manager: &Manager) {
     rudder::new_webhook(manager)
@@ -178,7 +141,7 @@ async fn admission_webhooks_default_validate_and_warn() {
     );
     let denied = cms.create(&pp, &configmap("forbidden")).await.unwrap_err();
     assert!(
-        message(denied).contains("forbidden is not a name for a ConfigMap"),
+        message(denied).contains(DENIAL),
         "the validator's message reaches the client"
     );
     let patch = Patch::Merge(serde_json::json!({ "data": { "value": "bad" } }));
@@ -268,7 +231,7 @@ async fn a_webhook_offering_http2_is_called_by_the_api_server_over_the_protocol_
         .create(&PostParams::default(), &configmap("forbidden"))
         .await
         .unwrap_err();
-    assert!(message(denied).contains("forbidden is not a name for a ConfigMap"));
+    assert!(message(denied).contains(DENIAL));
     // Two creates, each through the mutating and the validating webhook (other tests in
     // this binary use HTTP/1.1 too, so only a lower bound holds there).
     let version = env.version();

@@ -15,13 +15,11 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::core::admission::AdmissionRequest;
-use kube::core::{DynamicObject, ObjectMeta};
+use kube::core::ObjectMeta;
 use kube::{Client, ResourceExt};
 use rudder::certs::{CA_BUNDLE, InjectTargets, SelfSignedConfig, TLS_CRT};
 use rudder::prelude::*;
 use rudder::webhook::KindConversion;
-use rudder::webhook::admission::{Denial, Validator, Warnings};
 use rudder_envtest::{NAMESPACE_LABEL, TestNamespace, eventually};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -29,27 +27,9 @@ use tokio_util::sync::CancellationToken;
 
 mod support;
 use support::gizmo::{self, v1, v2};
+use support::{DENIAL, Rules};
 
 const WAIT: Duration = Duration::from_secs(30);
-const DENIAL: &str = "forbidden is not a name for a ConfigMap";
-
-/// Refuses ConfigMaps named `forbidden`: a refusal with this message proves the API server
-/// called the webhook over TLS.
-struct Rules;
-
-impl Validator<ConfigMap> for Rules {
-    async fn validate_create(
-        &self,
-        cm: &ConfigMap,
-        _: &AdmissionRequest<DynamicObject>,
-    ) -> Result<Warnings, Denial> {
-        if cm.name_any() == "forbidden" {
-            return Err(Denial::new(DENIAL));
-        }
-        Ok(Vec::new())
-    }
-}
-
 fn certificates(ns: &TestNamespace, configuration: &str) -> SelfSignedConfig {
     SelfSignedConfig::new("webhook-certs", ns.name(), "webhook-service")
         .extra_names(["127.0.0.1"])
