@@ -14,7 +14,6 @@ use chaospod::{ChaosPod, ChaosPodSpec, Options};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PostParams};
 use rudder::webhook::manifest::ClientConfig;
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -39,11 +38,7 @@ async fn self_signed_webhooks_are_injected_and_called() {
         secure_metrics: None,
     };
     let manager = std::sync::Arc::new(chaospod::manager(ns.client(), options).await.unwrap());
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (manager, stop) = (std::sync::Arc::clone(&manager), stop.clone());
-        async move { manager.start(stop).await }
-    });
+    let (stop, running) = support::start(&manager);
     let addr = rudder_envtest::eventually("the webhook server", WAIT, async || {
         manager.webhook_address().await
     })

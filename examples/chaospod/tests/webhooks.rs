@@ -12,7 +12,6 @@ use k8s_openapi::jiff::SignedDuration;
 use kube::api::{Api, PostParams};
 use rudder::webhook::manifest::ClientConfig;
 use rudder_envtest::WebhookOptions;
-use tokio_util::sync::CancellationToken;
 
 /// The webhooks the operator registers, called by the real API server: a ChaosPod created
 /// without `nextStop` gets one in the future; one the controller could not run is refused
@@ -47,11 +46,7 @@ async fn webhooks_default_next_stop_and_refuse_what_cannot_run() {
         secure_metrics: None,
     };
     let manager = std::sync::Arc::new(chaospod::manager(ns.client(), options).await.unwrap());
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (manager, stop) = (std::sync::Arc::clone(&manager), stop.clone());
-        async move { manager.start(stop).await }
-    });
+    let (stop, running) = support::start(&manager);
     rudder_envtest::eventually("the webhook server", Duration::from_secs(30), async || {
         manager.webhook_address().await
     })

@@ -1,7 +1,9 @@
-//! What chaospod's tests share: ChaosPods of the pause image, and the rendered webhook
-//! configurations created as they are. Each test binary uses only part of it.
+//! What chaospod's tests share: ChaosPods of the pause image, the rendered webhook
+//! configurations created as they are, and running a manager. Each test binary uses only
+//! part of it.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chaospod::ChaosPod;
@@ -9,7 +11,10 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use kube::api::{Api, PostParams};
+use rudder::Manager;
 use rudder_envtest::TestNamespace;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// The image of every test ChaosPod's Pods: it runs nothing (KWOK's nodes run no container
 /// anyway) and is small where a real node pulls it.
@@ -41,4 +46,19 @@ pub(crate) async fn create_webhook_configurations(
         .await
         .unwrap();
     (mutating_api, validating_api)
+}
+
+/// Starts `manager` on a task of its own: cancel the token, then await the task.
+pub(crate) fn start(
+    manager: &Arc<Manager>,
+) -> (
+    CancellationToken,
+    JoinHandle<Result<(), rudder::manager::Error>>,
+) {
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (manager, stop) = (Arc::clone(manager), stop.clone());
+        async move { manager.start(stop).await }
+    });
+    (stop, task)
 }
