@@ -35,6 +35,7 @@ use kube_runtime::reflector::{self, ObjectRef};
 use kube_runtime::watcher::{self, watcher};
 use kube_runtime::{WatchStreamExt, reflector as reflect};
 use rudder_cache::{Informer, strip_managed_fields};
+use rudder_envtest::poll::Poll;
 use rudder_envtest::{TestEnv, TestNamespace};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
@@ -314,12 +315,12 @@ async fn prepare_relist(
     }
 }
 
-async fn wait_until(mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+/// Polls `cond` every 5 ms until it holds; fails the run after 120 s.
+async fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    Poll::new(what, Duration::from_secs(120))
+        .every(Duration::from_millis(5))
+        .until(cond)
+        .await;
 }
 
 async fn rudder(
@@ -379,7 +380,10 @@ async fn rudder(
     gate.open();
     let store = informer.store().clone();
     let key = rudder_cache::ObjectKey::namespaced(ns.name(), victim);
-    wait_until(|| store.get(&key).is_none() && informer.stats().relists >= 1).await;
+    wait_until("the deleted key gone after a relist", || {
+        store.get(&key).is_none() && informer.stats().relists >= 1
+    })
+    .await;
     let peak = sampler.finish() - base;
     // The index (if any) is part of what a relist must keep, so the ratio is to the heap
     // just before the relist.
@@ -444,7 +448,10 @@ async fn kube_runtime(
     let sampler = PeakSampler::start();
     gate.open();
     let key = ObjectRef::<ConfigMap>::new(victim).within(ns.name());
-    wait_until(|| reader.get(&key).is_none()).await;
+    wait_until("the deleted key gone from the reader", || {
+        reader.get(&key).is_none()
+    })
+    .await;
     let peak = sampler.finish() - base;
     let relist_peak = peak as f64 / (before - base) as f64;
     task.abort();

@@ -9,13 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{WatchGate, config_map, eventually, namespace_with, take};
+use common::{WatchGate, config_map, namespace_with, take};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{Expression, PartialObjectMeta, Selector};
 use rudder_cache::{ByObject, Cache, Error, Event, ListOptions, Scope};
 use rudder_envtest::TestEnv;
+use rudder_envtest::poll::until;
 use tokio_util::sync::CancellationToken;
 
 fn team(cm: &ConfigMap) -> Vec<String> {
@@ -71,9 +72,11 @@ async fn two_handlers_and_a_reader_share_one_watch() {
     api.create(&PostParams::default(), &config_map("b", &[]))
         .await
         .unwrap();
-    eventually(20, "both handlers to see a and b", || {
-        seen.load(Ordering::SeqCst) == 4
-    })
+    until(
+        "both handlers to see a and b",
+        Duration::from_secs(20),
+        || seen.load(Ordering::SeqCst) == 4,
+    )
     .await;
     let listed = cache
         .list::<ConfigMap>(&ListOptions::default())
@@ -162,14 +165,14 @@ async fn indexes_follow_objects_that_move_between_values() {
         .await
         .unwrap();
     let store = cache.informer::<ConfigMap>().unwrap().store().clone();
-    eventually(20, "x to move to blue", || {
+    until("x to move to blue", Duration::from_secs(20), || {
         names(&store.by_index("team", "blue").unwrap()) == ["x", "z"]
     })
     .await;
     assert_eq!(by_team("red").await, ["y"]);
 
     api.delete("y", &Default::default()).await.unwrap();
-    eventually(20, "y to leave the index", || {
+    until("y to leave the index", Duration::from_secs(20), || {
         store.by_index("team", "red").unwrap().is_empty()
     })
     .await;
@@ -254,7 +257,10 @@ async fn remove_informer_stops_the_watch_and_the_next_use_starts_another() {
         .wait_for_sync(Duration::from_secs(20))
         .await
         .unwrap();
-    eventually(20, "the watch to open", || gate.watches() == 1).await;
+    until("the watch to open", Duration::from_secs(20), || {
+        gate.watches() == 1
+    })
+    .await;
 
     assert!(
         cache
@@ -272,7 +278,10 @@ async fn remove_informer_stops_the_watch_and_the_next_use_starts_another() {
 
     let again = cache.informer::<ConfigMap>().unwrap();
     again.wait_for_sync(Duration::from_secs(20)).await.unwrap();
-    eventually(20, "a second watch", || gate.watches() == 2).await;
+    until("a second watch", Duration::from_secs(20), || {
+        gate.watches() == 2
+    })
+    .await;
 
     // An informer stopped through its own handle is replaced on next use.
     again.stop().await;

@@ -9,14 +9,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{WatchGate, config_map, describe, eventually, namespace_with, next, take};
+use common::{WatchGate, config_map, describe, namespace_with, next, take};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchParams};
 use kube::core::WatchEvent;
 use kube_runtime::watcher;
 use rudder_cache::{Event, Informer, SyncError};
-use rudder_envtest::TestEnv;
+use rudder_envtest::poll::until;
+use rudder_envtest::{TestCrd, TestEnv};
 
 fn labelled(label: &str) -> watcher::Config {
     watcher::Config::default().labels(&format!("test={label}"))
@@ -154,17 +155,21 @@ async fn a_blocked_handler_does_not_delay_another() {
             .unwrap();
     }
     // The fast handler gets all five while the slow one is still stuck on its first.
-    eventually(20, "the fast handler's five events", || {
-        fast_count.load(Ordering::SeqCst) == 5
-    })
+    until(
+        "the fast handler's five events",
+        Duration::from_secs(20),
+        || fast_count.load(Ordering::SeqCst) == 5,
+    )
     .await;
     assert!(slow_seen.lock().unwrap().is_empty());
 
     // Released, the slow handler catches up on its backlog, in order.
     release.send_replace(true);
-    eventually(20, "the slow handler's backlog", || {
-        slow_seen.lock().unwrap().len() == 5
-    })
+    until(
+        "the slow handler's backlog",
+        Duration::from_secs(20),
+        || slow_seen.lock().unwrap().len() == 5,
+    )
     .await;
     let expected: Vec<String> = (0..5).map(|i| format!("add cm{i} initial=false")).collect();
     assert_eq!(*slow_seen.lock().unwrap(), expected);
@@ -261,9 +266,9 @@ async fn relist_after_expired_watch_emits_deletes_and_updates() {
     );
     // Hold the informer's next watch back.
     gate.close();
-    eventually(
-        20,
+    until(
         "the informer's watch to reconnect into the gate",
+        Duration::from_secs(20),
         || gate.waiting() == 1,
     )
     .await;
@@ -361,30 +366,13 @@ impl kube::Resource for Widget {
     }
 }
 
-const WIDGET_CRD: &str = r"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: widgets.malformed.rudder.test
-spec:
-  group: malformed.rudder.test
-  names: { kind: Widget, plural: widgets, singular: widget }
-  scope: Namespaced
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema:
-          type: object
-          x-kubernetes-preserve-unknown-fields: true
-";
-
 /// The shared control plane with the Widget CRD, a namespace, and an untyped `Api` that can
 /// write widgets the Rust type cannot read.
 async fn widgets(hint: &str) -> (rudder_envtest::TestNamespace, Api<kube::api::DynamicObject>) {
     let env = TestEnv::builder().shared().await.unwrap();
-    env.install_crd_yaml(WIDGET_CRD).await.unwrap();
+    env.install_crds([TestCrd::new("malformed.rudder.test", "Widget", "widgets").build()])
+        .await
+        .unwrap();
     let ns = env.namespace(hint).await.unwrap();
     let resource = kube::api::ApiResource::erase::<Widget>(&());
     let raw = Api::namespaced_with(ns.client(), ns.name(), &resource);
@@ -582,7 +570,7 @@ async fn an_informer_runs_while_a_handle_or_stream_is_held_and_stops_after() {
 
     // With nothing left, it stops, and the handler's task ends.
     drop(events);
-    eventually(10, "the handler's task to end", || {
+    until("the handler's task to end", Duration::from_secs(10), || {
         Arc::strong_count(&guard) == 1
     })
     .await;

@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
 use rudder_cache::Cache;
 use rudder_controller::{Action, Context, Controller, Reconciler};
-use rudder_envtest::{TestEnv, TestNamespace};
+use rudder_envtest::{TestCrd, TestEnv, TestNamespace};
 use rudder_handler::{EnqueueObject, EnqueueOwner, GenerationChanged, Kind, Request};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -260,31 +261,11 @@ struct Gadget {
 
 custom_resource!(Gadget, "Gadget", "gadgets");
 
-fn crd_yaml(kind: &str, plural: &str) -> String {
-    format!(
-        r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: {plural}.test.rudder.dev
-spec:
-  group: test.rudder.dev
-  scope: Namespaced
-  names: {{ kind: {kind}, plural: {plural}, singular: {singular} }}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      subresources: {{ status: {{}} }}
-      schema:
-        openAPIV3Schema:
-          type: object
-          properties:
-            spec: {{ type: object, additionalProperties: {{ type: string }} }}
-            status: {{ type: object, additionalProperties: {{ type: string }} }}
-"#,
-        singular = kind.to_lowercase()
-    )
+/// The CRD of the test kind `kind`, with a status subresource.
+fn crd(kind: &str, plural: &str) -> CustomResourceDefinition {
+    TestCrd::new("test.rudder.dev", kind, plural)
+        .status_subresource()
+        .build()
 }
 
 fn widget<T: Resource<DynamicType = ()>>(name: &str, spec: (&str, &str)) -> serde_json::Value {
@@ -299,9 +280,7 @@ fn widget<T: Resource<DynamicType = ()>>(name: &str, spec: (&str, &str)) -> serd
 #[tokio::test]
 async fn generation_changed_drops_status_only_updates() {
     let env = TestEnv::builder().shared().await.unwrap();
-    env.install_crd_yaml(&crd_yaml("Widget", "widgets"))
-        .await
-        .unwrap();
+    env.install_crds([crd("Widget", "widgets")]).await.unwrap();
     let (ns, cache, token) = setup("generation").await;
     let (tx, mut seen) = mpsc::unbounded_channel();
     let c = Controller::builder("generation", Recorder(tx))
@@ -367,9 +346,7 @@ async fn a_source_for_a_crd_installed_later_starts_working() {
         assert!(!c.has_synced());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    env.install_crd_yaml(&crd_yaml("Gadget", "gadgets"))
-        .await
-        .unwrap();
+    env.install_crds([crd("Gadget", "gadgets")]).await.unwrap();
     let body: Gadget = serde_json::from_value(widget::<Gadget>("g", ("a", "b"))).unwrap();
     ns.api::<Gadget>()
         .create(&PostParams::default(), &body)

@@ -15,6 +15,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use rudder_controller::{
     Action, BuildError, Context, Controller, Reconciler, RunError, TerminalError,
 };
+use rudder_envtest::poll::Poll;
 use rudder_handler::{
     EnqueueObject, Event, EventSender, Request, Source, SourceError, Started, Synced, channel,
 };
@@ -116,16 +117,12 @@ fn start<R: Reconciler>(
     (events, stop, task)
 }
 
-/// Polls `cond` on paused time until it holds, for at most `limit` of tokio time.
-async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "condition not met within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+/// Polls `cond` every millisecond (of paused time) until it holds, for at most `limit`.
+async fn eventually(what: &str, limit: Duration, cond: impl FnMut() -> bool) {
+    Poll::new(what, limit)
+        .every(Duration::from_millis(1))
+        .until(cond)
+        .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -144,7 +141,7 @@ async fn errors_back_off_exponentially_and_success_forgets() {
     .unwrap();
     let (events, stop, task) = start(&c);
     send(&events, "a").await;
-    eventually(Duration::from_secs(5), || calls(&c).len() == 5).await;
+    eventually("5 calls", Duration::from_secs(5), || calls(&c).len() == 5).await;
     let at = calls(&c);
     let gaps: Vec<_> = at.windows(2).map(|w| w[1] - w[0]).collect();
     let ms = Duration::from_millis;
@@ -177,7 +174,7 @@ async fn a_terminal_error_is_not_retried_but_counted() {
     .unwrap();
     let (events, stop, task) = start(&c);
     send(&events, "a").await;
-    eventually(Duration::from_secs(1), || calls(&c).len() == 1).await;
+    eventually("1 call", Duration::from_secs(1), || calls(&c).len() == 1).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(calls(&c).len(), 1);
     let text = handle.render();
@@ -208,7 +205,7 @@ async fn a_controller_built_before_its_recorder_reports_to_it() {
     let _guard = metrics::set_default_local_recorder(&recorder);
     let (events, stop, task) = start(&c);
     send(&events, "a").await;
-    eventually(Duration::from_secs(1), || calls(&c).len() == 1).await;
+    eventually("1 call", Duration::from_secs(1), || calls(&c).len() == 1).await;
     let text = handle.render();
     for line in [
         r#"controller_runtime_reconcile_total{controller="early",result="success"} 1"#,
@@ -239,12 +236,12 @@ async fn a_panic_is_caught_counted_and_retried() {
     .unwrap();
     let (events, stop, task) = start(&c);
     send(&events, "a").await;
-    eventually(Duration::from_secs(1), || calls(&c).len() == 2).await;
+    eventually("2 calls", Duration::from_secs(1), || calls(&c).len() == 2).await;
     let text = handle.render();
     assert!(text.contains(r#"controller_runtime_reconcile_panics_total{controller="panicky"} 1"#));
     // The worker survived: it still reconciles new requests.
     send(&events, "b").await;
-    eventually(Duration::from_secs(1), || calls(&c).len() == 3).await;
+    eventually("3 calls", Duration::from_secs(1), || calls(&c).len() == 3).await;
     stop.cancel();
     task.await.unwrap().unwrap();
 }
@@ -265,7 +262,7 @@ async fn requeue_after_and_priority() {
     .unwrap();
     let (events, stop, task) = start(&c);
     send(&events, "a").await;
-    eventually(Duration::from_secs(60), || calls(&c).len() == 2).await;
+    eventually("2 calls", Duration::from_secs(60), || calls(&c).len() == 2).await;
     let at = calls(&c);
     assert_eq!(at[1] - at[0], Duration::from_secs(30));
     stop.cancel();
@@ -287,7 +284,7 @@ async fn a_reconcile_timeout_cancels_the_context() {
     let (events, stop, task) = start(&c);
     let begun = Instant::now();
     send(&events, "a").await;
-    eventually(Duration::from_secs(5), || {
+    eventually("one call, finished", Duration::from_secs(5), || {
         c.queue().stats().processing == 0 && calls(&c).len() == 1
     })
     .await;
@@ -315,7 +312,7 @@ async fn stop_waits_for_in_flight_reconciles_then_nothing_runs() {
     .unwrap();
     let (events, stop, task) = start(&c);
     send(&events, "a").await;
-    eventually(Duration::from_secs(1), || calls(&c).len() == 1).await;
+    eventually("1 call", Duration::from_secs(1), || calls(&c).len() == 1).await;
     send(&events, "b").await;
     stop.cancel();
     task.await.unwrap().unwrap();
@@ -342,7 +339,7 @@ async fn stuck_reconciles_are_cancelled_after_the_grace_period() {
     .unwrap();
     let (events, stop, task) = start(&c);
     send(&events, "a").await;
-    eventually(Duration::from_secs(1), || calls(&c).len() == 1).await;
+    eventually("1 call", Duration::from_secs(1), || calls(&c).len() == 1).await;
     let stopped = Instant::now();
     stop.cancel();
     task.await.unwrap().unwrap();
@@ -408,11 +405,14 @@ async fn a_watch_added_after_start_delivers() {
         .build()
         .unwrap();
     let (_early, stop, task) = start(&c);
-    eventually(Duration::from_secs(1), || c.has_synced()).await;
+    eventually("the controller synced", Duration::from_secs(1), || {
+        c.has_synced()
+    })
+    .await;
     let (late, source) = channel::<ConfigMap>(4);
     c.watch(source, EnqueueObject, vec![]).unwrap();
     send(&late, "late").await;
-    eventually(Duration::from_secs(1), || calls(&c).len() == 1).await;
+    eventually("1 call", Duration::from_secs(1), || calls(&c).len() == 1).await;
     stop.cancel();
     task.await.unwrap().unwrap();
 }
@@ -433,7 +433,7 @@ async fn predicates_filter_before_the_handler() {
     });
     send(&events, "a").await;
     send(&events, "b").await;
-    eventually(Duration::from_secs(1), || calls(&c).len() == 1).await;
+    eventually("1 call", Duration::from_secs(1), || calls(&c).len() == 1).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let reconciled: Vec<_> = c
         .reconciler()
@@ -564,7 +564,7 @@ async fn aborting_run_stops_its_workers_and_watches() {
         .unwrap();
     let (events, _stop, task) = start(&c);
     send(&events, "a").await;
-    eventually(Duration::from_secs(1), || calls(&c).len() == 1).await;
+    eventually("1 call", Duration::from_secs(1), || calls(&c).len() == 1).await;
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
     // The watch's pump has stopped and dropped its receiver: sends fail (within a few
@@ -625,7 +625,10 @@ async fn a_boxed_reconciler_error_is_retried_and_a_boxed_terminal_one_is_not() {
             .filter(|n| *n == name)
             .count()
     };
-    eventually(Duration::from_secs(5), || count("retried") >= 3).await;
+    eventually("three retries", Duration::from_secs(5), || {
+        count("retried") >= 3
+    })
+    .await;
     assert_eq!(count("fatal"), 1, "a boxed terminal error is not retried");
     stop.cancel();
     task.await.unwrap().unwrap();

@@ -181,6 +181,14 @@ pub enum Error {
         /// What went wrong (connection, timeout, an answer other than 200).
         reason: String,
     },
+
+    /// A TLS client configuration could not be made from the CA certificates given (see
+    /// [`tls`](crate::tls)). Retrying does not help: the certificates are wrong.
+    #[error("could not make a TLS client: {reason}")]
+    TlsClient {
+        /// What was wrong with the certificates.
+        reason: String,
+    },
 }
 
 impl Error {

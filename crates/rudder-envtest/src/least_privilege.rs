@@ -3,7 +3,7 @@
 //! roles apart rule by rule.
 //!
 //! [`LogCapture`] collects what a tracing subscriber writes (give it to the subscriber as its
-//! writer); [`scrape`] and [`forbidden_requests`] read the operator's `/metrics` for API
+//! writer, or take [`LogCapture::global`], which installs one); [`scrape`] and [`forbidden_requests`] read the operator's `/metrics` for API
 //! requests answered 403 ([`REQUESTS_METRIC`], which a Rudder manager exports for its
 //! client), and [`ForbiddenWatch`] watches both for one run; [`Outcome`] says how a flow
 //! ended and [`FlowRun`] adds the 403s its metrics counted; [`TestNamespace::wait_for_rule`]
@@ -12,7 +12,7 @@
 //! and says which rules a flow did not show to be needed (in the log and the metrics).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
@@ -45,6 +45,35 @@ impl LogCapture {
             .collect()
     }
 
+    /// The process's capture of everything logged: on first use it installs, as the global
+    /// tracing subscriber, a plain-text formatter (no colours) at `INFO` writing into it.
+    /// Call it before the operator under test starts. If the process already has a global
+    /// subscriber, that one stays and this capture sees nothing.
+    ///
+    /// ```
+    /// let log = rudder_envtest::least_privilege::LogCapture::global();
+    /// tracing::warn!("listing pods is forbidden");
+    /// assert_eq!(log.forbidden_lines().len(), 1);
+    /// ```
+    pub fn global() -> &'static LogCapture {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        static GLOBAL: OnceLock<LogCapture> = OnceLock::new();
+        GLOBAL.get_or_init(|| {
+            let capture = LogCapture::new();
+            let writer = capture.clone();
+            let _ = tracing_subscriber::registry()
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .with_ansi(false)
+                        .with_writer(move || writer.clone()),
+                )
+                .with(tracing_subscriber::filter::LevelFilter::INFO)
+                .try_init();
+            capture
+        })
+    }
+
     /// Forgets what was written (between two runs of a flow).
     pub fn clear(&self) {
         self.buffer.lock_unpoisoned().clear();
@@ -74,11 +103,10 @@ pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The number of API requests answered 403 Forbidden in a Prometheus text page: the sum of
 /// every [`REQUESTS_METRIC`] series labelled `code="403"` (any method), 0 when there is none.
 pub fn forbidden_requests(page: &str) -> f64 {
-    page.lines()
-        .filter_map(|line| line.strip_prefix(REQUESTS_METRIC)?.strip_prefix('{'))
-        .filter_map(|rest| rest.split_once("} "))
-        .filter(|(labels, _)| labels.split(',').any(|label| label == r#"code="403""#))
-        .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
+    crate::metrics::samples(page, REQUESTS_METRIC)
+        .into_iter()
+        .filter(|(labels, _)| crate::metrics::has_label(labels, "code", "403"))
+        .map(|(_, value)| value)
         .sum()
 }
 
@@ -90,29 +118,16 @@ pub fn forbidden_requests(page: &str) -> f64 {
 /// [`Error::Scrape`] when the server cannot be reached, answers with anything but 200, or
 /// takes longer than [`SCRAPE_TIMEOUT`].
 pub async fn scrape(addr: SocketAddr) -> Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let fail = |reason: String| Error::Scrape { addr, reason };
-    let fetch = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .await?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await?;
-        Ok::<_, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
-    };
-    let answer = tokio::time::timeout(SCRAPE_TIMEOUT, fetch)
+    let answer = tokio::time::timeout(SCRAPE_TIMEOUT, crate::http::get(addr, "/metrics"))
         .await
         .map_err(|_| fail(format!("no whole answer within {SCRAPE_TIMEOUT:?}")))?
         .map_err(|e| fail(e.to_string()))?;
-    let (head, body) = answer
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| fail("an answer without a header end".to_owned()))?;
-    let status = head.lines().next().unwrap_or_default();
-    if status.split_whitespace().nth(1) != Some("200") {
+    if answer.status != 200 {
+        let status = answer.head.lines().next().unwrap_or_default();
         return Err(fail(format!("answered {status:?}")));
     }
-    Ok(body.to_owned())
+    Ok(answer.body)
 }
 
 /// Where one run of an operator under test reports `forbidden`: its log (a [`LogCapture`])

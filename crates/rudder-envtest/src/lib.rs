@@ -3,7 +3,8 @@
 //!
 //! Start with [`TestEnv::builder`], or with [`TestEnvBuilder::shared`] for one control plane
 //! per test binary and [`TestEnv::namespace`] for one namespace per test; wait for what the
-//! server does with [`eventually`] (a poll with a deadline), never a fixed sleep.
+//! server does with [`eventually`] (a poll with a deadline, [`poll`] has the others), never a
+//! fixed sleep.
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;
@@ -122,6 +123,8 @@
 //! [`TestEnv::install_crds`], [`TestEnv::install_crd_yaml`] and [`TestEnv::install_crd_file`]
 //! apply CRDs and return once they are established and discovery serves them, so the next
 //! request for a custom object succeeds. [`TestEnvBuilder::crds`] installs them during start.
+//! [`TestCrd`] builds the CRD of a test's own kind (any fields in its `spec` and `status`)
+//! without its YAML.
 //!
 //! # Webhooks
 //!
@@ -184,6 +187,10 @@
 //! # }
 //! ```
 //!
+//! Calling that server, a test trusts only the CA with [`tls::client_config_pem`] (with the
+//! default `rustls-tls` feature); [`http::get`] reads a plain-HTTP server (probes, metrics)
+//! and [`metrics`] the series on a Prometheus page.
+//!
 //! # Users other than the admin
 //!
 //! [`TestNamespace::service_account`] creates a ServiceAccount and returns it as a
@@ -235,10 +242,16 @@ mod certs;
 mod crd;
 mod env;
 mod error;
+pub mod http;
 pub mod least_privilege;
+pub mod metrics;
 mod namespace;
-mod poll;
+pub mod poll;
 mod process;
+mod test_crd;
+#[cfg(feature = "rustls-tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rustls-tls")))]
+pub mod tls;
 mod users;
 mod webhook;
 
@@ -249,5 +262,6 @@ pub use env::{TestEnv, TestEnvBuilder};
 pub use error::{Error, Result};
 pub use namespace::TestNamespace;
 pub use poll::{POLL_INTERVAL, eventually};
+pub use test_crd::TestCrd;
 pub use users::{GRANT_TIMEOUT, TEST_TOKEN_LIFETIME, TestUser};
 pub use webhook::{InstalledWebhooks, NAMESPACE_LABEL, PROBE_LABEL, WebhookOptions};

@@ -16,6 +16,7 @@ use kube::api::{
     WatchEvent, WatchParams,
 };
 use rudder_envtest::TestEnv;
+use rudder_envtest::poll::until;
 
 const WIDGET_CRD: &str = "
 apiVersion: apiextensions.k8s.io/v1
@@ -49,11 +50,6 @@ fn config_map(name: &str, value: &str) -> ConfigMap {
         data: Some([("key".to_owned(), value.to_owned())].into()),
         ..Default::default()
     }
-}
-
-/// Polls `gone` until it is true or `within` passes.
-async fn eventually(within: Duration, what: &str, mut gone: impl FnMut() -> bool) {
-    rudder_envtest::eventually(what, within, async || gone().then_some(())).await;
 }
 
 /// Whether `pid` is a live process. A zombie (killed, not yet reaped by whatever adopted it)
@@ -212,7 +208,7 @@ async fn a_panicking_test_leaves_no_process_behind() {
     .join();
     assert!(result.is_err());
     let (pids, dir) = rx.recv().unwrap();
-    eventually(Duration::from_secs(10), "the processes are gone", || {
+    until("the processes are gone", Duration::from_secs(10), || {
         pids.iter().all(|(_, p)| !proc_exists(*p))
     })
     .await;
@@ -262,7 +258,7 @@ async fn a_killed_test_process_leaves_no_process_behind() {
 
     child.kill().unwrap(); // SIGKILL: no destructor runs.
     child.wait().unwrap();
-    eventually(Duration::from_secs(10), "the watchdog cleaned up", || {
+    until("the watchdog cleaned up", Duration::from_secs(10), || {
         pids.iter().all(|p| !proc_exists(*p)) && !dir.exists()
     })
     .await;

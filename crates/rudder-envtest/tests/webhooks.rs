@@ -21,7 +21,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
-use rudder_envtest::{InstalledWebhooks, TestEnv, TestNamespace, WebhookOptions, eventually};
+use rudder_envtest::{
+    InstalledWebhooks, TestCrd, TestEnv, TestNamespace, WebhookOptions, eventually,
+};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -413,39 +415,13 @@ async fn a_cluster_wide_mutating_webhook_changes_created_objects() {
     hooks.uninstall().await.unwrap();
 }
 
-const GIZMOS: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: gizmos.envtest.example.com
-spec:
-  group: envtest.example.com
-  names: {kind: Gizmo, plural: gizmos, singular: gizmo}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
-  - name: v2
-    served: true
-    storage: false
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
-"#;
-
 #[tokio::test]
 async fn a_conversion_crd_converts_through_the_webhook_until_uninstalled() {
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("conversion").await.unwrap();
-    let crd = rudder_envtest::crds_from_yaml(GIZMOS).unwrap().remove(0);
+    let crd = TestCrd::new("envtest.example.com", "Gizmo", "gizmos")
+        .versions(["v1", "v2"])
+        .build();
     let hooks = ns
         .install_webhooks(WebhookOptions {
             conversion_crds: vec![crd],

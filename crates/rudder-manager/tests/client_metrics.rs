@@ -17,7 +17,6 @@ use rudder_envtest::{TestEnv, eventually};
 use rudder_manager::client_metrics::{NO_ANSWER, REQUESTS_TOTAL, instrument};
 use rudder_manager::leader_election::LeaderElectionConfig;
 use rudder_manager::{Manager, metrics};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 /// The `host` label the tests' clients are instrumented with.
@@ -26,10 +25,8 @@ const HOST: &str = "api.rudder.test:6443";
 /// The value of `rest_client_requests_total{code, method, host}` (host [`HOST`]) in a
 /// Prometheus text page (0 when absent).
 fn requests(page: &str, code: &str, method: &str) -> f64 {
-    let series = format!(r#"{REQUESTS_TOTAL}{{code="{code}",method="{method}",host="{HOST}"}} "#);
-    page.lines()
-        .find_map(|line| line.strip_prefix(&series))
-        .map_or(0.0, |value| value.trim().parse().unwrap())
+    let labels = format!(r#"code="{code}",method="{method}",host="{HOST}""#);
+    rudder_envtest::metrics::value(page, REQUESTS_TOTAL, &labels).unwrap_or(0.0)
 }
 
 /// How many requests `code`/`method` gained while `act` ran.
@@ -137,14 +134,10 @@ async fn requests_are_counted_by_code_and_method_and_errors_stay_as_they_were() 
 
 /// A plain HTTP/1.0 GET of `/metrics`: the body.
 async fn scrape(addr: SocketAddr) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+    rudder_envtest::http::get(addr, "/metrics")
         .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    response.split_once("\r\n\r\n").unwrap().1.to_owned()
+        .unwrap()
+        .body
 }
 
 #[tokio::test]

@@ -13,7 +13,6 @@ use rudder_controller::{Action, Context, Controller, Reconciler};
 use rudder_envtest::{TestEnv, TestNamespace, eventually};
 use rudder_handler::{EnqueueObject, Kind, Request};
 use rudder_manager::{Error, GracefulShutdown, Manager, runnable};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -24,27 +23,8 @@ const LOOPBACK_ANY_PORT: Option<SocketAddr> = Some(SocketAddr::new(
 
 /// A plain HTTP/1.0 GET: (status, body).
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response[9..12].parse().unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
-/// A plain HTTP/1.0 GET: the whole response, head and body.
-async fn get_raw(addr: SocketAddr, path: &str) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    response
+    let answer = rudder_envtest::http::get(addr, path).await.unwrap();
+    (answer.status, answer.body)
 }
 
 /// How long a test waits for the manager to do something.
@@ -152,8 +132,10 @@ async fn probes_metrics_and_a_reconcile() {
         get(metrics, "/debug/echo?x=1").await,
         (200, "echo x=1".to_owned())
     );
-    let response = get_raw(metrics, "/debug/echo").await;
-    assert!(response.contains("\r\nx-echo: yes\r\n"), "{response}");
+    let response = rudder_envtest::http::get(metrics, "/debug/echo")
+        .await
+        .unwrap();
+    assert_eq!(response.header("x-echo"), Some("yes"), "{response:?}");
     assert_eq!(get(metrics, "/debug/other").await.0, 404);
     stop.cancel();
     running.await.unwrap().unwrap();

@@ -65,16 +65,7 @@ impl Certificates {
     }
 
     fn tls(&self) -> TlsConnector {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.ca.clone()).unwrap();
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        TlsConnector::from(Arc::new(config))
+        TlsConnector::from(rudder_envtest::tls::client_config([self.ca.clone()]).unwrap())
     }
 }
 
@@ -250,18 +241,12 @@ impl Scraper {
 
 /// `GET path` over plain HTTP/1.0: the status, or `None` if no HTTP answer came.
 async fn plain_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    tokio::time::timeout(Duration::from_secs(5), async {
-        let mut stream = TcpStream::connect(addr).await.ok()?;
-        let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).await.ok()?;
-        let response = String::from_utf8_lossy(&response);
-        response.strip_prefix("HTTP/1.")?.get(2..5)?.parse().ok()
-    })
-    .await
-    .ok()
-    .flatten()
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        rudder_envtest::http::get(addr, path),
+    )
+    .await;
+    Some(answer.ok()?.ok()?.status)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

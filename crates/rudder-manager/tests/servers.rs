@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rudder_envtest::{TestEnv, eventually};
 use rudder_manager::Manager;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -22,17 +22,12 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// `GET path` over HTTP/1.0: the status, or `None` if no answer came within a second.
 async fn status(addr: SocketAddr, path: &str) -> Option<u16> {
-    tokio::time::timeout(Duration::from_secs(1), async {
-        let mut stream = TcpStream::connect(addr).await.ok()?;
-        let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.ok()?;
-        response.get(9..12)?.parse().ok()
-    })
-    .await
-    .ok()
-    .flatten()
+    let answer = tokio::time::timeout(
+        Duration::from_secs(1),
+        rudder_envtest::http::get(addr, path),
+    )
+    .await;
+    Some(answer.ok()?.ok()?.status)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -114,18 +114,8 @@ fn replica(setup: &Setup<'_>, who: &'static str, log: &Log) -> Replica {
 
 /// The status code of `GET path` on the replica's probe server.
 async fn probe(r: &Replica, path: &str) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = r.manager.health_address().unwrap();
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap()
+    rudder_envtest::http::get(addr, path).await.unwrap().status
 }
 
 fn leads(r: &Replica) -> bool {

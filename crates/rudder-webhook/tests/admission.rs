@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Client, counter, review, serve, wire_patch};
+use common::{counter, review, serve, wire_patch};
 use http::StatusCode;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::DynamicObject;
@@ -135,9 +135,7 @@ fn apply_patch(object: &Value, response: &Value) -> Value {
 #[tokio::test]
 async fn defaulting_answers_a_patch_that_keeps_unknown_fields() {
     let served = serve(|options| options, register_all).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let object = config_map("plain", json!({"x": "1"}));
     let answer = client
         .review(
@@ -169,9 +167,7 @@ async fn defaulting_answers_a_patch_that_keeps_unknown_fields() {
 #[tokio::test]
 async fn a_defaulter_may_deny() {
     let served = serve(|options| options, register_all).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let answer = client
         .review(
             &mutate_path::<ConfigMap>(),
@@ -194,9 +190,7 @@ async fn a_defaulter_may_deny() {
 #[tokio::test]
 async fn validation_denies_with_message_code_and_warnings() {
     let served = serve(|options| options, register_all).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let path = validate_path::<ConfigMap>();
 
     let answer = client
@@ -269,9 +263,7 @@ async fn validation_denies_with_message_code_and_warnings() {
 #[tokio::test]
 async fn field_errors_are_422_invalid_with_causes() {
     let served = serve(|options| options, register_all).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let answer = client
         .review(
             &validate_path::<ConfigMap>(),
@@ -305,9 +297,7 @@ async fn field_errors_are_422_invalid_with_causes() {
 #[tokio::test]
 async fn an_undecodable_review_or_object_is_400_with_the_uid() {
     let served = serve(|options| options, register_all).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     // The object is not a ConfigMap (data must map strings to strings).
     let answer = client
         .review(
@@ -343,9 +333,7 @@ async fn an_undecodable_review_or_object_is_400_with_the_uid() {
 #[tokio::test]
 async fn non_json_bodies_and_other_content_types_are_http_400() {
     let served = serve(|options| options, register_all).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let path = validate_path::<ConfigMap>();
     let (status, _) = client
         .post(&path, "application/json", "{not json")
@@ -386,9 +374,7 @@ async fn non_json_bodies_and_other_content_types_are_http_400() {
 #[tokio::test]
 async fn an_oversized_body_is_413() {
     let served = serve(|options| options.max_body_size(64 * 1024), register_all).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let big = config_map("a", json!({"big": "x".repeat(100 * 1024)}));
     let body = serde_json::to_vec(&review("u", "CREATE", CONFIG_MAP, Some(big), None)).unwrap();
     let (status, _) = client
@@ -402,9 +388,7 @@ async fn an_oversized_body_is_413() {
 async fn the_default_body_limit_is_7_mib() {
     assert_eq!(rudder_webhook::DEFAULT_MAX_BODY_SIZE, 7 * 1024 * 1024);
     let served = serve(|options| options, register_all).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let big = config_map("a", json!({"big": "x".repeat(8 * 1024 * 1024)}));
     let body = serde_json::to_vec(&review("u", "CREATE", CONFIG_MAP, Some(big), None)).unwrap();
     let (status, _) = client
@@ -413,9 +397,7 @@ async fn the_default_body_limit_is_7_mib() {
         .unwrap_or((StatusCode::PAYLOAD_TOO_LARGE, Default::default()));
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     let fits = config_map("a", json!({"big": "x".repeat(6 * 1024 * 1024)}));
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let answer = client
         .review(
             &validate_path::<ConfigMap>(),
@@ -429,9 +411,7 @@ async fn the_default_body_limit_is_7_mib() {
 async fn a_panicking_handler_is_answered_500_and_counted() {
     let before = counter("controller_runtime_webhook_panics_total", "");
     let served = serve(|options| options, register_all).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let answer = client
         .review(
             "/panics",
@@ -473,9 +453,7 @@ async fn a_panicking_handler_is_answered_500_and_counted() {
 #[tokio::test]
 async fn dry_run_reaches_the_handler() {
     let served = serve(|options| options, register_all).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     for dry_run in [true, false] {
         let mut request = review(
             "u",
@@ -496,9 +474,7 @@ async fn dry_run_reaches_the_handler() {
 #[tokio::test]
 async fn a_v1beta1_review_is_answered_in_v1beta1() {
     let served = serve(|options| options, register_all).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let mut request = review(
         "uid-b",
         "CREATE",
@@ -517,9 +493,7 @@ async fn a_v1beta1_review_is_answered_in_v1beta1() {
 #[tokio::test]
 async fn requests_are_counted_by_webhook_and_code() {
     let served = serve(|options| options, register_all).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let labels_ok = r#"{webhook="/dry-run",code="200"}"#;
     let labels_bad = r#"{webhook="/dry-run",code="400"}"#;
     let ok_before = counter("controller_runtime_webhook_requests_total", labels_ok);

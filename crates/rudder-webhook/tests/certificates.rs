@@ -8,26 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Ca, Client, SecretDir, counter, eventually, review, serve};
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse};
-use rudder_webhook::admission::{AdmissionHandler, allowed};
-use rudder_webhook::{CertificateStore, LoadError, Options, StartError, Webhook, WebhookServer};
+use common::{
+    Ca, Client, SecretDir, counter, eventually, register_allow as register, review, serve,
+};
+use rudder_webhook::{CertificateStore, LoadError, Options, StartError, WebhookServer};
 use serde_json::json;
-
-struct Allow;
-
-impl AdmissionHandler for Allow {
-    async fn handle(&self, request: AdmissionRequest<DynamicObject>) -> AdmissionResponse {
-        allowed(&request)
-    }
-}
-
-fn register(server: &WebhookServer) {
-    server
-        .register("/allow", Webhook::admission(Allow))
-        .unwrap();
-}
 
 fn a_review() -> serde_json::Value {
     review(

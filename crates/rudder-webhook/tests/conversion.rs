@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{Client, serve};
+use common::serve;
 use http::StatusCode;
 use kube::CustomResource;
 use rudder_webhook::{
@@ -113,9 +113,7 @@ async fn objects_round_trip_through_the_hub_in_order_with_metadata_kept() {
     let served = serve(|options| options, register).await;
     assert_eq!(served.server.paths(), [CONVERT_PATH]);
     assert!(served.server.has_conversion());
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let originals: Vec<Value> = (0..3)
         .map(|i| {
             json!({
@@ -166,9 +164,7 @@ async fn objects_round_trip_through_the_hub_in_order_with_metadata_kept() {
 #[tokio::test]
 async fn a_failed_conversion_is_a_failure_result_with_the_message() {
     let served = serve(|options| options, register).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let objects = vec![
         json!({"apiVersion": "test.rudder.rs/v1", "kind": "Widget", "metadata": metadata("fine"), "spec": {"count": 1, "colour": "red"}}),
         json!({"apiVersion": "test.rudder.rs/v1", "kind": "Widget", "metadata": metadata("ghost"), "spec": {"count": 1, "colour": "invisible"}}),
@@ -206,9 +202,7 @@ async fn a_failed_conversion_is_a_failure_result_with_the_message() {
 #[tokio::test]
 async fn an_undecodable_conversion_body_is_http_400() {
     let served = serve(|options| options, register).await;
-    let mut client = Client::connect(served.running.local_addr(), &served.ca.der)
-        .await
-        .unwrap();
+    let mut client = served.client().await;
     let (status, _) = client
         .post(CONVERT_PATH, "application/json", "{]")
         .await

@@ -7,31 +7,15 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Client, Served, review, serve};
+use common::{Client, Served, register_allow as register, review, serve};
 use http::StatusCode;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube::core::admission::AdmissionRequest;
 use proptest::prelude::*;
-use rudder_webhook::WebhookServer;
-use rudder_webhook::admission::{AdmissionHandler, allowed};
 use rudder_webhook::{Webhook, mutate_path, validate_path};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-
-struct Allow;
-
-impl AdmissionHandler for Allow {
-    async fn handle(&self, request: AdmissionRequest<DynamicObject>) -> AdmissionResponse {
-        allowed(&request)
-    }
-}
-
-fn register(server: &WebhookServer) {
-    server
-        .register("/allow", Webhook::admission(Allow))
-        .unwrap();
-}
 
 fn a_review(uid: &str) -> Value {
     review(
@@ -153,9 +137,7 @@ fn fixture() -> &'static Fixture {
                 },
             )
             .await;
-            let client = Client::connect(served.running.local_addr(), &served.ca.der)
-                .await
-                .unwrap();
+            let client = served.client().await;
             (served, client)
         });
         Fixture {

@@ -15,21 +15,11 @@ use kube::core::ObjectMeta;
 use rudder::prelude::*;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+
+mod support;
+use support::start;
 
 struct Recorder(mpsc::UnboundedSender<Request>);
-
-type Running = tokio::task::JoinHandle<Result<(), rudder::manager::Error>>;
-
-/// Starts `m` in the background: cancel the token, then await the handle.
-fn start(m: &Arc<Manager>) -> (CancellationToken, Running) {
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (m, stop) = (Arc::clone(m), stop.clone());
-        async move { m.start(stop).await }
-    });
-    (stop, running)
-}
 
 async fn next(seen: &mut mpsc::UnboundedReceiver<Request>) -> Request {
     tokio::time::timeout(Duration::from_secs(30), seen.recv())

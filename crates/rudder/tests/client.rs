@@ -1,6 +1,9 @@
 //! The client helpers against a real API server.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::field_managers;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -184,13 +187,7 @@ async fn finalizers_and_server_side_apply() {
         ..ConfigMap::default()
     };
     let cm = apply(&cms, &desired, "rudder-test").await.unwrap();
-    let managers: Vec<_> = cm
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter_map(|m| m.manager.clone())
-        .collect();
+    let managers = field_managers(&cm.metadata);
     assert!(managers.iter().any(|m| m == "rudder-test"), "{managers:?}");
 
     let cm = add_finalizer(&cms, &cm, "rudder.dev/cleanup")

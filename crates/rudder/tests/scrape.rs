@@ -26,9 +26,9 @@ use rudder::manager::leader_election::LeaderElectionConfig;
 use rudder::prelude::*;
 use rudder::webhook::manifest::ClientConfig;
 use rudder_envtest::{TestNamespace, WebhookOptions, eventually};
-use tokio_util::sync::CancellationToken;
 
 mod support;
+use rudder_envtest::metrics::{has_label, samples};
 use support::{Label, get};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -73,27 +73,6 @@ fn webhook_options(ns: &TestNamespace) -> WebhookOptions {
         validating: manifests.validating.into_iter().collect(),
         conversion_crds: Vec::new(),
     }
-}
-
-/// The samples of `name` in a Prometheus text page: each sample's label text (between the
-/// braces, empty without labels) and value.
-fn samples<'p>(page: &'p str, name: &str) -> Vec<(&'p str, f64)> {
-    page.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let rest = line.strip_prefix(name)?;
-            let (labels, value) = match rest.strip_prefix('{') {
-                Some(rest) => rest.rsplit_once("} ")?,
-                None => ("", rest.strip_prefix(' ')?),
-            };
-            Some((labels, value.trim().parse().ok()?))
-        })
-        .collect()
-}
-
-/// Whether `labels` (a sample's label text) has `label="value"`.
-fn has_label(labels: &str, label: &str, value: &str) -> bool {
-    labels.contains(&format!("{label}=\"{value}\""))
 }
 
 /// The value of `leader_election_master_status{name=LEASE}`, if exported.
@@ -183,11 +162,7 @@ async fn a_managers_metrics_pass_promtool_and_have_every_dashboard_series() {
         .complete(Nothing)
         .await
         .unwrap();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (manager, stop) = (Arc::clone(&manager), stop.clone());
-        async move { manager.start(stop).await }
-    });
+    let (stop, running) = support::start(&manager);
     let addr = eventually("the metrics server", WAIT, async || {
         manager.metrics_address()
     })

@@ -2,6 +2,9 @@
 //! object's own `Api`, conflicts reported as such.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::field_managers;
+
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec, PodStatus};
@@ -94,13 +97,7 @@ async fn writes_infer_the_api_and_stale_writes_are_conflicts() {
         .await
         .unwrap();
     assert_eq!(value(&applied), Some("ssa"));
-    let managers: Vec<_> = applied
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter_map(|m| m.manager.clone())
-        .collect();
+    let managers = field_managers(&applied.metadata);
     assert!(
         managers.iter().any(|m| m == "typed-client-test"),
         "{managers:?}"

@@ -7,59 +7,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::core::admission::AdmissionRequest;
-use kube::core::{DynamicObject, ObjectMeta};
-use kube::{CustomResource, CustomResourceExt, ResourceExt};
+use kube::core::ObjectMeta;
 use rudder::prelude::*;
-use rudder::webhook::admission::{Denial, Validator, Warnings};
+use rudder::webhook::KindConversion;
 use rudder::webhook::manifest::ClientConfig;
-use rudder::webhook::{ConversionError, Convertible, KindConversion};
 use rudder_envtest::{InstalledWebhooks, TestNamespace, WebhookOptions, eventually};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 mod support;
-use support::{Label, get};
+use support::gizmo::{self, v1, v2};
+use support::{DENIAL, Label, Rules, get};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// Refuses ConfigMaps named `forbidden`, and updates that set `value=bad`; warns about
-/// ConfigMaps named `warn-me`.
-struct Rules;
-
-impl Validator<ConfigMap> for Rules {
-    async fn validate_create(
-        &self,
-        cm: &ConfigMap,
-        _: &AdmissionRequest<DynamicObject>,
-    ) -> Result<Warnings, Denial> {
-        match cm.name_any().as_str() {
-            "forbidden" => Err(Denial::new("forbidden is not a name for a ConfigMap")),
-            "warn-me" => Ok(vec!["warn-me is a questionable name".into()]),
-            _ => Ok(Vec::new()),
-        }
-    }
-
-    async fn validate_update(
-        &self,
-        _old: &ConfigMap,
-        new: &ConfigMap,
-        _: &AdmissionRequest<DynamicObject>,
-    ) -> Result<Warnings, Denial> {
-        let bad = new
-            .data
-            .as_ref()
-            .and_then(|d| d.get("value"))
-            .map(String::as_str);
-        if bad == Some("bad") {
-            return Err(Denial::new("value may not be bad"));
-        }
-        Ok(Vec::new())
-    }
-}
 
 fn declare_admission(manager: &Manager) {
     rudder::new_webhook(manager)
@@ -79,7 +41,7 @@ fn options(declare: impl Fn(&Manager), ns: &TestNamespace) -> WebhookOptions {
         .build()
         .unwrap();
     declare(&scratch);
-    let mut crds = vec![gizmo_crd()];
+    let mut crds = vec![gizmo::crd()];
     let manifests = rudder::webhook_manifests(
         &scratch,
         "rudder-test",
@@ -124,11 +86,7 @@ fn manager_with(
 type Running = tokio::task::JoinHandle<Result<(), rudder::manager::Error>>;
 
 async fn start(m: &Arc<Manager>) -> (CancellationToken, Running) {
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (m, stop) = (Arc::clone(m), stop.clone());
-        async move { m.start(stop).await }
-    });
+    let (stop, running) = support::start(m);
     // Ready includes the webhook check: a TLS handshake with the server itself.
     eventually("the manager is ready", WAIT, async || {
         let addr = m.health_address()?;
@@ -183,7 +141,7 @@ async fn admission_webhooks_default_validate_and_warn() {
     );
     let denied = cms.create(&pp, &configmap("forbidden")).await.unwrap_err();
     assert!(
-        message(denied).contains("forbidden is not a name for a ConfigMap"),
+        message(denied).contains(DENIAL),
         "the validator's message reaches the client"
     );
     let patch = Patch::Merge(serde_json::json!({ "data": { "value": "bad" } }));
@@ -273,7 +231,7 @@ async fn a_webhook_offering_http2_is_called_by_the_api_server_over_the_protocol_
         .create(&PostParams::default(), &configmap("forbidden"))
         .await
         .unwrap_err();
-    assert!(message(denied).contains("forbidden is not a name for a ConfigMap"));
+    assert!(message(denied).contains(DENIAL));
     // Two creates, each through the mutating and the validating webhook (other tests in
     // this binary use HTTP/1.1 too, so only a lower bound holds there).
     let version = env.version();
@@ -301,72 +259,12 @@ async fn a_webhook_offering_http2_is_called_by_the_api_server_over_the_protocol_
     running.await.unwrap().unwrap();
 }
 
-mod v1 {
-    use super::*;
-
-    /// A gizmo's size, in version v1.
-    #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-    #[kube(
-        group = "convert.rudder.dev",
-        version = "v1",
-        kind = "Gizmo",
-        namespaced
-    )]
-    pub(crate) struct GizmoSpec {
-        pub(crate) size: i64,
-    }
-}
-
-mod v2 {
-    use super::*;
-
-    /// The same, renamed `length` in v2 (the hub and storage version).
-    #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-    #[kube(
-        group = "convert.rudder.dev",
-        version = "v2",
-        kind = "Gizmo",
-        namespaced
-    )]
-    pub(crate) struct GizmoSpec {
-        pub(crate) length: i64,
-    }
-}
-
-impl Convertible<v2::Gizmo> for v1::Gizmo {
-    fn to_hub(self) -> Result<v2::Gizmo, ConversionError> {
-        if self.spec.size < 0 {
-            return Err(ConversionError::new("a gizmo cannot have a negative size"));
-        }
-        Ok(v2::Gizmo {
-            metadata: self.metadata,
-            spec: v2::GizmoSpec {
-                length: self.spec.size,
-            },
-        })
-    }
-
-    fn from_hub(hub: v2::Gizmo) -> Result<Self, ConversionError> {
-        Ok(v1::Gizmo {
-            metadata: hub.metadata,
-            spec: v1::GizmoSpec {
-                size: hub.spec.length,
-            },
-        })
-    }
-}
-
-fn gizmo_crd()
--> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-    kube::core::crd::merge_crds(vec![v1::Gizmo::crd(), v2::Gizmo::crd()], "v2").unwrap()
-}
-
 fn declare_conversion(manager: &Manager) {
     rudder::new_webhook(manager)
         .for_::<v2::Gizmo>()
         .conversion(
             KindConversion::<v2::Gizmo>::hub().spoke::<v1::Gizmo>(),
-            &gizmo_crd(),
+            &gizmo::crd(),
         )
         .complete()
         .unwrap();
@@ -491,21 +389,10 @@ impl Drop for SecretVolume {
 
 /// The certificate (DER) the server at `addr` presents, verified against `ca_pem`.
 async fn served_certificate(addr: SocketAddr, ca_pem: &str) -> Vec<u8> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, ServerName};
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    use rustls::pki_types::ServerName;
+    let config = rudder_envtest::tls::client_config_pem(ca_pem).unwrap();
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    let tls = tokio_rustls::TlsConnector::from(config)
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
         .unwrap();

@@ -15,38 +15,21 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::core::admission::AdmissionRequest;
-use kube::core::{DynamicObject, ObjectMeta};
+use kube::core::ObjectMeta;
 use kube::{Client, ResourceExt};
 use rudder::certs::{CA_BUNDLE, InjectTargets, SelfSignedConfig, TLS_CRT};
 use rudder::prelude::*;
-use rudder::webhook::admission::{Denial, Validator, Warnings};
-use rudder::webhook::{ConversionError, Convertible, KindConversion};
+use rudder::webhook::KindConversion;
 use rudder_envtest::{NAMESPACE_LABEL, TestNamespace, eventually};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio_util::sync::CancellationToken;
 
+mod support;
+use support::gizmo::{self, v1, v2};
+use support::{DENIAL, Rules};
+
 const WAIT: Duration = Duration::from_secs(30);
-const DENIAL: &str = "forbidden is not a name for a ConfigMap";
-
-/// Refuses ConfigMaps named `forbidden`: a refusal with this message proves the API server
-/// called the webhook over TLS.
-struct Rules;
-
-impl Validator<ConfigMap> for Rules {
-    async fn validate_create(
-        &self,
-        cm: &ConfigMap,
-        _: &AdmissionRequest<DynamicObject>,
-    ) -> Result<Warnings, Denial> {
-        if cm.name_any() == "forbidden" {
-            return Err(Denial::new(DENIAL));
-        }
-        Ok(Vec::new())
-    }
-}
-
 fn certificates(ns: &TestNamespace, configuration: &str) -> SelfSignedConfig {
     SelfSignedConfig::new("webhook-certs", ns.name(), "webhook-service")
         .extra_names(["127.0.0.1"])
@@ -76,11 +59,7 @@ fn manager(ns: &TestNamespace, certs: SelfSignedConfig) -> Arc<Manager> {
 type Running = tokio::task::JoinHandle<Result<(), rudder::manager::Error>>;
 
 async fn start(m: &Arc<Manager>) -> (CancellationToken, Running) {
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (m, stop) = (Arc::clone(m), stop.clone());
-        async move { m.start(stop).await }
-    });
+    let (stop, running) = support::start(m);
     eventually("the webhook server serves", WAIT, async || {
         assert!(!running.is_finished(), "the manager ended early");
         m.webhook_address().await
@@ -190,18 +169,7 @@ async fn bundles(client: Client, name: &str) -> (Vec<Option<String>>, String) {
 
 /// A TLS client that trusts only `ca_pem`.
 fn trusting(ca_pem: &str) -> tokio_rustls::TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
+    tokio_rustls::TlsConnector::from(rudder_envtest::tls::client_config_pem(ca_pem).unwrap())
 }
 
 /// The certificate `addr` presents to a client that trusts only `ca_pem` and checks the
@@ -521,60 +489,6 @@ async fn ca_rotation_under_load_fails_no_admission_call() {
     uninstall(ns.client(), &name).await;
 }
 
-mod v1 {
-    use schemars::JsonSchema;
-    use serde::{Deserialize, Serialize};
-
-    /// A widget's size, in version v1.
-    #[derive(kube::CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-    #[kube(
-        group = "certs.rudder.dev",
-        version = "v1",
-        kind = "Widget",
-        namespaced
-    )]
-    pub(crate) struct WidgetSpec {
-        pub(crate) size: i64,
-    }
-}
-
-mod v2 {
-    use schemars::JsonSchema;
-    use serde::{Deserialize, Serialize};
-
-    /// The same, renamed `length` in v2 (the hub and storage version).
-    #[derive(kube::CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
-    #[kube(
-        group = "certs.rudder.dev",
-        version = "v2",
-        kind = "Widget",
-        namespaced
-    )]
-    pub(crate) struct WidgetSpec {
-        pub(crate) length: i64,
-    }
-}
-
-impl Convertible<v2::Widget> for v1::Widget {
-    fn to_hub(self) -> Result<v2::Widget, ConversionError> {
-        Ok(v2::Widget {
-            metadata: self.metadata,
-            spec: v2::WidgetSpec {
-                length: self.spec.size,
-            },
-        })
-    }
-
-    fn from_hub(hub: v2::Widget) -> Result<Self, ConversionError> {
-        Ok(v1::Widget {
-            metadata: hub.metadata,
-            spec: v1::WidgetSpec {
-                size: hub.spec.length,
-            },
-        })
-    }
-}
-
 struct Recorder(tokio::sync::mpsc::UnboundedSender<String>);
 
 impl Reconciler for Recorder {
@@ -594,7 +508,6 @@ async fn conversion_crd_gets_the_ca_before_the_cache_syncs() {
         CustomResourceConversion, CustomResourceDefinition, WebhookClientConfig as CrdClient,
         WebhookConversion,
     };
-    use kube::CustomResourceExt;
 
     let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("certs-conversion").await.unwrap();
@@ -605,8 +518,7 @@ async fn conversion_crd_gets_the_ca_before_the_cache_syncs() {
         .unwrap()
         .port();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut crd =
-        kube::core::crd::merge_crds(vec![v1::Widget::crd(), v2::Widget::crd()], "v2").unwrap();
+    let mut crd = gizmo::crd();
     let crd_name = crd.metadata.name.clone().unwrap();
     crd.spec.conversion = Some(CustomResourceConversion {
         strategy: "Webhook".to_owned(),
@@ -620,11 +532,11 @@ async fn conversion_crd_gets_the_ca_before_the_cache_syncs() {
         }),
     });
     env.install_crds([crd.clone()]).await.unwrap();
-    let stored: Api<v2::Widget> = ns.api();
+    let stored: Api<v2::Gizmo> = ns.api();
     stored
         .create(
             &PostParams::default(),
-            &v2::Widget::new("w", v2::WidgetSpec { length: 4 }),
+            &v2::Gizmo::new("w", v2::GizmoSpec { length: 4 }),
         )
         .await
         .unwrap();
@@ -643,17 +555,17 @@ async fn conversion_crd_gets_the_ca_before_the_cache_syncs() {
         .build()
         .unwrap();
     rudder::new_webhook(&manager)
-        .for_::<v2::Widget>()
+        .for_::<v2::Gizmo>()
         .conversion(
-            KindConversion::<v2::Widget>::hub().spoke::<v1::Widget>(),
+            KindConversion::<v2::Gizmo>::hub().spoke::<v1::Gizmo>(),
             &crd,
         )
         .complete()
         .unwrap();
     let (tx, mut reconciled) = tokio::sync::mpsc::unbounded_channel();
     rudder::new_controller(&manager)
-        .for_::<v1::Widget>()
-        .named("widget-v1")
+        .for_::<v1::Gizmo>()
+        .named("gizmo-v1")
         .complete(Recorder(tx))
         .await
         .unwrap();
@@ -678,7 +590,7 @@ async fn conversion_crd_gets_the_ca_before_the_cache_syncs() {
         .ca_bundle
         .unwrap();
     assert_eq!(String::from_utf8(bundle.0).unwrap(), ca);
-    let old: Api<v1::Widget> = ns.api();
+    let old: Api<v1::Gizmo> = ns.api();
     assert_eq!(old.get("w").await.unwrap().spec.size, 4);
 
     stop(token, running).await;
@@ -747,11 +659,7 @@ async fn secure_metrics_serve_the_self_signed_certificate() {
             .build()
             .unwrap(),
     );
-    let token = CancellationToken::new();
-    let running = tokio::spawn({
-        let (m, token) = (Arc::clone(&m), token.clone());
-        async move { m.start(token).await }
-    });
+    let (token, running) = support::start(&m);
     let addr = eventually("the metrics server listens", WAIT, async || {
         assert!(!running.is_finished(), "the manager ended early");
         m.metrics_address()

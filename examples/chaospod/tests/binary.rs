@@ -3,6 +3,9 @@
 //! cleanly on SIGTERM.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::chaos_pod;
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -190,7 +193,7 @@ async fn operator_runs_chaospods_and_stops_on_sigterm() {
     chaospods
         .create(
             &PostParams::default(),
-            &ChaosPod::new_with_image("bin", "registry.k8s.io/pause:3.9", Duration::from_secs(60)),
+            &chaos_pod("bin", Duration::from_secs(60)),
         )
         .await
         .unwrap();

@@ -2,6 +2,9 @@
 //! deletes it on schedule, creates the next one, and keeps the status.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::chaos_pod;
+
 use std::time::Duration;
 
 use chaospod::{ChaosPod, Options};
@@ -11,12 +14,11 @@ use k8s_openapi::jiff::SignedDuration;
 use kube::ResourceExt as _;
 use kube::api::{Api, PostParams};
 use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder_envtest::eventually;
 use tokio_util::sync::CancellationToken;
 
-/// Waits up to 30 s for `check` to give a value.
-async fn eventually<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
-    rudder_envtest::eventually(what, Duration::from_secs(30), check).await
-}
+/// How long a test waits for the operator to do something.
+const WAIT: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn pods_are_created_owned_stopped_on_schedule_and_recreated() {
@@ -50,13 +52,13 @@ async fn pods_are_created_owned_stopped_on_schedule_and_recreated() {
     let chaos = chaospods
         .create(
             &PostParams::default(),
-            &ChaosPod::new_with_image("chaos", "registry.k8s.io/pause:3.9", Duration::from_secs(2)),
+            &chaos_pod("chaos", Duration::from_secs(2)),
         )
         .await
         .unwrap();
 
     // The first Pod: named after the ChaosPod, from its template, controlled by it.
-    let first = eventually("the first pod", async || {
+    let first = eventually("the first pod", WAIT, async || {
         pods.get_opt("chaos").await.unwrap()
     })
     .await;
@@ -73,7 +75,7 @@ async fn pods_are_created_owned_stopped_on_schedule_and_recreated() {
     assert_eq!(first.labels().get("app").map(String::as_str), Some("chaos"));
 
     // Its stop time is in the spec, the run in the status.
-    let started = eventually("the first run in the status", async || {
+    let started = eventually("the first run in the status", WAIT, async || {
         let c = chaospods.get("chaos").await.unwrap();
         let status = c.status.clone()?;
         (status.runs >= 1 && c.spec.next_stop.is_some()).then_some(c)
@@ -86,17 +88,21 @@ async fn pods_are_created_owned_stopped_on_schedule_and_recreated() {
 
     // Deleted at that time, then a new Pod; the status counts both.
     let first_uid = first.uid().unwrap();
-    let second = eventually("a new pod after the stop", async || {
+    let second = eventually("a new pod after the stop", WAIT, async || {
         let pod = pods.get_opt("chaos").await.unwrap()?;
         (pod.uid().unwrap() != first_uid).then_some(pod)
     })
     .await;
     // Counted exactly once each: every Pod but the running one was stopped (a count taken
     // twice would leave runs ahead of stops + 1 for good).
-    let after = eventually("the stop and the second run in the status", async || {
-        let status = chaospods.get("chaos").await.unwrap().status?;
-        (status.stops >= 1 && status.runs == status.stops + 1).then_some(status)
-    })
+    let after = eventually(
+        "the stop and the second run in the status",
+        WAIT,
+        async || {
+            let status = chaospods.get("chaos").await.unwrap().status?;
+            (status.stops >= 1 && status.runs == status.stops + 1).then_some(status)
+        },
+    )
     .await;
     let stopped_at = after.last_stop.unwrap().0;
     assert!(
@@ -112,7 +118,7 @@ async fn pods_are_created_owned_stopped_on_schedule_and_recreated() {
 
     // And it said so, as the controller.
     let events: Api<Event> = ns.api();
-    eventually("Started and Stopped events", async || {
+    eventually("Started and Stopped events", WAIT, async || {
         let list = events.list(&Default::default()).await.unwrap();
         let reasons: Vec<&str> = list
             .items

@@ -9,14 +9,14 @@
 //! scenario meet one, seen in the log and in the metrics alike.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+mod support;
+use support::{chaos_pod, create_webhook_configurations};
+
 use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use chaospod::{ChaosPod, ChaosPodSpec, Options};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use rudder::controller::ErrorChain;
@@ -28,11 +28,9 @@ use rudder_envtest::least_privilege::{
 };
 use rudder_envtest::{TestNamespace, TestUser};
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::filter::LevelFilter;
-use tracing_subscriber::prelude::*;
 
 /// Everything logged, for the `forbidden` errors.
-static LOG: LazyLock<LogCapture> = LazyLock::new(LogCapture::new);
+static LOG: LazyLock<&LogCapture> = LazyLock::new(LogCapture::global);
 
 const STEP: Duration = Duration::from_secs(20);
 
@@ -204,7 +202,7 @@ async fn steps(
     )
     .await?;
     // A valid one is defaulted (nextStop set) and created.
-    let chaos = ChaosPod::new_with_image(name, "registry.k8s.io/pause:3.9", Duration::from_secs(1));
+    let chaos = chaos_pod(name, Duration::from_secs(1));
     let created = step("created through the defaulter", watched, async || {
         chaospods.create(&PostParams::default(), &chaos).await.ok()
     })
@@ -248,14 +246,8 @@ async fn clean_up(ns: &TestNamespace, name: &str) {
 
 #[tokio::test]
 async fn the_generated_rbac_is_sufficient_and_every_rule_is_needed() {
-    let _ = tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_ansi(false)
-                .with_writer(|| LOG.clone()),
-        )
-        .with(LevelFilter::INFO)
-        .try_init();
+    // The capture is the global subscriber from here on, before the operator logs.
+    LazyLock::force(&LOG);
     let env = rudder_envtest::TestEnv::builder()
         .apiserver_arg("--enable-admission-plugins=OwnerReferencesPermissionEnforcement")
         .shared()
@@ -340,16 +332,8 @@ async fn the_generated_rbac_is_sufficient_and_every_rule_is_needed() {
     let (_, hooks) =
         chaospod::manifests(&ClientConfig::url(format!("https://127.0.0.1:{port}"))).unwrap();
     let (mutating, validating) = (hooks.mutating.unwrap(), hooks.validating.unwrap());
-    let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(ns.client());
-    let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(ns.client());
-    mutating_api
-        .create(&PostParams::default(), &mutating)
-        .await
-        .unwrap();
-    validating_api
-        .create(&PostParams::default(), &validating)
-        .await
-        .unwrap();
+    let (mutating_api, validating_api) =
+        create_webhook_configurations(&ns, &mutating, &validating).await;
 
     let roles = [
         GrantedRole::Namespaced(role.clone()),

@@ -4,17 +4,16 @@
 //! the API server then calls its webhooks.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::{chaos_pod, create_webhook_configurations};
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use chaospod::{ChaosPod, ChaosPodSpec, Options};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PostParams};
 use rudder::webhook::manifest::ClientConfig;
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -39,11 +38,7 @@ async fn self_signed_webhooks_are_injected_and_called() {
         secure_metrics: None,
     };
     let manager = std::sync::Arc::new(chaospod::manager(ns.client(), options).await.unwrap());
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (manager, stop) = (std::sync::Arc::clone(&manager), stop.clone());
-        async move { manager.start(stop).await }
-    });
+    let (stop, running) = support::start(&manager);
     let addr = rudder_envtest::eventually("the webhook server", WAIT, async || {
         manager.webhook_address().await
     })
@@ -65,16 +60,8 @@ async fn self_signed_webhooks_are_injected_and_called() {
             .all(|w| w.client_config.ca_bundle.is_none()),
         "rendered without a caBundle"
     );
-    let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(ns.client());
-    let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(ns.client());
-    mutating_api
-        .create(&PostParams::default(), &mutating)
-        .await
-        .unwrap();
-    validating_api
-        .create(&PostParams::default(), &validating)
-        .await
-        .unwrap();
+    let (mutating_api, validating_api) =
+        create_webhook_configurations(&ns, &mutating, &validating).await;
 
     // A ChaosPod that cannot run is refused by the validating webhook, with its reason: the
     // API server trusted the injected CA.
@@ -100,11 +87,7 @@ async fn self_signed_webhooks_are_injected_and_called() {
     let created = chaospods
         .create(
             &PostParams::default(),
-            &ChaosPod::new_with_image(
-                "defaulted",
-                "registry.k8s.io/pause:3.9",
-                Duration::from_secs(60),
-            ),
+            &chaos_pod("defaulted", Duration::from_secs(60)),
         )
         .await
         .unwrap();

@@ -2,6 +2,9 @@
 //! name is unique in a process, and the manager here declares it too).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::chaos_pod;
+
 use std::time::Duration;
 
 use chaospod::{CONTROLLER, ChaosPod, ChaosPodSpec, Options};
@@ -9,7 +12,6 @@ use k8s_openapi::jiff::SignedDuration;
 use kube::api::{Api, PostParams};
 use rudder::webhook::manifest::ClientConfig;
 use rudder_envtest::WebhookOptions;
-use tokio_util::sync::CancellationToken;
 
 /// The webhooks the operator registers, called by the real API server: a ChaosPod created
 /// without `nextStop` gets one in the future; one the controller could not run is refused
@@ -44,11 +46,7 @@ async fn webhooks_default_next_stop_and_refuse_what_cannot_run() {
         secure_metrics: None,
     };
     let manager = std::sync::Arc::new(chaospod::manager(ns.client(), options).await.unwrap());
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (manager, stop) = (std::sync::Arc::clone(&manager), stop.clone());
-        async move { manager.start(stop).await }
-    });
+    let (stop, running) = support::start(&manager);
     rudder_envtest::eventually("the webhook server", Duration::from_secs(30), async || {
         manager.webhook_address().await
     })
@@ -59,11 +57,7 @@ async fn webhooks_default_next_stop_and_refuse_what_cannot_run() {
     let created = chaospods
         .create(
             &PostParams::default(),
-            &ChaosPod::new_with_image(
-                "defaulted",
-                "registry.k8s.io/pause:3.9",
-                Duration::from_secs(60),
-            ),
+            &chaos_pod("defaulted", Duration::from_secs(60)),
         )
         .await
         .unwrap();

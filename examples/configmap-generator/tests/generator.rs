@@ -2,8 +2,10 @@
 //! disappears was deleted by the reconciler): create, scale down, change data, delete.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+use support::{manager, start};
+
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use configmap_generator::{
@@ -12,15 +14,12 @@ use configmap_generator::{
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{CustomResourceExt, ResourceExt};
-use rudder::Manager;
-use tokio_util::sync::CancellationToken;
+use rudder_envtest::eventually;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::prelude::*;
 
-/// Waits up to 30 s for `check` to give a value.
-async fn eventually<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
-    rudder_envtest::eventually(what, Duration::from_secs(30), check).await
-}
+/// How long a test waits for the operator to do something.
+const WAIT: Duration = Duration::from_secs(30);
 
 /// The ConfigMaps in the namespace, by name.
 async fn configmaps(api: &Api<ConfigMap>) -> BTreeMap<String, ConfigMap> {
@@ -91,21 +90,9 @@ async fn generates_scales_updates_and_cleans_up() {
     env.install_crds([ConfigMapGenerator::crd()]).await.unwrap();
     let ns = env.namespace("cmgen").await.unwrap();
 
-    let namespace = ns.name().to_owned();
-    let manager = Arc::new(
-        Manager::builder(ns.client())
-            .health_probe_address(None)
-            .metrics_address(None)
-            .cache(move |c| c.default_namespace(namespace))
-            .build()
-            .unwrap(),
-    );
+    let manager = manager(&ns);
     configmap_generator::register(&manager).await.unwrap();
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (manager, stop) = (Arc::clone(&manager), stop.clone());
-        async move { manager.start(stop).await }
-    });
+    let (stop, running) = start(&manager);
 
     let generators: Api<ConfigMapGenerator> = ns.api();
     let cms: Api<ConfigMap> = ns.api();
@@ -126,11 +113,11 @@ async fn generates_scales_updates_and_cleans_up() {
         )
         .await
         .unwrap();
-    eventually("three ConfigMaps generated", async || {
+    eventually("three ConfigMaps generated", WAIT, async || {
         generated(&configmaps(&cms).await, &created, 3, &first).then_some(())
     })
     .await;
-    let current = eventually("status.generated == 3", async || {
+    let current = eventually("status.generated == 3", WAIT, async || {
         let g = generators.get("web").await.unwrap();
         (status_generated(&g) == Some((3, g.metadata.generation))).then_some(g)
     })
@@ -151,11 +138,11 @@ async fn generates_scales_updates_and_cleans_up() {
         )
         .await
         .unwrap();
-    eventually("scaled down to one ConfigMap", async || {
+    eventually("scaled down to one ConfigMap", WAIT, async || {
         generated(&configmaps(&cms).await, &created, 1, &first).then_some(())
     })
     .await;
-    eventually("status.generated == 1", async || {
+    eventually("status.generated == 1", WAIT, async || {
         let g = generators.get("web").await.unwrap();
         (status_generated(&g) == Some((1, patched.metadata.generation))).then_some(())
     })
@@ -174,7 +161,7 @@ async fn generates_scales_updates_and_cleans_up() {
         )
         .await
         .unwrap();
-    eventually("the ConfigMap holds the new data", async || {
+    eventually("the ConfigMap holds the new data", WAIT, async || {
         generated(&configmaps(&cms).await, &created, 1, &second).then_some(())
     })
     .await;
@@ -185,7 +172,7 @@ async fn generates_scales_updates_and_cleans_up() {
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the generator is gone", async || {
+    eventually("the generator is gone", WAIT, async || {
         generators
             .get_opt("web")
             .await
@@ -201,7 +188,7 @@ async fn generates_scales_updates_and_cleans_up() {
 
     // The reconciler recorded what it did.
     let events: Api<k8s_openapi::api::events::v1::Event> = ns.api();
-    let recorded = eventually("a CleanedUp event", async || {
+    let recorded = eventually("a CleanedUp event", WAIT, async || {
         let list = events.list(&ListParams::default()).await.unwrap();
         let recorded: Vec<(String, String)> = list
             .items

@@ -24,11 +24,9 @@ use rudder_envtest::least_privilege::{
 };
 use rudder_envtest::{TestNamespace, TestUser};
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::filter::LevelFilter;
-use tracing_subscriber::prelude::*;
 
 /// Everything logged, for the `forbidden` errors.
-static LOG: LazyLock<LogCapture> = LazyLock::new(LogCapture::new);
+static LOG: LazyLock<&LogCapture> = LazyLock::new(LogCapture::global);
 
 /// How long one step of a flow may take.
 const STEP: Duration = Duration::from_secs(20);
@@ -198,14 +196,8 @@ async fn clean_up(ns: &TestNamespace, name: &str) {
 
 #[tokio::test]
 async fn the_generated_role_is_sufficient_and_every_rule_is_needed() {
-    let _ = tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_ansi(false)
-                .with_writer(|| LOG.clone()),
-        )
-        .with(LevelFilter::INFO)
-        .try_init();
+    // The capture is the global subscriber from here on, before the operator logs.
+    LazyLock::force(&LOG);
     let env = rudder_envtest::TestEnv::builder()
         .apiserver_arg("--enable-admission-plugins=OwnerReferencesPermissionEnforcement")
         .shared()

@@ -4,8 +4,10 @@
 //! and each replica's cache holds only the generators of its shards.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
+mod support;
+use support::{manager, start};
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use configmap_generator::{CONTROLLER_NAME, ConfigMapGenerator, ConfigMapGeneratorSpec};
@@ -13,10 +15,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::{CustomResourceExt, ResourceExt};
-use rudder::Manager;
 use rudder::cache::ListOptions;
 use rudder::manager::sharding::{ShardMode, ShardingConfig};
-use tokio_util::sync::CancellationToken;
 
 const GENERATORS: usize = 12;
 const SHARDS: usize = 8;
@@ -38,15 +38,7 @@ async fn three_replicas(hint: &str, ring: &str, mode: ShardMode) {
     let mut managers = Vec::new();
     let mut running = Vec::new();
     for who in ["a", "b", "c"] {
-        let namespace = ns.name().to_owned();
-        let manager = Arc::new(
-            Manager::builder(ns.client())
-                .health_probe_address(None)
-                .metrics_address(None)
-                .cache(move |c| c.default_namespace(namespace))
-                .build()
-                .unwrap(),
-        );
+        let manager = manager(&ns);
         let controller = configmap_generator::register_with(
             &manager,
             &format!("{CONTROLLER_NAME}-{ring}-{who}"),
@@ -63,12 +55,7 @@ async fn three_replicas(hint: &str, ring: &str, mode: ShardMode) {
         .await
         .unwrap();
         assert!(controller.is_sharded());
-        let stop = CancellationToken::new();
-        let task = tokio::spawn({
-            let (manager, stop) = (Arc::clone(&manager), stop.clone());
-            async move { manager.start(stop).await }
-        });
-        running.push((stop, task));
+        running.push(start(&manager));
         managers.push(manager);
     }
 

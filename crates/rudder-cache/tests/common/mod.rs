@@ -178,14 +178,6 @@ pub async fn take<K: kube::Resource>(events: &mut EventStream<K>, n: usize) -> V
     out
 }
 
-/// Polls `cond` until it holds, or panics after `secs` (see [`rudder_envtest::eventually`]).
-pub async fn eventually(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
-    rudder_envtest::eventually(what, Duration::from_secs(secs), async || {
-        cond().then_some(())
-    })
-    .await;
-}
-
 /// A namespace of its own on the shared control plane, holding a ConfigMap (no labels) for
 /// each of `names`, and the ConfigMap API in it.
 pub async fn namespace_with(

@@ -19,12 +19,12 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use rudder_controller::{Controller, KeyLister, Reconciler};
+use rudder_envtest::poll::Poll;
 use rudder_handler::{EnqueueObject, Kind, Request};
 use rudder_manager::leader_election::LeaderElectionConfig;
 use rudder_manager::sharding::{Ring, ShardingConfig};
 use rudder_manager::{Error, Manager, ManagerBuilder};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Microseconds since the epoch: one clock for child processes' logs and the test.
@@ -189,13 +189,9 @@ pub(crate) async fn until(
     what: &str,
     wait: Duration,
     every: Duration,
-    mut check: impl FnMut() -> bool,
+    check: impl FnMut() -> bool,
 ) {
-    let deadline = Instant::now() + wait;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(every).await;
-    }
+    Poll::new(what, wait).every(every).until(check).await;
 }
 
 /// The holder of the Lease `name` in `leases`' namespace (`None` if there is no such Lease
@@ -272,14 +268,10 @@ impl Kid {
 
     /// Polls (every 20 ms, at most `wait`) until the child exits; its exit code.
     pub(crate) async fn exit_code(&mut self, wait: Duration, what: &str) -> Option<i32> {
-        let deadline = Instant::now() + wait;
-        loop {
-            if let Some(status) = self.0.try_wait().unwrap() {
-                return status.code();
-            }
-            assert!(Instant::now() < deadline, "{what}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        Poll::new(what, wait)
+            .every(Duration::from_millis(20))
+            .eventually(async || self.0.try_wait().unwrap().map(|status| status.code()))
+            .await
     }
 }
 

@@ -1,4 +1,5 @@
-//! What the server's integration tests share: a test service, raw HTTP clients, polling.
+//! What the server's integration tests share: a test service, raw HTTP clients, polling
+//! (rudder-envtest's, every 5 ms).
 #![allow(dead_code, unreachable_pub, clippy::expect_used, clippy::unwrap_used)]
 
 use std::convert::Infallible;
@@ -10,6 +11,7 @@ use std::time::Duration;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
+use rudder_envtest::poll::Poll;
 use rudder_server::{Body, Options, Server, ServerHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -163,18 +165,14 @@ pub async fn closed_within(stream: &mut TcpStream, within: Duration) -> Option<D
     .map(|()| start.elapsed())
 }
 
-/// Polls `check` until it gives a value, or panics after `within` naming `what`.
+/// Polls `check` every 5 ms until it gives a value, or panics after `within` naming `what`.
 pub async fn eventually<T>(
     what: &str,
     within: Duration,
     mut check: impl FnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    Poll::new(what, within)
+        .every(Duration::from_millis(5))
+        .eventually(async || check())
+        .await
 }

@@ -1,6 +1,6 @@
 //! What the webhook tests share: test certificates (a CA and serving pairs, written the
 //! way a Secret volume lays them out), HTTPS clients trusting the test CA, a metrics
-//! recorder, and polling.
+//! recorder, polling, and a handler that admits everything.
 #![allow(
     dead_code,
     unreachable_pub,
@@ -18,9 +18,13 @@ use http::{Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use rudder_webhook::{Options, RunningWebhookServer, WebhookServer};
+use rudder_envtest::poll::Poll;
+use rudder_webhook::admission::{AdmissionHandler, allowed};
+use rudder_webhook::{Options, RunningWebhookServer, Webhook, WebhookServer};
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -159,23 +163,24 @@ pub async fn serve(
     }
 }
 
+impl Served {
+    /// A client connected to the server, trusting its CA.
+    pub async fn client(&self) -> Client {
+        Client::connect(self.running.local_addr(), &self.ca.der)
+            .await
+            .unwrap()
+    }
+}
+
 /// An HTTPS/1.1 client on one connection, trusting one CA.
 pub struct Client {
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
     pub peer_certificate: Option<CertificateDer<'static>>,
 }
 
+/// A client configuration trusting only `ca` (rudder-envtest's).
 pub fn tls_config(ca: &CertificateDer<'static>) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone()).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    Arc::new(config)
+    rudder_envtest::tls::client_config([ca.clone()]).unwrap()
 }
 
 impl Client {
@@ -257,27 +262,33 @@ pub fn metrics() -> &'static PrometheusHandle {
 /// A counter's value in the rendered metrics (0 when absent); `labels` is the exact label
 /// set as rendered, e.g. `{webhook="/x",code="200"}`, or empty.
 pub fn counter(name: &str, labels: &str) -> f64 {
-    let rendered = metrics().render();
-    let prefix = format!("{name}{labels} ");
-    rendered
-        .lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map_or(0.0, |value| value.trim().parse().unwrap())
+    let labels = labels.strip_prefix('{').and_then(|l| l.strip_suffix('}'));
+    rudder_envtest::metrics::value(&metrics().render(), name, labels.unwrap_or_default())
+        .unwrap_or(0.0)
 }
 
 /// Polls `condition` every 10 ms until it holds, or panics after [`WAIT`].
 pub async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if condition().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    Poll::new(what, WAIT)
+        .every(Duration::from_millis(10))
+        .eventually(async || condition().await.then_some(()))
+        .await;
+}
+
+/// Admits every review.
+pub struct Allow;
+
+impl AdmissionHandler for Allow {
+    async fn handle(&self, request: AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+        allowed(&request)
     }
+}
+
+/// Registers [`Allow`] at `/allow`.
+pub fn register_allow(server: &WebhookServer) {
+    server
+        .register("/allow", Webhook::admission(Allow))
+        .unwrap();
 }
 
 /// An admission review (v1) for `object` with `operation`.

@@ -1,15 +1,22 @@
 //! What the facade's integration tests share: ConfigMaps to shard, a manager per replica, the
-//! ring's configuration with short Lease timings, running a manager, a defaulter, and a plain HTTP GET.
+//! ring's configuration with short Lease timings, running a manager, a defaulter and a
+//! validator, a plain HTTP GET, an object's field managers, and [`gizmo`], a kind in two
+//! versions for the conversion tests.
 #![allow(dead_code, clippy::unwrap_used)]
+
+pub(crate) mod gizmo;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt as _;
 use kube::api::{Api, PostParams};
-use kube::core::ObjectMeta;
+use kube::core::admission::AdmissionRequest;
+use kube::core::{DynamicObject, ObjectMeta};
 use rudder::manager::sharding::ShardingConfig;
 use rudder::prelude::*;
+use rudder::webhook::admission::{Defaulter, Denial, Validator, Warnings};
 use rudder_envtest::TestNamespace;
 use tokio_util::sync::CancellationToken;
 
@@ -71,35 +78,68 @@ pub(crate) fn start(manager: &Arc<Manager>) -> Running {
 
 /// A plain HTTP/1.0 GET: (status, body); status 0 when nothing answers.
 pub(crate) async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
-        return (0, String::new());
-    };
-    let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    rudder_envtest::http::get(addr, path)
+        .await
+        .map_or((0, String::new()), |answer| (answer.status, answer.body))
+}
+
+/// The field managers recorded in an object's `managedFields`.
+pub(crate) fn field_managers(meta: &ObjectMeta) -> Vec<String> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect()
+}
+
+/// What [`Rules`] answers a ConfigMap named `forbidden`: finding it in a refusal proves the
+/// API server called the webhook.
+pub(crate) const DENIAL: &str = "forbidden is not a name for a ConfigMap";
+
+/// Refuses ConfigMaps named `forbidden`, and updates that set `value=bad`; warns about
+/// ConfigMaps named `warn-me`.
+pub(crate) struct Rules;
+
+impl Validator<ConfigMap> for Rules {
+    async fn validate_create(
+        &self,
+        cm: &ConfigMap,
+        _: &AdmissionRequest<DynamicObject>,
+    ) -> Result<Warnings, Denial> {
+        match cm.name_any().as_str() {
+            "forbidden" => Err(Denial::new(DENIAL)),
+            "warn-me" => Ok(vec!["warn-me is a questionable name".into()]),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    async fn validate_update(
+        &self,
+        _old: &ConfigMap,
+        new: &ConfigMap,
+        _: &AdmissionRequest<DynamicObject>,
+    ) -> Result<Warnings, Denial> {
+        let bad = new
+            .data
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .map(String::as_str);
+        if bad == Some("bad") {
+            return Err(Denial::new("value may not be bad"));
+        }
+        Ok(Vec::new())
+    }
 }
 
 /// Labels every ConfigMap `defaulted=yes`.
 pub(crate) struct Label;
 
-impl rudder::webhook::admission::Defaulter<ConfigMap> for Label {
+impl Defaulter<ConfigMap> for Label {
     async fn default(
         &self,
         cm: &mut ConfigMap,
-        _: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
-    ) -> Result<rudder::webhook::admission::Warnings, rudder::webhook::admission::Denial> {
-        use kube::ResourceExt as _;
+        _: &AdmissionRequest<DynamicObject>,
+    ) -> Result<Warnings, Denial> {
         cm.labels_mut().insert("defaulted".into(), "yes".into());
         Ok(Vec::new())
     }
