@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use rudder_core::sync::LockExt;
 use rudder_handler::Request;
@@ -227,10 +227,7 @@ impl ShardGate {
     }
 
     fn lock_keys(&self) -> std::sync::MutexGuard<'_, Option<KeyLister>> {
-        self.shared
-            .keys
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.shared.keys.lock_unpoisoned()
     }
 
     /// The keys of the open shards, from the key lister (`None` without one).
@@ -255,11 +252,7 @@ impl ShardGate {
 
     /// The stream of opened shards; only the first caller gets it.
     pub(crate) fn take_opened(&self) -> Option<mpsc::UnboundedReceiver<usize>> {
-        self.shared
-            .opened_rx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+        self.shared.opened_rx.lock_unpoisoned().take()
     }
 }
 

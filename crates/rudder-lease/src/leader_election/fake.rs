@@ -5,13 +5,14 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::client::Body;
+use rudder_core::sync::LockExt;
 use tokio::time::{Instant, sleep};
 
 /// One request as the fake saw it.
@@ -53,7 +54,7 @@ impl FakeApi {
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
+        f(&mut self.state.lock_unpoisoned())
     }
 
     /// Sets how long each answer takes.
