@@ -226,21 +226,7 @@ impl ManagerBuilder {
 
     /// Builds the manager. Nothing starts until [`Manager::start`].
     pub fn build(mut self) -> Result<Manager, BuildError> {
-        if self.client_metrics {
-            if tokio::runtime::Handle::try_current().is_ok() {
-                let host = self
-                    .api_host
-                    .take()
-                    .or_else(crate::client_metrics::default_host)
-                    .unwrap_or_default();
-                self.client = crate::client_metrics::instrument(self.client, &host);
-            } else {
-                tracing::warn!(
-                    "ManagerBuilder::build ran outside a Tokio runtime: API requests are not \
-                     counted in rest_client_requests_total"
-                );
-            }
-        }
+        self.count_api_requests();
         let health = HealthChecks::default();
         // Resolved before anything global (the metrics recorder) is installed.
         #[cfg(feature = "webhook")]
@@ -250,11 +236,7 @@ impl ManagerBuilder {
             .map(|config| LeaderElection::new(self.client.clone(), config))
             .transpose()
             .map_err(BuildError::LeaderElectionConfig)?;
-        let metrics = match (self.metrics_address, self.metrics_handle) {
-            (None, handle) => handle,
-            (Some(_), Some(handle)) => Some(handle),
-            (Some(_), None) => Some(crate::metrics::prometheus().map_err(BuildError::Metrics)?),
-        };
+        let metrics = metrics_handle(self.metrics_address, self.metrics_handle)?;
         let cache_token = CancellationToken::new();
         let cache = (self.cache)(Cache::builder(self.client.clone())).build(&cache_token);
         let reporter = Reporter {
@@ -263,46 +245,11 @@ impl ManagerBuilder {
         };
         health.add(Probe::Liveness, "ping", check(|| async { Ok(()) }));
         let synced: SyncProbes = Arc::default();
-        let probes = Arc::clone(&synced);
-        let cache_probe = cache.clone();
         #[cfg(feature = "webhook")]
         let converting = tls.converter();
         #[cfg(not(feature = "webhook"))]
         let converting = || false;
-        health.add(
-            Probe::Readiness,
-            "cache-sync",
-            check(move || {
-                // A replica that is not ready has no Service endpoints, so the API server
-                // could not call its conversion webhook, so the cache (which lists through
-                // that conversion) could never sync: with a conversion webhook, readiness
-                // does not wait on the cache.
-                let converts = converting();
-                let mut pending = probes
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .iter()
-                    .filter(|(_, synced)| !synced())
-                    .map(|(name, _)| name.clone())
-                    .collect::<Vec<_>>();
-                let (unsynced, failed) = (cache_probe.unsynced_count(), cache_probe.failed_count());
-                // Read one after the other: a failure in between must not underflow.
-                let starting = unsynced.saturating_sub(failed);
-                if starting > 0 {
-                    pending.push(format!("{starting} cache informer(s)"));
-                }
-                if failed > 0 {
-                    pending.push(format!("{failed} failed cache informer(s) (see the log)"));
-                }
-                async move {
-                    if pending.is_empty() || converts {
-                        Ok(())
-                    } else {
-                        Err(format!("not synced: {}", pending.join(", ")))
-                    }
-                }
-            }),
-        );
+        add_cache_sync_check(&health, &cache, &synced, converting);
         Ok(Manager {
             #[cfg(feature = "webhook")]
             tls,
@@ -329,6 +276,88 @@ impl ManagerBuilder {
             stop_deadline: OnceLock::new(),
         })
     }
+}
+
+impl ManagerBuilder {
+    /// Wraps the client so that its API requests are counted (`rest_client_*`), if asked
+    /// and possible (the wrapper needs a Tokio runtime).
+    fn count_api_requests(&mut self) {
+        if !self.client_metrics {
+            return;
+        }
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let host = self
+                .api_host
+                .take()
+                .or_else(crate::client_metrics::default_host)
+                .unwrap_or_default();
+            self.client = crate::client_metrics::instrument(self.client.clone(), &host);
+        } else {
+            tracing::warn!(
+                "ManagerBuilder::build ran outside a Tokio runtime: API requests are not \
+                 counted in rest_client_requests_total"
+            );
+        }
+    }
+}
+
+/// The recorder's handle `/metrics` renders: the one given, or (when `/metrics` is served
+/// and none was given) a Prometheus recorder installed now.
+fn metrics_handle(
+    address: Option<SocketAddr>,
+    handle: Option<PrometheusHandle>,
+) -> Result<Option<PrometheusHandle>, BuildError> {
+    Ok(match (address, handle) {
+        (None, handle) => handle,
+        (Some(_), Some(handle)) => Some(handle),
+        (Some(_), None) => Some(crate::metrics::prometheus().map_err(BuildError::Metrics)?),
+    })
+}
+
+/// Adds the `cache-sync` readiness check: every registered controller's sources and every
+/// cache informer synced, unless a conversion webhook is registered (`converting`).
+fn add_cache_sync_check(
+    health: &HealthChecks,
+    cache: &Cache,
+    synced: &SyncProbes,
+    converting: impl Fn() -> bool + Send + Sync + 'static,
+) {
+    let probes = Arc::clone(synced);
+    let cache_probe = cache.clone();
+    health.add(
+        Probe::Readiness,
+        "cache-sync",
+        check(move || {
+            // A replica that is not ready has no Service endpoints, so the API server
+            // could not call its conversion webhook, so the cache (which lists through
+            // that conversion) could never sync: with a conversion webhook, readiness
+            // does not wait on the cache.
+            let converts = converting();
+            let mut pending = probes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .filter(|(_, synced)| !synced())
+                .map(|(name, _)| name.clone())
+                .collect::<Vec<_>>();
+            let (unsynced, failed) = (cache_probe.unsynced_count(), cache_probe.failed_count());
+            // Read one after the other: a failure in between must not underflow.
+            let starting = unsynced.saturating_sub(failed);
+            if starting > 0 {
+                pending.push(format!("{starting} cache informer(s)"));
+            }
+            if failed > 0 {
+                pending.push(format!("{failed} failed cache informer(s) (see the log)"));
+            }
+            async move {
+                if pending.is_empty() || converts {
+                    Ok(())
+                } else {
+                    Err(format!("not synced: {}", pending.join(", ")))
+                }
+            }
+        }),
+    );
 }
 
 impl Manager {
