@@ -56,74 +56,87 @@ impl<R: Reconciler> Controller<R> {
     /// [`RunError::AlreadyStarted`] on a second run, [`RunError::Source`] when a source
     /// cannot start, [`RunError::CacheSyncTimeout`] when the sources did not sync in time.
     pub async fn run_until(&self, shutdown: Shutdown) -> Result<()> {
-        let inner = &self.inner;
-        let (gate, shard) = {
-            // Under the gates' locks, so a gate set concurrently is either taken or refused.
-            let gate = inner.gate.lock().unwrap_or_else(PoisonError::into_inner);
-            let shard = inner.shard.lock().unwrap_or_else(PoisonError::into_inner);
-            if inner.started.swap(true, Ordering::SeqCst) {
-                return Err(RunError::AlreadyStarted(inner.name.to_string()));
-            }
-            (gate.clone(), shard.clone())
-        };
-        inner.start_metrics();
-        let started = {
-            let mut watches = inner.lock_watches();
-            watches.running = true;
-            let pending = std::mem::take(&mut watches.pending);
-            let mut failed = None;
-            for watch in pending {
-                match watch.spawn(inner.queue.clone(), inner.stop_sources.clone()) {
-                    Ok((synced, task)) => {
-                        watches.synced.push(synced);
-                        watches.tasks.push(task);
-                    }
-                    Err(source) => {
-                        failed = Some(inner.source_error(source));
-                        break;
-                    }
-                }
-            }
-            match failed {
-                Some(error) => Err(error),
-                None => Ok(watches.synced.clone()),
-            }
-        };
-        let synced = match started {
+        let (gate, shard) = self.take_gates()?;
+        self.inner.start_metrics();
+        let synced = match self.start_watches() {
             Ok(synced) => synced,
             Err(error) => {
                 self.stop_watches().await;
                 return Err(error);
             }
         };
-        tracing::info!(controller = %inner.name, sources = synced.len(), "waiting for sources to sync");
-        let all_synced = async {
-            let mut all = std::pin::pin!(join_all(synced.iter().map(Synced::wait)));
-            // Say what is still missing now and then: a type the API server does not serve
-            // yet (a CRD not installed) keeps its source unsynced while it retries.
-            let mut every = tokio::time::interval(SYNC_REPORT_PERIOD);
-            every.tick().await;
-            loop {
-                tokio::select! {
-                    _ = &mut all => return,
-                    _ = every.tick() => {
-                        let pending = synced.iter().filter(|s| !s.is_synced()).count();
-                        tracing::warn!(
-                            controller = %inner.name,
-                            pending,
-                            total = synced.len(),
-                            "sources still not synced; is every watched type served (CRDs \
-                             installed) and readable with this identity's RBAC?"
-                        );
-                    }
-                }
+        if !self.wait_for_sync(&synced, &shutdown).await? {
+            return Ok(());
+        }
+        let stopping = CancellationToken::new();
+        // Owned here: if `run` is dropped (its task aborted), the workers are aborted with it
+        // and the watches stop, so nothing of the controller outlives it.
+        let _watches = StopOnDrop(self.inner.stop_sources.clone());
+        let mut workers = self.start_workers(&gate, shard.as_ref(), &stopping);
+        // Queues the keys of each shard as it opens; after the sync, so the cache lists
+        // them all. Aborted with `run` (a `JoinSet` aborts its tasks when dropped).
+        let _resyncs = start_resync(shard.as_ref(), &self.inner.queue);
+        let mut ended = Vec::new();
+        tokio::select! {
+            _ = shutdown.stopped() => {}
+            Some(early) = workers.join_next() => ended.push(early),
+            () = announce(&self.inner.name, gate) => {}
+        }
+        tracing::info!(controller = %self.inner.name, "stopping");
+        self.stop_watches().await;
+        stopping.cancel();
+        ended.extend(self.join_workers(&shutdown, &mut workers).await);
+        self.inner.queue.shutdown();
+        for joined in ended {
+            if let Err(e) = joined
+                && e.is_panic()
+            {
+                std::panic::resume_unwind(e.into_panic());
             }
-        };
-        let sync = tokio::time::timeout(inner.cache_sync_timeout, all_synced);
+        }
+        Ok(())
+    }
+
+    /// Marks the controller started and takes its gates, under their locks, so a gate set
+    /// concurrently is either taken or refused.
+    fn take_gates(&self) -> Result<(LeaderGate, Option<ShardGate>)> {
+        let inner = &self.inner;
+        let gate = inner.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        let shard = inner.shard.lock().unwrap_or_else(PoisonError::into_inner);
+        if inner.started.swap(true, Ordering::SeqCst) {
+            return Err(RunError::AlreadyStarted(inner.name.to_string()));
+        }
+        Ok((gate.clone(), shard.clone()))
+    }
+
+    /// Starts every watch added so far (later ones start as they are added); returns their
+    /// sync signals, or the first source that could not start.
+    fn start_watches(&self) -> Result<Vec<Synced>> {
+        let inner = &self.inner;
+        let mut watches = inner.lock_watches();
+        watches.running = true;
+        let pending = std::mem::take(&mut watches.pending);
+        for watch in pending {
+            let (synced, task) = watch
+                .spawn(inner.queue.clone(), inner.stop_sources.clone())
+                .map_err(|source| inner.source_error(source))?;
+            watches.synced.push(synced);
+            watches.tasks.push(task);
+        }
+        Ok(watches.synced.clone())
+    }
+
+    /// Waits up to the cache-sync timeout for `synced`, saying now and then what is
+    /// missing: `true` once all synced, `false` if `shutdown` came first. Stops the watches
+    /// unless they synced.
+    async fn wait_for_sync(&self, synced: &[Synced], shutdown: &Shutdown) -> Result<bool> {
+        let inner = &self.inner;
+        tracing::info!(controller = %inner.name, sources = synced.len(), "waiting for sources to sync");
+        let sync = tokio::time::timeout(inner.cache_sync_timeout, all_synced(&inner.name, synced));
         tokio::select! {
             _ = shutdown.stopped() => {
                 self.stop_watches().await;
-                return Ok(());
+                Ok(false)
             }
             waited = sync => {
                 if waited.is_err() {
@@ -136,8 +149,20 @@ impl<R: Reconciler> Controller<R> {
                         timeout: inner.cache_sync_timeout,
                     });
                 }
+                Ok(true)
             }
         }
+    }
+
+    /// Spawns the workers, each taking requests while `gate` (and `shard`) admit them,
+    /// until `stopping`.
+    fn start_workers(
+        &self,
+        gate: &LeaderGate,
+        shard: Option<&ShardGate>,
+        stopping: &CancellationToken,
+    ) -> JoinSet<()> {
+        let inner = &self.inner;
         if gate.is_open() {
             tracing::info!(controller = %inner.name, workers = inner.workers, "starting workers");
         } else {
@@ -145,63 +170,39 @@ impl<R: Reconciler> Controller<R> {
                 "starting workers; they wait for leadership (events are queued meanwhile)");
         }
         inner.metrics().set_max_concurrent(inner.workers);
-        let stopping = CancellationToken::new();
-        // Owned here: if `run` is dropped (its task aborted), the workers are aborted with it
-        // and the watches stop, so nothing of the controller outlives it.
-        let _watches = StopOnDrop(inner.stop_sources.clone());
         let mut workers = JoinSet::new();
         for _ in 0..inner.workers {
             workers.spawn(worker(
                 Arc::clone(inner),
                 gate.clone(),
-                shard.clone(),
+                shard.cloned(),
                 stopping.clone(),
             ));
         }
-        // Queues the keys of each shard as it opens; after the sync, so the cache lists
-        // them all. Aborted with `run` (a `JoinSet` aborts its tasks when dropped).
-        let mut resyncs = JoinSet::new();
-        if let Some(shard) = &shard
-            && let Some(opened) = shard.take_opened()
-        {
-            resyncs.spawn(resync(shard.clone(), opened, inner.queue.clone()));
-        }
-        let mut ended = Vec::new();
-        tokio::select! {
-            _ = shutdown.stopped() => {}
-            Some(early) = workers.join_next() => ended.push(early),
-            () = announce(&inner.name, gate) => {}
-        }
-        tracing::info!(controller = %inner.name, "stopping");
-        self.stop_watches().await;
-        stopping.cancel();
-        let cancel_at = self.cancel_contexts_at(&shutdown);
-        let finished = async {
-            match cancel_at {
-                Some(at) => tokio::time::timeout_at(at, join_all_of(&mut workers))
-                    .await
-                    .ok(),
-                None => Some(join_all_of(&mut workers).await),
-            }
+        workers
+    }
+
+    /// Waits for the workers to return; when the stop's deadline nears with reconciles
+    /// still running, cancels their contexts and waits for them.
+    async fn join_workers(
+        &self,
+        shutdown: &Shutdown,
+        workers: &mut JoinSet<()>,
+    ) -> Vec<Result<(), tokio::task::JoinError>> {
+        let inner = &self.inner;
+        let finished = match self.cancel_contexts_at(shutdown) {
+            Some(at) => tokio::time::timeout_at(at, join_all_of(workers)).await.ok(),
+            None => Some(join_all_of(workers).await),
         };
-        match finished.await {
-            Some(done) => ended.extend(done),
+        match finished {
+            Some(done) => done,
             None => {
                 tracing::warn!(controller = %inner.name,
                     "reconciles still running as the stop's deadline nears: cancelling their contexts");
                 inner.hard_stop.cancel();
-                ended.extend(join_all_of(&mut workers).await);
+                join_all_of(workers).await
             }
         }
-        inner.queue.shutdown();
-        for joined in ended {
-            if let Err(e) = joined
-                && e.is_panic()
-            {
-                std::panic::resume_unwind(e.into_panic());
-            }
-        }
-        Ok(())
     }
 
     /// When in-flight reconciles' contexts are cancelled during a stop (`None`: never).
@@ -245,6 +246,43 @@ async fn resync(
         );
         for key in keys {
             queue.add(key);
+        }
+    }
+}
+
+/// Starts queueing the keys of each shard as it opens, when the controller is sharded and
+/// no other controller on the gate took its openings.
+fn start_resync(shard: Option<&ShardGate>, queue: &Queue) -> JoinSet<()> {
+    let mut resyncs = JoinSet::new();
+    if let Some(shard) = shard
+        && let Some(opened) = shard.take_opened()
+    {
+        resyncs.spawn(resync(shard.clone(), opened, queue.clone()));
+    }
+    resyncs
+}
+
+/// Resolves once every source in `synced` has synced, warning every
+/// `SYNC_REPORT_PERIOD` how many have not.
+async fn all_synced(name: &str, synced: &[Synced]) {
+    let mut all = std::pin::pin!(join_all(synced.iter().map(Synced::wait)));
+    // Say what is still missing now and then: a type the API server does not serve
+    // yet (a CRD not installed) keeps its source unsynced while it retries.
+    let mut every = tokio::time::interval(SYNC_REPORT_PERIOD);
+    every.tick().await;
+    loop {
+        tokio::select! {
+            _ = &mut all => return,
+            _ = every.tick() => {
+                let pending = synced.iter().filter(|s| !s.is_synced()).count();
+                tracing::warn!(
+                    controller = %name,
+                    pending,
+                    total = synced.len(),
+                    "sources still not synced; is every watched type served (CRDs \
+                     installed) and readable with this identity's RBAC?"
+                );
+            }
         }
     }
 }

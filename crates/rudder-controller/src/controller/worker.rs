@@ -5,7 +5,7 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::{Either, FutureExt, select};
 use rudder_handler::{Queue, Request};
@@ -137,29 +137,7 @@ async fn process<R: Reconciler>(
     let reconcile = AssertUnwindSafe(inner.reconciler.reconcile(request.clone(), ctx))
         .catch_unwind()
         .instrument(span.clone());
-    let reconcile = async {
-        match inner.reconcile_timeout {
-            None => reconcile.await,
-            Some(timeout) => {
-                let mut reconcile = std::pin::pin!(reconcile);
-                match select(
-                    reconcile.as_mut(),
-                    std::pin::pin!(tokio::time::sleep(timeout)),
-                )
-                .await
-                {
-                    Either::Left((result, _)) => result,
-                    Either::Right(((), _)) => {
-                        span.in_scope(|| {
-                            tracing::warn!(?timeout, "reconcile timed out: cancelling its context");
-                        });
-                        cancel.cancel();
-                        reconcile.await
-                    }
-                }
-            }
-        }
-    };
+    let reconcile = with_timeout(reconcile, inner.reconcile_timeout, &span, &cancel);
     let result = match permit.as_mut() {
         None => Some(reconcile.await),
         Some(permit) => tokio::select! {
@@ -173,19 +151,7 @@ async fn process<R: Reconciler>(
     inner.metrics().active_workers(-1.0);
     let _entered = span.enter();
     let Some(result) = result else {
-        cancel.cancel();
-        metrics::counter!(crate::metrics::SHARD_CANCELLED_TOTAL, "controller" => inner.name.to_string())
-            .increment(1);
-        // Counted as an error, as controller-runtime counts every reconcile that did not
-        // succeed in both `reconcile_total{result="error"}` and `reconcile_errors_total`.
-        inner.metrics().error();
-        tracing::warn!(
-            shard = permit.as_ref().map(ShardPermit::shard),
-            "this replica's hold on the key's shard passed while it was reconciled: \
-             reconcile cancelled (the shard's new holder reconciles the key)"
-        );
-        inner.queue.forget(&request);
-        inner.metrics().reconciled(Outcome::Error.label());
+        shard_passed(inner, &request, &cancel, permit.as_ref());
         drop(item);
         drop(permit);
         return;
@@ -194,17 +160,7 @@ async fn process<R: Reconciler>(
         Ok(Ok(action)) => requeue(inner, request, action),
         Ok(Err(error)) => {
             let error: BoxError = error.into();
-            let error: &(dyn std::error::Error + 'static) = &*error;
-            inner.metrics().error();
-            if is_terminal(error) {
-                inner.metrics().terminal_error();
-                tracing::error!(error = %ErrorChain(error), "reconcile failed with a terminal error; not retrying");
-                inner.queue.forget(&request);
-            } else {
-                tracing::error!(error = %ErrorChain(error), "reconcile failed; retrying with backoff");
-                inner.queue.add_rate_limited(request);
-            }
-            Outcome::Error
+            retry_unless_terminal(inner, request, &*error)
         }
         Err(panic) => {
             inner.metrics().panic();
@@ -223,6 +179,77 @@ async fn process<R: Reconciler>(
     inner.metrics().reconciled(outcome.label());
     drop(item);
     drop(permit);
+}
+
+/// Runs `reconcile`, cancelling its context (`cancel`) once `timeout` passes and then
+/// waiting for it to return.
+async fn with_timeout<T>(
+    reconcile: impl Future<Output = T>,
+    timeout: Option<Duration>,
+    span: &tracing::Span,
+    cancel: &CancellationToken,
+) -> T {
+    let Some(timeout) = timeout else {
+        return reconcile.await;
+    };
+    let mut reconcile = std::pin::pin!(reconcile);
+    match select(
+        reconcile.as_mut(),
+        std::pin::pin!(tokio::time::sleep(timeout)),
+    )
+    .await
+    {
+        Either::Left((result, _)) => result,
+        Either::Right(((), _)) => {
+            span.in_scope(|| {
+                tracing::warn!(?timeout, "reconcile timed out: cancelling its context");
+            });
+            cancel.cancel();
+            reconcile.await
+        }
+    }
+}
+
+/// Counts and logs a reconcile cancelled because this replica's hold on its key's shard
+/// passed, and forgets the key: the shard's new holder reconciles it.
+fn shard_passed<R>(
+    inner: &Inner<R>,
+    request: &Request,
+    cancel: &CancellationToken,
+    permit: Option<&ShardPermit>,
+) {
+    cancel.cancel();
+    metrics::counter!(crate::metrics::SHARD_CANCELLED_TOTAL, "controller" => inner.name.to_string())
+        .increment(1);
+    // Counted as an error, as controller-runtime counts every reconcile that did not
+    // succeed in both `reconcile_total{result="error"}` and `reconcile_errors_total`.
+    inner.metrics().error();
+    tracing::warn!(
+        shard = permit.map(ShardPermit::shard),
+        "this replica's hold on the key's shard passed while it was reconciled: \
+         reconcile cancelled (the shard's new holder reconciles the key)"
+    );
+    inner.queue.forget(request);
+    inner.metrics().reconciled(Outcome::Error.label());
+}
+
+/// Counts and logs a failed reconcile, and queues it again with backoff unless its error is
+/// terminal.
+fn retry_unless_terminal<R>(
+    inner: &Inner<R>,
+    request: Request,
+    error: &(dyn std::error::Error + 'static),
+) -> Outcome {
+    inner.metrics().error();
+    if is_terminal(error) {
+        inner.metrics().terminal_error();
+        tracing::error!(error = %ErrorChain(error), "reconcile failed with a terminal error; not retrying");
+        inner.queue.forget(&request);
+    } else {
+        tracing::error!(error = %ErrorChain(error), "reconcile failed; retrying with backoff");
+        inner.queue.add_rate_limited(request);
+    }
+    Outcome::Error
 }
 
 /// Queues what a successful reconcile asked for.
