@@ -3,10 +3,10 @@
 //! imported module names), and the loops in that graph.
 //!
 //! The parser is deliberately small: it strips comments and literals, reads tokens, follows
-//! `mod` declarations from each crate root (`src/lib.rs`, `src/main.rs`), records what every
-//! module defines and imports, and resolves a path to the file that defines its item,
-//! following re-exports (`pub use`) and globs. Items under `#[cfg(test)]` are left out: a loop
-//! through test code says nothing of the library's shape. `#[path]` attributes are not read
+//! `mod` declarations from each crate root (`src/lib.rs`, `src/main.rs`), records what every module
+//! defines and imports, and resolves a path to the file that defines its item, following re-exports
+//! (`pub use`) and globs. Items under `#[cfg(test)]` or `#[cfg(doc)]` are left out: a loop through
+//! test code or doc links says nothing of the library's shape. `#[path]` attributes are not read
 //! (the workspace uses none in its sources).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -586,18 +586,21 @@ fn tokenize(text: &str) -> Vec<Token> {
     tokens
 }
 
-/// Whether the attribute at `i` is exactly `#[cfg(test)]`.
+/// Whether the attribute at `i` is exactly `#[cfg(test)]` or `#[cfg(doc)]`: what it marks
+/// is not part of the library's code (an import only doc links use is no dependency).
 fn is_cfg_test(tokens: &[Token], i: usize) -> bool {
-    let expected = [
-        Token::Punct('#'),
-        Token::Punct('['),
-        Token::Ident("cfg".into()),
-        Token::Punct('('),
-        Token::Ident("test".into()),
-        Token::Punct(')'),
-        Token::Punct(']'),
-    ];
-    tokens.get(i..i + expected.len()) == Some(&expected[..])
+    ["test", "doc"].iter().any(|flag| {
+        let expected = [
+            Token::Punct('#'),
+            Token::Punct('['),
+            Token::Ident("cfg".into()),
+            Token::Punct('('),
+            Token::Ident((*flag).into()),
+            Token::Punct(')'),
+            Token::Punct(']'),
+        ];
+        tokens.get(i..i + expected.len()) == Some(&expected[..])
+    })
 }
 
 /// The index after the attribute starting at `i` (`#[..]` or `#![..]`).
@@ -922,11 +925,11 @@ mod tests {
                 ),
                 (
                     "src/m/inner.rs",
-                    "pub struct X;\nconst S: &str = \"super::Y\";\n#[cfg(test)]\nmod tests { use super::super::Y; }\n",
+                    "pub struct X;\nconst S: &str = \"super::Y\";\n#[cfg(doc)]\nuse super::Y;\n#[cfg(test)]\nmod tests { use super::super::Y; }\n",
                 ),
             ],
         );
-        // The inner file names `Y` only in a string and in test code: no loop.
+        // The inner file names `Y` only in a string, a doc-only import and test code: no loop.
         assert!(import_cycles(&scratch.0).is_empty());
         fs::write(
             scratch.0.join("crates/demo/src/m/inner.rs"),

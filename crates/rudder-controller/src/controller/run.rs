@@ -14,6 +14,8 @@ use super::Controller;
 use super::worker::worker;
 use crate::error::{Result, RunError};
 use crate::gate::LeaderGate;
+#[cfg(doc)]
+use crate::options::Options;
 use crate::reconciler::Reconciler;
 use crate::shard::ShardGate;
 use crate::shutdown::Shutdown;

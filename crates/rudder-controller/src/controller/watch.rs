@@ -8,6 +8,9 @@ use rudder_handler::{EventHandler, Predicate, Queue, Source, SourceError, Synced
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+#[cfg(doc)]
+use super::Controller;
+
 /// A source, its predicates and its handler, with the source's type erased: what
 /// [`Controller::add_watch`] takes.
 pub struct WatchSpec(pub(super) Box<dyn ErasedWatch>);

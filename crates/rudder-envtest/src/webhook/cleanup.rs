@@ -11,57 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 
-use super::{InstalledWebhooks, client};
 use crate::error::{Error, Result};
-
-impl InstalledWebhooks {
-    /// Deletes the configurations, turns the CRDs' conversion back to `None` and removes the
-    /// certificate directory, reporting the first failure (dropping does the same and only
-    /// logs failures).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Kube`] if a request fails (a configuration already gone is not a failure);
-    /// [`Error::Io`] if the directory cannot be removed.
-    pub async fn uninstall(mut self) -> Result<()> {
-        self.removed = true;
-        let deleted = self.cleanup.run().await;
-        let removed = remove_dir(&self.cert_dir);
-        deleted.and(removed)
-    }
-}
-
-impl Drop for InstalledWebhooks {
-    fn drop(&mut self) {
-        if self.removed {
-            return;
-        }
-        let cleanup = self.cleanup.clone();
-        // The caller's runtime may be single-threaded, shutting down or absent: a runtime of
-        // our own on a thread of our own works in every case.
-        let deleted = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| format!("could not start a runtime: {e}"))?;
-            runtime.block_on(async {
-                match tokio::time::timeout(Duration::from_secs(10), cleanup.run()).await {
-                    Ok(result) => result.map_err(|e| e.to_string()),
-                    Err(_) => Err("took over 10 s".to_owned()),
-                }
-            })
-        })
-        .join();
-        match deleted {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "could not remove the installed webhooks"),
-            Err(_) => tracing::warn!("removing the installed webhooks panicked"),
-        }
-        if let Err(e) = remove_dir(&self.cert_dir) {
-            tracing::warn!(error = %e, "could not remove the webhook certificates");
-        }
-    }
-}
 
 /// The removal half of an install: which objects to delete or revert, and how to reach the
 /// API server from any runtime.
@@ -74,8 +24,18 @@ pub(super) struct Cleanup {
 }
 
 impl Cleanup {
+    /// A client of the API server the webhooks are installed in, on the caller's runtime.
+    pub(super) fn client(&self) -> Result<kube::Client> {
+        kube::Client::try_from(self.config.clone()).map_err(|source| Error::Kube {
+            context: "build a client".to_owned(),
+            source,
+        })
+    }
+
+    /// Deletes the configurations and turns the CRDs' conversion back to `None`, reporting
+    /// the first failure (a configuration already gone is none).
     pub(super) async fn run(&self) -> Result<()> {
-        let client = client(&self.config)?;
+        let client = self.client()?;
         let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
         let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
         let crds: Api<CustomResourceDefinition> = Api::all(client);
@@ -115,8 +75,36 @@ impl Cleanup {
         }
         first_error.map_or(Ok(()), Err)
     }
+
+    /// What [`run`](Self::run) does, on a thread and runtime of its own, within 10 s,
+    /// logging a failure: for a drop, where the caller's runtime may be single-threaded,
+    /// shutting down or absent.
+    pub(super) fn run_detached(&self) {
+        let cleanup = self.clone();
+        // The caller's runtime may be single-threaded, shutting down or absent: a runtime of
+        // our own on a thread of our own works in every case.
+        let deleted = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("could not start a runtime: {e}"))?;
+            runtime.block_on(async {
+                match tokio::time::timeout(Duration::from_secs(10), cleanup.run()).await {
+                    Ok(result) => result.map_err(|e| e.to_string()),
+                    Err(_) => Err("took over 10 s".to_owned()),
+                }
+            })
+        })
+        .join();
+        match deleted {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not remove the installed webhooks"),
+            Err(_) => tracing::warn!("removing the installed webhooks panicked"),
+        }
+    }
 }
 
+/// Removes `dir` and what it holds; one already gone is no error.
 pub(super) fn remove_dir(dir: &Path) -> Result<()> {
     match fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Io {

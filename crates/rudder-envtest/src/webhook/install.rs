@@ -11,17 +11,20 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 
 use super::cleanup::Cleanup;
 use super::probe::Probe;
 use super::rewrite::Rewrite;
-use super::{InstalledWebhooks, WebhookOptions, client};
+use super::{InstalledWebhooks, WebhookOptions};
 use crate::certs::ServingPair;
 use crate::crd::apply_crds;
 use crate::env::{TestEnv, free_ports};
 use crate::error::{Error, Result};
 use crate::namespace::TestNamespace;
+#[cfg(doc)]
+use crate::{NAMESPACE_LABEL, PROBE_LABEL};
 
 impl TestNamespace {
     /// Installs webhooks that only this namespace's objects reach, and returns once the API
@@ -94,6 +97,8 @@ impl TestEnv {
     }
 }
 
+/// Installs `options` (for `namespace`, or the whole cluster) and waits until they are
+/// enforced; what was installed before a failure is removed again.
 async fn install(
     config: &kube::Config,
     namespace: Option<&str>,
@@ -139,29 +144,58 @@ async fn install(
         _refusing: refusing,
         removed: false,
     };
+    write_certificates(&installed.cert_dir, &installed.serving)?;
+    let client = installed.cleanup.client()?;
+    apply_mutating(&mut installed, &client, &rewrite, options.mutating).await?;
+    apply_validating(&mut installed, &client, &rewrite, options.validating).await?;
+    apply_conversions(&mut installed, &client, &rewrite, options.conversion_crds).await?;
+    installed.wait_until_enforced(installed.timeout).await?;
+    tracing::debug!(
+        addr = %installed.addr,
+        configurations = installed.probes.len(),
+        crds = installed.crds.len(),
+        "webhooks installed and enforced"
+    );
+    Ok(installed)
+}
+
+/// Writes `tls.crt`, `tls.key` and `ca.crt` into `dir`.
+fn write_certificates(dir: &Path, serving: &ServingPair) -> Result<()> {
     for (file, text) in [
-        ("tls.crt", &installed.serving.cert),
-        ("tls.key", &installed.serving.key),
-        ("ca.crt", &installed.serving.ca_cert),
+        ("tls.crt", &serving.cert),
+        ("tls.key", &serving.key),
+        ("ca.crt", &serving.ca_cert),
     ] {
-        let path = installed.cert_dir.join(file);
+        let path = dir.join(file);
         fs::write(&path, text).map_err(|source| Error::Io {
             action: "write",
             path,
             source,
         })?;
     }
+    Ok(())
+}
 
-    let client = client(config)?;
-    let params = PatchParams::apply(crate::APPLY_FIELD_MANAGER).force();
-    let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    for cfg in options.mutating {
+/// The apply every install makes: server-side, forced, as envtest's field manager.
+fn apply_params() -> PatchParams {
+    PatchParams::apply(crate::APPLY_FIELD_MANAGER).force()
+}
+
+/// Applies each mutating configuration rewritten with a probe, recording it for removal
+/// before it is sent.
+async fn apply_mutating(
+    installed: &mut InstalledWebhooks,
+    client: &kube::Client,
+    rewrite: &Rewrite,
+    configurations: Vec<MutatingWebhookConfiguration>,
+) -> Result<()> {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    for cfg in configurations {
         let name = rewrite.name("MutatingWebhookConfiguration", &cfg.metadata)?;
         let probe = Probe::new(format!("MutatingWebhookConfiguration {name}"))?;
         let cfg = rewrite.mutating(cfg, &name, &probe);
         installed.cleanup.mutating.push(name.clone());
-        mutating_api
-            .patch(&name, &params, &Patch::Apply(&cfg))
+        api.patch(&name, &apply_params(), &Patch::Apply(&cfg))
             .await
             .map_err(|source| Error::Kube {
                 context: format!("apply MutatingWebhookConfiguration {name}"),
@@ -169,14 +203,23 @@ async fn install(
             })?;
         installed.probes.push(probe);
     }
-    let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    for cfg in options.validating {
+    Ok(())
+}
+
+/// Applies each validating configuration as [`apply_mutating`] does the mutating ones.
+async fn apply_validating(
+    installed: &mut InstalledWebhooks,
+    client: &kube::Client,
+    rewrite: &Rewrite,
+    configurations: Vec<ValidatingWebhookConfiguration>,
+) -> Result<()> {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    for cfg in configurations {
         let name = rewrite.name("ValidatingWebhookConfiguration", &cfg.metadata)?;
         let probe = Probe::new(format!("ValidatingWebhookConfiguration {name}"))?;
         let cfg = rewrite.validating(cfg, &name, &probe);
         installed.cleanup.validating.push(name.clone());
-        validating_api
-            .patch(&name, &params, &Patch::Apply(&cfg))
+        api.patch(&name, &apply_params(), &Patch::Apply(&cfg))
             .await
             .map_err(|source| Error::Kube {
                 context: format!("apply ValidatingWebhookConfiguration {name}"),
@@ -184,8 +227,19 @@ async fn install(
             })?;
         installed.probes.push(probe);
     }
+    Ok(())
+}
+
+/// Applies the CRDs with their conversion pointed at the test's server, recorded for
+/// removal first, and waits until they are established.
+async fn apply_conversions(
+    installed: &mut InstalledWebhooks,
+    client: &kube::Client,
+    rewrite: &Rewrite,
+    conversion_crds: Vec<CustomResourceDefinition>,
+) -> Result<()> {
     let mut crds = Vec::new();
-    for mut crd in options.conversion_crds {
+    for mut crd in conversion_crds {
         let name = crd
             .metadata
             .name
@@ -201,16 +255,9 @@ async fn install(
         crds.push(crd);
     }
     if !crds.is_empty() {
-        apply_crds(&client, crds, timeout).await?;
+        apply_crds(client, crds, installed.timeout).await?;
     }
-    installed.wait_until_enforced(installed.timeout).await?;
-    tracing::debug!(
-        addr = %installed.addr,
-        configurations = installed.probes.len(),
-        crds = installed.crds.len(),
-        "webhooks installed and enforced"
-    );
-    Ok(installed)
+    Ok(())
 }
 
 /// A loopback socket bound to a port of the kernel's choosing but not listening: connecting

@@ -22,22 +22,14 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
+pub use probe::PROBE_LABEL;
+
 use crate::certs::ServingPair;
 use crate::error::{Error, Result};
-use cleanup::Cleanup;
+#[cfg(doc)]
+use crate::namespace::TestNamespace;
+use cleanup::{Cleanup, remove_dir};
 use probe::Probe;
-
-/// The label every [`TestNamespace`] carries, with the namespace's name as its value.
-/// [`TestNamespace::install_webhooks`] scopes webhooks to the namespace with it.
-pub const NAMESPACE_LABEL: &str = "envtest.rudder.rs/namespace";
-
-/// The label of the objects that probe whether the API server enforces an installed
-/// configuration. Installed webhooks never see objects carrying it: each gets
-/// `objectSelector` requirement `envtest.rudder.rs/probe DoesNotExist`.
-pub const PROBE_LABEL: &str = "envtest.rudder.rs/probe";
-
-/// The path the probe webhooks point at (on a port that refuses connections).
-pub(super) const PROBE_PATH: &str = "/rudder-envtest-probe";
 
 /// What a test asks the API server to call: admission webhook configurations and CRDs whose
 /// conversion should go to a webhook. Everything is rewritten to call the test's server on
@@ -154,11 +146,66 @@ impl InstalledWebhooks {
     pub fn conversion_crds(&self) -> &[String] {
         &self.cleanup.crds
     }
+
+    /// Waits until the API server enforces every installed configuration and reports every
+    /// CRD's webhook conversion. The install already did this; call it again after changing
+    /// a configuration behind the install's back, or to check.
+    ///
+    /// It works whether or not the test's server runs. Each installed configuration carries
+    /// one extra webhook of the install's own (named `<token>.probe.envtest.rudder.rs`) that
+    /// selects only ConfigMaps labelled [`PROBE_LABEL`]` = <token>`, points at a port that
+    /// refuses connections, and fails closed. A dry-run create of such a ConfigMap is
+    /// admitted while the API server has not yet seen the configuration, and rejected, with
+    /// a message naming the probe webhook, once it has. The API server reads a configuration
+    /// as one object, so once its probe webhook is called, so are the test's webhooks in it.
+    /// The test's own webhooks never see the probes (they exclude [`PROBE_LABEL`]).
+    ///
+    /// A CRD counts once the stored CRD is established and says `strategy: Webhook` with
+    /// this install's URL. The API server's CRD handler switches to the new converter when
+    /// its own informer sees that, which no request can observe without an object to
+    /// convert, so a conversion within milliseconds of the install could still use the old
+    /// strategy.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WebhookNotEnforced`] after `timeout`, saying what the last check saw;
+    /// [`Error::Kube`] if no client can be built.
+    pub async fn wait_until_enforced(&self, timeout: Duration) -> Result<()> {
+        let client = self.cleanup.client()?;
+        probe::wait_until_enforced(
+            client,
+            &self.probe_namespace,
+            &self.probes,
+            &self.crds,
+            timeout,
+        )
+        .await
+    }
+
+    /// Deletes the configurations, turns the CRDs' conversion back to `None` and removes the
+    /// certificate directory, reporting the first failure (dropping does the same and only
+    /// logs failures).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Kube`] if a request fails (a configuration already gone is not a failure);
+    /// [`Error::Io`] if the directory cannot be removed.
+    pub async fn uninstall(mut self) -> Result<()> {
+        self.removed = true;
+        let deleted = self.cleanup.run().await;
+        let removed = remove_dir(&self.cert_dir);
+        deleted.and(removed)
+    }
 }
 
-pub(super) fn client(config: &kube::Config) -> Result<kube::Client> {
-    kube::Client::try_from(config.clone()).map_err(|source| Error::Kube {
-        context: "build a client".to_owned(),
-        source,
-    })
+impl Drop for InstalledWebhooks {
+    fn drop(&mut self) {
+        if self.removed {
+            return;
+        }
+        self.cleanup.run_detached();
+        if let Err(e) = remove_dir(&self.cert_dir) {
+            tracing::warn!(error = %e, "could not remove the webhook certificates");
+        }
+    }
 }

@@ -5,112 +5,121 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, RuleWithOperations, ValidatingWebhook,
+    MutatingWebhook, RuleWithOperations, ValidatingWebhook, WebhookClientConfig,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ObjectMeta, PostParams};
+use tokio::time::Instant;
 
-use super::rewrite::Rewrite;
-use super::{InstalledWebhooks, PROBE_LABEL, client};
 use crate::crd::is_established;
 use crate::env::random_token;
 use crate::error::{Error, Result};
 use crate::poll::POLL_INTERVAL;
 
-impl InstalledWebhooks {
-    /// Waits until the API server enforces every installed configuration and reports every
-    /// CRD's webhook conversion. The install already did this; call it again after changing
-    /// a configuration behind the install's back, or to check.
-    ///
-    /// It works whether or not the test's server runs. Each installed configuration carries
-    /// one extra webhook of the install's own (named `<token>.probe.envtest.rudder.rs`) that
-    /// selects only ConfigMaps labelled [`PROBE_LABEL`]` = <token>`, points at a port that
-    /// refuses connections, and fails closed. A dry-run create of such a ConfigMap is
-    /// admitted while the API server has not yet seen the configuration, and rejected, with
-    /// a message naming the probe webhook, once it has. The API server reads a configuration
-    /// as one object, so once its probe webhook is called, so are the test's webhooks in it.
-    /// The test's own webhooks never see the probes (they exclude [`PROBE_LABEL`]).
-    ///
-    /// A CRD counts once the stored CRD is established and says `strategy: Webhook` with
-    /// this install's URL. The API server's CRD handler switches to the new converter when
-    /// its own informer sees that, which no request can observe without an object to
-    /// convert, so a conversion within milliseconds of the install could still use the old
-    /// strategy.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::WebhookNotEnforced`] after `timeout`, saying what the last check saw;
-    /// [`Error::Kube`] if no client can be built.
-    pub async fn wait_until_enforced(&self, timeout: Duration) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let client = client(&self.cleanup.config)?;
-        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &self.probe_namespace);
-        for probe in &self.probes {
-            let mut state;
-            loop {
-                state = match configmaps
-                    .create(
-                        &PostParams {
-                            dry_run: true,
-                            ..PostParams::default()
-                        },
-                        &probe.object(),
-                    )
-                    .await
-                {
-                    Err(kube::Error::Api(status)) if status.message.contains(&probe.quoted()) => {
-                        break;
+/// The label of the objects that probe whether the API server enforces an installed
+/// configuration. Installed webhooks never see objects carrying it: each gets
+/// `objectSelector` requirement `envtest.rudder.rs/probe DoesNotExist`.
+pub const PROBE_LABEL: &str = "envtest.rudder.rs/probe";
+
+/// The path the probe webhooks point at (on a port that refuses connections).
+pub(super) const PROBE_PATH: &str = "/rudder-envtest-probe";
+
+/// Waits until every probe in `probes` is called (its dry-run create in `probe_namespace`
+/// rejected naming it) and every CRD in `crds` (name, URL) is established with webhook
+/// conversion at its URL; see `InstalledWebhooks::wait_until_enforced`.
+pub(super) async fn wait_until_enforced(
+    client: kube::Client,
+    probe_namespace: &str,
+    probes: &[Probe],
+    crds: &[(String, String)],
+    timeout: Duration,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), probe_namespace);
+    for probe in probes {
+        wait_for_probe(&configmaps, probe, deadline, timeout).await?;
+    }
+    let api: Api<CustomResourceDefinition> = Api::all(client);
+    for (name, url) in crds {
+        wait_for_conversion(&api, name, url, deadline, timeout).await?;
+    }
+    Ok(())
+}
+
+/// Waits until a dry-run create of `probe`'s object is rejected naming the probe.
+async fn wait_for_probe(
+    configmaps: &Api<ConfigMap>,
+    probe: &Probe,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<()> {
+    loop {
+        let state = match configmaps
+            .create(
+                &PostParams {
+                    dry_run: true,
+                    ..PostParams::default()
+                },
+                &probe.object(),
+            )
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.message.contains(&probe.quoted()) => {
+                return Ok(());
+            }
+            Ok(_) => format!(
+                "a dry-run create that webhook {} selects was admitted without calling it",
+                probe.webhook
+            ),
+            Err(e) => format!("a dry-run create failed otherwise: {e}"),
+        };
+        if Instant::now() >= deadline {
+            return Err(Error::WebhookNotEnforced {
+                name: probe.configuration.clone(),
+                timeout,
+                state,
+            });
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// Waits until CRD `name` is established with webhook conversion at `url`.
+async fn wait_for_conversion(
+    crds: &Api<CustomResourceDefinition>,
+    name: &str,
+    url: &str,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<()> {
+    loop {
+        let state = match crds.get_opt(name).await {
+            Ok(Some(crd)) if !is_established(&crd) => "not established".to_owned(),
+            Ok(Some(crd)) => match crd.spec.conversion {
+                Some(c) if c.strategy == "Webhook" => {
+                    let got = c.webhook.and_then(|w| w.client_config).and_then(|c| c.url);
+                    if got.as_deref() == Some(url) {
+                        return Ok(());
                     }
-                    Ok(_) => format!(
-                        "a dry-run create that webhook {} selects was admitted without calling it",
-                        probe.webhook
-                    ),
-                    Err(e) => format!("a dry-run create failed otherwise: {e}"),
-                };
-                if tokio::time::Instant::now() >= deadline {
-                    return Err(Error::WebhookNotEnforced {
-                        name: probe.configuration.clone(),
-                        timeout,
-                        state,
-                    });
+                    format!("its conversion webhook is {got:?}, not {url}")
                 }
-                tokio::time::sleep(POLL_INTERVAL).await;
-            }
-        }
-        let crds: Api<CustomResourceDefinition> = Api::all(client);
-        for (name, url) in &self.crds {
-            let mut state;
-            loop {
-                state = match crds.get_opt(name).await {
-                    Ok(Some(crd)) if !is_established(&crd) => "not established".to_owned(),
-                    Ok(Some(crd)) => match crd.spec.conversion {
-                        Some(c) if c.strategy == "Webhook" => {
-                            let got = c.webhook.and_then(|w| w.client_config).and_then(|c| c.url);
-                            if got.as_deref() == Some(url.as_str()) {
-                                break;
-                            }
-                            format!("its conversion webhook is {got:?}, not {url}")
-                        }
-                        other => {
-                            format!("its conversion strategy is {:?}", other.map(|c| c.strategy))
-                        }
-                    },
-                    Ok(None) => "not found".to_owned(),
-                    Err(e) => format!("could not read it: {e}"),
-                };
-                if tokio::time::Instant::now() >= deadline {
-                    return Err(Error::WebhookNotEnforced {
-                        name: format!("CustomResourceDefinition {name}"),
-                        timeout,
-                        state,
-                    });
+                other => {
+                    format!("its conversion strategy is {:?}", other.map(|c| c.strategy))
                 }
-                tokio::time::sleep(POLL_INTERVAL).await;
-            }
+            },
+            Ok(None) => "not found".to_owned(),
+            Err(e) => format!("could not read it: {e}"),
+        };
+        if Instant::now() >= deadline {
+            return Err(Error::WebhookNotEnforced {
+                name: format!("CustomResourceDefinition {name}"),
+                timeout,
+                state,
+            });
         }
-        Ok(())
+        tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
 
@@ -134,7 +143,7 @@ impl Probe {
     }
 
     /// The webhook's name as the API server quotes it in a failure.
-    pub(super) fn quoted(&self) -> String {
+    fn quoted(&self) -> String {
         format!("\"{}\"", self.webhook)
     }
 
@@ -153,7 +162,7 @@ impl Probe {
         }
     }
 
-    pub(super) fn selector(&self) -> LabelSelector {
+    fn selector(&self) -> LabelSelector {
         LabelSelector {
             match_labels: Some(BTreeMap::from([(
                 PROBE_LABEL.to_owned(),
@@ -163,7 +172,7 @@ impl Probe {
         }
     }
 
-    pub(super) fn rules() -> Vec<RuleWithOperations> {
+    fn rules() -> Vec<RuleWithOperations> {
         vec![RuleWithOperations {
             api_groups: Some(vec![String::new()]),
             api_versions: Some(vec!["v1".to_owned()]),
@@ -173,10 +182,10 @@ impl Probe {
         }]
     }
 
-    pub(super) fn mutating(&self, rewrite: &Rewrite) -> MutatingWebhook {
+    pub(super) fn mutating(&self, client_config: WebhookClientConfig) -> MutatingWebhook {
         MutatingWebhook {
             name: self.webhook.clone(),
-            client_config: rewrite.probe_client_config(),
+            client_config,
             rules: Some(Self::rules()),
             object_selector: Some(self.selector()),
             failure_policy: Some("Fail".to_owned()),
@@ -189,10 +198,10 @@ impl Probe {
         }
     }
 
-    pub(super) fn validating(&self, rewrite: &Rewrite) -> ValidatingWebhook {
+    pub(super) fn validating(&self, client_config: WebhookClientConfig) -> ValidatingWebhook {
         ValidatingWebhook {
             name: self.webhook.clone(),
-            client_config: rewrite.probe_client_config(),
+            client_config,
             rules: Some(Self::rules()),
             object_selector: Some(self.selector()),
             failure_policy: Some("Fail".to_owned()),

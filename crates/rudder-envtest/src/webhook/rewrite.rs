@@ -12,9 +12,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::ObjectMeta;
 
-use super::probe::Probe;
-use super::{NAMESPACE_LABEL, PROBE_LABEL, PROBE_PATH};
+use super::probe::{PROBE_LABEL, PROBE_PATH, Probe};
 use crate::error::{Error, Result};
+use crate::namespace::NAMESPACE_LABEL;
 
 /// How an install rewrites what the test gave it.
 pub(super) struct Rewrite {
@@ -27,7 +27,7 @@ pub(super) struct Rewrite {
 }
 
 impl Rewrite {
-    pub(super) fn client_config(&self, given: &WebhookClientConfig) -> WebhookClientConfig {
+    fn client_config(&self, given: &WebhookClientConfig) -> WebhookClientConfig {
         let path = given
             .service
             .as_ref()
@@ -41,7 +41,7 @@ impl Rewrite {
         }
     }
 
-    pub(super) fn probe_client_config(&self) -> WebhookClientConfig {
+    fn probe_client_config(&self) -> WebhookClientConfig {
         WebhookClientConfig {
             url: Some(format!("{}{PROBE_PATH}", self.probe_base)),
             ca_bundle: Some(self.ca_bundle.clone()),
@@ -70,7 +70,7 @@ impl Rewrite {
         })
     }
 
-    pub(super) fn scope(
+    fn scope(
         &self,
         namespace_selector: &mut Option<LabelSelector>,
         object_selector: &mut Option<LabelSelector>,
@@ -108,7 +108,7 @@ impl Rewrite {
         }
         cfg.webhooks
             .get_or_insert_with(Vec::new)
-            .push(probe.mutating(self));
+            .push(probe.mutating(self.probe_client_config()));
         cfg.metadata.name = Some(name.to_owned());
         clear_server_fields(&mut cfg.metadata);
         cfg
@@ -127,7 +127,7 @@ impl Rewrite {
         }
         cfg.webhooks
             .get_or_insert_with(Vec::new)
-            .push(probe.validating(self));
+            .push(probe.validating(self.probe_client_config()));
         cfg.metadata.name = Some(name.to_owned());
         clear_server_fields(&mut cfg.metadata);
         cfg

@@ -19,6 +19,8 @@ use super::options::{
 use super::{Bound, Manager, SyncProbes};
 use crate::health::{HealthChecks, Probe, check};
 use crate::leader_election::{LeaderElection, LeaderElectionConfig};
+#[cfg(doc)]
+use {super::Error, rudder_controller::LeaderGate};
 
 /// Builds a [`Manager`].
 pub struct ManagerBuilder {

@@ -1,9 +1,11 @@
-//! The errors of a manager's two entry points: [`ManagerBuilder::build`](super::ManagerBuilder::build)
-//! and [`Manager::start`](super::Manager::start).
+//! The errors of a manager's two entry points, [`ManagerBuilder::build`] and
+//! [`Manager::start`].
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+#[cfg(doc)]
+use super::{Manager, ManagerBuilder};
 use crate::leader_election::{ConfigError, Error as ElectionError};
 use crate::runnable::BoxError;
 

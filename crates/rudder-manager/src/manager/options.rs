@@ -4,6 +4,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(doc)]
+use super::{Error, ManagerBuilder};
+
 /// The default address of `/healthz` and `/readyz` (all interfaces: the kubelet probes the
 /// pod's IP).
 pub const DEFAULT_HEALTH_ADDRESS: SocketAddr =
@@ -20,7 +23,7 @@ pub const DEFAULT_GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(30);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GracefulShutdown {
     /// Up to this long: the deadline handed to every runnable is the stop's start plus
-    /// this; what still runs then is aborted and `start` reports [`Error::ShutdownTimeout`](super::Error::ShutdownTimeout)
+    /// this; what still runs then is aborted and `start` reports [`Error::ShutdownTimeout`]
     /// naming it.
     After(Duration),
     /// Not at all: runnables are told to stop with a deadline of now (controllers cancel
