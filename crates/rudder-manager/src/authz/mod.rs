@@ -15,5 +15,6 @@ mod service;
 pub(crate) use options::MetricsCertificate;
 pub use options::{
     AuthStats, DEFAULT_ALLOWED_TTL, DEFAULT_CACHE_CAPACITY, DEFAULT_DENIED_TTL,
-    DEFAULT_REVIEW_TIMEOUT, MAX_TOKEN_LENGTH, SecureMetrics,
+    DEFAULT_REVIEW_TIMEOUT, SecureMetrics,
 };
+pub use service::MAX_TOKEN_LENGTH;

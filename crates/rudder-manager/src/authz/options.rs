@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use rudder_webhook::{CertificateStore, DEFAULT_CERT_NAME, DEFAULT_KEY_NAME};
 
+#[cfg(doc)]
+use super::service::MAX_TOKEN_LENGTH;
 use super::service::{Auth, Authorized, SharedState};
 
 /// by default.
@@ -21,10 +23,6 @@ pub const DEFAULT_CACHE_CAPACITY: usize = 1024;
 /// How long a TokenReview or SubjectAccessReview may take before the request is answered
 /// `503` by default.
 pub const DEFAULT_REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
-/// The longest bearer token sent to the API server for review; a longer one is refused
-/// (`401`) without a review. Service account tokens are about 1 KiB, OIDC tokens a few.
-pub const MAX_TOKEN_LENGTH: usize = 16 * 1024;
-
 /// Serves `/metrics` (and the extra handlers) over HTTPS to callers the API server
 /// authenticates and authorizes, as controller-runtime's
 /// `metrics/filters.WithAuthenticationAndAuthorization` does; set it with

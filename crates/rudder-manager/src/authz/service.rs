@@ -16,8 +16,11 @@ use hyper::body::Bytes;
 use rudder_server::Body;
 
 use super::cache::DecisionCache;
-use super::options::MAX_TOKEN_LENGTH;
 use super::review::{AccessKey, Authn, ReviewError, review_access, review_token};
+
+/// The longest bearer token sent to the API server for review; a longer one is refused
+/// (`401`) without a review. Service account tokens are about 1 KiB, OIDC tokens a few.
+pub const MAX_TOKEN_LENGTH: usize = 16 * 1024;
 
 /// The state every clone of one [`SecureMetrics`] shares: the caches and the counters.
 #[derive(Debug)]
