@@ -117,6 +117,7 @@
 //! |---|---|---|
 //! | `metrics` | no | `MetricsCrateProvider`, reporting through the `metrics` crate |
 
+mod clock;
 mod item;
 pub mod metrics;
 #[cfg(feature = "metrics")]
