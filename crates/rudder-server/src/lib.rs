@@ -110,6 +110,7 @@
 //! identity.
 
 mod acceptor;
+mod activity;
 mod body;
 mod connection;
 mod fd_limit;

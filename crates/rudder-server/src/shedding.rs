@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::connection::{Activity, Idleness};
+use crate::activity::{Activity, Idleness};
 
 /// Every open connection's [`Activity`], by an id of its own.
 #[derive(Debug, Default)]
