@@ -17,8 +17,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::admission::panic_message;
+use crate::error::{RegisterError, Rejection};
 use crate::metrics;
-use crate::server::{RegisterError, Rejection};
 
 /// One version (a spoke) of a kind that converts to and from the kind's hub version `H`.
 ///

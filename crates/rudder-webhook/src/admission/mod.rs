@@ -25,8 +25,8 @@ pub use self::defaulter::{Defaulter, Defaulting};
 pub use self::denial::{Denial, FieldError, Warnings};
 pub use self::patch::defaulting_patch;
 pub use self::validator::{Validating, Validator};
+use crate::error::Rejection;
 use crate::metrics;
-use crate::server::Rejection;
 
 /// The admission review API version answered when a request's is unknown.
 pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
