@@ -21,8 +21,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::InjectTargets;
-use crate::source::{ErrorChain, FIELD_MANAGER};
+use crate::config::{FIELD_MANAGER, InjectTargets};
+use crate::source::ErrorChain;
 
 /// The first wait after a failed or conflicting write; doubles up to [`BACKOFF_MAX`].
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
