@@ -24,8 +24,8 @@ mod reader;
 mod registry;
 mod scope;
 
-pub use options::{ByObject, CacheBuilder, DEFAULT_SYNC_TIMEOUT};
-pub use scope::{ApiScope, ListOptions, Scope};
+pub use options::{CacheBuilder, DEFAULT_SYNC_TIMEOUT};
+pub use scope::{ApiScope, ByObject, ListOptions, Scope};
 
 use registry::{InformerKey, Inner, TypeKey};
 
