@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
 
 use super::Informer;
-use super::watch_task::record_panic;
+use super::record_panic;
 use crate::store::ObjectKey;
 
 /// What a handler is told.

@@ -6,21 +6,61 @@ use std::collections::hash_map::RandomState;
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::pin::pin;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt};
 use kube::Resource;
 use kube_runtime::watcher;
+use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use super::Shared;
 use super::subscribers::{Event, send};
+use super::{Informer, Shared, Stats, count_panic, record_panic};
 use crate::lenient::{Lenient, Malformed};
-use crate::store::{Applied, IndexPanic, ObjectKey};
+use crate::store::{Applied, IndexPanic, ObjectKey, Store};
 use crate::transform::Transform;
 use crate::unwind;
+
+/// Starts an informer's task on `stream`.
+pub(crate) fn start_on<K, S>(
+    resource: String,
+    stream: S,
+    transform: Option<Transform<K>>,
+    resync: Option<Duration>,
+    token: CancellationToken,
+    tracker: TaskTracker,
+) -> Informer<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    S: Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send + 'static,
+{
+    let (synced, _) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        resource,
+        store: Store::new(),
+        subscribers: Mutex::new(Vec::new()),
+        synced,
+        running: AtomicBool::new(true),
+        failed: AtomicBool::new(false),
+        stats: Stats::default(),
+        token,
+        tracker,
+    });
+    let task = supervise(
+        Arc::clone(&shared),
+        run(Arc::clone(&shared), stream, transform, resync),
+    );
+    shared.tracker.spawn(task);
+    let handles = Arc::new(shared.token.clone().drop_guard());
+    Informer {
+        shared,
+        _handles: handles,
+    }
+}
 
 /// Runs the watch loop `run` and, however it ends, ends every subscriber's stream and
 /// marks the informer not running. A panic that escapes it (none from user code: index
@@ -316,34 +356,6 @@ fn record_index_panic<K>(shared: &Shared<K>, panic: &IndexPanic) {
         "an index function panicked; skipping the object"
     );
     count_panic(shared, "index");
-}
-
-pub(super) fn record_panic<K>(
-    shared: &Shared<K>,
-    function: &'static str,
-    key: &ObjectKey,
-    message: &str,
-) {
-    tracing::error!(
-        resource = %shared.resource,
-        object = %key,
-        panic = %message,
-        "a {function} panicked; skipping the object"
-    );
-    count_panic(shared, function);
-}
-
-fn count_panic<K>(shared: &Shared<K>, function: &'static str) {
-    shared.stats.panics.fetch_add(1, Ordering::Relaxed);
-    #[cfg(feature = "metrics")]
-    metrics::counter!(
-        crate::metrics::PANICS_TOTAL,
-        "resource" => shared.resource.clone(),
-        "function" => function
-    )
-    .increment(1);
-    #[cfg(not(feature = "metrics"))]
-    let _ = function;
 }
 
 fn record_error<K>(shared: &Shared<K>, err: &watcher::Error) {
