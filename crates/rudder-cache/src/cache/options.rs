@@ -13,9 +13,25 @@ use tokio_util::task::TaskTracker;
 use super::Cache;
 use super::registry::{Inner, TypeKey};
 use super::scope::ByObject;
+use crate::informer::DEFAULT_RESYNC;
 
 /// How long the reader waits for a new informer's first list by default.
 pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Cache {
+    /// A builder with the defaults: all namespaces, [`strip_managed_fields`](crate::strip_managed_fields), resync every
+    /// 10 hours with jitter, informers started on demand.
+    pub fn builder(client: Client) -> CacheBuilder {
+        CacheBuilder {
+            client,
+            default_namespaces: Vec::new(),
+            by_object: HashMap::new(),
+            resync: Some(DEFAULT_RESYNC),
+            fail_on_missing_informer: false,
+            sync_timeout: DEFAULT_SYNC_TIMEOUT,
+        }
+    }
+}
 
 /// Builds a [`Cache`]; see [`Cache::builder`].
 pub struct CacheBuilder {
