@@ -143,6 +143,9 @@ impl ModuleTree {
         self.modules.entry(module.clone()).or_default().file = file.to_path_buf();
         let mut depth = 0usize;
         let mut cfg_test = false;
+        // Names this file re-exports, and every bare name it uses.
+        let mut reexported: Vec<(String, Reference)> = Vec::new();
+        let mut used: BTreeSet<String> = BTreeSet::new();
         let mut i = 0;
         while i < tokens.len() {
             let (current, body_depth) = match scopes.last() {
@@ -204,16 +207,19 @@ impl ModuleTree {
                     let mut items = Vec::new();
                     parse_use_tree(&tokens[i + 1..end], &[], &mut items);
                     // A re-export (`pub use`) passes a name on for others; it is followed
-                    // when they are resolved, and is not itself an import.
+                    // when they are resolved, and is an import only if this file uses the
+                    // name itself.
                     let reexport = is_public(tokens, i);
-                    for item in items.iter().filter(|_| !reexport) {
-                        self.references.push((
-                            file.to_path_buf(),
-                            Reference {
-                                module: current.clone(),
-                                segments: item.segments.clone(),
-                            },
-                        ));
+                    for item in &items {
+                        let reference = Reference {
+                            module: current.clone(),
+                            segments: item.segments.clone(),
+                        };
+                        match (&item.binding, reexport) {
+                            (_, false) => self.references.push((file.to_path_buf(), reference)),
+                            (Some(name), true) => reexported.push((name.clone(), reference)),
+                            (None, true) => {}
+                        }
                     }
                     if at_module_level {
                         self.modules
@@ -247,10 +253,16 @@ impl ModuleTree {
                         i = end;
                         continue;
                     }
+                    used.insert(first.clone());
                 }
                 _ => {}
             }
             i += 1;
+        }
+        for (name, reference) in reexported {
+            if used.contains(&name) {
+                self.references.push((file.to_path_buf(), reference));
+            }
         }
         declared
     }
@@ -278,7 +290,17 @@ impl ModuleTree {
         if hops > 16 {
             return None;
         }
-        let (start, rest) = self.start_of(module, segments, hops)?;
+        let Some((start, rest)) = self.start_of(module, segments, hops) else {
+            // A path through an imported item (`Type::new`) leads to the item's file.
+            let first = segments.first()?;
+            let import = self
+                .modules
+                .get(module)?
+                .uses
+                .iter()
+                .find(|item| item.binding.as_deref() == Some(first.as_str()))?;
+            return self.resolve(module, &import.segments, hops + 1);
+        };
         let mut current = start;
         let mut index = 0;
         while let Some(segment) = rest.get(index) {
@@ -905,6 +927,28 @@ mod tests {
                     "src/a.rs",
                     "use crate::{Nanos, a as _};\npub struct A(Nanos);\npub fn make() -> A { A(0) }\n",
                 ),
+            ],
+        );
+        assert_eq!(
+            names(import_cycles(&scratch.0)),
+            vec![vec!["a.rs", "lib.rs"]]
+        );
+    }
+
+    #[test]
+    fn a_re_export_the_file_uses_itself_is_an_import() {
+        let scratch = Scratch::new(
+            "reexport-used",
+            &[
+                (
+                    "src/lib.rs",
+                    "mod a;\nmod b;\npub use a::Event;\npub struct Holder(Vec<Event>);\n",
+                ),
+                (
+                    "src/a.rs",
+                    "pub struct Event;\nfn f(_: &crate::Holder) {}\n",
+                ),
+                ("src/b.rs", "pub use crate::a::Event as Unused;\n"),
             ],
         );
         assert_eq!(
