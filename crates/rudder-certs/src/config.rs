@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+/// The field manager of every write this crate makes.
+pub(crate) const FIELD_MANAGER: &str = "rudder-certs";
+
 /// How long the CA is valid by default: ten years.
 pub const DEFAULT_CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// How long a serving certificate is valid by default: one year.

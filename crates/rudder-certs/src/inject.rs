@@ -21,8 +21,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::InjectTargets;
-use crate::source::{ErrorChain, FIELD_MANAGER};
+use crate::config::{FIELD_MANAGER, InjectTargets};
+use crate::source::ErrorChain;
 
 /// The first wait after a failed or conflicting write; doubles up to [`BACKOFF_MAX`].
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -51,6 +51,30 @@ pub(crate) async fn run(
     mut bundle: watch::Receiver<Option<String>>,
     cancel: CancellationToken,
 ) {
+    let targets = targets_of(&client, &targets);
+    let mut events = watch_all(&targets);
+    let mut due = Due::all(targets.len());
+    loop {
+        let want = bundle.borrow().as_deref().map(encode);
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            changed = bundle.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                due = Due::all(targets.len());
+            }
+            Some((i, event)) = events.next() => due.observe(i, &targets[i], event, want.as_deref()),
+            () = tokio::time::sleep_until(due.at), if !due.pending.is_empty() && want.is_some() => {
+                let Some(want) = want else { continue };
+                due.inject(&targets, &want).await;
+            }
+        }
+    }
+}
+
+/// One [`Target`] per configured name, in the order mutating, validating, CRDs.
+fn targets_of(client: &Client, targets: &InjectTargets) -> Vec<Target> {
     let mut all = Vec::new();
     for (kind, label, ar, names) in [
         (
@@ -81,7 +105,14 @@ pub(crate) async fn run(
             });
         }
     }
-    let targets = all;
+    all
+}
+
+/// The events of every target's field-selected watch, each with the target's index.
+fn watch_all(
+    targets: &[Target],
+) -> futures::stream::SelectAll<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>>
+{
     let streams: Vec<BoxStream<'static, _>> = targets
         .iter()
         .enumerate()
@@ -93,67 +124,78 @@ pub(crate) async fn run(
                 .boxed()
         })
         .collect();
-    let mut events = futures::stream::select_all(streams);
-    let mut pending: BTreeSet<usize> = (0..targets.len()).collect();
-    let mut retry_at = Instant::now();
-    let mut backoff = BACKOFF_MIN;
-    loop {
-        let want = bundle.borrow().as_deref().map(encode);
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            changed = bundle.changed() => {
-                if changed.is_err() {
-                    return;
+    futures::stream::select_all(streams)
+}
+
+/// Which targets are due an injection, when, and the backoff after failures.
+struct Due {
+    pending: BTreeSet<usize>,
+    at: Instant,
+    backoff: Duration,
+}
+
+impl Due {
+    /// Every one of `count` targets, due now.
+    fn all(count: usize) -> Self {
+        Self {
+            pending: (0..count).collect(),
+            at: Instant::now(),
+            backoff: BACKOFF_MIN,
+        }
+    }
+
+    /// Target `i` was seen: due now if its bundle differs from `want`.
+    fn observe(
+        &mut self,
+        i: usize,
+        target: &Target,
+        event: watcher::Result<Event<DynamicObject>>,
+        want: Option<&str>,
+    ) {
+        match event {
+            Ok(Event::Apply(object) | Event::InitApply(object)) => {
+                let mut data = object.data;
+                let differs = want.is_some_and(|want| set_bundle(target.kind, &mut data, want));
+                if differs && self.pending.insert(i) {
+                    tracing::info!(kind = target.label, name = %target.name, "caBundle differs from the Secret's; injecting");
+                    self.at = self.at.min(Instant::now());
                 }
-                pending = (0..targets.len()).collect();
-                retry_at = Instant::now();
-                backoff = BACKOFF_MIN;
             }
-            Some((i, event)) = events.next() => match event {
-                Ok(Event::Apply(object) | Event::InitApply(object)) => {
-                    let target = &targets[i];
-                    let mut data = object.data;
-                    let differs = want
-                        .as_ref()
-                        .is_some_and(|want| set_bundle(target.kind, &mut data, want));
-                    if differs && pending.insert(i) {
-                        tracing::info!(kind = target.label, name = %target.name, "caBundle differs from the Secret's; injecting");
-                        retry_at = retry_at.min(Instant::now());
-                    }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(kind = target.label, name = %target.name, error = %ErrorChain(&error), "watch failed; retrying");
+            }
+        }
+    }
+
+    /// Injects `want` into every pending target; those that conflict or fail stay pending,
+    /// due after the backoff, which doubles.
+    async fn inject(&mut self, targets: &[Target], want: &str) {
+        let mut failed = false;
+        for i in std::mem::take(&mut self.pending) {
+            let target = &targets[i];
+            match inject(target, want).await {
+                Ok(true) => {
+                    tracing::info!(kind = target.label, name = %target.name, "injected the CA bundle");
                 }
-                Ok(_) => {}
+                Ok(false) => {}
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    tracing::debug!(kind = target.label, name = %target.name, "conflict injecting the CA bundle; retrying");
+                    self.pending.insert(i);
+                    failed = true;
+                }
                 Err(error) => {
-                    let target = &targets[i];
-                    tracing::warn!(kind = target.label, name = %target.name, error = %ErrorChain(&error), "watch failed; retrying");
-                }
-            },
-            () = tokio::time::sleep_until(retry_at), if !pending.is_empty() && want.is_some() => {
-                let Some(want) = want else { continue };
-                let mut failed = false;
-                for i in std::mem::take(&mut pending) {
-                    let target = &targets[i];
-                    match inject(target, &want).await {
-                        Ok(true) => tracing::info!(kind = target.label, name = %target.name, "injected the CA bundle"),
-                        Ok(false) => {}
-                        Err(kube::Error::Api(status)) if status.code == 409 => {
-                            tracing::debug!(kind = target.label, name = %target.name, "conflict injecting the CA bundle; retrying");
-                            pending.insert(i);
-                            failed = true;
-                        }
-                        Err(error) => {
-                            tracing::warn!(kind = target.label, name = %target.name, error = %ErrorChain(&error), retry_in = ?backoff, "cannot inject the CA bundle; retrying");
-                            pending.insert(i);
-                            failed = true;
-                        }
-                    }
-                }
-                if failed {
-                    retry_at = Instant::now() + backoff;
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
-                } else {
-                    backoff = BACKOFF_MIN;
+                    tracing::warn!(kind = target.label, name = %target.name, error = %ErrorChain(&error), retry_in = ?self.backoff, "cannot inject the CA bundle; retrying");
+                    self.pending.insert(i);
+                    failed = true;
                 }
             }
+        }
+        if failed {
+            self.at = Instant::now() + self.backoff;
+            self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+        } else {
+            self.backoff = BACKOFF_MIN;
         }
     }
 }

@@ -18,13 +18,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::SelfSignedConfig;
+use crate::config::{FIELD_MANAGER, SelfSignedConfig};
 use crate::error::{Error, Result};
 use crate::inject;
 use crate::material::{Material, Plan};
-
-/// The field manager of every write this crate makes.
-pub(crate) const FIELD_MANAGER: &str = "rudder-certs";
 
 /// The shortest wait before a failed check is tried again; it doubles up to the check
 /// interval (at most a minute).

@@ -421,70 +421,18 @@ impl TestEnv {
         node_bins: Option<&NodeBinaries>,
         watchdog: &mut Watchdog,
     ) -> Result<()> {
-        let dir = self.dir.clone();
-        let logs = dir.join("logs");
-        let certs_dir = dir.join("certs");
-        for d in [&logs, &certs_dir, &dir.join("etcd")] {
-            fs::create_dir_all(d).map_err(|source| Error::Io {
-                action: "create",
-                path: (*d).clone(),
-                source,
-            })?;
-        }
-        let certs = Certs::generate().map_err(Error::Certificates)?;
-        let token = random_token()?;
-        let file = |name: &str, text: &str| -> Result<String> {
-            let path = certs_dir.join(name);
-            fs::write(&path, text).map_err(|source| Error::Io {
-                action: "write",
-                path: path.clone(),
-                source,
-            })?;
-            Ok(path.display().to_string())
-        };
-        let ca = file("ca.crt", &certs.ca_cert)?;
-        let tls_cert = file("apiserver.crt", &certs.serving_cert)?;
-        let tls_key = file("apiserver.key", &certs.serving_key)?;
-        let sa_key = file("sa.key", &certs.sa_key)?;
-        let sa_pub = file("sa.pub", &certs.sa_pub)?;
-        let tokens = file(
-            "tokens.csv",
-            &format!("{token},admin,admin,system:masters\n"),
-        )?;
-
+        let logs = self.dir.join("logs");
+        let files = self.write_certificates(&logs)?;
         let [etcd_port, peer_port, api_port] = free_ports()?;
 
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-        let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let etcd_args = vec![
-            format!("--data-dir={}", dir.join("etcd").display()),
-            format!("--listen-client-urls={etcd_url}"),
-            format!("--advertise-client-urls={etcd_url}"),
-            format!("--listen-peer-urls={peer_url}"),
-            format!("--initial-advertise-peer-urls={peer_url}"),
-            format!("--initial-cluster=default={peer_url}"),
-        ];
+        let etcd_args = etcd_args(&self.dir, &etcd_url, peer_port);
         let etcd = Process::spawn(ETCD, etcd_bin, &etcd_args, logs.join("etcd.log"), watchdog)?;
         self.processes.push(etcd);
         self.wait_for_port(0, etcd_port, opts.start_timeout).await?;
 
         let server = format!("https://127.0.0.1:{api_port}");
-        let mut api_args = vec![
-            format!("--etcd-servers={etcd_url}"),
-            format!("--secure-port={api_port}"),
-            "--bind-address=127.0.0.1".to_owned(),
-            format!("--tls-cert-file={tls_cert}"),
-            format!("--tls-private-key-file={tls_key}"),
-            format!("--client-ca-file={ca}"),
-            format!("--token-auth-file={tokens}"),
-            format!("--service-account-issuer={server}"),
-            format!("--service-account-key-file={sa_pub}"),
-            format!("--service-account-signing-key-file={sa_key}"),
-            "--authorization-mode=RBAC".to_owned(),
-            "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
-            "--disable-admission-plugins=ServiceAccount".to_owned(),
-            "--allow-privileged=true".to_owned(),
-        ];
+        let mut api_args = apiserver_args(&etcd_url, api_port, &server, &files);
         if node_bins.is_some() {
             // That plugin taints every new node `not-ready` until the node lifecycle
             // controller sees it Ready; that controller does not run here, and KWOK's nodes
@@ -503,48 +451,15 @@ impl TestEnv {
             watchdog,
         )?;
         self.processes.push(apiserver);
-
-        let kubeconfig_text = kubeconfig_yaml(&server, &ca, &token);
-        fs::write(&self.kubeconfig, &kubeconfig_text).map_err(|source| Error::Io {
-            action: "write the kubeconfig",
-            path: self.kubeconfig.clone(),
-            source,
-        })?;
-        let kubeconfig = Kubeconfig::from_yaml(&kubeconfig_text).map_err(Error::Kubeconfig)?;
-        self.config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(Error::Kubeconfig)?;
-        self.wait_for_readyz(1, opts.start_timeout).await?;
-        self.wait_for_default_namespace(1, opts.start_timeout)
-            .await?;
+        self.connect(&server, &files, opts.start_timeout).await?;
 
         if let Some(cm_bin) = cm_bin {
-            let mut cm_args = vec![
-                format!("--kubeconfig={}", self.kubeconfig.display()),
-                "--controllers=garbagecollector,namespace".to_owned(),
-                "--leader-elect=false".to_owned(),
-                "--secure-port=0".to_owned(),
-            ];
-            // It may come from elsewhere than the API server, so ask it for its own version.
-            cm_args.extend(controller_manager_version_flags(&binaries::kube_version(
-                cm_bin,
-            )?));
-            let cm = Process::spawn(
-                KUBE_CONTROLLER_MANAGER,
-                cm_bin,
-                &cm_args,
-                logs.join("kube-controller-manager.log"),
-                watchdog,
-            )?;
-            self.processes.push(cm);
+            self.start_controller_manager(cm_bin, &logs, watchdog)?;
         }
-
         if let Some(bins) = node_bins {
             self.start_nodes(bins, opts.nodes, &logs, opts.start_timeout, watchdog)
                 .await?;
         }
-
         if !opts.crds.is_empty() {
             self.install_crds(opts.crds.iter().cloned()).await?;
         }
@@ -555,6 +470,89 @@ impl TestEnv {
                 return Err(p.not_ready(format!("exited with {status}")));
             }
         }
+        Ok(())
+    }
+
+    /// Makes the control plane's directories (logs, certificates, etcd's data) and writes
+    /// a fresh CA, serving pair, service-account keys and admin token into them.
+    fn write_certificates(&self, logs: &Path) -> Result<CertFiles> {
+        let certs_dir = self.dir.join("certs");
+        for d in [logs, &certs_dir, &self.dir.join("etcd")] {
+            fs::create_dir_all(d).map_err(|source| Error::Io {
+                action: "create",
+                path: d.to_path_buf(),
+                source,
+            })?;
+        }
+        let certs = Certs::generate().map_err(Error::Certificates)?;
+        let token = random_token()?;
+        let file = |name: &str, text: &str| -> Result<String> {
+            let path = certs_dir.join(name);
+            fs::write(&path, text).map_err(|source| Error::Io {
+                action: "write",
+                path: path.clone(),
+                source,
+            })?;
+            Ok(path.display().to_string())
+        };
+        Ok(CertFiles {
+            ca: file("ca.crt", &certs.ca_cert)?,
+            tls_cert: file("apiserver.crt", &certs.serving_cert)?,
+            tls_key: file("apiserver.key", &certs.serving_key)?,
+            sa_key: file("sa.key", &certs.sa_key)?,
+            sa_pub: file("sa.pub", &certs.sa_pub)?,
+            tokens: file(
+                "tokens.csv",
+                &format!("{token},admin,admin,system:masters\n"),
+            )?,
+            token,
+        })
+    }
+
+    /// Writes the kubeconfig for `server`, loads it as the environment's config, and waits
+    /// until the API server is ready and has the `default` namespace.
+    async fn connect(&mut self, server: &str, files: &CertFiles, timeout: Duration) -> Result<()> {
+        let kubeconfig_text = kubeconfig_yaml(server, &files.ca, &files.token);
+        fs::write(&self.kubeconfig, &kubeconfig_text).map_err(|source| Error::Io {
+            action: "write the kubeconfig",
+            path: self.kubeconfig.clone(),
+            source,
+        })?;
+        let kubeconfig = Kubeconfig::from_yaml(&kubeconfig_text).map_err(Error::Kubeconfig)?;
+        self.config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(Error::Kubeconfig)?;
+        self.wait_for_readyz(1, timeout).await?;
+        self.wait_for_default_namespace(1, timeout).await
+    }
+
+    /// Starts kube-controller-manager with only the garbage collector and namespace
+    /// controllers.
+    fn start_controller_manager(
+        &mut self,
+        cm_bin: &Path,
+        logs: &Path,
+        watchdog: &mut Watchdog,
+    ) -> Result<()> {
+        let mut cm_args = vec![
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+            "--controllers=garbagecollector,namespace".to_owned(),
+            "--leader-elect=false".to_owned(),
+            "--secure-port=0".to_owned(),
+        ];
+        // It may come from elsewhere than the API server, so ask it for its own version.
+        cm_args.extend(controller_manager_version_flags(&binaries::kube_version(
+            cm_bin,
+        )?));
+        let cm = Process::spawn(
+            KUBE_CONTROLLER_MANAGER,
+            cm_bin,
+            &cm_args,
+            logs.join("kube-controller-manager.log"),
+            watchdog,
+        )?;
+        self.processes.push(cm);
         Ok(())
     }
 
@@ -848,6 +846,52 @@ pub(crate) fn random_token() -> Result<String> {
             source,
         })?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The files `boot` wrote for the API server, as the paths its flags take, and the admin
+/// token.
+struct CertFiles {
+    ca: String,
+    tls_cert: String,
+    tls_key: String,
+    sa_key: String,
+    sa_pub: String,
+    tokens: String,
+    token: String,
+}
+
+/// etcd's flags: its data in `dir`, clients at `etcd_url`, peers on `peer_port`.
+fn etcd_args(dir: &Path, etcd_url: &str, peer_port: u16) -> Vec<String> {
+    let peer_url = format!("http://127.0.0.1:{peer_port}");
+    vec![
+        format!("--data-dir={}", dir.join("etcd").display()),
+        format!("--listen-client-urls={etcd_url}"),
+        format!("--advertise-client-urls={etcd_url}"),
+        format!("--listen-peer-urls={peer_url}"),
+        format!("--initial-advertise-peer-urls={peer_url}"),
+        format!("--initial-cluster=default={peer_url}"),
+    ]
+}
+
+/// kube-apiserver's flags every release takes: etcd, the port, the certificates, the token
+/// file, the service-account keys, RBAC.
+fn apiserver_args(etcd_url: &str, api_port: u16, server: &str, files: &CertFiles) -> Vec<String> {
+    vec![
+        format!("--etcd-servers={etcd_url}"),
+        format!("--secure-port={api_port}"),
+        "--bind-address=127.0.0.1".to_owned(),
+        format!("--tls-cert-file={}", files.tls_cert),
+        format!("--tls-private-key-file={}", files.tls_key),
+        format!("--client-ca-file={}", files.ca),
+        format!("--token-auth-file={}", files.tokens),
+        format!("--service-account-issuer={server}"),
+        format!("--service-account-key-file={}", files.sa_pub),
+        format!("--service-account-signing-key-file={}", files.sa_key),
+        "--authorization-mode=RBAC".to_owned(),
+        "--service-cluster-ip-range=10.0.0.0/24".to_owned(),
+        "--disable-admission-plugins=ServiceAccount".to_owned(),
+        "--allow-privileged=true".to_owned(),
+    ]
 }
 
 fn kubeconfig_yaml(server: &str, ca: &str, token: &str) -> String {

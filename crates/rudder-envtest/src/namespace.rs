@@ -12,7 +12,10 @@ use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 
 use crate::env::TestEnv;
 use crate::error::{Error, Result};
-use crate::webhook::NAMESPACE_LABEL;
+
+/// The label every [`TestNamespace`] carries, with the namespace's name as its value.
+/// [`TestNamespace::install_webhooks`] scopes webhooks to the namespace with it.
+pub const NAMESPACE_LABEL: &str = "envtest.rudder.rs/namespace";
 
 /// A namespace created for one test, with a client made on the test's own runtime.
 ///

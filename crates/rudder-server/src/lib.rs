@@ -121,6 +121,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acceptor;
+mod activity;
 mod body;
 mod connection;
 mod fd_limit;

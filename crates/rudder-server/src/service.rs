@@ -14,8 +14,8 @@ use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::{Bytes, Incoming};
 use tower_service::Service;
 
+use crate::activity::{Activity, InFlight};
 use crate::body::Body;
-use crate::connection::{Activity, InFlight};
 
 /// The error type services and bodies are boxed into.
 // The one definition is rudder-core's; this crate serves HTTP without Kubernetes and so

@@ -10,7 +10,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::connection::{Activity, Idleness};
+use crate::activity::{Activity, Idleness};
 
 /// Every open connection's [`Activity`], by an id of its own.
 #[derive(Debug, Default)]

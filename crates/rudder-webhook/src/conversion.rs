@@ -17,9 +17,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::metrics;
-use crate::server::{RegisterError, Rejection};
 use rudder_core::panic_message;
+
+use crate::error::{RegisterError, Rejection};
+use crate::metrics;
 
 /// One version (a spoke) of a kind that converts to and from the kind's hub version `H`.
 ///

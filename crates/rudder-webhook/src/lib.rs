@@ -137,6 +137,7 @@ pub mod admission;
 mod certificate;
 mod certwatcher;
 mod conversion;
+mod error;
 pub mod manifest;
 pub mod metrics;
 mod options;
@@ -148,12 +149,13 @@ mod webhook;
 pub use certificate::{CertificateError, CertificateStore, parse_pem_pair};
 pub use certwatcher::{FileWatcher, LoadError};
 pub use conversion::{ConversionError, Convertible, KindConversion};
+pub use error::RegisterError;
 pub use options::{
     CertificateSource, DEFAULT_BIND_ADDRESS, DEFAULT_CERT_DIR, DEFAULT_CERT_NAME,
     DEFAULT_CERT_POLL_PERIOD, DEFAULT_KEY_NAME, DEFAULT_MAX_BODY_SIZE, Options,
 };
 pub use paths::{CONVERT_PATH, mutate_path, path_for, validate_path};
 pub use rudder_server::StopReport;
-pub use server::{RegisterError, RunningWebhookServer, StartError, WebhookServer};
+pub use server::{RunningWebhookServer, StartError, WebhookServer};
 pub use tls::Tls;
 pub use webhook::Webhook;

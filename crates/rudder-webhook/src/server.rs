@@ -3,9 +3,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
@@ -23,53 +21,12 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::certificate::CertificateStore;
 use crate::certwatcher::{FileWatcher, LoadError};
 use crate::conversion::{Conversions, KindConversion};
+use crate::error::RegisterError;
 use crate::metrics::{self, PathLabel, RequestMetrics};
 use crate::options::{CertificateSource, Options};
 use crate::paths::CONVERT_PATH;
 use crate::tls::{Tls, handshake_with_self};
 use crate::webhook::Webhook;
-
-/// Why a webhook could not be registered. Nothing is registered when this is returned.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RegisterError {
-    /// Another webhook is registered at the path. Registering it again does not help.
-    #[error("a webhook is already registered at {path}")]
-    DuplicatePath {
-        /// The path.
-        path: String,
-    },
-    /// The path does not start with `/`.
-    #[error("webhook path {path:?} does not start with '/'")]
-    InvalidPath {
-        /// The path.
-        path: String,
-    },
-    /// A conversion for this kind (group and kind) is already registered.
-    #[error("a conversion for {kind} is already registered")]
-    DuplicateConversion {
-        /// The kind, as `Kind.group`.
-        kind: String,
-    },
-    /// A served version of the kind has no conversion to and from the hub.
-    #[error("no conversion for served versions {versions:?} of {kind} (hub {hub})")]
-    UncoveredVersions {
-        /// The kind, as `Kind.group`.
-        kind: String,
-        /// The hub version.
-        hub: String,
-        /// The served versions not covered.
-        versions: Vec<String>,
-    },
-    /// A spoke's group or kind is not the hub's.
-    #[error("spoke {spoke} is not a version of the hub's kind {kind}")]
-    SpokeKindMismatch {
-        /// The hub's kind, as `Kind.group`.
-        kind: String,
-        /// The spoke's `apiVersion`/`Kind`.
-        spoke: String,
-    },
-}
 
 /// Why the webhook server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -435,14 +392,4 @@ fn plain(status: StatusCode, text: &str) -> Response<Full<Bytes>> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
-}
-
-/// A boxed future, named for the webhook module.
-pub(crate) type Answer = Pin<Box<dyn Future<Output = Result<Bytes, Rejection>> + Send>>;
-
-/// An HTTP-level refusal (the body was not a review at all).
-#[derive(Debug)]
-pub(crate) struct Rejection {
-    pub(crate) status: StatusCode,
-    pub(crate) message: String,
 }

@@ -1,6 +1,7 @@
 //! [`Webhook`]: what is served at one path: an admission handler or the conversions.
 
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use hyper::body::Bytes;
@@ -12,7 +13,10 @@ use crate::admission::{
     self, AdmissionHandler, Defaulter, Defaulting, JsonObjectsHandler, Validating, Validator,
 };
 use crate::conversion::Conversions;
-use crate::server::Answer;
+use crate::error::Rejection;
+
+/// What a webhook's call resolves to: the answer's body, or a refusal of the request.
+pub(crate) type Answer = Pin<Box<dyn Future<Output = Result<Bytes, Rejection>> + Send>>;
 
 /// What is served at one path: build one with [`Webhook::admission`],
 /// [`Webhook::defaulter`] or [`Webhook::validator`] and hand it to

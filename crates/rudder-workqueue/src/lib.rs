@@ -120,6 +120,7 @@
 // Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod clock;
 mod item;
 pub mod metrics;
 #[cfg(feature = "metrics")]

@@ -15,9 +15,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::clock::Nanos;
 use crate::metrics::{MetricsProvider, QueueMetrics, UNFINISHED_WORK_UPDATE_PERIOD};
 use crate::rate_limiter::{RateLimiter, default_controller_rate_limiter};
-use crate::state::{Armed, Effect, Nanos, State};
+use crate::state::{Armed, Effect, State};
 use crate::{AddOptions, WorkItem};
 
 /// How long a key must wait to be worth one priority level, unless the builder says otherwise.

@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use crate::state::Nanos;
+use crate::clock::Nanos;
 
 /// Levels kept for reuse once empty, beyond which empty levels are dropped.
 const SPARE_LEVELS: usize = 8;

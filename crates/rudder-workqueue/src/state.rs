@@ -19,11 +19,9 @@ use std::hash::Hash;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
+use crate::clock::Nanos;
 use crate::ready::{Place, ReadyQueue};
 use crate::waiters::Waiters;
-
-/// Nanoseconds since the queue's epoch: the queue's clock, cheap to compare and store.
-pub(crate) type Nanos = u64;
 
 /// A ready time meaning "as soon as possible", which needs no clock to compare.
 pub(crate) const NOW: Nanos = 0;

@@ -10,23 +10,22 @@ use std::fmt::{self, Debug};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hashbrown::HashMap;
 use kube::api::{ApiResource, DynamicObject};
 use kube::core::PartialObjectMeta;
-use kube::{Api, Client, Resource};
+use kube::{Api, Resource};
 use rudder_core::sync::LockExt;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result, SyncError};
-use crate::informer::{DEFAULT_RESYNC, Informer};
+use crate::informer::Informer;
 
 mod options;
 mod reader;
 mod registry;
 mod scope;
 
-pub use options::{ByObject, CacheBuilder, DEFAULT_SYNC_TIMEOUT};
-pub use scope::{ApiScope, ListOptions, Scope};
+pub use options::{CacheBuilder, DEFAULT_SYNC_TIMEOUT};
+pub use scope::{ApiScope, ByObject, ListOptions, Scope};
 
 use registry::{InformerKey, Inner, TypeKey};
 
@@ -48,19 +47,6 @@ impl Debug for Cache {
 }
 
 impl Cache {
-    /// A builder with the defaults: all namespaces, [`strip_managed_fields`](crate::strip_managed_fields), resync every
-    /// 10 hours with jitter, informers started on demand.
-    pub fn builder(client: Client) -> CacheBuilder {
-        CacheBuilder {
-            client,
-            default_namespaces: Vec::new(),
-            by_object: HashMap::new(),
-            resync: Some(DEFAULT_RESYNC),
-            fail_on_missing_informer: false,
-            sync_timeout: DEFAULT_SYNC_TIMEOUT,
-        }
-    }
-
     /// The shared informer for `K` in its default scope, started if there is none.
     ///
     /// Fails with [`Error::SeveralInformers`] when the cache has several default
@@ -396,8 +382,8 @@ mod tests {
     async fn a_failed_informer_makes_the_cache_unready_until_it_is_replaced() {
         // Nothing listens there; the informer under test is fed by hand.
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let cache =
-            Cache::builder(Client::try_from(config).unwrap()).build(&CancellationToken::new());
+        let cache = Cache::builder(kube::Client::try_from(config).unwrap())
+            .build(&CancellationToken::new());
         let (tx, rx) = mpsc::unbounded_channel::<Option<W<Lenient<ConfigMap>>>>();
         // `None` stands for something in the watch panicking.
         let stream = futures::stream::unfold(rx, |mut rx| async move {

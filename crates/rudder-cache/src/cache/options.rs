@@ -10,54 +10,26 @@ use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::Cache;
 use super::registry::{Inner, TypeKey};
-use super::{Cache, Scope};
-use crate::transform::Transform;
+use super::scope::ByObject;
+use crate::informer::DEFAULT_RESYNC;
 
 /// How long the reader waits for a new informer's first list by default.
 pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Per-type options: the scope the reader and [`Cache::informer`] use for the type, and the
-/// transform its informers apply.
-pub struct ByObject<K> {
-    pub(crate) scope: Option<Scope>,
-    pub(crate) transform: Option<Option<Transform<K>>>,
-}
-
-impl<K> Default for ByObject<K> {
-    fn default() -> Self {
-        Self {
-            scope: None,
-            transform: None,
+impl Cache {
+    /// A builder with the defaults: all namespaces, [`strip_managed_fields`](crate::strip_managed_fields), resync every
+    /// 10 hours with jitter, informers started on demand.
+    pub fn builder(client: Client) -> CacheBuilder {
+        CacheBuilder {
+            client,
+            default_namespaces: Vec::new(),
+            by_object: HashMap::new(),
+            resync: Some(DEFAULT_RESYNC),
+            fail_on_missing_informer: false,
+            sync_timeout: DEFAULT_SYNC_TIMEOUT,
         }
-    }
-}
-
-impl<K: Resource> ByObject<K> {
-    /// Options that change nothing yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The type's default scope, overriding the cache's default namespace.
-    #[must_use]
-    pub fn scope(mut self, scope: Scope) -> Self {
-        self.scope = Some(scope);
-        self
-    }
-
-    /// A transform for this type's objects, replacing [`strip_managed_fields`](crate::strip_managed_fields).
-    #[must_use]
-    pub fn transform(mut self, transform: impl Fn(&mut K) + Send + Sync + 'static) -> Self {
-        self.transform = Some(Some(Arc::new(transform)));
-        self
-    }
-
-    /// Store this type's objects as the server sends them, `managedFields` included.
-    #[must_use]
-    pub fn keep_managed_fields(mut self) -> Self {
-        self.transform = Some(None);
-        self
     }
 }
 

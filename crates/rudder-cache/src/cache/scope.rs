@@ -1,9 +1,16 @@
-//! Which objects an informer watches ([`Scope`]), how its `Api` is made ([`ApiScope`]), and
-//! what the reader lists ([`ListOptions`]).
+//! Which objects an informer watches ([`Scope`]), how its `Api` is made ([`ApiScope`]),
+//! what the reader lists ([`ListOptions`]), and a type's own scope and transform
+//! ([`ByObject`]).
+
+use std::sync::Arc;
 
 use kube::core::{ClusterResourceScope, DynamicResourceScope, NamespaceResourceScope, Selector};
 use kube::{Api, Client, Resource};
 use kube_runtime::watcher;
+
+#[cfg(doc)]
+use super::Cache;
+use crate::transform::Transform;
 
 /// Which objects one informer watches: a namespace (or all) and label and field selectors.
 ///
@@ -144,6 +151,50 @@ impl ListOptions {
     #[must_use]
     pub fn index(mut self, index: impl Into<String>, value: impl Into<String>) -> Self {
         self.index = Some((index.into(), value.into()));
+        self
+    }
+}
+
+/// Per-type options: the scope the reader and [`Cache::informer`] use for the type, and the
+/// transform its informers apply.
+pub struct ByObject<K> {
+    pub(crate) scope: Option<Scope>,
+    pub(crate) transform: Option<Option<Transform<K>>>,
+}
+
+impl<K> Default for ByObject<K> {
+    fn default() -> Self {
+        Self {
+            scope: None,
+            transform: None,
+        }
+    }
+}
+
+impl<K: Resource> ByObject<K> {
+    /// Options that change nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The type's default scope, overriding the cache's default namespace.
+    #[must_use]
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.scope = Some(scope);
+        self
+    }
+
+    /// A transform for this type's objects, replacing [`strip_managed_fields`](crate::strip_managed_fields).
+    #[must_use]
+    pub fn transform(mut self, transform: impl Fn(&mut K) + Send + Sync + 'static) -> Self {
+        self.transform = Some(Some(Arc::new(transform)));
+        self
+    }
+
+    /// Store this type's objects as the server sends them, `managedFields` included.
+    #[must_use]
+    pub fn keep_managed_fields(mut self) -> Self {
+        self.transform = Some(None);
         self
     }
 }

@@ -14,8 +14,9 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::Informer;
 use super::watch_task::is_malformed;
-use super::{Informer, start_on};
+use super::watch_task::start_on;
 use crate::lenient::Lenient;
 use crate::transform::{Transform, strip_managed_fields};
 

@@ -9,18 +9,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures::Stream;
 use kube::Resource;
-use kube_runtime::watcher;
 use rudder_core::sync::LockExt;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use crate::error::SyncError;
-use crate::lenient::Lenient;
-use crate::store::Store;
-use crate::transform::Transform;
+use crate::store::{ObjectKey, Store};
 
 mod builder;
 mod subscribers;
@@ -29,6 +25,8 @@ mod watch_task;
 pub use builder::InformerBuilder;
 pub use rudder_core::Event;
 pub use subscribers::EventStream;
+#[cfg(test)]
+pub(crate) use watch_task::start_on;
 
 /// The default resync period, as in controller-runtime: 10 hours, plus up to 10% jitter.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(10 * 60 * 60);
@@ -182,43 +180,6 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
     }
 }
 
-/// Starts an informer's task on `stream`.
-pub(crate) fn start_on<K, S>(
-    resource: String,
-    stream: S,
-    transform: Option<Transform<K>>,
-    resync: Option<Duration>,
-    token: CancellationToken,
-    tracker: TaskTracker,
-) -> Informer<K>
-where
-    K: Resource + Clone + Send + Sync + 'static,
-    S: Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send + 'static,
-{
-    let (synced, _) = watch::channel(false);
-    let shared = Arc::new(Shared {
-        resource,
-        store: Store::new(),
-        subscribers: Mutex::new(Vec::new()),
-        synced,
-        running: AtomicBool::new(true),
-        failed: AtomicBool::new(false),
-        stats: Stats::default(),
-        token,
-        tracker,
-    });
-    let task = watch_task::supervise(
-        Arc::clone(&shared),
-        watch_task::run(Arc::clone(&shared), stream, transform, resync),
-    );
-    shared.tracker.spawn(task);
-    let handles = Arc::new(shared.token.clone().drop_guard());
-    Informer {
-        shared,
-        _handles: handles,
-    }
-}
-
 #[derive(Default)]
 pub(crate) struct Stats {
     pub(crate) malformed: AtomicU64,
@@ -250,6 +211,36 @@ impl<K> Shared<K> {
     }
 }
 
+/// Logs and counts a panic of user code (`function`: a transform, an index function, a
+/// handler) on the object `key`, which was skipped.
+pub(super) fn record_panic<K>(
+    shared: &Shared<K>,
+    function: &'static str,
+    key: &ObjectKey,
+    message: &str,
+) {
+    tracing::error!(
+        resource = %shared.resource,
+        object = %key,
+        panic = %message,
+        "a {function} panicked; skipping the object"
+    );
+    count_panic(shared, function);
+}
+
+pub(super) fn count_panic<K>(shared: &Shared<K>, function: &'static str) {
+    shared.stats.panics.fetch_add(1, Ordering::Relaxed);
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        crate::metrics::PANICS_TOTAL,
+        "resource" => shared.resource.clone(),
+        "function" => function
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = function;
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -257,9 +248,12 @@ mod tests {
     use futures::StreamExt;
 
     use super::watch_task::{is_malformed, jittered};
+    use kube_runtime::watcher;
+
     use super::*;
-    use crate::lenient::Malformed;
+    use crate::lenient::{Lenient, Malformed};
     use crate::store::ObjectKey;
+    use crate::transform::Transform;
 
     #[test]
     fn jitter_stays_within_ten_percent() {

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
 
 use super::Informer;
-use super::watch_task::record_panic;
+use super::record_panic;
 use crate::store::ObjectKey;
 
 impl<K: Resource + Send + Sync + 'static> Informer<K> {

@@ -6,23 +6,63 @@ use std::collections::hash_map::RandomState;
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::pin::pin;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt};
 use kube::Resource;
 use kube_runtime::watcher;
+use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use rudder_core::Event;
 
-use super::Shared;
 use super::subscribers::send;
+use super::{Informer, Shared, Stats, count_panic, record_panic};
 use crate::lenient::{Lenient, Malformed};
-use crate::store::{Applied, IndexPanic, ObjectKey};
+use crate::store::{Applied, IndexPanic, ObjectKey, Store};
 use crate::transform::Transform;
 use crate::unwind;
+
+/// Starts an informer's task on `stream`.
+pub(crate) fn start_on<K, S>(
+    resource: String,
+    stream: S,
+    transform: Option<Transform<K>>,
+    resync: Option<Duration>,
+    token: CancellationToken,
+    tracker: TaskTracker,
+) -> Informer<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    S: Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send + 'static,
+{
+    let (synced, _) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        resource,
+        store: Store::new(),
+        subscribers: Mutex::new(Vec::new()),
+        synced,
+        running: AtomicBool::new(true),
+        failed: AtomicBool::new(false),
+        stats: Stats::default(),
+        token,
+        tracker,
+    });
+    let task = supervise(
+        Arc::clone(&shared),
+        run(Arc::clone(&shared), stream, transform, resync),
+    );
+    shared.tracker.spawn(task);
+    let handles = Arc::new(shared.token.clone().drop_guard());
+    Informer {
+        shared,
+        _handles: handles,
+    }
+}
 
 /// Runs the watch loop `run` and, however it ends, ends every subscriber's stream and
 /// marks the informer not running. A panic that escapes it (none from user code: index
@@ -64,11 +104,16 @@ pub(crate) async fn run<K, S>(
     #[cfg(feature = "metrics")]
     crate::metrics::describe();
     let mut stream = pin!(stream);
-    // Every list gets a new epoch; objects not stamped with it at its end are gone.
-    let mut epoch = 0_u64;
-    let mut first_list = true;
-    let mut next_resync: Option<Instant> = None;
+    let mut watch = Watch {
+        shared,
+        transform,
+        resync,
+        epoch: 0,
+        first_list: true,
+        next_resync: None,
+    };
     loop {
+        let next_resync = watch.next_resync;
         let resync_due = async {
             match next_resync {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -77,155 +122,204 @@ pub(crate) async fn run<K, S>(
         };
         let item = tokio::select! {
             biased;
-            () = shared.token.cancelled() => break,
+            () = watch.shared.token.cancelled() => break,
             () = resync_due => {
-                resync_all(&shared);
-                next_resync = resync.map(|p| Instant::now() + jittered(p));
+                resync_all(&watch.shared);
+                watch.schedule_resync();
                 continue;
             }
             item = stream.next() => item,
         };
         let Some(item) = item else { break };
-        let event = match item {
-            Ok(event) => event,
-            Err(err) => {
-                record_error(&shared, &err);
-                continue;
+        match item {
+            Ok(event) => watch.apply(event),
+            Err(err) => record_error(&watch.shared, &err),
+        }
+    }
+}
+
+/// What the watch loop keeps between events.
+struct Watch<K> {
+    shared: Arc<Shared<K>>,
+    transform: Option<Transform<K>>,
+    resync: Option<Duration>,
+    /// Every list gets a new epoch; objects not stamped with it at its end are gone.
+    epoch: u64,
+    first_list: bool,
+    next_resync: Option<Instant>,
+}
+
+impl<K> Watch<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+{
+    /// Applies one watcher event to the store and sends what it changed.
+    fn apply(&mut self, event: watcher::Event<Lenient<K>>) {
+        let mut panics = Vec::new();
+        match event {
+            watcher::Event::Init => self.list_begins(),
+            watcher::Event::InitApply(Lenient::Malformed(bad))
+            | watcher::Event::Apply(Lenient::Malformed(bad)) => {
+                record_malformed(&self.shared, &bad);
+                // Keep the last good version through a relist's sweep.
+                self.shared
+                    .store
+                    .touch(&key_of_meta(&bad.metadata), self.epoch);
+            }
+            watcher::Event::Delete(Lenient::Malformed(bad)) => {
+                self.delete_malformed(&bad, &mut panics);
+            }
+            watcher::Event::InitApply(Lenient::Ok(obj))
+            | watcher::Event::Apply(Lenient::Ok(obj)) => self.add_or_update(obj, &mut panics),
+            watcher::Event::InitDone => self.list_ends(&mut panics),
+            watcher::Event::Delete(Lenient::Ok(obj)) => self.delete(obj, &mut panics),
+        }
+        for panic in panics {
+            record_index_panic(&self.shared, &panic);
+        }
+    }
+
+    /// A list (the first, or a relist) begins: a new epoch.
+    fn list_begins(&mut self) {
+        self.epoch += 1;
+        if !self.first_list {
+            self.shared.stats.relists.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(resource = %self.shared.resource, "relisting");
+        }
+    }
+
+    /// A list ends: what it did not stamp is gone; the first one syncs the informer.
+    fn list_ends(&mut self, panics: &mut Vec<IndexPanic>) {
+        let shared = &self.shared;
+        let mut subscribers = shared.subscribers();
+        for obj in shared.store.sweep(self.epoch, panics) {
+            send(
+                &mut subscribers,
+                &Event::Delete {
+                    object: obj,
+                    final_state_unknown: true,
+                },
+            );
+        }
+        drop(subscribers);
+        if self.first_list {
+            self.first_list = false;
+            self.shared.synced.send_replace(true);
+            self.schedule_resync();
+            tracing::debug!(resource = %self.shared.resource, objects = self.shared.store.len(), "synced");
+        }
+    }
+
+    /// An object listed or changed: stored (transformed, compacted) and sent as an add or
+    /// an update.
+    fn add_or_update(&self, obj: K, panics: &mut Vec<IndexPanic>) {
+        let initial_list = self.first_list;
+        let obj = match self.transformed(obj) {
+            Ok(obj) => self.compact(obj),
+            Err(key) => {
+                // Keep the last good version, if any, through a relist's sweep.
+                self.shared.store.touch(&key, self.epoch);
+                return;
             }
         };
-        // A transform that panics may leave `obj` half changed; that copy is dropped and
-        // nothing else has been touched, so the object is skipped as if never received.
-        let transformed = |mut obj: K| match &transform {
+        let shared = &self.shared;
+        let mut subscribers = shared.subscribers();
+        match shared.store.apply(obj, self.epoch, panics) {
+            Applied::Added(obj) => {
+                send(&mut subscribers, &Event::Create {
+                        object: obj,
+                        initial_list,
+                    });
+            }
+            Applied::Updated { old, new } => {
+                send(&mut subscribers, &Event::Update { old, new });
+            }
+            Applied::Unchanged | Applied::Skipped => {}
+        }
+    }
+
+    /// An object deleted: removed and sent as a delete (the stored version stands for it
+    /// when its transform panicked).
+    fn delete(&self, obj: K, panics: &mut Vec<IndexPanic>) {
+        let transformed = self.transformed(obj);
+        let key = match &transformed {
+            Ok(obj) => ObjectKey::of(obj),
+            Err(key) => key.clone(),
+        };
+        let shared = &self.shared;
+        let mut subscribers = shared.subscribers();
+        let stored = shared.store.remove(&key, panics);
+        // The object is gone either way; without a transformed copy, the last
+        // stored version stands for it, as for a malformed one.
+        let event = match (transformed, stored) {
+            (Ok(obj), _) => Some(Event::Delete {
+                object: Arc::new(obj),
+                final_state_unknown: false,
+            }),
+            (Err(_), Some(obj)) => Some(Event::Delete {
+                object: obj,
+                final_state_unknown: true,
+            }),
+            (Err(_), None) => None,
+        };
+        if let Some(event) = event {
+            send(&mut subscribers, &event);
+        }
+    }
+
+    /// A malformed object deleted: its last good version, if stored, stands for it.
+    fn delete_malformed(&self, bad: &Malformed, panics: &mut Vec<IndexPanic>) {
+        record_malformed(&self.shared, bad);
+        let key = key_of_meta(&bad.metadata);
+        let shared = &self.shared;
+        let mut subscribers = shared.subscribers();
+        if let Some(obj) = shared.store.remove(&key, panics) {
+            // The last good version stands for the deleted object.
+            send(
+                &mut subscribers,
+                &Event::Delete {
+                    object: obj,
+                    final_state_unknown: true,
+                },
+            );
+        }
+    }
+
+    /// `obj` through the transform. A transform that panics may leave `obj` half changed;
+    /// that copy is dropped and nothing else has been touched, so the object is skipped as
+    /// if never received (`Err` with its key).
+    fn transformed(&self, mut obj: K) -> Result<K, ObjectKey> {
+        match &self.transform {
             Some(t) => match unwind::catch(|| t(&mut obj)) {
                 Ok(()) => Ok(obj),
                 Err(message) => {
-                    record_panic(&shared, "transform", &ObjectKey::of(&obj), &message);
+                    record_panic(&self.shared, "transform", &ObjectKey::of(&obj), &message);
                     Err(ObjectKey::of(&obj))
                 }
             },
             None => Ok(obj),
-        };
-        let mut panics = Vec::new();
-        // Decoded objects carry spare capacity (a one-element `Vec` is allocated for four);
-        // a clone allocates exactly, so objects that will be stored are cloned and the
-        // decoded copies dropped. Unchanged objects are not, as they are about to be dropped.
-        #[allow(
-            clippy::redundant_clone,
-            reason = "the clone is the point: it allocates exactly"
-        )]
-        let compact = |obj: K| {
-            // During the first list nothing is unchanged, so the lookup is skipped.
-            if !first_list && shared.store.has_version_of(&obj) {
-                obj
-            } else {
-                obj.clone()
-            }
-        };
-        match event {
-            watcher::Event::Init => {
-                epoch += 1;
-                if !first_list {
-                    shared.stats.relists.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(resource = %shared.resource, "relisting");
-                }
-            }
-            watcher::Event::InitApply(Lenient::Malformed(bad))
-            | watcher::Event::Apply(Lenient::Malformed(bad)) => {
-                record_malformed(&shared, &bad);
-                // Keep the last good version through a relist's sweep.
-                shared.store.touch(&key_of_meta(&bad.metadata), epoch);
-            }
-            watcher::Event::Delete(Lenient::Malformed(bad)) => {
-                record_malformed(&shared, &bad);
-                let key = key_of_meta(&bad.metadata);
-                let mut subscribers = shared.subscribers();
-                if let Some(obj) = shared.store.remove(&key, &mut panics) {
-                    // The last good version stands for the deleted object.
-                    send(
-                        &mut subscribers,
-                        &Event::Delete {
-                            object: obj,
-                            final_state_unknown: true,
-                        },
-                    );
-                }
-            }
-            watcher::Event::InitApply(Lenient::Ok(obj))
-            | watcher::Event::Apply(Lenient::Ok(obj)) => {
-                let initial_list = first_list;
-                let obj = match transformed(obj) {
-                    Ok(obj) => compact(obj),
-                    Err(key) => {
-                        // Keep the last good version, if any, through a relist's sweep.
-                        shared.store.touch(&key, epoch);
-                        continue;
-                    }
-                };
-                let mut subscribers = shared.subscribers();
-                match shared.store.apply(obj, epoch, &mut panics) {
-                    Applied::Added(obj) => {
-                        send(
-                            &mut subscribers,
-                            &Event::Create {
-                                object: obj,
-                                initial_list,
-                            },
-                        );
-                    }
-                    Applied::Updated { old, new } => {
-                        send(&mut subscribers, &Event::Update { old, new });
-                    }
-                    Applied::Unchanged | Applied::Skipped => {}
-                }
-            }
-            watcher::Event::InitDone => {
-                let mut subscribers = shared.subscribers();
-                for obj in shared.store.sweep(epoch, &mut panics) {
-                    send(
-                        &mut subscribers,
-                        &Event::Delete {
-                            object: obj,
-                            final_state_unknown: true,
-                        },
-                    );
-                }
-                drop(subscribers);
-                if first_list {
-                    first_list = false;
-                    shared.synced.send_replace(true);
-                    next_resync = resync.map(|p| Instant::now() + jittered(p));
-                    tracing::debug!(resource = %shared.resource, objects = shared.store.len(), "synced");
-                }
-            }
-            watcher::Event::Delete(Lenient::Ok(obj)) => {
-                let transformed = transformed(obj);
-                let key = match &transformed {
-                    Ok(obj) => ObjectKey::of(obj),
-                    Err(key) => key.clone(),
-                };
-                let mut subscribers = shared.subscribers();
-                let stored = shared.store.remove(&key, &mut panics);
-                // The object is gone either way; without a transformed copy, the last
-                // stored version stands for it, as for a malformed one.
-                let event = match (transformed, stored) {
-                    (Ok(obj), _) => Some(Event::Delete {
-                        object: Arc::new(obj),
-                        final_state_unknown: false,
-                    }),
-                    (Err(_), Some(obj)) => Some(Event::Delete {
-                        object: obj,
-                        final_state_unknown: true,
-                    }),
-                    (Err(_), None) => None,
-                };
-                if let Some(event) = event {
-                    send(&mut subscribers, &event);
-                }
-            }
         }
-        for panic in panics {
-            record_index_panic(&shared, &panic);
+    }
+
+    /// Decoded objects carry spare capacity (a one-element `Vec` is allocated for four); a
+    /// clone allocates exactly, so objects that will be stored are cloned and the decoded
+    /// copies dropped. Unchanged objects are not, as they are about to be dropped.
+    #[allow(
+        clippy::redundant_clone,
+        reason = "the clone is the point: it allocates exactly"
+    )]
+    fn compact(&self, obj: K) -> K {
+        // During the first list nothing is unchanged, so the lookup is skipped.
+        if !self.first_list && self.shared.store.has_version_of(&obj) {
+            obj
+        } else {
+            obj.clone()
         }
+    }
+
+    /// The next resync, a jittered period from now (none without a period).
+    fn schedule_resync(&mut self) {
+        self.next_resync = self.resync.map(|p| Instant::now() + jittered(p));
     }
 }
 
@@ -267,34 +361,6 @@ fn record_index_panic<K>(shared: &Shared<K>, panic: &IndexPanic) {
         "an index function panicked; skipping the object"
     );
     count_panic(shared, "index");
-}
-
-pub(super) fn record_panic<K>(
-    shared: &Shared<K>,
-    function: &'static str,
-    key: &ObjectKey,
-    message: &str,
-) {
-    tracing::error!(
-        resource = %shared.resource,
-        object = %key,
-        panic = %message,
-        "a {function} panicked; skipping the object"
-    );
-    count_panic(shared, function);
-}
-
-fn count_panic<K>(shared: &Shared<K>, function: &'static str) {
-    shared.stats.panics.fetch_add(1, Ordering::Relaxed);
-    #[cfg(feature = "metrics")]
-    metrics::counter!(
-        crate::metrics::PANICS_TOTAL,
-        "resource" => shared.resource.clone(),
-        "function" => function
-    )
-    .increment(1);
-    #[cfg(not(feature = "metrics"))]
-    let _ = function;
 }
 
 fn record_error<K>(shared: &Shared<K>, err: &watcher::Error) {

@@ -27,8 +27,8 @@ pub use self::patch::defaulting_patch;
 pub use self::validator::{Validating, Validator};
 use rudder_core::panic_message;
 
+use crate::error::Rejection;
 use crate::metrics;
-use crate::server::Rejection;
 
 /// The admission review API version answered when a request's is unknown.
 pub const ADMISSION_V1: &str = "admission.k8s.io/v1";

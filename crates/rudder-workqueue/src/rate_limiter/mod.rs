@@ -15,6 +15,7 @@
 //! exponential per-key backoff and the overall bucket.
 
 mod bucket;
+mod default;
 mod exponential;
 mod failures;
 mod fast_slow;
@@ -24,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use bucket::TokenBucket;
+pub use default::default_controller_rate_limiter;
 pub use exponential::ExponentialBackoff;
 pub use fast_slow::FastSlow;
 pub use max_of::MaxOf;
@@ -67,16 +69,4 @@ impl<K, R: RateLimiter<K> + ?Sized> RateLimiter<K> for Arc<R> {
     fn num_requeues(&self, key: &K) -> u32 {
         (**self).num_requeues(key)
     }
-}
-
-/// client-go's default controller rate limiter: the longer of [`ExponentialBackoff::default`]
-/// (5 ms doubling to 1000 s per key) and [`TokenBucket::default`] (10 per second, burst 100).
-pub fn default_controller_rate_limiter<K>() -> MaxOf<K>
-where
-    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
-{
-    MaxOf::new(vec![
-        Box::new(ExponentialBackoff::default()),
-        Box::new(TokenBucket::default()),
-    ])
 }

@@ -1,0 +1,219 @@
+//! [`Manager`]: holds the client and the cache, starts runnables in order, stops them in
+//! reverse.
+//!
+//! By concern: `options.rs` (defaults, [`GracefulShutdown`], [`ExtraHandler`]), `error.rs`,
+//! `builder.rs` ([`ManagerBuilder`]), this file (the [`Manager`] handle and what it holds),
+//! `run.rs` (the start and stop sequence), `group.rs` (runnables started together),
+//! `signals.rs` ([`Manager::start_until_signal`]).
+
+mod builder;
+mod error;
+mod group;
+mod options;
+mod run;
+mod signals;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use kube::Client;
+use kube_runtime::events::Recorder;
+use metrics_exporter_prometheus::PrometheusHandle;
+use rudder_cache::Cache;
+use rudder_controller::{Controller, Reconciler};
+use tokio_util::sync::CancellationToken;
+
+pub use builder::ManagerBuilder;
+pub use error::{BuildError, Error};
+pub use options::{
+    DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_GRACEFUL_SHUTDOWN, DEFAULT_HEALTH_ADDRESS,
+    DEFAULT_METRICS_ADDRESS, ExtraHandler, GracefulShutdown,
+};
+
+use crate::health::HealthChecks;
+use crate::leader_election::LeaderElection;
+use crate::rbac::{Permissions, Rules};
+use crate::runnable::Runnable;
+
+type SyncProbes = Arc<Mutex<Vec<(String, Box<dyn Fn() -> bool + Send + Sync>)>>>;
+
+#[derive(Default)]
+struct Bound {
+    health: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+}
+
+/// Runs controllers and other runnables as one process: controller-runtime's manager.
+///
+/// Start order: the health and metrics servers, the cache's sync, runnables that need no
+/// leadership, (with leader election and [warm standby](ManagerBuilder::warm_standby))
+/// controllers with their workers held behind the leader gate, then the election, then the
+/// other leader-only runnables (and controllers, without warm standby). Stop order is the
+/// reverse, within the graceful-shutdown timeout. If any runnable fails, the manager stops
+/// the rest and returns that error.
+pub struct Manager {
+    #[cfg(feature = "webhook")]
+    pub(crate) tls: crate::webhooks::Parts,
+    extra: Arc<Vec<(String, ExtraHandler)>>,
+    raise_fd_limit: bool,
+    permissions: Mutex<Rules>,
+    render_only: bool,
+    cache_sync_timeout: Duration,
+    warm_standby: bool,
+    client: Client,
+    election: Option<LeaderElection>,
+    cache: Cache,
+    cache_token: CancellationToken,
+    recorder: Recorder,
+    health: HealthChecks,
+    synced: SyncProbes,
+    metrics: Option<PrometheusHandle>,
+    health_address: Option<SocketAddr>,
+    metrics_address: Option<SocketAddr>,
+    graceful_shutdown: GracefulShutdown,
+    runnables: Mutex<Vec<Box<dyn Runnable>>>,
+    bound: Mutex<Bound>,
+    started: std::sync::atomic::AtomicBool,
+    /// The deadline of the stop once it began (`None` inside: no deadline), for what stops
+    /// last (the servers).
+    stop_deadline: OnceLock<Option<tokio::time::Instant>>,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager")
+            .field("health_address", &self.health_address)
+            .field("metrics_address", &self.metrics_address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Manager {
+    /// The shared client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The shared cache: informers created here are shared by every controller.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// Records permissions the operator needs (resolved where the cache watches each type),
+    /// for rendering its RBAC ([`permissions`](Self::permissions)). The `rudder` controller
+    /// builder records what each controller watches, owns and declares.
+    pub fn record_permissions(&self, permissions: &Permissions) {
+        let rules = permissions.resolve(&self.cache);
+        self.permissions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .merge(&rules);
+    }
+
+    /// Every permission the operator needs: what was recorded with
+    /// [`record_permissions`](Self::record_permissions), and the manager's own: leader
+    /// election (get, create, update on its Lease's namespace's `leases`, and list, watch
+    /// unless its watch is off), secure metrics
+    /// (create `tokenreviews` and `subjectaccessreviews`), self-signed webhook certificates
+    /// (get, list, watch, create, update on Secrets in their namespace; get, list, watch,
+    /// update on the kinds of the configured injection targets).
+    pub fn permissions(&self) -> Rules {
+        let mut rules = self
+            .permissions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        rules.merge(&crate::rbac::manager_rules(
+            self.election.as_ref().map(LeaderElection::config),
+            #[cfg(feature = "webhook")]
+            self.tls.has_secure_metrics(),
+            #[cfg(feature = "webhook")]
+            self.tls.certificates_config(),
+        ));
+        rules
+    }
+
+    /// Whether the manager was built with [`ManagerBuilder::render_only`].
+    pub fn is_render_only(&self) -> bool {
+        self.render_only
+    }
+
+    /// Where `/healthz` and `/readyz` are configured to listen (before `start`; see
+    /// [`health_address`](Self::health_address) for where they do).
+    pub fn configured_health_address(&self) -> Option<SocketAddr> {
+        self.health_address
+    }
+
+    /// Where `/metrics` is configured to listen (before `start`; see
+    /// [`metrics_address`](Self::metrics_address) for where it does).
+    pub fn configured_metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics_address
+    }
+
+    /// Whether `/metrics` is served over HTTPS (`ManagerBuilder::secure_metrics`, with the
+    /// feature `webhook`; always `false` without it).
+    pub fn has_secure_metrics(&self) -> bool {
+        #[cfg(feature = "webhook")]
+        return self.tls.has_secure_metrics();
+        #[cfg(not(feature = "webhook"))]
+        false
+    }
+
+    /// How long runnables get to stop ([`ManagerBuilder::graceful_shutdown`]).
+    pub fn graceful_shutdown(&self) -> GracefulShutdown {
+        self.graceful_shutdown
+    }
+
+    /// The leader election, if configured.
+    pub fn leader_election(&self) -> Option<&LeaderElection> {
+        self.election.as_ref()
+    }
+
+    /// A recorder for Kubernetes Events, reporting as the manager's name.
+    pub fn event_recorder(&self) -> Recorder {
+        self.recorder.clone()
+    }
+
+    /// The liveness and readiness checks, to add your own.
+    pub fn health_checks(&self) -> &HealthChecks {
+        &self.health
+    }
+
+    /// Where the probe server listens, once started.
+    pub fn health_address(&self) -> Option<SocketAddr> {
+        self.bound
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .health
+    }
+
+    /// Where the metrics server listens, once started.
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.bound
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .metrics
+    }
+
+    /// Adds a runnable, started by [`start`](Self::start).
+    pub fn add(&self, runnable: impl Runnable) {
+        self.runnables
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Box::new(runnable));
+    }
+
+    /// Adds a controller (a leader-only runnable) and makes readiness wait for its sources.
+    pub fn add_controller<R: Reconciler>(&self, controller: Controller<R>) {
+        let probe = controller.clone();
+        self.synced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((
+                format!("controller {}", controller.name()),
+                Box::new(move || probe.has_synced()),
+            ));
+        self.add(controller);
+    }
+}
