@@ -226,10 +226,13 @@ where
         let mut subscribers = shared.subscribers();
         match shared.store.apply(obj, self.epoch, panics) {
             Applied::Added(obj) => {
-                send(&mut subscribers, &Event::Create {
+                send(
+                    &mut subscribers,
+                    &Event::Create {
                         object: obj,
                         initial_list,
-                    });
+                    },
+                );
             }
             Applied::Updated { old, new } => {
                 send(&mut subscribers, &Event::Update { old, new });

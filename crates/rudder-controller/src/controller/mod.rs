@@ -13,7 +13,7 @@ mod worker;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rudder_handler::{EventHandler, Predicate, Queue, Source, SourceError, Synced};
@@ -29,6 +29,7 @@ use crate::metrics::{DeferredQueueMetrics, Metrics};
 use crate::reconciler::Reconciler;
 use crate::shard::{KeyLister, ShardGate};
 use names::unregister_name;
+use rudder_core::sync::LockExt;
 use watch::ErasedWatch;
 
 /// Runs a [`Reconciler`] over a work queue fed by watches: controller-runtime's controller.
@@ -168,11 +169,7 @@ impl<R: Reconciler> Controller<R> {
     ///
     /// [`RunError::AlreadyStarted`] if `run` has started: the workers took their gate then.
     pub fn set_leader_gate(&self, gate: LeaderGate) -> Result<()> {
-        let mut current = self
-            .inner
-            .gate
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut current = self.inner.gate.lock_unpoisoned();
         if self.inner.started.load(Ordering::SeqCst) {
             return Err(RunError::AlreadyStarted(self.inner.name.to_string()));
         }
@@ -196,11 +193,7 @@ impl<R: Reconciler> Controller<R> {
     ///
     /// [`RunError::AlreadyStarted`] if `run` has started.
     pub fn set_shard_gate(&self, gate: ShardGate, keys: KeyLister) -> Result<()> {
-        let mut current = self
-            .inner
-            .shard
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut current = self.inner.shard.lock_unpoisoned();
         if self.inner.started.load(Ordering::SeqCst) {
             return Err(RunError::AlreadyStarted(self.inner.name.to_string()));
         }
@@ -211,11 +204,7 @@ impl<R: Reconciler> Controller<R> {
 
     /// Whether the controller is sharded ([`set_shard_gate`](Self::set_shard_gate)).
     pub fn is_sharded(&self) -> bool {
-        self.inner
-            .shard
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
+        self.inner.shard.lock_unpoisoned().is_some()
     }
 
     /// Whether every source has synced.
@@ -241,7 +230,7 @@ impl<R> Inner<R> {
     }
 
     fn lock_watches(&self) -> std::sync::MutexGuard<'_, Watches> {
-        self.watches.lock().unwrap_or_else(PoisonError::into_inner)
+        self.watches.lock_unpoisoned()
     }
 
     fn source_error(&self, source: SourceError) -> RunError {

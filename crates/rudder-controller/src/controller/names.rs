@@ -1,8 +1,9 @@
 //! The process-wide registry of controller names: a name is taken by `build` and given
 //! back when the controller is dropped.
 
+use rudder_core::sync::LockExt;
 use std::collections::HashSet;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Mutex, OnceLock};
 
 fn names() -> &'static Mutex<HashSet<String>> {
     static NAMES: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
@@ -10,15 +11,9 @@ fn names() -> &'static Mutex<HashSet<String>> {
 }
 
 pub(super) fn register_name(name: &str) -> bool {
-    names()
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(name.to_owned())
+    names().lock_unpoisoned().insert(name.to_owned())
 }
 
 pub(super) fn unregister_name(name: &str) {
-    names()
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .remove(name);
+    names().lock_unpoisoned().remove(name);
 }

@@ -1,11 +1,12 @@
 //! [`Controller::run_until`]: starting the watches, waiting for them to sync, running the
 //! workers, and the stop.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use futures::future::join_all;
+use rudder_core::sync::LockExt;
 use rudder_handler::{Queue, Synced};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -103,8 +104,8 @@ impl<R: Reconciler> Controller<R> {
     /// concurrently is either taken or refused.
     fn take_gates(&self) -> Result<(LeaderGate, Option<ShardGate>)> {
         let inner = &self.inner;
-        let gate = inner.gate.lock().unwrap_or_else(PoisonError::into_inner);
-        let shard = inner.shard.lock().unwrap_or_else(PoisonError::into_inner);
+        let gate = inner.gate.lock_unpoisoned();
+        let shard = inner.shard.lock_unpoisoned();
         if inner.started.swap(true, Ordering::SeqCst) {
             return Err(RunError::AlreadyStarted(inner.name.to_string()));
         }

@@ -270,7 +270,6 @@ fn requeue<R>(inner: &Inner<R>, request: Request, action: Action) -> Outcome {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

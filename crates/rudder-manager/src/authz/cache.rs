@@ -4,11 +4,12 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
+use rudder_core::sync::LockExt;
 use tokio::time::Instant;
 
 use super::review::ReviewError;
@@ -51,10 +52,7 @@ where
     }
 
     pub(super) fn len(&self) -> usize {
-        self.slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.slots.lock_unpoisoned().len()
     }
 
     /// The cached decision for `key`, or the one the review in flight for it reaches, or
@@ -66,7 +64,7 @@ where
         review: impl FnOnce() -> BoxFuture<'static, Result<V, ReviewError>>,
     ) -> Result<V, Arc<ReviewError>> {
         let (id, flight) = {
-            let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut slots = self.slots.lock_unpoisoned();
             let now = Instant::now();
             match slots.get(&key) {
                 Some(Slot::Ready { value, expires }) if *expires > now => {
@@ -91,7 +89,7 @@ where
         };
         let result = flight.await;
         if let Some(id) = id {
-            let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut slots = self.slots.lock_unpoisoned();
             // The first waiter to finish settles the slot; the others find it settled.
             if matches!(slots.get(&key), Some(Slot::Pending { id: pending, .. }) if *pending == id)
             {

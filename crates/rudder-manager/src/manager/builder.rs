@@ -2,7 +2,7 @@
 //! which makes the client, cache, health checks and election without starting anything.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use kube::Client;
@@ -19,6 +19,7 @@ use super::options::{
 use super::{Bound, Manager, SyncProbes};
 use crate::health::{HealthChecks, Probe, check};
 use crate::leader_election::{LeaderElection, LeaderElectionConfig};
+use rudder_core::sync::LockExt;
 #[cfg(doc)]
 use {super::Error, rudder_controller::LeaderGate};
 
@@ -336,8 +337,7 @@ fn add_cache_sync_check(
             // does not wait on the cache.
             let converts = converting();
             let mut pending = probes
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
+                .lock_unpoisoned()
                 .iter()
                 .filter(|(_, synced)| !synced())
                 .map(|(name, _)| name.clone())

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use rudder_controller::{ErrorChain, Shutdown};
-use tokio::task::JoinSet;
 use rudder_core::panic_message;
+use tokio::task::JoinSet;
 
 use super::Error;
 use crate::runnable::{BoxError, Runnable};

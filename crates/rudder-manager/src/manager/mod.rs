@@ -14,7 +14,7 @@ mod run;
 mod signals;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use kube::Client;
@@ -22,6 +22,7 @@ use kube_runtime::events::Recorder;
 use metrics_exporter_prometheus::PrometheusHandle;
 use rudder_cache::Cache;
 use rudder_controller::{Controller, Reconciler};
+use rudder_core::sync::LockExt;
 use tokio_util::sync::CancellationToken;
 
 pub use builder::ManagerBuilder;
@@ -105,10 +106,7 @@ impl Manager {
     /// builder records what each controller watches, owns and declares.
     pub fn record_permissions(&self, permissions: &Permissions) {
         let rules = permissions.resolve(&self.cache);
-        self.permissions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .merge(&rules);
+        self.permissions.lock_unpoisoned().merge(&rules);
     }
 
     /// Every permission the operator needs: what was recorded with
@@ -119,11 +117,7 @@ impl Manager {
     /// (get, list, watch, create, update on Secrets in their namespace; get, list, watch,
     /// update on the kinds of the configured injection targets).
     pub fn permissions(&self) -> Rules {
-        let mut rules = self
-            .permissions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let mut rules = self.permissions.lock_unpoisoned().clone();
         rules.merge(&crate::rbac::manager_rules(
             self.election.as_ref().map(LeaderElection::config),
             #[cfg(feature = "webhook")]
@@ -182,38 +176,26 @@ impl Manager {
 
     /// Where the probe server listens, once started.
     pub fn health_address(&self) -> Option<SocketAddr> {
-        self.bound
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .health
+        self.bound.lock_unpoisoned().health
     }
 
     /// Where the metrics server listens, once started.
     pub fn metrics_address(&self) -> Option<SocketAddr> {
-        self.bound
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .metrics
+        self.bound.lock_unpoisoned().metrics
     }
 
     /// Adds a runnable, started by [`start`](Self::start).
     pub fn add(&self, runnable: impl Runnable) {
-        self.runnables
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Box::new(runnable));
+        self.runnables.lock_unpoisoned().push(Box::new(runnable));
     }
 
     /// Adds a controller (a leader-only runnable) and makes readiness wait for its sources.
     pub fn add_controller<R: Reconciler>(&self, controller: Controller<R>) {
         let probe = controller.clone();
-        self.synced
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((
-                format!("controller {}", controller.name()),
-                Box::new(move || probe.has_synced()),
-            ));
+        self.synced.lock_unpoisoned().push((
+            format!("controller {}", controller.name()),
+            Box::new(move || probe.has_synced()),
+        ));
         self.add(controller);
     }
 }

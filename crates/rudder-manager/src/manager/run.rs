@@ -3,9 +3,10 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use rudder_controller::{LeaderGate, Shutdown};
+use rudder_core::sync::LockExt;
 use rudder_server::ServerHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -118,10 +119,7 @@ impl Manager {
         };
         let routes = Routes::Health(self.health.clone());
         let server = listen("health probes", addr, routes).await?;
-        self.bound
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .health = Some(server.local_addr());
+        self.bound.lock_unpoisoned().health = Some(server.local_addr());
         servers.push(server);
         Ok(())
     }
@@ -147,10 +145,7 @@ impl Manager {
             Some(served) => served?,
             None => listen("metrics", addr, routes).await?,
         };
-        self.bound
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .metrics = Some(server.local_addr());
+        self.bound.lock_unpoisoned().metrics = Some(server.local_addr());
         servers.push(server);
         Ok(())
     }
@@ -170,12 +165,7 @@ impl Manager {
     /// runnables that take the gate; the others wait for leadership, which is not sought
     /// until [`Running::supervise`].
     fn start_runnables(&self) -> Running<'_> {
-        let runnables = std::mem::take(
-            &mut *self
-                .runnables
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        let runnables = std::mem::take(&mut *self.runnables.lock_unpoisoned());
         let (leader, plain): (Vec<_>, Vec<_>) = runnables
             .into_iter()
             .partition(|r| r.needs_leader_election());

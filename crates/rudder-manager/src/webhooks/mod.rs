@@ -8,8 +8,8 @@
 mod parts;
 
 use std::net::SocketAddr;
-use std::sync::PoisonError;
 
+use rudder_core::sync::LockExt;
 use rudder_webhook::manifest::Registration;
 use rudder_webhook::{RunningWebhookServer, WebhookServer};
 
@@ -89,21 +89,13 @@ impl Manager {
     /// `rudder` facade's webhook builder records every webhook it registers. (Feature
     /// `webhook`.)
     pub fn record_webhook(&self, registration: Registration) {
-        self.tls
-            .registrations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(registration);
+        self.tls.registrations.lock_unpoisoned().push(registration);
     }
 
     /// What [`record_webhook`](Self::record_webhook) recorded, in order. (Feature
     /// `webhook`.)
     pub fn webhook_registrations(&self) -> Vec<Registration> {
-        self.tls
-            .registrations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.tls.registrations.lock_unpoisoned().clone()
     }
 
     /// The self-signed webhook certificates, if

@@ -2,8 +2,9 @@
 //! manager holds ([`Parts`]), with their build, start and stop.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
+use rudder_core::sync::LockExt;
 use rudder_server::ServerHandle;
 use rudder_webhook::manifest::Registration;
 use rudder_webhook::{RunningWebhookServer, WebhookServer};
@@ -113,10 +114,7 @@ impl Parts {
                 .start(client.clone())
                 .await
                 .map_err(Error::Certificates)?;
-            *self
-                .running_certificates
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(running);
+            *self.running_certificates.lock_unpoisoned() = Some(running);
         }
         if !self.webhook.is_empty() {
             let running = self.webhook.start().await.map_err(Error::Webhook)?;
@@ -131,11 +129,7 @@ impl Parts {
         if let Some(running) = self.running_webhook.write().await.take() {
             running.stop(deadline).await;
         }
-        let certificates = self
-            .running_certificates
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let certificates = self.running_certificates.lock_unpoisoned().take();
         if let Some(running) = certificates {
             running.stop(deadline).await;
         }
