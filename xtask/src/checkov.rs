@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use crate::util::{cargo, run as sh, step, workspace_root};
+use xtask::util::{cargo, run as sh, step, workspace_root};
 
 /// The checkov release the manifests are checked with: a new one brings new checks, so it
 /// moves on purpose, not with whatever PyPI has today.
@@ -144,13 +144,13 @@ pub(crate) fn run_checkov() -> Result<(), String> {
 }
 
 /// The virtualenv checkov lives in: `RUDDER_CHECKOV_VENV`, or `checkov-venv` in the project's
-/// cache ([`crate::util::cache_base`]: `~/.cache/rudder/checkov-venv`), outside the checkout and
+/// cache ([`xtask::util::cache_base`]: `~/.cache/rudder/checkov-venv`), outside the checkout and
 /// shared by its clones.
 fn venv() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os("RUDDER_CHECKOV_VENV") {
         return Ok(PathBuf::from(dir));
     }
-    Ok(crate::util::cache_base()?.join("checkov-venv"))
+    Ok(xtask::util::cache_base()?.join("checkov-venv"))
 }
 
 /// The checkov executable at [`CHECKOV_VERSION`], installed with pip into [`venv`] unless it

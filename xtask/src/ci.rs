@@ -1,19 +1,20 @@
 //! `cargo xtask ci`: everything CI checks, in the order that fails fastest.
 
-use crate::util::{cargo, run as sh, step};
-use crate::versions::{DEFAULT_KUBERNETES, OLDEST_KUBERNETES};
+use xtask::util::{cargo, run as sh, step};
+use xtask::versions::{DEFAULT_KUBERNETES, OLDEST_KUBERNETES};
 
-/// Runs the whole CI pipeline. Extra arguments are passed to `cargo test`.
-pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
+/// Runs the whole CI pipeline. Extra arguments are passed to `cargo test`; `commands` are
+/// xtask's commands, which `tidy` checks the docs name.
+pub(crate) fn run_ci(test_args: &[&str], commands: &[&str]) -> Result<(), String> {
     // Both control planes first: on a cold machine they are most of the wall time, and a
     // failed build should stop CI before an hour of Rust builds and tests.
     let assets = step(
         &format!("envtest install (Kubernetes {DEFAULT_KUBERNETES}, the default)"),
-        || crate::envtest::install(false),
+        || xtask::envtest::install(false),
     )?;
     let oldest = step(
         &format!("envtest install (Kubernetes {OLDEST_KUBERNETES}, the oldest supported)"),
-        || crate::envtest::install_version(OLDEST_KUBERNETES, false),
+        || xtask::envtest::install_version(OLDEST_KUBERNETES, false),
     )?;
     step(
         "tools the checks run (promtool, ss, dot)",
@@ -27,9 +28,7 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
     step("cargo fmt --check", || {
         sh(cargo().args(["fmt", "--all", "--check"]))
     })?;
-    step("cargo xtask tidy", || {
-        crate::tidy::run(&[], &crate::commands::names())
-    })?;
+    step("cargo xtask tidy", || crate::tidy::run(&[], commands))?;
     step(
         "TLS crates only where a feature asks for them",
         tls_by_feature,
@@ -119,7 +118,7 @@ pub(crate) fn run_ci(test_args: &[&str]) -> Result<(), String> {
 /// The Go module's own checks: go.mod and go.sum as `go mod tidy` leaves them, `go vet`, and
 /// each benchmark built and run a hundred times, so the anchors keep working between sittings.
 fn go_checks() -> Result<(), String> {
-    let go = crate::go::Go::find()?;
+    let go = xtask::go::Go::find()?;
     sh(go.command().args(["mod", "tidy", "-diff"]))?;
     sh(go.command().args(["vet", "./..."]))?;
     sh(go.command().args([
@@ -237,7 +236,7 @@ fn tls_by_feature() -> Result<(), String> {
 /// (both put back at the end), and a contributor's run has edits of its own; what is checked
 /// is the packages, not the state of the checkout.
 fn package() -> Result<(), String> {
-    let packages = publishable(&crate::util::workspace_root())?;
+    let packages = publishable(&xtask::util::workspace_root())?;
     let mut cmd = cargo();
     cmd.args(["package", "--allow-dirty"]);
     for package in &packages {
@@ -265,7 +264,7 @@ mod tests {
 
     #[test]
     fn publishable_crates_are_those_not_saying_publish_false() {
-        let crates = publishable(&crate::util::workspace_root()).unwrap();
+        let crates = publishable(&xtask::util::workspace_root()).unwrap();
         assert!(crates.contains(&"rudder".to_owned()), "{crates:?}");
         assert!(crates.contains(&"cargo-rudder".to_owned()), "{crates:?}");
         let bench = "[package]\nname = \"b\"\npublish = false\n\n[dependencies]\n";

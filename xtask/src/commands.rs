@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::{checkov, ci, demo, diagrams, scaffold, tidy, util};
+use crate::{checkov, ci, demo, diagrams, scaffold, tidy};
+use xtask::util;
 
 /// One command.
 pub(crate) struct Command {
@@ -100,7 +101,7 @@ pub(crate) const COMMANDS: &[Command] = &[
                check, clippy, docs, cargo package, checkov, the Go module's checks, tests on \
                both releases (a freshly scaffolded controller's included), a scaffolded \
                operator's tests, a short demo",
-        run: |parsed| ci::run_ci(&parsed.rest),
+        run: |parsed| ci::run_ci(&parsed.rest, &names()),
     },
     Command {
         name: "tidy",

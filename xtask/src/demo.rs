@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::util::{cargo, run as sh, step};
+use xtask::util::{cargo, run as sh, step};
 
 /// Entry point for `cargo xtask demo [demo args]`: installs the control plane unless
 /// `--kubeconfig` names a cluster, then runs the demo binary, whose exit status is ours.
@@ -34,7 +34,7 @@ fn with_assets(cmd: &mut Command, args: &[&str]) -> Result<(), String> {
         .iter()
         .any(|a| matches!(*a, "--kubeconfig" | "--help" | "-h"));
     if local {
-        let assets = step("envtest install", || crate::envtest::install(false))?;
+        let assets = step("envtest install", || xtask::envtest::install(false))?;
         cmd.env("RUDDER_ENVTEST_ASSETS", assets);
     }
     Ok(())

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::manifests::manifests;
-use crate::util::workspace_root;
+use xtask::util::workspace_root;
 
 /// The directory of the diagrams' sources and renderings.
 pub(crate) fn dir(root: &Path) -> PathBuf {

@@ -16,9 +16,6 @@ mod scaffold;
 mod tidy;
 
 use std::process::ExitCode;
-
-use xtask::{envtest, go, util, versions};
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();

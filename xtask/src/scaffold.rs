@@ -7,7 +7,7 @@ use std::process::Command;
 
 use cargo_rudder::{ControllerOptions, OperatorOptions, RudderSource};
 
-use crate::util::{run as sh, workspace_root};
+use xtask::util::{run as sh, workspace_root};
 
 /// The crate CI scaffolds, checks and tests, then removes.
 pub(crate) const CI_CHECK: &str = "scaffold-check";

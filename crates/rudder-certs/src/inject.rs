@@ -16,13 +16,13 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube_runtime::WatchStreamExt;
 use kube_runtime::watcher::{self, Event, watcher};
+use rudder_core::ErrorChain;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{FIELD_MANAGER, InjectTargets};
-use crate::source::ErrorChain;
 
 /// The first wait after a failed or conflicting write; doubles up to [`BACKOFF_MAX`].
 const BACKOFF_MIN: Duration = Duration::from_millis(100);

@@ -11,7 +11,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use kube_runtime::WatchStreamExt;
 use kube_runtime::watcher::{self, Event, watcher};
-pub(crate) use rudder_core::ErrorChain;
+use rudder_core::ErrorChain;
 use rudder_webhook::CertificateStore;
 use tokio::sync::watch;
 use tokio::task::JoinSet;

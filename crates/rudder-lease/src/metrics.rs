@@ -2,8 +2,7 @@
 //! current when [`describe`] is called (the manager calls it right after installing its
 //! own), with the buckets of the one histogram.
 
-/// `leader_election_master_status{name}`: 1 while this process leads the Lease `name`, else 0.
-pub const LEADER_ELECTION_MASTER_STATUS: &str = "leader_election_master_status";
+pub use crate::leader_election::LEADER_ELECTION_MASTER_STATUS;
 
 /// The sharding ring's histogram (`rudder_shard_rebalance_seconds`), with its buckets.
 pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[(

@@ -121,7 +121,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod clock;
-mod item;
 pub mod metrics;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
@@ -133,11 +132,11 @@ mod ready;
 mod state;
 mod waiters;
 
-pub use item::WorkItem;
 pub use metrics::{MetricsProvider, QueueMetrics};
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use metrics_crate::MetricsCrateProvider;
 pub use options::AddOptions;
+pub use queue::WorkItem;
 pub use queue::{Builder, DEFAULT_PRIORITY_AGING, QueueStats, WorkQueue};
 pub use rate_limiter::RateLimiter;

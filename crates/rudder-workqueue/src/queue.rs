@@ -1,8 +1,11 @@
-//! The queue handle: adding keys, handing them to workers, shutting down.
+//! The queue handle: adding keys, handing them to workers, shutting down; and the guard
+//! ([`WorkItem`]) a worker holds while it processes a key, beside the queue it belongs to (as
+//! a lock's guard is beside its lock).
 
 use std::fmt;
 use std::future::{Future, poll_fn};
 use std::hash::{BuildHasher, Hash};
+use std::ops::Deref;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -15,11 +18,11 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::AddOptions;
 use crate::clock::Nanos;
 use crate::metrics::{MetricsProvider, QueueMetrics, UNFINISHED_WORK_UPDATE_PERIOD};
 use crate::rate_limiter::{RateLimiter, default_controller_rate_limiter};
 use crate::state::{Armed, Effect, State};
-use crate::{AddOptions, WorkItem};
 
 /// How long a key must wait to be worth one priority level, unless the builder says otherwise.
 ///
@@ -611,6 +614,86 @@ async fn update_unfinished_work<K>(shared: Weak<Shared<K>>) {
         if let Some(m) = &shared.metrics {
             m.unfinished_work(Duration::from_nanos(total), Duration::from_nanos(longest));
         }
+    }
+}
+
+/// A key handed to a worker by [`WorkQueue::get`].
+///
+/// While it exists no other worker receives the key. Dropping it, or calling
+/// [`done`](Self::done), tells the queue the worker is finished; if the key was added again
+/// meanwhile it is queued exactly once more. Because dropping counts as done, a worker that
+/// panics cannot leave its key stuck.
+pub struct WorkItem<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    key: K,
+    slot: u32,
+    priority: i32,
+    queue: WorkQueue<K>,
+}
+
+impl<K> WorkItem<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    pub(crate) fn new(key: K, slot: u32, priority: i32, queue: WorkQueue<K>) -> Self {
+        Self {
+            key,
+            slot,
+            priority,
+            queue,
+        }
+    }
+
+    /// The key.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// The priority the key was queued with.
+    pub fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    /// The queue the key came from.
+    pub fn queue(&self) -> &WorkQueue<K> {
+        &self.queue
+    }
+
+    /// Marks the key done; the same as dropping the item.
+    pub fn done(self) {}
+}
+
+impl<K> Drop for WorkItem<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    fn drop(&mut self) {
+        self.queue.finish(self.slot);
+    }
+}
+
+impl<K> Deref for WorkItem<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    type Target = K;
+
+    fn deref(&self) -> &K {
+        &self.key
+    }
+}
+
+impl<K> fmt::Debug for WorkItem<K>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static + fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkItem")
+            .field("key", &self.key)
+            .field("priority", &self.priority)
+            .finish_non_exhaustive()
     }
 }
 

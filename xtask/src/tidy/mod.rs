@@ -14,7 +14,7 @@
 use std::path::Path;
 
 use crate::diagrams;
-use crate::util::workspace_root;
+use xtask::util::workspace_root;
 
 mod cycles;
 

@@ -21,6 +21,10 @@ use super::error::{ConfigError, Error, LeadershipLost, Result};
 use super::random_u64;
 use super::record::{self, Record, Sighting, View};
 
+/// `leader_election_master_status{name}`: 1 while this process leads the Lease `name`, else 0
+/// (client-go's gauge, set by the elector on every change of leadership).
+pub const LEADER_ELECTION_MASTER_STATUS: &str = "leader_election_master_status";
+
 /// Elects one leader among candidates sharing a `coordination.k8s.io/v1` Lease, with
 /// client-go's rules, so Rudder and Go controllers can compete for the same Lease.
 ///
@@ -438,7 +442,7 @@ impl Shared {
     fn report_status(&self) {
         let leading = self.leading.load(Ordering::Acquire);
         metrics::gauge!(
-            crate::metrics::LEADER_ELECTION_MASTER_STATUS,
+            LEADER_ELECTION_MASTER_STATUS,
             "name" => self.config.lease_name().to_owned()
         )
         .set(if leading { 1.0 } else { 0.0 });

@@ -103,7 +103,7 @@ mod fake;
 pub(crate) mod record;
 
 pub use config::{JITTER_FACTOR, LeaderElectionConfig, default_identity};
-pub use elector::{LeaderElection, Leadership};
+pub use elector::{LEADER_ELECTION_MASTER_STATUS, LeaderElection, Leadership};
 pub use error::{ConfigError, Error, LeadershipLost, Result};
 
 /// A random number, good enough for identities and jitter (not for secrets), without a
