@@ -260,22 +260,19 @@ async fn a_deleted_lease_is_taken_over_at_once_by_a_watching_candidate() {
 #[tokio::test]
 async fn a_killed_leader_is_replaced_once_its_lease_expires() {
     let ns = namespace("a_killed_leader_is_replaced_once_its_lease_expires").await;
-    let took = handover(&ns, false, true).await;
-    // The last renewal was at most a retry period (plus a request) before the kill.
-    assert!(
-        took >= LEASE - RETRY - Duration::from_millis(300),
-        "handover took {took:?}"
-    );
-    assert!(
-        took < LEASE + RETRY.mul_f64(4.4) + Duration::from_secs(1),
-        "handover took {took:?}"
-    );
+    assert_taken_over_at_expiry(handover(&ns, false, true).await);
 }
 
 #[tokio::test]
 async fn a_leader_stopped_without_release_is_replaced_once_its_lease_expires() {
     let ns = namespace("a_leader_stopped_without_release_is_replaced_once_its_lease_expires").await;
-    let took = handover(&ns, false, false).await;
+    assert_taken_over_at_expiry(handover(&ns, false, false).await);
+}
+
+/// A Lease left to expire is taken over a lease duration after its last renewal, which was
+/// at most a retry period (plus a request) before the old leader went; and within the
+/// retries (jittered) that follow.
+fn assert_taken_over_at_expiry(took: Duration) {
     assert!(
         took >= LEASE - RETRY - Duration::from_millis(300),
         "handover took {took:?}"
