@@ -70,14 +70,7 @@ pub(super) async fn review_token(
         },
         ..TokenReview::default()
     };
-    let api: Api<TokenReview> = Api::all(client);
-    let answer = tokio::time::timeout(timeout, api.create(&PostParams::default(), &review))
-        .await
-        .map_err(|_| ReviewError::Timeout {
-            what: WHAT,
-            timeout,
-        })?
-        .map_err(|source| ReviewError::Api { what: WHAT, source })?;
+    let answer = create(client, &review, WHAT, timeout).await?;
     let status = answer.status.unwrap_or_default();
     match (status.authenticated, status.user) {
         (Some(true), Some(user)) => Ok(Authn::Authenticated(Arc::new(user))),
@@ -108,14 +101,30 @@ pub(super) async fn review_access(
         },
         ..SubjectAccessReview::default()
     };
-    let api: Api<SubjectAccessReview> = Api::all(client);
-    let answer = tokio::time::timeout(timeout, api.create(&PostParams::default(), &review))
-        .await
-        .map_err(|_| ReviewError::Timeout {
-            what: WHAT,
-            timeout,
-        })?
-        .map_err(|source| ReviewError::Api { what: WHAT, source })?;
+    let answer = create(client, &review, WHAT, timeout).await?;
     let status = answer.status.unwrap_or_default();
     Ok(status.allowed && !status.denied.unwrap_or(false))
+}
+
+/// Sends `review` (a cluster-scoped review, answered in its status) and returns the answer,
+/// waiting at most `timeout`.
+async fn create<R>(
+    client: kube::Client,
+    review: &R,
+    what: &'static str,
+    timeout: Duration,
+) -> Result<R, ReviewError>
+where
+    R: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + k8s_openapi::serde::Serialize
+        + k8s_openapi::serde::de::DeserializeOwned,
+    R::DynamicType: Default,
+{
+    let api: Api<R> = Api::all(client);
+    tokio::time::timeout(timeout, api.create(&PostParams::default(), review))
+        .await
+        .map_err(|_| ReviewError::Timeout { what, timeout })?
+        .map_err(|source| ReviewError::Api { what, source })
 }
