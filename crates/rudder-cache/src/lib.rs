@@ -191,6 +191,7 @@ pub mod metrics;
 mod store;
 mod transform;
 mod unwind;
+pub mod writes;
 
 pub use cache::{
     ApiScope, ByObject, Cache, CacheBuilder, DEFAULT_SYNC_TIMEOUT, ListOptions, Scope, Typed,
@@ -200,3 +201,4 @@ pub use informer::{DEFAULT_RESYNC, Event, EventStream, Informer, InformerBuilder
 pub use lenient::{Lenient, Malformed};
 pub use store::{IndexFn, NAMESPACE_INDEX, ObjectKey, Store};
 pub use transform::{Transform, strip_managed_fields};
+pub use writes::WriteTracker;

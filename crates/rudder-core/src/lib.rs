@@ -111,6 +111,13 @@
 //! error converts into a [`BoxError`] and means "retry with backoff", unless its chain of
 //! sources holds a [`TerminalError`] ([`is_terminal`]).
 //!
+//! # Reading your own writes
+//!
+//! A controller runs each reconcile inside a [`writes::WriteScope`] (its key, and the
+//! controller's [`writes::WriteObserver`]); the writing client records each write with the
+//! cache's tracker, which tells the observer when the cache has reached it, so the controller
+//! hands a key to a worker only once the cache holds the key's own last writes.
+//!
 //! # Runnables, stopping and leadership
 //!
 //! A [`Runnable`] is what a manager starts and stops (a controller is one; [`runnable`]
@@ -135,6 +142,7 @@ mod runnable;
 mod shutdown;
 mod source;
 pub mod sync;
+pub mod writes;
 
 pub use error::{BoxError, ErrorChain, TerminalError, is_terminal, panic_message};
 pub use event::Event;

@@ -399,6 +399,7 @@ mod tests {
             None,
             token.clone(),
             tracker.clone(),
+            None,
         );
         let key = InformerKey::new(TypeKey::Typed(TypeId::of::<ConfigMap>()), &Scope::all());
         let slot = cache.inner.slot(&informer, token, tracker);

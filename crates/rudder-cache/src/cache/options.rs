@@ -14,6 +14,7 @@ use super::Cache;
 use super::registry::{Inner, TypeKey};
 use super::scope::ByObject;
 use crate::informer::DEFAULT_RESYNC;
+use crate::writes::WriteTracker;
 
 /// How long the reader waits for a new informer's first list by default.
 pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -123,6 +124,7 @@ impl CacheBuilder {
                 scopes_set: Mutex::new(HashMap::new()),
                 token: token.child_token(),
                 tracker: TaskTracker::new(),
+                writes: Arc::new(WriteTracker::new()),
             }),
         }
     }

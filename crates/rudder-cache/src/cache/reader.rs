@@ -13,8 +13,56 @@ use super::{Cache, ListOptions, Scope, Typed};
 use crate::error::{Error, Result};
 use crate::informer::Informer;
 use crate::store::{NAMESPACE_INDEX, ObjectKey};
+use crate::writes::{Cached, WriteTracker};
 
 impl Cache {
+    /// The cache's write tracker (read-your-writes): writing clients record the writes they
+    /// make inside a reconcile with it, and this cache's informers tell it what they deliver.
+    pub fn writes(&self) -> &Arc<WriteTracker> {
+        &self.inner.writes
+    }
+
+    /// What the cache holds of the object `namespace/name` of `K` right now, from the
+    /// informers already running (none is started, nothing waits): [`Cached::NotCached`] when
+    /// no running informer of `K` without selectors covers `namespace`, for a writing client
+    /// to know whether the cache will ever deliver its write.
+    pub fn cached<K: Typed>(&self, namespace: Option<&str>, name: &str) -> Cached {
+        let ty = TypeKey::Typed(TypeId::of::<K>());
+        let informers = self.inner.informers();
+        let mut covered = false;
+        for (slot_key, slot) in informers.iter() {
+            let scope = &slot_key.scope;
+            if slot_key.ty != ty
+                || scope.labels.is_some()
+                || scope.fields.is_some()
+                || slot.token.is_cancelled()
+            {
+                continue;
+            }
+            if let (Some(a), Some(b)) = (&scope.namespace, namespace)
+                && a != b
+            {
+                continue;
+            }
+            let Some(informer) = slot.informer.downcast_ref::<Informer<K>>() else {
+                continue;
+            };
+            covered = true;
+            if let Some(obj) = informer.store().get(&key(namespace, name)) {
+                let meta = obj.meta();
+                return Cached::Present {
+                    resource_version: meta.resource_version.clone(),
+                    uid: meta.uid.clone(),
+                };
+            }
+        }
+        if covered {
+            Cached::Absent
+        } else {
+            Cached::NotCached
+        }
+    }
+
     /// The object `namespace/name` (`namespace` is `None` for cluster-scoped types) from
     /// the cache, waiting for `K`'s informers to sync first. A namespace that none of the
     /// type's default scopes covers is [`Error::NotCached`].

@@ -19,6 +19,7 @@ use super::{ByObject, Scope};
 use crate::error::{Error, Result, SyncError};
 use crate::informer::{Informer, InformerBuilder};
 use crate::transform::{Transform, strip_managed_fields};
+use crate::writes::WriteTracker;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum TypeKey {
@@ -83,6 +84,8 @@ pub(crate) struct Inner {
     pub(crate) scopes_set: Mutex<HashMap<TypeKey, Vec<Scope>>>,
     pub(crate) token: CancellationToken,
     pub(crate) tracker: TaskTracker,
+    /// Writes made through this cache's clients that its informers have not delivered yet.
+    pub(crate) writes: Arc<WriteTracker>,
 }
 
 impl Inner {
@@ -154,6 +157,7 @@ impl Inner {
             .resync(self.resync)
             .with_token(token.clone())
             .tracker(tracker.clone())
+            .track_writes(Arc::clone(&self.writes))
             .start();
         informers.insert(key, self.slot(&informer, token, tracker));
         Ok(informer)

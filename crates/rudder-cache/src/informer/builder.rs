@@ -19,6 +19,7 @@ use super::watch_task::is_malformed;
 use super::watch_task::start_on;
 use crate::lenient::Lenient;
 use crate::transform::{Transform, strip_managed_fields};
+use crate::writes::{Tracked, WriteTracker};
 
 /// Options for one informer; start it with [`InformerBuilder::start`].
 pub struct InformerBuilder<K> {
@@ -31,6 +32,7 @@ pub struct InformerBuilder<K> {
     resync: Option<Duration>,
     token: CancellationToken,
     tracker: TaskTracker,
+    writes: Option<Arc<WriteTracker>>,
 }
 
 impl<K> InformerBuilder<K>
@@ -87,9 +89,21 @@ where
         self
     }
 
+    /// Tells `tracker` what the informer stores and removes, so writes recorded with it are
+    /// reached when this informer delivers them. A [`Cache`](crate::Cache) does this for
+    /// each informer it starts, with its own tracker.
+    #[must_use]
+    pub fn track_writes(mut self, tracker: Arc<WriteTracker>) -> Self {
+        self.writes = Some(tracker);
+        self
+    }
+
     /// Starts the watch on the current tokio runtime and returns the informer.
     pub fn start(self) -> Informer<K> {
         let resource = describe(&self.api, &self.config);
+        let writes = self
+            .writes
+            .map(|tracker| Tracked::new(tracker, self.api.resource_url()));
         let strict = watcher(self.api, self.config.clone())
             .default_backoff()
             .map(|item| item.map(wrap))
@@ -105,6 +119,7 @@ where
             self.resync,
             self.token,
             self.tracker,
+            writes,
         )
     }
 }
@@ -151,6 +166,7 @@ where
             resync: None,
             token: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            writes: None,
         }
     }
 }

@@ -203,6 +203,8 @@ pub(crate) struct Shared<K> {
     pub(crate) stats: Stats,
     pub(crate) token: CancellationToken,
     pub(crate) tracker: TaskTracker,
+    /// The cache's write tracker, told what the informer stores and removes.
+    pub(crate) writes: Option<crate::writes::Tracked>,
 }
 
 impl<K> Shared<K> {
@@ -325,6 +327,7 @@ mod tests {
             None,
             CancellationToken::new(),
             TaskTracker::new(),
+            None,
         );
         let mut events = informer.subscribe();
         let mut next = async || {
@@ -420,6 +423,7 @@ mod tests {
             None,
             CancellationToken::new(),
             TaskTracker::new(),
+            None,
         );
         (tx, informer)
     }
@@ -592,6 +596,7 @@ mod tests {
             None,
             CancellationToken::new(),
             TaskTracker::new(),
+            None,
         );
         let mut events = informer.subscribe();
         for event in [W::Init, W::InitApply(cm("a", "1")), W::InitDone] {

@@ -26,6 +26,7 @@ use crate::lenient::{Lenient, Malformed};
 use crate::store::{Applied, IndexPanic, ObjectKey, Store};
 use crate::transform::Transform;
 use crate::unwind;
+use crate::writes::{Seen, Tracked};
 
 /// Starts an informer's task on `stream`.
 pub(crate) fn start_on<K, S>(
@@ -35,6 +36,7 @@ pub(crate) fn start_on<K, S>(
     resync: Option<Duration>,
     token: CancellationToken,
     tracker: TaskTracker,
+    writes: Option<Tracked>,
 ) -> Informer<K>
 where
     K: Resource + Clone + Send + Sync + 'static,
@@ -51,6 +53,7 @@ where
         stats: Stats::default(),
         token,
         tracker,
+        writes,
     });
     let task = supervise(
         Arc::clone(&shared),
@@ -193,6 +196,7 @@ where
         let shared = &self.shared;
         let mut subscribers = shared.subscribers();
         for obj in shared.store.sweep(self.epoch, panics) {
+            self.tell_deleted(&obj);
             send(
                 &mut subscribers,
                 &Event::Delete {
@@ -226,6 +230,7 @@ where
         let mut subscribers = shared.subscribers();
         match shared.store.apply(obj, self.epoch, panics) {
             Applied::Added(obj) => {
+                self.tell_stored(&obj);
                 send(
                     &mut subscribers,
                     &Event::Create {
@@ -235,6 +240,7 @@ where
                 );
             }
             Applied::Updated { old, new } => {
+                self.tell_stored(&new);
                 send(&mut subscribers, &Event::Update { old, new });
             }
             Applied::Unchanged | Applied::Skipped => {}
@@ -252,6 +258,11 @@ where
         let shared = &self.shared;
         let mut subscribers = shared.subscribers();
         let stored = shared.store.remove(&key, panics);
+        match (&transformed, &stored) {
+            (Ok(obj), _) => self.tell_deleted(obj),
+            (Err(_), Some(obj)) => self.tell_deleted(obj),
+            (Err(_), None) => {}
+        }
         // The object is gone either way; without a transformed copy, the last
         // stored version stands for it, as for a malformed one.
         let event = match (transformed, stored) {
@@ -277,12 +288,42 @@ where
         let shared = &self.shared;
         let mut subscribers = shared.subscribers();
         if let Some(obj) = shared.store.remove(&key, panics) {
+            self.tell_deleted(&obj);
             // The last good version stands for the deleted object.
             send(
                 &mut subscribers,
                 &Event::Delete {
                     object: obj,
                     final_state_unknown: true,
+                },
+            );
+        }
+    }
+
+    /// Tells the cache's write tracker, if any, that `obj` is stored at its version.
+    fn tell_stored(&self, obj: &K) {
+        if let Some(writes) = &self.shared.writes {
+            let meta = obj.meta();
+            writes.observed(
+                meta.namespace.as_deref(),
+                meta.name.as_deref().unwrap_or_default(),
+                Seen::Present {
+                    resource_version: meta.resource_version.as_deref(),
+                    uid: meta.uid.as_deref(),
+                },
+            );
+        }
+    }
+
+    /// Tells the cache's write tracker, if any, that `obj` was removed.
+    fn tell_deleted(&self, obj: &K) {
+        if let Some(writes) = &self.shared.writes {
+            let meta = obj.meta();
+            writes.observed(
+                meta.namespace.as_deref(),
+                meta.name.as_deref().unwrap_or_default(),
+                Seen::Deleted {
+                    uid: meta.uid.as_deref(),
                 },
             );
         }
