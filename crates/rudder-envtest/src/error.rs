@@ -182,6 +182,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// A [`WatchDelay`](crate::WatchDelay) could not start: it was started outside a tokio
+    /// runtime, or no loopback port could be bound (retrying may help for that one).
+    #[error("could not {action} the watch-delay proxy")]
+    Proxy {
+        /// What was being done, for example `listen on 127.0.0.1 for`.
+        action: &'static str,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A TLS client configuration could not be made from the CA certificates given (see
     /// [`tls`](crate::tls)). Retrying does not help: the certificates are wrong.
     #[error("could not make a TLS client: {reason}")]

@@ -211,6 +211,33 @@
 //! # }
 //! ```
 //!
+//! # A cache behind its own writes
+//!
+//! A controller's informer learns of a write some time after the write returned; on a busy
+//! cluster that can be seconds, and a watch that is cut off learns of nothing until it is
+//! back. [`WatchDelay`] makes that happen on purpose: a loopback proxy in front of the API
+//! server that forwards every request at once but each watch event late (each line of a watch
+//! goes out its delay after it arrived, in order), and with [`WatchDelay::stall`] not at all
+//! until [`WatchDelay::resume`]. A controller run with [`WatchDelay::client`] then reconciles
+//! from a stale cache, and the test shows what it does about it (a conflict on update, a
+//! create that finds the object already there, a second reconcile once the event comes).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use rudder_envtest::{TestEnv, WatchDelay};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let env = TestEnv::builder().shared().await?;
+//! let slow = WatchDelay::start(env, Duration::from_millis(500))?;
+//! let client = slow.client(); // for the controller under test
+//! # drop(client);
+//! slow.stall(); // its watches now see nothing
+//! slow.resume(); // and now all they missed, in order
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Versions
 //!
 //! Any kube-apiserver from 1.20 on; flags that releases differ on are chosen from its
@@ -253,6 +280,7 @@ mod test_crd;
 #[cfg_attr(docsrs, doc(cfg(feature = "rustls-tls")))]
 pub mod tls;
 mod users;
+mod watch_delay;
 mod webhook;
 
 pub use apply::APPLY_FIELD_MANAGER;
@@ -264,4 +292,5 @@ pub use namespace::{NAMESPACE_LABEL, TestNamespace};
 pub use poll::{POLL_INTERVAL, eventually};
 pub use test_crd::TestCrd;
 pub use users::{GRANT_TIMEOUT, TEST_TOKEN_LIFETIME, TestUser};
+pub use watch_delay::{FORWARD_TIMEOUT, WatchDelay};
 pub use webhook::{InstalledWebhooks, PROBE_LABEL, WebhookOptions};
