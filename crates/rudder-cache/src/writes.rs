@@ -146,6 +146,8 @@ struct State {
 
 struct Pending {
     written: Written,
+    /// When the last write of the object was recorded.
+    recorded: Instant,
     waiters: Vec<(Arc<dyn WriteObserver>, Request)>,
     expires: Instant,
 }
@@ -248,6 +250,7 @@ impl WriteTracker {
             Some(pending) => {
                 // A later write of the same object: the newer version is what to reach.
                 pending.written = written;
+                pending.recorded = now;
                 pending.expires = expires;
                 let known = pending
                     .waiters
@@ -262,6 +265,7 @@ impl WriteTracker {
                     object,
                     Pending {
                         written,
+                        recorded: now,
                         waiters: vec![waiter],
                         expires,
                     },
@@ -368,14 +372,17 @@ impl WriteTracker {
         taken
     }
 
-    /// Waits, at most `timeout`, until no write of `object` is pending; whether none is.
+    /// Waits until no write of `object` recorded less than `timeout` ago is pending: at most
+    /// `timeout`, and no longer than the youngest such write's age reaches it (a read does
+    /// not wait again for a write whose wait already ran out). Whether it ended with none of
+    /// them pending (`false`: it waited out its bound, or found only writes too old to wait
+    /// for).
     pub async fn wait_for_object(&self, object: &ObjectRef, timeout: Duration) -> bool {
-        self.wait_until(timeout, |state| !state.pending.contains_key(object))
-            .await
+        self.wait_until(timeout, |o| o == object).await
     }
 
-    /// Waits, at most `timeout`, until no write of an object of `group`/`resource` in
-    /// `namespace` (`None`: in any namespace) is pending; whether none is.
+    /// As [`wait_for_object`](Self::wait_for_object), for every object of `group`/`resource`
+    /// in `namespace` (`None`: in any namespace).
     pub async fn wait_for_resource(
         &self,
         group: &str,
@@ -383,30 +390,54 @@ impl WriteTracker {
         namespace: Option<&str>,
         timeout: Duration,
     ) -> bool {
-        self.wait_until(timeout, |state| {
-            !state.pending.keys().any(|o| {
-                o.group == group
-                    && o.resource == resource
-                    && (namespace.is_none() || o.namespace.as_deref() == namespace)
-            })
+        self.wait_until(timeout, |o| {
+            o.group == group
+                && o.resource == resource
+                && (namespace.is_none() || o.namespace.as_deref() == namespace)
         })
         .await
     }
 
-    async fn wait_until(&self, timeout: Duration, done: impl Fn(&State) -> bool) -> bool {
+    async fn wait_until(&self, timeout: Duration, matches: impl Fn(&ObjectRef) -> bool) -> bool {
         if self.tracked.load(Ordering::Acquire) == 0 {
             return true;
         }
-        let deadline = Instant::now() + timeout;
+        let started = Instant::now();
         loop {
             let notified = self.changed.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            if done(&self.state.lock_unpoisoned()) {
-                return true;
+            let now = Instant::now();
+            // The latest moment a matching write still counts: its recording plus the bound.
+            let until = self
+                .state
+                .lock_unpoisoned()
+                .pending
+                .iter()
+                .filter(|(o, _)| matches(o))
+                .map(|(_, p)| p.recorded + timeout)
+                .filter(|&until| until > now)
+                .max();
+            let Some(until) = until else {
+                return !self
+                    .state
+                    .lock_unpoisoned()
+                    .pending
+                    .keys()
+                    .any(&matches);
+            };
+            let deadline = until.min(started + timeout);
+            if now >= deadline {
+                return false;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return done(&self.state.lock_unpoisoned());
+                // Waited out: whether the writes waited for were reached at the last moment.
+                return !self
+                    .state
+                    .lock_unpoisoned()
+                    .pending
+                    .keys()
+                    .any(&matches);
             }
         }
     }
@@ -601,7 +632,7 @@ mod tests {
                 "reached ns/owner configmaps/ns/child"
             ]
         );
-        let observer: Arc<dyn WriteObserver> = log.clone();
+        let observer: Arc<dyn WriteObserver> = log;
         assert!(tracker.take_echo(&child, Some("10"), Some("u1"), false, &observer));
         assert!(
             !tracker.take_echo(&child, Some("10"), Some("u1"), false, &observer),
@@ -668,7 +699,7 @@ mod tests {
         );
         assert_eq!(tracker.pending(), 0);
 
-        assert!(tracker.record(child.clone(), deleted, &scope, cached));
+        assert!(tracker.record(child, deleted, &scope, cached));
         tracker.observed(
             "",
             "configmaps",
@@ -686,29 +717,36 @@ mod tests {
     async fn a_read_waits_for_the_write_and_no_longer_than_its_bound() {
         let (tracker, _log, scope, child) = setup();
         let tracker = Arc::new(tracker);
+        let second = Duration::from_secs(1);
         assert!(
-            tracker
-                .wait_for_object(&child, Duration::from_secs(1))
-                .await
+            tracker.wait_for_object(&child, second).await,
+            "nothing pending"
         );
         assert!(tracker.record(child.clone(), version("10"), &scope, || Cached::Absent));
+        assert!(
+            tracker
+                .wait_for_resource("", "configmaps", Some("other"), second)
+                .await,
+            "nothing pending in another namespace"
+        );
         let started = Instant::now();
         assert!(
             !tracker
-                .wait_for_object(&child, Duration::from_secs(1))
+                .wait_for_resource("", "configmaps", Some("ns"), second)
                 .await
         );
-        assert_eq!(started.elapsed(), Duration::from_secs(1));
+        assert_eq!(started.elapsed(), second, "waited its bound");
         assert!(
-            !tracker
-                .wait_for_resource("", "configmaps", Some("ns"), Duration::ZERO)
-                .await
+            !tracker.wait_for_object(&child, second).await,
+            "still pending..."
         );
-        assert!(
-            tracker
-                .wait_for_resource("", "configmaps", Some("other"), Duration::ZERO)
-                .await
+        assert_eq!(
+            started.elapsed(),
+            second,
+            "... but older than the bound: not waited for again"
         );
+
+        assert!(tracker.record(child.clone(), version("11"), &scope, || Cached::Absent));
         let waiting = tokio::spawn({
             let tracker = Arc::clone(&tracker);
             let child = child.clone();
@@ -718,10 +756,15 @@ mod tests {
                     .await
             }
         });
+        // Lets the reader start waiting (paused clock: no real time passes); were it to look
+        // only after the next line, it would find nothing pending and pass all the same.
         tokio::time::sleep(Duration::from_millis(10)).await;
-        tracker.observed("", "configmaps", Some("ns"), "child", present("10"));
+        tracker.observed("", "configmaps", Some("ns"), "child", present("11"));
         assert!(waiting.await.unwrap());
-        assert!(Instant::now() - started < Duration::from_secs(2));
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "woken, not timed out"
+        );
     }
 
     #[tokio::test(start_paused = true)]

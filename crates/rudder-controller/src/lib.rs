@@ -77,6 +77,47 @@
 //! reconcile is caught, logged, counted and retried (configurable). An optional reconcile
 //! timeout cancels the reconcile's context.
 //!
+//! # Reading your own writes
+//!
+//! On by default ([`Options::read_your_writes`]): no reconcile runs on a cache older than the
+//! controller's own last write. Each reconcile runs inside a
+//! [`WriteScope`](rudder_core::writes::WriteScope); the writing client (the `rudder`
+//! facade's `Client`, and its create-or-update, finalizer, apply, status and delete helpers)
+//! records every successful write with the cache's write tracker
+//! ([`rudder_cache::WriteTracker`]): the object and the resourceVersion the server returned,
+//! or for a delete the uid. Every write of a reconcile counts for the key reconciled,
+//! whether it wrote the key's own object or a child (creates and deletes of owned objects
+//! are expectations on the owner's key).
+//!
+//! What is guaranteed:
+//!
+//! - A key is handed to a worker only once the cache has reached every write of its last
+//!   reconcile, per object: the cache holds that version or a newer state (for a delete: not
+//!   the deleted object). Until then the key is *held*: back in the queue, taking no worker,
+//!   queued the moment the last write arrives. Other keys never wait behind it.
+//! - The wait is bounded ([`Options::write_wait`], default [`DEFAULT_WRITE_WAIT`]); past it
+//!   the key runs anyway, counted in `rudder_controller_write_wait_timeouts_total` and logged
+//!   with the objects named.
+//! - A read through the client inside a reconcile (`get`, `list`) waits, within the same
+//!   bound, for pending writes of what it reads, so it returns at least the written version.
+//! - With [`Options::filter_own_echoes`], the watch event that is exactly the echo of the
+//!   controller's own write is dropped, so a status update does not trigger a reconcile of
+//!   its own (off by default).
+//! - With no write pending, a key costs one uncontended lock and a hash lookup on its way to
+//!   the reconciler, and an informer event one atomic load.
+//!
+//! What is not:
+//!
+//! - Other clients' writes, and this process's writes outside a reconcile (or through a bare
+//!   `kube::Api`, or in a task the reconcile spawned), are not waited for.
+//! - Objects the cache does not watch (no informer of the type covers the namespace without
+//!   selectors when the write is made) are not waited for: no informer would deliver them.
+//! - "Newer" is exact only where resourceVersions compare: Kubernetes 1.35 and later
+//!   (KEP-5504), which the manager detects as it starts. On older servers a write is reached
+//!   when the cache holds exactly the version written (or the object was deleted or replaced
+//!   since); if another writer changes the object again before the cache delivers this one
+//!   and a relist skips it, the key waits out the bound.
+//!
 //! # Leadership
 //!
 //! A [`LeaderGate`] ([`Controller::set_leader_gate`]) decides when workers may take
@@ -124,6 +165,7 @@ mod error;
 mod gate;
 pub mod metrics;
 mod options;
+mod own_writes;
 mod reconciler;
 mod runnable;
 mod shard;
@@ -132,7 +174,9 @@ mod shutdown;
 pub use controller::{Builder, Controller, WatchSpec};
 pub use error::{BuildError, ErrorChain, Result, RunError, TerminalError, is_terminal};
 pub use gate::LeaderGate;
-pub use options::{DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_SHUTDOWN_GRACE, Options};
+pub use options::{
+    DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_SHUTDOWN_GRACE, DEFAULT_WRITE_WAIT, Options,
+};
 pub use reconciler::{Action, BoxError, Context, Next, ReconcileId, Reconciler};
 pub use shard::{KeyAffinity, KeyLister, ShardGate, ShardPermit, fnv1a, fnv1a64, mix};
 pub use shutdown::Shutdown;

@@ -9,6 +9,9 @@
 //! | `controller_runtime_reconcile_time_seconds` | histogram | `controller` |
 //! | `controller_runtime_max_concurrent_reconciles` | gauge | `controller` |
 //! | `controller_runtime_active_workers` | gauge | `controller` |
+//! | `rudder_controller_write_wait_seconds` | histogram | `controller`: how long keys were held back until the cache had the writes of their last reconcile ([read-your-writes](crate#reading-your-own-writes)) |
+//! | `rudder_controller_write_wait_timeouts_total` | counter | `controller`: keys reconciled anyway because their own writes did not arrive within the bound |
+//! | `rudder_controller_writes_pending` | gauge | `controller`: writes of its reconciles the cache has not delivered yet |
 //! | `rudder_shard_reconciles_cancelled_total` | counter | `controller`: reconciles of a sharded controller cancelled because this replica's hold on the key's shard passed while they ran (reported from the first one on; each also counts as a `result="error"` reconcile and in `controller_runtime_reconcile_errors_total`) |
 //!
 //! The work queue's metrics (`workqueue_*`) carry `name` and `controller`, both the
@@ -58,6 +61,7 @@ pub const RECONCILE_TIME_BUCKETS: &[f64] = &[
 /// buckets.
 pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
     (RECONCILE_TIME_SECONDS, RECONCILE_TIME_BUCKETS),
+    (WRITE_WAIT_SECONDS, WRITE_WAIT_BUCKETS),
     (
         workqueue::QUEUE_DURATION_SECONDS,
         workqueue::DURATION_BUCKETS,
@@ -71,6 +75,22 @@ pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
 /// Reconciles of a sharded controller cancelled because the replica's hold on the key's
 /// shard passed while they ran.
 pub const SHARD_CANCELLED_TOTAL: &str = "rudder_shard_reconciles_cancelled_total";
+
+/// `rudder_controller_write_wait_seconds{controller}`, a histogram: how long a key was held
+/// back for the cache to deliver the writes of its last reconcile (read-your-writes).
+pub const WRITE_WAIT_SECONDS: &str = "rudder_controller_write_wait_seconds";
+/// `rudder_controller_write_wait_timeouts_total{controller}`: keys reconciled anyway because
+/// the cache had not delivered their own writes within the bound.
+pub const WRITE_WAIT_TIMEOUTS_TOTAL: &str = "rudder_controller_write_wait_timeouts_total";
+/// `rudder_controller_writes_pending{controller}`: writes of the controller's reconciles the
+/// cache has not delivered yet.
+pub const WRITES_PENDING: &str = "rudder_controller_writes_pending";
+
+/// Buckets of `rudder_controller_write_wait_seconds`: from a loopback watch's milliseconds
+/// to the default bound (5 s) and past it.
+pub const WRITE_WAIT_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 
 /// Describes every metric a controller reports, its work queue's included (help text and
 /// unit), to the recorder current at this call. A controller calls it when it starts; a
@@ -111,6 +131,20 @@ pub fn describe() {
         SHARD_CANCELLED_TOTAL,
         "Total number of reconciles of a sharded controller cancelled because this \
          replica's hold on the key's shard passed while they ran."
+    );
+    metrics::describe_histogram!(
+        WRITE_WAIT_SECONDS,
+        Unit::Seconds,
+        "Time a key was held back until the cache had the writes of its last reconcile."
+    );
+    metrics::describe_counter!(
+        WRITE_WAIT_TIMEOUTS_TOTAL,
+        "Total number of keys reconciled before the cache had their own writes, because \
+         the wait for them timed out."
+    );
+    metrics::describe_gauge!(
+        WRITES_PENDING,
+        "Number of writes of the controller's reconciles the cache has not delivered yet."
     );
 }
 

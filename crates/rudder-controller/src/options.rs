@@ -16,6 +16,11 @@ pub const DEFAULT_CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 /// deadline governs instead.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
+/// The longest a key is held back for the cache to deliver the writes of its last
+/// reconcile, unless told otherwise (controller-runtime's read-your-writes client waits 5 s
+/// too); past it the key runs anyway, counted and logged.
+pub const DEFAULT_WRITE_WAIT: Duration = Duration::from_secs(5);
+
 /// How a controller runs: workers, timeouts, retries. Shared by
 /// [`Controller::builder`](crate::Controller::builder) and the `rudder` facade's builder
 /// (`with_options`), so each option is declared once.
@@ -37,6 +42,9 @@ pub struct Options {
     pub(crate) recover_panic: bool,
     pub(crate) skip_name_validation: bool,
     pub(crate) rate_limiter: Option<Box<dyn RateLimiter<Request>>>,
+    pub(crate) read_your_writes: bool,
+    pub(crate) write_wait: Duration,
+    pub(crate) filter_own_echoes: bool,
 }
 
 impl fmt::Debug for Options {
@@ -49,6 +57,9 @@ impl fmt::Debug for Options {
             .field("recover_panic", &self.recover_panic)
             .field("skip_name_validation", &self.skip_name_validation)
             .field("rate_limiter", &self.rate_limiter.is_some())
+            .field("read_your_writes", &self.read_your_writes)
+            .field("write_wait", &self.write_wait)
+            .field("filter_own_echoes", &self.filter_own_echoes)
             .finish()
     }
 }
@@ -63,13 +74,17 @@ impl Default for Options {
             recover_panic: true,
             skip_name_validation: false,
             rate_limiter: None,
+            read_your_writes: true,
+            write_wait: DEFAULT_WRITE_WAIT,
+            filter_own_echoes: false,
         }
     }
 }
 
 impl Options {
     /// The defaults: one worker, [`DEFAULT_CACHE_SYNC_TIMEOUT`], no reconcile timeout,
-    /// [`DEFAULT_SHUTDOWN_GRACE`], panics recovered, client-go's controller rate limiter.
+    /// [`DEFAULT_SHUTDOWN_GRACE`], panics recovered, client-go's controller rate limiter,
+    /// read-your-writes on with [`DEFAULT_WRITE_WAIT`], own echoes delivered.
     pub fn new() -> Self {
         Self::default()
     }
@@ -120,6 +135,45 @@ impl Options {
     pub fn rate_limiter(mut self, limiter: impl RateLimiter<Request> + 'static) -> Self {
         self.rate_limiter = Some(Box::new(limiter));
         self
+    }
+
+    /// Whether a key waits for the cache to deliver the writes of its last reconcile before
+    /// it is reconciled again (default `true`; see
+    /// [reading your own writes](crate#reading-your-own-writes)). Off, a reconcile may read a
+    /// cache older than its own last write, as in controller-runtime and kube-runtime.
+    pub fn read_your_writes(mut self, on: bool) -> Self {
+        self.read_your_writes = on;
+        self
+    }
+
+    /// The longest a key waits for its own writes, and a read inside a reconcile for a write
+    /// still pending (default [`DEFAULT_WRITE_WAIT`]); past it the key runs anyway, counted in
+    /// `rudder_controller_write_wait_timeouts_total` and logged with the objects named.
+    pub fn write_wait(mut self, bound: Duration) -> Self {
+        self.write_wait = bound;
+        self
+    }
+
+    /// Drops the watch event that is exactly the echo of this controller's own write (the
+    /// version a write of one of its reconciles returned, or the deletion it made), so a
+    /// status update does not trigger a reconcile of its own (default `false`: every event
+    /// is delivered). Other writers' changes, and newer versions, are always delivered. Needs
+    /// read-your-writes on (the echo is known from the writes it records); the `rudder`
+    /// facade's builder puts the filter (rudder-handler's `DropOwnEchoes`) on every typed
+    /// watch it declares (`for_`, `owns`, `watches_kind`), not on sources of your own.
+    pub fn filter_own_echoes(mut self, on: bool) -> Self {
+        self.filter_own_echoes = on;
+        self
+    }
+
+    /// Whether read-your-writes is on ([`read_your_writes`](Self::read_your_writes)).
+    pub fn reads_your_writes(&self) -> bool {
+        self.read_your_writes
+    }
+
+    /// Whether own echoes are dropped ([`filter_own_echoes`](Self::filter_own_echoes)).
+    pub fn filters_own_echoes(&self) -> bool {
+        self.read_your_writes && self.filter_own_echoes
     }
 
     /// Allows a name another controller in the process has (tests that build the same

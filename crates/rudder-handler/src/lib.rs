@@ -72,7 +72,7 @@ pub use handler::{
 };
 pub use kind::{Kind, resubscribing};
 pub use predicate::{
-    And, AnnotationChanged, Compose, Funcs, GenerationChanged, LabelChanged,
+    And, AnnotationChanged, Compose, DropOwnEchoes, Funcs, GenerationChanged, LabelChanged,
     LabelSelectorPredicate, MetaEvent, MetaPredicate, MetaPredicates, Not, Or, Predicate,
     ResourceVersionChanged,
 };

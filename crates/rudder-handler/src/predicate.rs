@@ -9,12 +9,15 @@
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use kube::Resource;
 use kube::core::{ObjectMeta, Selector, SelectorExt};
 pub use rudder_core::{And, Compose, MetaEvent, MetaPredicate, MetaPredicates, Not, Or, Predicate};
 
 use crate::Event;
+use rudder_cache::WriteTracker;
+use rudder_core::writes::{ObjectRef, WriteObserver};
 
 /// Lets an update through only if `changed(old, new)`; every other event passes.
 fn update_only(event: MetaEvent<'_>, changed: impl Fn(&ObjectMeta, &ObjectMeta) -> bool) -> bool {
@@ -181,6 +184,77 @@ impl<K> Predicate<K> for Funcs<K> {
                 .is_none_or(|f| f(object, *final_state_unknown)),
             Event::Generic { object } => self.generic.as_ref().is_none_or(|f| f(object)),
         }
+    }
+}
+
+/// Drops the events that are exactly the echo of a write `observer`'s reconciles made and the
+/// cache's write tracker recorded: the create, update or delete event carrying the version
+/// that write returned (or the deletion it made). Every other event passes: other writers'
+/// changes, newer versions, the first list, resyncs. What a controller with
+/// `Options::filter_own_echoes` puts before its watches' other predicates, so that its own
+/// status update does not queue a reconcile of its own.
+pub struct DropOwnEchoes<K> {
+    tracker: Arc<WriteTracker>,
+    observer: Arc<dyn WriteObserver>,
+    group: String,
+    resource: String,
+    _type: PhantomData<fn(&K)>,
+}
+
+impl<K: Resource<DynamicType = ()>> DropOwnEchoes<K> {
+    /// Drops the echoes of `observer`'s writes that `tracker` (a cache's
+    /// [`Cache::writes`](rudder_cache::Cache::writes)) recorded.
+    pub fn new(tracker: Arc<WriteTracker>, observer: Arc<dyn WriteObserver>) -> Self {
+        Self {
+            tracker,
+            observer,
+            group: K::group(&()).into_owned(),
+            resource: K::plural(&()).into_owned(),
+            _type: PhantomData,
+        }
+    }
+
+    fn is_echo(&self, object: &K, deleted: bool) -> bool {
+        let meta = object.meta();
+        let target = ObjectRef::new(
+            self.group.as_str(),
+            self.resource.as_str(),
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
+        );
+        self.tracker.take_echo(
+            &target,
+            meta.resource_version.as_deref(),
+            meta.uid.as_deref(),
+            deleted,
+            &self.observer,
+        )
+    }
+}
+
+impl<K> std::fmt::Debug for DropOwnEchoes<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DropOwnEchoes")
+            .field("resource", &self.resource)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Send + Sync> Predicate<K> for DropOwnEchoes<K> {
+    fn filter(&self, event: &Event<K>) -> bool {
+        let echo = match event {
+            Event::Create {
+                object,
+                initial_list: false,
+            } => self.is_echo(object, false),
+            Event::Update { new, .. } => self.is_echo(new, false),
+            Event::Delete { object, .. } => self.is_echo(object, true),
+            Event::Create { .. } | Event::Generic { .. } => false,
+        };
+        if echo {
+            tracing::trace!(resource = %self.resource, "dropped the echo of this controller's own write");
+        }
+        !echo
     }
 }
 

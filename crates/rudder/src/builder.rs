@@ -12,11 +12,12 @@ use futures::future::BoxFuture;
 use kube::Client;
 use kube::Resource;
 use kube::core::GroupVersionKind;
-use rudder_cache::Typed;
+use rudder_cache::{Typed, WriteTracker};
 use rudder_controller::{Controller, KeyLister, Options, Reconciler, WatchSpec};
+use rudder_core::writes::WriteObserver;
 use rudder_handler::{
-    EnqueueObject, EnqueueOwner, EventHandler, Kind, MetaPredicate, MetaPredicates, Predicate,
-    Request, Source,
+    DropOwnEchoes, EnqueueObject, EnqueueOwner, EventHandler, Kind, MetaPredicate, MetaPredicates,
+    Predicate, Request, Source,
 };
 use rudder_manager::Manager;
 use rudder_manager::rbac::{Permissions, Verb};
@@ -26,8 +27,17 @@ use crate::{Error, Result, Tools};
 
 type ServedCheck = Box<dyn FnOnce(Client) -> BoxFuture<'static, Result<()>> + Send>;
 
-/// A watch waiting for the builder's global predicates, known only at `complete`.
-type PendingWatch = Box<dyn FnOnce(&MetaPredicates) -> WatchSpec + Send>;
+/// A watch waiting for what is known only at `complete`: the builder's global predicates,
+/// and the controller's own echoes to drop.
+type PendingWatch = Box<dyn FnOnce(&Complete) -> WatchSpec + Send>;
+
+/// What `complete` hands each pending watch.
+struct Complete {
+    global: MetaPredicates,
+    /// With `Options::filter_own_echoes`: the cache's write tracker and the controller's
+    /// observer, for [`DropOwnEchoes`].
+    echoes: Option<(Arc<WriteTracker>, Arc<dyn WriteObserver>)>,
+}
 
 /// The primary type's watch, waiting for `complete` to say whether it reads the shards of a
 /// ring in label mode (then it comes with the key lister over those shards' informers).
@@ -229,7 +239,7 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         H: EventHandler<T> + 'static,
     {
         let spec = WatchSpec::new(source, handler, Vec::new());
-        self.watches.push(Box::new(move |_: &MetaPredicates| spec));
+        self.watches.push(Box::new(move |_: &Complete| spec));
         self
     }
 
@@ -340,7 +350,14 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
             .options(self.options)
             .build()
             .map_err(Error::Controller)?;
-        let global = MetaPredicates::new(self.global);
+        let complete = Complete {
+            global: MetaPredicates::new(self.global),
+            echoes: controller
+                .filters_own_echoes()
+                .then(|| controller.write_observer())
+                .flatten()
+                .map(|observer| (Arc::clone(self.manager.cache().writes()), observer)),
+        };
         let labelled = ring
             .as_ref()
             .filter(|ring| ring.config().mode() == ShardMode::Labels);
@@ -348,11 +365,15 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         if let Some(primary) = self.primary {
             let (watch, keys) = primary(labelled);
             shard_keys = keys;
-            controller.add_watch(watch(&global)).map_err(Error::Watch)?;
+            controller
+                .add_watch(watch(&complete))
+                .map_err(Error::Watch)?;
         }
         for watch in self.watches {
             // Before `run`, adding a watch only records it.
-            controller.add_watch(watch(&global)).map_err(Error::Watch)?;
+            controller
+                .add_watch(watch(&complete))
+                .map_err(Error::Watch)?;
         }
         if let Some(ring) = ring {
             let cache = self.manager.cache().clone();
@@ -391,10 +412,10 @@ impl<K: Typed> ControllerBuilder<'_, K> {
             Some(ring) => {
                 let (source, keys) =
                     rudder_manager::sharding::labels::source::<K>(&cache, &client, ring);
-                (pending(source, EnqueueObject, predicate), Some(keys))
+                (pending_typed(source, EnqueueObject, predicate), Some(keys))
             }
             None => (
-                pending(Kind::<K>::from_cache(&cache), EnqueueObject, predicate),
+                pending_typed(Kind::<K>::from_cache(&cache), EnqueueObject, predicate),
                 None,
             ),
         }));
@@ -414,7 +435,7 @@ impl<K> ControllerBuilder<'_, K> {
             .push(Box::new(|client| Box::pin(served::<T>(client))));
         self.permissions = std::mem::take(&mut self.permissions).read::<T>();
         let source = Kind::<T>::from_cache(self.manager.cache());
-        self.watches.push(pending(source, handler, predicate));
+        self.watches.push(pending_typed(source, handler, predicate));
         self
     }
 }
@@ -429,10 +450,38 @@ where
     T: Resource + Send + Sync + 'static,
     H: EventHandler<T> + 'static,
 {
-    Box::new(move |global: &MetaPredicates| {
+    Box::new(move |complete: &Complete| {
         let mut all: Vec<Box<dyn Predicate<T>>> = Vec::with_capacity(2);
-        if !global.is_empty() {
-            all.push(Box::new(global.clone()));
+        if !complete.global.is_empty() {
+            all.push(Box::new(complete.global.clone()));
+        }
+        all.extend(predicate);
+        WatchSpec::new(source, handler, all)
+    })
+}
+
+/// [`pending`] for a typed watch (the primary, owned types, `watches_kind`): with
+/// `Options::filter_own_echoes`, the echoes of the controller's own writes are dropped
+/// first.
+fn pending_typed<T, H>(
+    source: impl Source<T>,
+    handler: H,
+    predicate: Option<Box<dyn Predicate<T>>>,
+) -> PendingWatch
+where
+    T: Typed,
+    H: EventHandler<T> + 'static,
+{
+    Box::new(move |complete: &Complete| {
+        let mut all: Vec<Box<dyn Predicate<T>>> = Vec::with_capacity(3);
+        if let Some((tracker, observer)) = &complete.echoes {
+            all.push(Box::new(DropOwnEchoes::<T>::new(
+                Arc::clone(tracker),
+                Arc::clone(observer),
+            )));
+        }
+        if !complete.global.is_empty() {
+            all.push(Box::new(complete.global.clone()));
         }
         all.extend(predicate);
         WatchSpec::new(source, handler, all)

@@ -14,6 +14,7 @@ use crate::error::BuildError;
 use crate::gate::LeaderGate;
 use crate::metrics::DeferredQueueMetrics;
 use crate::options::Options;
+use crate::own_writes::OwnWrites;
 use crate::reconciler::Reconciler;
 
 /// Builds a [`Controller`].
@@ -59,6 +60,14 @@ impl<R: Reconciler> Builder<R> {
             .rate_limiter(limiter)
             .metrics(queue_metrics.clone())
             .build();
+        let own_writes = options.read_your_writes.then(|| {
+            Arc::new(OwnWrites::new(
+                &self.name,
+                queue.clone(),
+                options.write_wait,
+            ))
+        });
+        let filter_own_echoes = options.read_your_writes && options.filter_own_echoes;
         let name: Arc<str> = Arc::from(self.name);
         Ok(Controller {
             inner: Arc::new(Inner {
@@ -79,6 +88,8 @@ impl<R: Reconciler> Builder<R> {
                 watches: Mutex::new(Watches::default()),
                 gate: Mutex::new(LeaderGate::always_open()),
                 shard: Mutex::new(None),
+                own_writes,
+                filter_own_echoes,
             }),
         })
     }

@@ -26,10 +26,12 @@ pub use watch::WatchSpec;
 use crate::error::{Result, RunError};
 use crate::gate::LeaderGate;
 use crate::metrics::{DeferredQueueMetrics, Metrics};
+use crate::own_writes::OwnWrites;
 use crate::reconciler::Reconciler;
 use crate::shard::{KeyLister, ShardGate};
 use names::unregister_name;
 use rudder_core::sync::LockExt;
+use rudder_core::writes::WriteObserver;
 use watch::ErasedWatch;
 
 /// Runs a [`Reconciler`] over a work queue fed by watches: controller-runtime's controller.
@@ -80,6 +82,10 @@ struct Inner<R> {
     gate: Mutex<LeaderGate>,
     /// Which keys this replica may reconcile, when sharded; read once, when `run` starts.
     shard: Mutex<Option<ShardGate>>,
+    /// The writes of its reconciles the cache has not delivered, by key (read-your-writes);
+    /// `None` when it is off.
+    own_writes: Option<Arc<OwnWrites>>,
+    filter_own_echoes: bool,
 }
 
 impl<R> Drop for Inner<R> {
@@ -207,6 +213,34 @@ impl<R: Reconciler> Controller<R> {
         self.inner.shard.lock_unpoisoned().is_some()
     }
 
+    /// The observer this controller's reconciles write under (read-your-writes), for the
+    /// writing client and the cache's tracker; `None` when read-your-writes is off
+    /// ([`Options::read_your_writes`](crate::Options::read_your_writes)).
+    pub fn write_observer(&self) -> Option<Arc<dyn WriteObserver>> {
+        self.inner
+            .own_writes
+            .as_ref()
+            .map(|w| Arc::clone(w) as Arc<dyn WriteObserver>)
+    }
+
+    /// Whether the controller drops the echoes of its own writes
+    /// ([`Options::filter_own_echoes`](crate::Options::filter_own_echoes)).
+    pub fn filters_own_echoes(&self) -> bool {
+        self.inner.filter_own_echoes
+    }
+
+    /// How many writes of this controller's reconciles the cache has not delivered yet.
+    pub fn pending_writes(&self) -> usize {
+        self.inner.own_writes.as_ref().map_or(0, |w| w.pending())
+    }
+
+    /// How many keys were reconciled before the cache had their own writes, because the
+    /// wait for them passed its bound (the `rudder_controller_write_wait_timeouts_total`
+    /// count of this controller).
+    pub fn write_wait_timeouts(&self) -> u64 {
+        self.inner.own_writes.as_ref().map_or(0, |w| w.timeouts())
+    }
+
     /// Whether every source has synced.
     pub fn has_synced(&self) -> bool {
         let watches = self.inner.lock_watches();
@@ -227,6 +261,9 @@ impl<R> Inner<R> {
         crate::metrics::describe();
         self.metrics();
         self.queue_metrics.bind(self.queue.len());
+        if let Some(writes) = &self.own_writes {
+            writes.start_metrics();
+        }
     }
 
     fn lock_watches(&self) -> std::sync::MutexGuard<'_, Watches> {

@@ -16,8 +16,10 @@ use tracing::Instrument;
 use super::Inner;
 use crate::error::{ErrorChain, is_terminal};
 use crate::gate::LeaderGate;
+use crate::own_writes::{Gate, OwnWrites};
 use crate::reconciler::{Action, BoxError, Context, Next, ReconcileId, Reconciler};
 use crate::shard::{ShardGate, ShardPermit};
+use rudder_core::writes::{WriteObserver, WriteScope};
 
 /// One worker: takes requests while `gate` is open, until the controller stops, reconciling
 /// each.
@@ -50,6 +52,7 @@ pub(super) async fn worker<R: Reconciler>(
         // request then goes back to the queue, not to the reconciler.
         if let Some(item) = admit(&inner.queue, &gate, item)
             && let Some((item, permit)) = admit_shard(&inner.queue, shard.as_ref(), item)
+            && let Some(item) = admit_fresh(inner.own_writes.as_deref(), item)
         {
             process(&inner, item, permit).await;
         }
@@ -83,6 +86,25 @@ fn admit_shard(
         None => {
             tracing::trace!(request = %item.key(), "not this replica's shard: dropped");
             queue.forget(item.key());
+            None
+        }
+    }
+}
+
+/// Hands `item` on unless the cache has not yet delivered the writes of its key's last
+/// reconcile; such a key is put back to run when they arrive or the bound passes, and takes
+/// no worker meanwhile.
+fn admit_fresh(
+    own_writes: Option<&OwnWrites>,
+    item: WorkItem<Request>,
+) -> Option<WorkItem<Request>> {
+    let Some(writes) = own_writes else {
+        return Some(item);
+    };
+    match writes.check(item.key(), item.priority()) {
+        Gate::Run => Some(item),
+        Gate::Hold(delay) => {
+            writes.requeue_held(item.key().clone(), delay, item.priority());
             None
         }
     }
@@ -130,7 +152,16 @@ async fn process<R: Reconciler>(
     );
     inner.metrics().active_workers(1.0);
     let started = Instant::now();
-    let reconcile = AssertUnwindSafe(inner.reconciler.reconcile(request.clone(), ctx))
+    let reconcile = inner.reconciler.reconcile(request.clone(), ctx);
+    let reconcile = match &inner.own_writes {
+        Some(writes) => {
+            let observer: Arc<dyn WriteObserver> = Arc::clone(writes) as _;
+            let scope = WriteScope::new(observer, request.clone(), writes.timeout());
+            Either::Left(scope.run(reconcile))
+        }
+        None => Either::Right(reconcile),
+    };
+    let reconcile = AssertUnwindSafe(reconcile)
         .catch_unwind()
         .instrument(span.clone());
     let reconcile = with_timeout(reconcile, inner.reconcile_timeout, &span, &cancel);

@@ -85,6 +85,7 @@ impl Manager {
         // Self-signed certificates before the webhook server: it must have one to serve.
         #[cfg(feature = "webhook")]
         self.tls.start(&self.client).await?;
+        self.resolve_version_order().await;
         // Caches next: informers created so far (by controllers' sources) list first.
         if !self.wait_for_cache_sync(cancel).await? {
             return Ok(());
@@ -92,6 +93,27 @@ impl Manager {
         let mut running = self.start_runnables();
         let failure = running.supervise(cancel).await;
         self.stop_runnables(running, failure).await
+    }
+
+    /// Asks the API server's version (bounded) and tells the cache's write tracker whether
+    /// resourceVersions compare as integers there (Kubernetes 1.35 and later, KEP-5504), so
+    /// a newer version in the cache reaches an older write (read-your-writes). Without an
+    /// answer the tracker keeps what it was told (by default: opaque versions, equality).
+    async fn resolve_version_order(&self) {
+        const ASK_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+        let answer = tokio::time::timeout(ASK_FOR, self.client.apiserver_version()).await;
+        match answer {
+            Ok(Ok(info)) => {
+                let comparable = comparable_resource_versions(&info.major, &info.minor);
+                tracing::debug!(major = %info.major, minor = %info.minor, comparable,
+                    "resourceVersions compare as integers on this server: {comparable}");
+                self.cache.writes().set_comparable(comparable);
+            }
+            Ok(Err(error)) => tracing::warn!(%error,
+                "cannot read the API server's version; read-your-writes compares resourceVersions for equality only"),
+            Err(_) => tracing::warn!(after = ?ASK_FOR,
+                "the API server did not say its version; read-your-writes compares resourceVersions for equality only"),
+        }
     }
 
     /// Raises the soft file descriptor limit to the hard one, unless told not to.
@@ -361,5 +383,35 @@ impl Campaign<'_> {
             Some(held) => held.finished().await.is_err(),
             None => false,
         }
+    }
+}
+
+/// Whether a server of version `major`.`minor` (as `/version` gives them: `"1"`, `"35+"`)
+/// guarantees comparable resourceVersions (KEP-5504, GA in 1.35).
+fn comparable_resource_versions(major: &str, minor: &str) -> bool {
+    let number = |s: &str| {
+        s.trim_end_matches(|c: char| !c.is_ascii_digit())
+            .parse::<u32>()
+            .ok()
+    };
+    match (number(major), number(minor)) {
+        (Some(major), _) if major > 1 => true,
+        (Some(1), Some(minor)) => minor >= 35,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::comparable_resource_versions;
+
+    #[test]
+    fn resource_versions_compare_from_1_35() {
+        assert!(comparable_resource_versions("1", "37"));
+        assert!(comparable_resource_versions("1", "35+"));
+        assert!(!comparable_resource_versions("1", "34"));
+        assert!(!comparable_resource_versions("1", "33+"));
+        assert!(!comparable_resource_versions("1", ""));
+        assert!(comparable_resource_versions("2", "0"));
     }
 }

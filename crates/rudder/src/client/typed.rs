@@ -10,7 +10,14 @@ use rudder_cache::{ApiScope, Cache, ListOptions, Typed};
 use rudder_handler::Request;
 use serde::Serialize;
 
-use super::ClientError;
+use super::{ClientError, Operation};
+use rudder_cache::writes::Written;
+use rudder_core::writes::{ObjectRef, WriteScope};
+
+/// The identity writes and the cache's tracker name `namespace/name` of `K` by.
+pub(crate) fn object_ref<K: Typed>(namespace: Option<&str>, name: &str) -> ObjectRef {
+    ObjectRef::new(K::group(&()), K::plural(&()), namespace, name)
+}
 
 /// The reconciler's client: reads come from the manager's shared cache (no request to the
 /// API server), writes go to the API server through the `Api` the object itself implies
@@ -98,6 +105,17 @@ impl Client {
     /// [`ClientError::Cache`]: the informer could not be made or did not sync, or the
     /// namespace is not cached.
     pub async fn get<K: Typed>(&self, request: &Request) -> Result<Option<Arc<K>>, ClientError> {
+        if let Some(scope) = WriteScope::current() {
+            let object = object_ref::<K>(request.namespace(), request.name());
+            if !self
+                .cache
+                .writes()
+                .wait_for_object(&object, scope.wait())
+                .await
+            {
+                tracing::debug!(%object, "reading a cache that has not delivered this process's last write of the object");
+            }
+        }
         Ok(self
             .cache
             .get::<K>(request.namespace(), request.name())
@@ -110,6 +128,17 @@ impl Client {
     ///
     /// As [`get`](Self::get).
     pub async fn list<K: Typed>(&self, options: &ListOptions) -> Result<Vec<Arc<K>>, ClientError> {
+        if let Some(scope) = WriteScope::current() {
+            let writes = self.cache.writes();
+            let (group, resource) = (K::group(&()), K::plural(&()));
+            let namespace = options.namespace.as_deref();
+            if !writes
+                .wait_for_resource(&group, &resource, namespace, scope.wait())
+                .await
+            {
+                tracing::debug!(%resource, ?namespace, "listing from a cache that has not delivered every write this process made there");
+            }
+        }
         Ok(self.cache.list::<K>(options).await?)
     }
 
@@ -120,10 +149,11 @@ impl Client {
     /// The API server's; one that already exists is a conflict
     /// ([`ClientError::is_conflict`], reason `AlreadyExists`).
     pub async fn create<K: Typed + Serialize>(&self, object: &K) -> Result<K, ClientError> {
-        Ok(self
+        let created = self
             .api_for(object)
             .create(&PostParams::default(), object)
-            .await?)
+            .await?;
+        Ok(self.remember(created))
     }
 
     /// Replaces `object` (not its status), conditional on the resourceVersion it carries.
@@ -132,10 +162,11 @@ impl Client {
     ///
     /// A conflict if the object changed since it was read; the API server's otherwise.
     pub async fn update<K: Typed + Serialize>(&self, object: &K) -> Result<K, ClientError> {
-        Ok(self
+        let updated = self
             .api_for(object)
             .replace(&object.name_any(), &PostParams::default(), object)
-            .await?)
+            .await?;
+        Ok(self.remember(updated))
     }
 
     /// Replaces `object`'s status, conditional on the resourceVersion it carries.
@@ -144,10 +175,11 @@ impl Client {
     ///
     /// As [`update`](Self::update).
     pub async fn update_status<K: Typed + Serialize>(&self, object: &K) -> Result<K, ClientError> {
-        Ok(self
+        let updated = self
             .api_for(object)
             .replace_status(&object.name_any(), &PostParams::default(), object)
-            .await?)
+            .await?;
+        Ok(self.remember(updated))
     }
 
     /// Patches `object` (named by its name and namespace) with `patch`. A merge patch
@@ -162,10 +194,11 @@ impl Client {
         K: Typed,
         P: Serialize + Debug,
     {
-        Ok(self
+        let patched = self
             .api_for(object)
             .patch(&object.name_any(), &PatchParams::default(), patch)
-            .await?)
+            .await?;
+        Ok(self.remember(patched))
     }
 
     /// Writes `status` as `object`'s status (a merge patch of the status subresource),
@@ -185,14 +218,15 @@ impl Client {
             "metadata": { "resourceVersion": object.meta().resource_version },
             "status": status,
         });
-        Ok(self
+        let patched = self
             .api_for(object)
             .patch_status(
                 &object.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(&patch),
             )
-            .await?)
+            .await?;
+        Ok(self.remember(patched))
     }
 
     /// Server-side applies `object` as this client's field manager, forcing conflicts with
@@ -204,10 +238,11 @@ impl Client {
     /// The API server's.
     pub async fn apply<K: Typed + Serialize>(&self, object: &K) -> Result<K, ClientError> {
         let params = PatchParams::apply(&self.field_manager).force();
-        Ok(self
+        let applied = self
             .api_for(object)
             .patch(&object.name_any(), &params, &Patch::Apply(object))
-            .await?)
+            .await?;
+        Ok(self.remember(applied))
     }
 
     /// Server-side applies `object`'s status (the status subresource), as
@@ -218,10 +253,11 @@ impl Client {
     /// The API server's.
     pub async fn apply_status<K: Typed + Serialize>(&self, object: &K) -> Result<K, ClientError> {
         let params = PatchParams::apply(&self.field_manager).force();
-        Ok(self
+        let applied = self
             .api_for(object)
             .patch_status(&object.name_any(), &params, &Patch::Apply(object))
-            .await?)
+            .await?;
+        Ok(self.remember(applied))
     }
 
     /// Deletes `object` if it is still the object that was read: the delete is conditional
@@ -240,14 +276,141 @@ impl Client {
             }),
             ..DeleteParams::default()
         };
+        let deleted = Written::Deleted { uid: object.uid() };
         match self
             .api_for(object)
             .delete(&object.name_any(), &params)
             .await
         {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => Ok(false),
+            // The object as deleted (still there while finalizers hold it: the version
+            // written is the one with the deletion timestamp), or a status: gone.
+            Ok(answer) => {
+                match answer.left() {
+                    Some(still) => {
+                        self.remember(still);
+                    }
+                    None => self.remember_written::<K>(object, deleted),
+                }
+                Ok(true)
+            }
+            // Gone already, or the name is another object's: the cache holding the one read
+            // is behind, and a reconcile should not see it again.
+            Err(kube::Error::Api(status)) if matches!(status.code, 404 | 409) => {
+                self.remember_written::<K>(object, deleted);
+                Ok(false)
+            }
             Err(error) => Err(error.into()),
         }
+    }
+
+    /// [`create_or_update`](super::create_or_update) of `namespace/name` through this client:
+    /// the write it makes, if any, is remembered for read-your-writes.
+    ///
+    /// # Errors
+    ///
+    /// As [`create_or_update`](super::create_or_update).
+    pub async fn create_or_update<K>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        mutate: impl FnOnce(&mut K) -> Result<(), ClientError>,
+    ) -> Result<(K, Operation), ClientError>
+    where
+        K: Typed + Default + Serialize,
+    {
+        let (object, operation) =
+            super::create_or_update(&self.api::<K>(namespace), name, mutate).await?;
+        Ok((self.remember_if(object, operation), operation))
+    }
+
+    /// [`create_or_patch`](super::create_or_patch) of `namespace/name` through this client;
+    /// the write it makes, if any, is remembered for read-your-writes.
+    ///
+    /// # Errors
+    ///
+    /// As [`create_or_patch`](super::create_or_patch).
+    pub async fn create_or_patch<K>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        mutate: impl FnOnce(&mut K) -> Result<(), ClientError>,
+    ) -> Result<(K, Operation), ClientError>
+    where
+        K: Typed + Default + Serialize,
+    {
+        let (object, operation) =
+            super::create_or_patch(&self.api::<K>(namespace), name, mutate).await?;
+        Ok((self.remember_if(object, operation), operation))
+    }
+
+    /// [`add_finalizer`](super::add_finalizer) through this client; the patch, if one is
+    /// needed, is remembered for read-your-writes.
+    ///
+    /// # Errors
+    ///
+    /// As [`add_finalizer`](super::add_finalizer).
+    pub async fn add_finalizer<K: Typed>(&self, object: &K, name: &str) -> Result<K, ClientError> {
+        if super::has_finalizer(object, name) {
+            return Ok(object.clone());
+        }
+        let written = super::add_finalizer(&self.api_for(object), object, name).await?;
+        Ok(self.remember(written))
+    }
+
+    /// [`remove_finalizer`](super::remove_finalizer) through this client; the patch, if one
+    /// is needed, is remembered for read-your-writes (and so is the object's deletion, when
+    /// it was gone: the patch found nothing).
+    ///
+    /// # Errors
+    ///
+    /// As [`remove_finalizer`](super::remove_finalizer).
+    pub async fn remove_finalizer<K: Typed>(
+        &self,
+        object: &K,
+        name: &str,
+    ) -> Result<Option<K>, ClientError> {
+        if !super::has_finalizer(object, name) {
+            return Ok(Some(object.clone()));
+        }
+        match super::remove_finalizer(&self.api_for(object), object, name).await? {
+            Some(written) => Ok(Some(self.remember(written))),
+            None => {
+                self.remember_written(object, Written::Deleted { uid: object.uid() });
+                Ok(None)
+            }
+        }
+    }
+
+    fn remember_if<K: Typed>(&self, object: K, operation: Operation) -> K {
+        match operation {
+            Operation::Unchanged => object,
+            Operation::Created | Operation::Updated => self.remember(object),
+        }
+    }
+
+    /// Records `written`, the version a write inside a reconcile returned, with the cache's
+    /// write tracker (read-your-writes), and hands it back.
+    fn remember<K: Typed>(&self, written: K) -> K {
+        if let Some(version) = Written::of_meta(written.meta()) {
+            self.remember_written(&written, version);
+        }
+        written
+    }
+
+    /// Records that `object` was written as `written`, if inside a reconcile whose controller
+    /// reads its own writes: the controller holds the key until the cache has it, and reads
+    /// of it wait for it.
+    fn remember_written<K: Typed>(&self, object: &K, written: Written) {
+        let Some(scope) = WriteScope::current() else {
+            return;
+        };
+        let meta = object.meta();
+        let namespace = meta.namespace.as_deref();
+        let name = meta.name.as_deref().unwrap_or_default();
+        self.cache
+            .writes()
+            .record(object_ref::<K>(namespace, name), written, &scope, || {
+                self.cache.cached::<K>(namespace, name)
+            });
     }
 }

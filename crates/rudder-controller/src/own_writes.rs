@@ -1,0 +1,268 @@
+//! [`OwnWrites`]: the controller's side of read-your-writes. It is the [`WriteObserver`] its
+//! reconciles write under: it knows, per key, which objects the key's last reconcile wrote
+//! that the cache has not delivered yet, and the workers ask it ([`OwnWrites::check`]) before
+//! they hand a key to the reconciler.
+//!
+//! A key with such writes is *held*: put back in the queue to run when the last of them is
+//! reached (the tracker tells [`OwnWrites::reached`], which queues the key at once) or when
+//! the bound passes (then it runs anyway, counted and logged with the objects named). A held
+//! key takes no worker while it waits, so other keys never wait behind it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram};
+use rudder_core::sync::LockExt;
+use rudder_core::writes::{ObjectRef, WriteObserver};
+use rudder_handler::{Queue, Request};
+use rudder_workqueue::AddOptions;
+use tokio::time::Instant;
+
+use crate::metrics::{WRITE_WAIT_SECONDS, WRITE_WAIT_TIMEOUTS_TOTAL, WRITES_PENDING};
+
+/// Whether a worker may reconcile a key now.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// Yes: the cache has every write of the key's last reconcile (or the wait timed out).
+    Run,
+    /// Not yet: put the key back to run after this long at the latest; it is queued sooner
+    /// when its writes are reached.
+    Hold(Duration),
+}
+
+/// One controller's pending writes, by key.
+pub(crate) struct OwnWrites {
+    controller: String,
+    queue: Queue,
+    timeout: Duration,
+    keys: Mutex<HashMap<Request, KeyWrites>>,
+    metrics: OnceLock<WriteMetrics>,
+    /// Keys released by the bound, as the metric counts them (for `Controller::write_wait_timeouts`).
+    timeouts: AtomicU64,
+}
+
+#[derive(Default)]
+struct KeyWrites {
+    objects: Vec<ObjectRef>,
+    held: Option<Held>,
+}
+
+struct Held {
+    since: Instant,
+    deadline: Instant,
+    priority: i32,
+}
+
+struct WriteMetrics {
+    wait: Histogram,
+    timeouts: Counter,
+    pending: Gauge,
+}
+
+impl OwnWrites {
+    /// The pending writes of the controller `controller`, whose keys go back to `queue`, each
+    /// held at most `timeout`.
+    pub(crate) fn new(controller: &str, queue: Queue, timeout: Duration) -> Self {
+        Self {
+            controller: controller.to_owned(),
+            queue,
+            timeout,
+            keys: Mutex::new(HashMap::new()),
+            metrics: OnceLock::new(),
+            timeouts: AtomicU64::new(0),
+        }
+    }
+
+    /// The longest a key is held.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Makes the metric handles against the current recorder (when the controller starts).
+    pub(crate) fn start_metrics(&self) {
+        let controller = self.controller.clone();
+        self.metrics.get_or_init(|| WriteMetrics {
+            wait: metrics::histogram!(WRITE_WAIT_SECONDS, "controller" => controller.clone()),
+            timeouts: metrics::counter!(WRITE_WAIT_TIMEOUTS_TOTAL, "controller" => controller.clone()),
+            pending: metrics::gauge!(WRITES_PENDING, "controller" => controller),
+        });
+    }
+
+    /// Whether `key` (taken from the queue at `priority`) may be reconciled now; marks it
+    /// held if not, and releases it, counted and logged, once it has been held `timeout`.
+    pub(crate) fn check(&self, key: &Request, priority: i32) -> Gate {
+        let mut keys = self.keys.lock_unpoisoned();
+        let Some(writes) = keys.get_mut(key) else {
+            return Gate::Run;
+        };
+        if writes.objects.is_empty() {
+            keys.remove(key);
+            return Gate::Run;
+        }
+        let now = Instant::now();
+        match &mut writes.held {
+            None => {
+                writes.held = Some(Held {
+                    since: now,
+                    deadline: now + self.timeout,
+                    priority,
+                });
+                tracing::debug!(request = %key, pending = writes.objects.len(),
+                    "holding the key until the cache has its last reconcile's writes");
+                Gate::Hold(self.timeout)
+            }
+            Some(held) if now < held.deadline => {
+                held.priority = held.priority.max(priority);
+                Gate::Hold(held.deadline - now)
+            }
+            Some(held) => {
+                let waited = now - held.since;
+                let objects: Vec<String> = writes.objects.iter().map(ToString::to_string).collect();
+                tracing::warn!(
+                    request = %key,
+                    ?waited,
+                    objects = ?objects,
+                    "the cache did not deliver this key's own writes in time: reconciling anyway"
+                );
+                self.timeouts.fetch_add(1, Ordering::Relaxed);
+                if let Some(m) = self.metrics.get() {
+                    m.timeouts.increment(1);
+                    m.wait.record(waited.as_secs_f64());
+                    m.pending.decrement(objects.len() as f64);
+                }
+                keys.remove(key);
+                Gate::Run
+            }
+        }
+    }
+
+    /// How many keys ran because their writes did not arrive within the bound.
+    pub(crate) fn timeouts(&self) -> u64 {
+        self.timeouts.load(Ordering::Relaxed)
+    }
+
+    /// How many writes of this controller the cache has not reached.
+    pub(crate) fn pending(&self) -> usize {
+        self.keys
+            .lock_unpoisoned()
+            .values()
+            .map(|w| w.objects.len())
+            .sum()
+    }
+
+    /// Puts a held key back in the queue to run after `delay` at the latest, at `priority`.
+    pub(crate) fn requeue_held(&self, key: Request, delay: Duration, priority: i32) {
+        self.queue
+            .add_with(key, AddOptions::new().after(delay).priority(priority));
+    }
+}
+
+impl WriteObserver for OwnWrites {
+    fn written(&self, key: &Request, object: &ObjectRef) {
+        let mut keys = self.keys.lock_unpoisoned();
+        let writes = keys.entry(key.clone()).or_default();
+        if !writes.objects.contains(object) {
+            writes.objects.push(object.clone());
+            if let Some(m) = self.metrics.get() {
+                m.pending.increment(1.0);
+            }
+        }
+    }
+
+    fn reached(&self, key: &Request, object: &ObjectRef) {
+        let mut keys = self.keys.lock_unpoisoned();
+        let Some(writes) = keys.get_mut(key) else {
+            return;
+        };
+        let before = writes.objects.len();
+        writes.objects.retain(|o| o != object);
+        if writes.objects.len() < before
+            && let Some(m) = self.metrics.get()
+        {
+            m.pending.decrement(1.0);
+        }
+        if !writes.objects.is_empty() {
+            return;
+        }
+        let held = writes.held.take();
+        keys.remove(key);
+        drop(keys);
+        if let Some(held) = held {
+            if let Some(m) = self.metrics.get() {
+                m.wait.record(held.since.elapsed().as_secs_f64());
+            }
+            tracing::debug!(request = %key, waited = ?held.since.elapsed(),
+                "the cache has the key's own writes: queueing it");
+            self.queue
+                .add_with(key.clone(), AddOptions::new().priority(held.priority));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(name: &str) -> ObjectRef {
+        ObjectRef::new("", "configmaps", Some("ns"), name)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_is_held_until_its_writes_are_reached_and_queued_then() {
+        let queue = Queue::builder().build();
+        let writes = OwnWrites::new("test", queue.clone(), Duration::from_secs(5));
+        let key = Request::namespaced("ns", "owner");
+        assert_eq!(writes.check(&key, 0), Gate::Run, "nothing written");
+        writes.written(&key, &object("a"));
+        writes.written(&key, &object("b"));
+        writes.written(&key, &object("a"));
+        assert_eq!(writes.pending(), 2);
+        assert_eq!(writes.check(&key, 3), Gate::Hold(Duration::from_secs(5)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(writes.check(&key, 0), Gate::Hold(Duration::from_secs(4)));
+        writes.reached(&key, &object("a"));
+        assert!(queue.is_empty(), "one write still pending");
+        writes.reached(&key, &object("b"));
+        let item = queue
+            .try_get()
+            .expect("queued once its writes were reached");
+        assert_eq!(item.key(), &key);
+        assert_eq!(item.priority(), 3, "at the priority it was held at");
+        drop(item);
+        assert_eq!(writes.check(&key, 0), Gate::Run);
+        assert_eq!(writes.pending(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_whose_writes_never_arrive_runs_after_the_bound() {
+        let queue = Queue::builder().build();
+        let writes = OwnWrites::new("test", queue.clone(), Duration::from_secs(5));
+        let key = Request::namespaced("ns", "owner");
+        let other = Request::namespaced("ns", "other");
+        writes.written(&key, &object("a"));
+        assert!(matches!(writes.check(&key, 0), Gate::Hold(_)));
+        assert_eq!(
+            writes.check(&other, 0),
+            Gate::Run,
+            "other keys are not held"
+        );
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(writes.check(&key, 0), Gate::Run);
+        assert_eq!(writes.pending(), 0, "given up");
+        writes.reached(&key, &object("a"));
+        assert!(queue.is_empty(), "a late arrival queues nothing");
+    }
+
+    #[tokio::test]
+    async fn a_write_reached_before_the_key_is_taken_holds_nothing() {
+        let queue = Queue::builder().build();
+        let writes = OwnWrites::new("test", queue.clone(), Duration::from_secs(5));
+        let key = Request::namespaced("ns", "owner");
+        writes.written(&key, &object("a"));
+        writes.reached(&key, &object("a"));
+        assert!(queue.is_empty(), "not held: the event queues it");
+        assert_eq!(writes.check(&key, 0), Gate::Run);
+    }
+}
