@@ -214,7 +214,9 @@ impl WriteTracker {
     /// so a write the informer delivers meanwhile is either seen by it or reaches the
     /// entry recorded here, never neither. Returns whether the write is pending: `false`
     /// when the cache has reached it already or would never deliver it
-    /// ([`Cached::NotCached`]); then the observer is not told.
+    /// ([`Cached::NotCached`]); then the observer is not told. A write the cache holds
+    /// exactly already is remembered as an echo all the same: its event may not have reached
+    /// the controller's predicates yet.
     pub fn record(
         &self,
         object: ObjectRef,
@@ -226,9 +228,13 @@ impl WriteTracker {
         let mut state = self.state.lock_unpoisoned();
         self.sweep(&mut state, now);
         let comparable = self.is_comparable();
+        let expires = now + (scope.wait() * 2).max(MIN_RETENTION);
+        // Reached already: `Some(true)` when the cache holds exactly what was written, whose
+        // event may still be on its way to the controller's predicates (an informer stores
+        // an object before its subscribers read the event), so it is remembered as an echo.
         let reached = match cached() {
-            Cached::NotCached => true,
-            Cached::Absent => matches!(written, Written::Deleted { .. }),
+            Cached::NotCached => Some(false),
+            Cached::Absent => matches!(written, Written::Deleted { .. }).then_some(true),
             Cached::Present {
                 resource_version,
                 uid,
@@ -237,13 +243,39 @@ impl WriteTracker {
                     resource_version: resource_version.as_deref(),
                     uid: uid.as_deref(),
                 };
-                reaches(&written, seen, comparable).is_some()
+                reaches(&written, seen, comparable)
             }
         };
-        if reached {
+        if let Some(echo) = reached {
+            if echo {
+                let of = match written {
+                    Written::Version {
+                        resource_version, ..
+                    } => EchoOf::Version(resource_version),
+                    Written::Deleted { uid } => EchoOf::Delete(uid),
+                };
+                let observer = Arc::clone(scope.observer());
+                match state.echoes.get_mut(&object) {
+                    Some(e) if e.of == of => {
+                        if !e.observers.iter().any(|o| Arc::ptr_eq(o, &observer)) {
+                            e.observers.push(observer);
+                        }
+                    }
+                    _ => {
+                        state.echoes.insert(
+                            object,
+                            Echo {
+                                of,
+                                observers: vec![observer],
+                                expires,
+                            },
+                        );
+                    }
+                }
+                self.count(&state);
+            }
             return false;
         }
-        let expires = now + (scope.wait() * 2).max(MIN_RETENTION);
         let waiter = (Arc::clone(scope.observer()), scope.key().clone());
         scope.observer().written(scope.key(), &object);
         match state.pending.get_mut(&object) {
@@ -372,13 +404,15 @@ impl WriteTracker {
         taken
     }
 
-    /// Waits until no write of `object` recorded less than `timeout` ago is pending: at most
-    /// `timeout`, and no longer than the youngest such write's age reaches it (a read does
-    /// not wait again for a write whose wait already ran out). Whether it ended with none of
-    /// them pending (`false`: it waited out its bound, or found only writes too old to wait
-    /// for).
-    pub async fn wait_for_object(&self, object: &ObjectRef, timeout: Duration) -> bool {
-        self.wait_until(timeout, |o| o == object).await
+    /// Waits until no write of `object` that the reconcile `scope` names made (in this
+    /// reconcile, or in the key's last one), recorded less than the scope's bound ago, is
+    /// pending: at most that bound, and no longer than the youngest such write's age reaches
+    /// it (a read does not wait again for a write whose wait already ran out). Writes of other
+    /// keys or controllers are not waited for: a reconcile never waits behind another key.
+    /// Whether it ended with none of them pending (`false`: it waited out its bound, or found
+    /// only writes too old to wait for).
+    pub async fn wait_for_object(&self, object: &ObjectRef, scope: &WriteScope) -> bool {
+        self.wait_until(scope, |o| o == object).await
     }
 
     /// As [`wait_for_object`](Self::wait_for_object), for every object of `group`/`resource`
@@ -388,9 +422,9 @@ impl WriteTracker {
         group: &str,
         resource: &str,
         namespace: Option<&str>,
-        timeout: Duration,
+        scope: &WriteScope,
     ) -> bool {
-        self.wait_until(timeout, |o| {
+        self.wait_until(scope, |o| {
             o.group == group
                 && o.resource == resource
                 && (namespace.is_none() || o.namespace.as_deref() == namespace)
@@ -398,10 +432,17 @@ impl WriteTracker {
         .await
     }
 
-    async fn wait_until(&self, timeout: Duration, matches: impl Fn(&ObjectRef) -> bool) -> bool {
+    async fn wait_until(&self, scope: &WriteScope, object: impl Fn(&ObjectRef) -> bool) -> bool {
         if self.tracked.load(Ordering::Acquire) == 0 {
             return true;
         }
+        let timeout = scope.wait();
+        let matches = |o: &ObjectRef, p: &Pending| {
+            object(o)
+                && p.waiters
+                    .iter()
+                    .any(|(w, key)| scope.same_observer(w) && key == scope.key())
+        };
         let started = Instant::now();
         loop {
             let notified = self.changed.notified();
@@ -414,7 +455,7 @@ impl WriteTracker {
                 .lock_unpoisoned()
                 .pending
                 .iter()
-                .filter(|(o, _)| matches(o))
+                .filter(|(o, p)| matches(o, p))
                 .map(|(_, p)| p.recorded + timeout)
                 .filter(|&until| until > now)
                 .max();
@@ -423,8 +464,8 @@ impl WriteTracker {
                     .state
                     .lock_unpoisoned()
                     .pending
-                    .keys()
-                    .any(&matches);
+                    .iter()
+                    .any(|(o, p)| matches(o, p));
             };
             let deadline = until.min(started + timeout);
             if now >= deadline {
@@ -436,8 +477,8 @@ impl WriteTracker {
                     .state
                     .lock_unpoisoned()
                     .pending
-                    .keys()
-                    .any(&matches);
+                    .iter()
+                    .any(|(o, p)| matches(o, p));
             }
         }
     }
@@ -668,6 +709,10 @@ mod tests {
             uid: Some("u1".into()),
         };
         assert!(!tracker.record(child.clone(), version("10"), &scope, held));
+        assert!(
+            tracker.take_echo(&child, Some("10"), Some("u1"), false, scope.observer()),
+            "its event may still be on its way: an echo"
+        );
         assert!(!tracker.record(child.clone(), version("10"), &scope, || Cached::NotCached));
         assert!(
             !tracker.record(child, Written::Deleted { uid: None }, &scope, || {
@@ -715,29 +760,36 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_read_waits_for_the_write_and_no_longer_than_its_bound() {
-        let (tracker, _log, scope, child) = setup();
+        let (tracker, log, scope, child) = setup();
         let tracker = Arc::new(tracker);
         let second = Duration::from_secs(1);
+        let scope = WriteScope::new(Arc::clone(scope.observer()), scope.key().clone(), second);
         assert!(
-            tracker.wait_for_object(&child, second).await,
+            tracker.wait_for_object(&child, &scope).await,
             "nothing pending"
         );
         assert!(tracker.record(child.clone(), version("10"), &scope, || Cached::Absent));
         assert!(
             tracker
-                .wait_for_resource("", "configmaps", Some("other"), second)
+                .wait_for_resource("", "configmaps", Some("other"), &scope)
                 .await,
             "nothing pending in another namespace"
         );
+        let other_key = WriteScope::new(log, Request::namespaced("ns", "other"), second);
         let started = Instant::now();
         assert!(
+            tracker.wait_for_object(&child, &other_key).await,
+            "another key's write is not waited for"
+        );
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert!(
             !tracker
-                .wait_for_resource("", "configmaps", Some("ns"), second)
+                .wait_for_resource("", "configmaps", Some("ns"), &scope)
                 .await
         );
         assert_eq!(started.elapsed(), second, "waited its bound");
         assert!(
-            !tracker.wait_for_object(&child, second).await,
+            !tracker.wait_for_object(&child, &scope).await,
             "still pending..."
         );
         assert_eq!(
@@ -750,11 +802,12 @@ mod tests {
         let waiting = tokio::spawn({
             let tracker = Arc::clone(&tracker);
             let child = child.clone();
-            async move {
-                tracker
-                    .wait_for_object(&child, Duration::from_secs(60))
-                    .await
-            }
+            let scope = WriteScope::new(
+                Arc::clone(scope.observer()),
+                scope.key().clone(),
+                Duration::from_secs(60),
+            );
+            async move { tracker.wait_for_object(&child, &scope).await }
         });
         // Lets the reader start waiting (paused clock: no real time passes); were it to look
         // only after the next line, it would find nothing pending and pass all the same.

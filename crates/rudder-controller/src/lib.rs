@@ -99,7 +99,9 @@
 //!   the key runs anyway, counted in `rudder_controller_write_wait_timeouts_total` and logged
 //!   with the objects named.
 //! - A read through the client inside a reconcile (`get`, `list`) waits, within the same
-//!   bound, for pending writes of what it reads, so it returns at least the written version.
+//!   bound, for the key's own pending writes of what it reads (made in this reconcile), so
+//!   it returns at least the version written. It does not wait for other keys' writes: a
+//!   reconcile never waits behind another key.
 //! - With [`Options::filter_own_echoes`], the watch event that is exactly the echo of the
 //!   controller's own write is dropped, so a status update does not trigger a reconcile of
 //!   its own (off by default).

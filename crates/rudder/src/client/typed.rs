@@ -107,13 +107,8 @@ impl Client {
     pub async fn get<K: Typed>(&self, request: &Request) -> Result<Option<Arc<K>>, ClientError> {
         if let Some(scope) = WriteScope::current() {
             let object = object_ref::<K>(request.namespace(), request.name());
-            if !self
-                .cache
-                .writes()
-                .wait_for_object(&object, scope.wait())
-                .await
-            {
-                tracing::debug!(%object, "reading a cache that has not delivered this process's last write of the object");
+            if !self.cache.writes().wait_for_object(&object, &scope).await {
+                tracing::debug!(%object, "reading a cache that has not delivered this reconcile's last write of the object");
             }
         }
         Ok(self
@@ -133,10 +128,10 @@ impl Client {
             let (group, resource) = (K::group(&()), K::plural(&()));
             let namespace = options.namespace.as_deref();
             if !writes
-                .wait_for_resource(&group, &resource, namespace, scope.wait())
+                .wait_for_resource(&group, &resource, namespace, &scope)
                 .await
             {
-                tracing::debug!(%resource, ?namespace, "listing from a cache that has not delivered every write this process made there");
+                tracing::debug!(%resource, ?namespace, "listing from a cache that has not delivered every write this reconcile made there");
             }
         }
         Ok(self.cache.list::<K>(options).await?)

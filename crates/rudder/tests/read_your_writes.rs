@@ -1,0 +1,649 @@
+//! Read-your-writes against a real API server whose watch a proxy slows
+//! ([`WatchDelay`]): each case runs with the feature off (the count of what goes wrong is
+//! printed, and must be above zero, or the case shows nothing) and on (nothing goes wrong).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, ListParams, PostParams};
+use kube::core::ObjectMeta;
+use kube::{CustomResource, ResourceExt};
+use rudder::cache::ListOptions;
+use rudder::client::{ClientError, is_controlled_by, set_controller_reference};
+use rudder::prelude::*;
+use rudder_envtest::{TestCrd, TestEnv, TestNamespace, WatchDelay, eventually};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+mod support;
+use support::start;
+
+/// How far behind the proxy keeps the watch.
+const DELAY: Duration = Duration::from_millis(300);
+const WAIT: Duration = Duration::from_secs(60);
+/// Reconciles per object: the first writes, the rest come 10 ms apart (well inside
+/// [`DELAY`]), each reading the cache.
+const ROUNDS: u32 = 10;
+
+/// A manager whose every request goes through `proxy` (so its informers lag by its delay),
+/// its cache on `ns`.
+fn manager(ns: &TestNamespace, proxy: &WatchDelay) -> Arc<Manager> {
+    let namespace = ns.name().to_owned();
+    Arc::new(
+        Manager::builder(proxy.client())
+            .health_probe_address(None)
+            .metrics_address(None)
+            .cache(move |c| c.default_namespace(namespace))
+            .build()
+            .unwrap(),
+    )
+}
+
+fn options(read_your_writes: bool) -> ControllerOptions {
+    ControllerOptions::new()
+        .workers(4)
+        .read_your_writes(read_your_writes)
+}
+
+/// Counts reconciles per key, and says whether to come back in 10 ms.
+#[derive(Default)]
+struct Rounds(Mutex<HashMap<String, u32>>);
+
+impl Rounds {
+    fn next(&self, request: &Request) -> Action {
+        let mut rounds = self.0.lock().unwrap();
+        let round = rounds.entry(request.name().to_owned()).or_default();
+        *round += 1;
+        if *round < ROUNDS {
+            Action::requeue_after(Duration::from_millis(10))
+        } else {
+            Action::done()
+        }
+    }
+
+    fn finished(&self, request: &Request) -> bool {
+        self.0
+            .lock()
+            .unwrap()
+            .get(request.name())
+            .is_some_and(|&r| r >= ROUNDS)
+    }
+
+    fn started(&self, request: &Request) -> bool {
+        self.0.lock().unwrap().contains_key(request.name())
+    }
+
+    fn done(&self, keys: usize) -> bool {
+        let rounds = self.0.lock().unwrap();
+        rounds.len() == keys && rounds.values().all(|&r| r >= ROUNDS)
+    }
+
+    fn total(&self) -> u32 {
+        self.0.lock().unwrap().values().sum()
+    }
+}
+
+async fn parents(ns: &TestNamespace, count: usize) -> Vec<String> {
+    let api: Api<ConfigMap> = ns.api();
+    let mut names = Vec::new();
+    for i in 0..count {
+        let name = format!("parent-{i}");
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        api.create(&PostParams::default(), &cm).await.unwrap();
+        names.push(name);
+    }
+    names
+}
+
+/// The children in the cache that `parent` controls.
+async fn children(tools: &Tools, parent: &ConfigMap) -> Result<Vec<Arc<Secret>>, ClientError> {
+    let namespace = parent.namespace().unwrap();
+    let all = tools
+        .client()
+        .list::<Secret>(&ListOptions::default().namespace(namespace))
+        .await?;
+    Ok(all
+        .into_iter()
+        .filter(|s| is_controlled_by(parent, &**s))
+        .collect())
+}
+
+async fn create_child(tools: &Tools, parent: &ConfigMap) -> Result<Secret, ClientError> {
+    let mut child = Secret {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}-", parent.name_any())),
+            namespace: parent.namespace(),
+            ..ObjectMeta::default()
+        },
+        ..Secret::default()
+    };
+    set_controller_reference(parent, &mut child)?;
+    tools.client().create(&child).await
+}
+
+/// Creates a child with `generateName` whenever the cache shows the parent none: the
+/// pattern that makes a duplicate each time the cache is behind.
+struct CreateIfNone {
+    tools: Tools,
+    rounds: Rounds,
+}
+
+impl Reconciler for CreateIfNone {
+    type Error = ClientError;
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, ClientError> {
+        let Some(parent) = self.tools.client().get::<ConfigMap>(&request).await? else {
+            return Ok(Action::done());
+        };
+        if children(&self.tools, &parent).await?.is_empty() {
+            create_child(&self.tools, &parent).await?;
+        }
+        Ok(self.rounds.next(&request))
+    }
+}
+
+/// Runs [`CreateIfNone`] over 50 parents until each had [`ROUNDS`] reconciles; returns the
+/// duplicates (children beyond one per parent) and the reconciles.
+async fn duplicates(env: &TestEnv, read_your_writes: bool) -> (usize, u32) {
+    let ns = env.namespace("ryw-dup").await.unwrap();
+    let proxy = WatchDelay::start(env, DELAY).unwrap();
+    let names = parents(&ns, 50).await;
+    let m = manager(&ns, &proxy);
+    let name = format!("ryw-dup-{read_your_writes}");
+    let controller = rudder::new_controller(&m)
+        .for_::<ConfigMap>()
+        .owns::<Secret>()
+        .named(name)
+        .with_options(options(read_your_writes))
+        .complete_with(|tools| CreateIfNone {
+            tools,
+            rounds: Rounds::default(),
+        })
+        .await
+        .unwrap();
+    let (stop, task) = start(&m);
+    rudder_envtest::poll::until("every parent reconciled ROUNDS times", WAIT, || {
+        controller.reconciler().rounds.done(names.len())
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    let secrets: Api<Secret> = ns.api();
+    let made = secrets
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| s.owner_references().iter().any(|o| o.kind == "ConfigMap"))
+        .count();
+    (made - names.len(), controller.reconciler().rounds.total())
+}
+
+#[tokio::test]
+async fn no_duplicate_children_under_a_slow_watch() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let (off, off_reconciles) = duplicates(env, false).await;
+    let (on, on_reconciles) = duplicates(env, true).await;
+    eprintln!(
+        "generateName children beyond one per parent, watch {DELAY:?} behind: \
+         off {off} in {off_reconciles} reconciles, on {on} in {on_reconciles}"
+    );
+    assert!(
+        off > 0,
+        "with read-your-writes off the slow watch makes duplicates"
+    );
+    assert_eq!(on, 0, "with read-your-writes on, none");
+    assert!(on_reconciles >= 500);
+}
+
+/// A kind with a status subresource for the status-then-reread flow.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
+#[kube(
+    group = "ryw.rudder.dev",
+    version = "v1",
+    kind = "Tally",
+    namespaced,
+    status = "TallyStatus"
+)]
+struct TallySpec {}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
+struct TallyStatus {
+    count: u32,
+}
+
+/// Adds one to its status per reconcile, with a write conditional on the version read from
+/// the cache: a cache behind the last status write makes a 409 Conflict.
+struct Count {
+    tools: Tools,
+    rounds: Rounds,
+    conflicts: AtomicUsize,
+}
+
+impl Reconciler for Count {
+    type Error = ClientError;
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, ClientError> {
+        let Some(tally) = self.tools.client().get::<Tally>(&request).await? else {
+            return Ok(Action::done());
+        };
+        let count = tally.status.as_ref().map_or(0, |s| s.count);
+        let status = TallyStatus { count: count + 1 };
+        match self.tools.client().patch_status(&*tally, &status).await {
+            Ok(_) => Ok(self.rounds.next(&request)),
+            Err(error) if error.is_conflict() => {
+                self.conflicts.fetch_add(1, Ordering::Relaxed);
+                Err(error)
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+async fn conflicts(env: &TestEnv, read_your_writes: bool) -> (usize, u32) {
+    let ns = env.namespace("ryw-status").await.unwrap();
+    let proxy = WatchDelay::start(env, DELAY).unwrap();
+    let api: Api<Tally> = ns.api();
+    let count = 20;
+    for i in 0..count {
+        let tally = Tally::new(&format!("tally-{i}"), TallySpec {});
+        api.create(&PostParams::default(), &tally).await.unwrap();
+    }
+    let m = manager(&ns, &proxy);
+    let controller = rudder::new_controller(&m)
+        .for_::<Tally>()
+        .named(format!("ryw-status-{read_your_writes}"))
+        .with_options(options(read_your_writes))
+        .complete_with(|tools| Count {
+            tools,
+            rounds: Rounds::default(),
+            conflicts: AtomicUsize::new(0),
+        })
+        .await
+        .unwrap();
+    let (stop, task) = start(&m);
+    rudder_envtest::poll::until("every tally counted ROUNDS times", WAIT, || {
+        controller.reconciler().rounds.done(count)
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    let r = controller.reconciler();
+    (r.conflicts.load(Ordering::Relaxed), r.rounds.total())
+}
+
+#[tokio::test]
+async fn no_conflicts_from_stale_status_writes() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    env.install_crds([TestCrd::new("ryw.rudder.dev", "Tally", "tallies")
+        .status_subresource()
+        .build()])
+        .await
+        .unwrap();
+    let (off, off_writes) = conflicts(env, false).await;
+    let (on, on_writes) = conflicts(env, true).await;
+    eprintln!(
+        "status writes refused with 409 Conflict, watch {DELAY:?} behind: \
+         off {off} (beside {off_writes} written), on {on} (beside {on_writes})"
+    );
+    assert!(
+        off > 0,
+        "with read-your-writes off the status is written from stale reads"
+    );
+    assert_eq!(on, 0);
+}
+
+/// Deletes the parent's children in its first reconcile, then comes back every 10 ms and
+/// counts the reads that still show a child it deleted.
+struct DeleteThenLook {
+    tools: Tools,
+    rounds: Rounds,
+    deleted: Mutex<HashSet<String>>,
+    seen_deleted: AtomicUsize,
+}
+
+impl Reconciler for DeleteThenLook {
+    type Error = ClientError;
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, ClientError> {
+        if self.rounds.finished(&request) {
+            return Ok(Action::done());
+        }
+        let Some(parent) = self.tools.client().get::<ConfigMap>(&request).await? else {
+            return Ok(Action::done());
+        };
+        let children = children(&self.tools, &parent).await?;
+        let first = !self.rounds.started(&request);
+        if first {
+            for child in &children {
+                self.tools.client().delete(&**child).await?;
+                self.deleted.lock().unwrap().insert(child.uid().unwrap());
+            }
+        } else {
+            let deleted = self.deleted.lock().unwrap();
+            let stale = children
+                .iter()
+                .filter(|c| deleted.contains(&c.uid().unwrap()))
+                .count();
+            self.seen_deleted.fetch_add(stale, Ordering::Relaxed);
+        }
+        Ok(self.rounds.next(&request))
+    }
+}
+
+async fn deleted_seen(env: &TestEnv, read_your_writes: bool) -> (usize, u32) {
+    let ns = env.namespace("ryw-delete").await.unwrap();
+    let proxy = WatchDelay::start(env, DELAY).unwrap();
+    let names = parents(&ns, 20).await;
+    // One child each, in the cache from its first list.
+    let cms: Api<ConfigMap> = ns.api();
+    let secrets: Api<Secret> = ns.api();
+    for name in &names {
+        let parent = cms.get(name).await.unwrap();
+        let mut child = Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}-child")),
+                ..ObjectMeta::default()
+            },
+            ..Secret::default()
+        };
+        set_controller_reference(&parent, &mut child).unwrap();
+        secrets
+            .create(&PostParams::default(), &child)
+            .await
+            .unwrap();
+    }
+    let m = manager(&ns, &proxy);
+    let controller = rudder::new_controller(&m)
+        .for_::<ConfigMap>()
+        .owns::<Secret>()
+        .named(format!("ryw-delete-{read_your_writes}"))
+        .with_options(options(read_your_writes))
+        .complete_with(|tools| DeleteThenLook {
+            tools,
+            rounds: Rounds::default(),
+            deleted: Mutex::new(HashSet::new()),
+            seen_deleted: AtomicUsize::new(0),
+        })
+        .await
+        .unwrap();
+    let (stop, task) = start(&m);
+    rudder_envtest::poll::until("every parent looked ROUNDS times", WAIT, || {
+        controller.reconciler().rounds.done(names.len())
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    let r = controller.reconciler();
+    (r.seen_deleted.load(Ordering::Relaxed), r.rounds.total())
+}
+
+#[tokio::test]
+async fn a_deleted_child_is_not_seen_again() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let (off, off_reconciles) = deleted_seen(env, false).await;
+    let (on, on_reconciles) = deleted_seen(env, true).await;
+    eprintln!(
+        "reads showing a child already deleted, watch {DELAY:?} behind: \
+         off {off} in {off_reconciles} reconciles, on {on} in {on_reconciles}"
+    );
+    assert!(
+        off > 0,
+        "with read-your-writes off the cache shows deleted children"
+    );
+    assert_eq!(on, 0);
+}
+
+/// Writes a child for `writer` in its second reconcile and comes back 10 ms later; every
+/// reconcile is timed.
+struct Timed {
+    tools: Tools,
+    started: Mutex<Vec<(String, Instant)>>,
+}
+
+impl Reconciler for Timed {
+    type Error = ClientError;
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, ClientError> {
+        let run = {
+            let mut started = self.started.lock().unwrap();
+            started.push((request.name().to_owned(), Instant::now()));
+            started.iter().filter(|(n, _)| n == request.name()).count()
+        };
+        if request.name() != "writer" || run != 2 {
+            return Ok(Action::done());
+        }
+        let parent = self
+            .tools
+            .client()
+            .get::<ConfigMap>(&request)
+            .await?
+            .unwrap();
+        create_child(&self.tools, &parent).await?;
+        Ok(Action::requeue_after(Duration::from_millis(10)))
+    }
+}
+
+impl Timed {
+    fn starts(&self, name: &str) -> Vec<Instant> {
+        let started = self.started.lock().unwrap();
+        started
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, at)| *at)
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn a_held_key_delays_nobody_and_the_bound_releases_it() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("ryw-held").await.unwrap();
+    let proxy = WatchDelay::start(env, Duration::ZERO).unwrap();
+    let cms: Api<ConfigMap> = ns.api();
+    for name in ["writer", "other"] {
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let m = manager(&ns, &proxy);
+    let bound = Duration::from_secs(2);
+    let controller = rudder::new_controller(&m)
+        .for_::<ConfigMap>()
+        .owns::<Secret>()
+        .named("ryw-held")
+        .with_options(ControllerOptions::new().workers(1).write_wait(bound))
+        .complete_with(|tools| Timed {
+            tools,
+            started: Mutex::new(Vec::new()),
+        })
+        .await
+        .unwrap();
+    let (stop, task) = start(&m);
+    let r = controller.reconciler();
+    rudder_envtest::poll::until("the first pass", WAIT, || {
+        r.starts("writer").len() == 1 && r.starts("other").len() == 1
+    })
+    .await;
+    // The watch cut off: the child the writer's second reconcile makes never reaches the
+    // cache.
+    proxy.stall();
+    controller
+        .queue()
+        .add(Request::namespaced(ns.name(), "writer"));
+    eventually(
+        "the writer's child written and its key held",
+        WAIT,
+        async || (controller.pending_writes() == 1).then_some(()),
+    )
+    .await;
+    let writer_runs = r.starts("writer").len();
+    assert_eq!(writer_runs, 2);
+    let wrote = r.starts("writer")[1];
+    let held_at = Instant::now();
+    controller
+        .queue()
+        .add(Request::namespaced(ns.name(), "other"));
+    eventually("the other key reconciled", WAIT, async || {
+        (r.starts("other").len() == 2).then_some(())
+    })
+    .await;
+    let other_took = held_at.elapsed();
+    assert_eq!(
+        r.starts("writer").len(),
+        writer_runs,
+        "the writer is still held"
+    );
+    assert!(
+        other_took < Duration::from_millis(500),
+        "a held key takes no worker: the other key ran in {other_took:?} with 1 worker"
+    );
+    eventually("the bound releases the writer", WAIT, async || {
+        (r.starts("writer").len() > writer_runs).then_some(())
+    })
+    .await;
+    let released = *r.starts("writer").last().unwrap();
+    let held_for = released - wrote;
+    assert!(
+        held_for >= bound - Duration::from_millis(100),
+        "held {held_for:?}, bound {bound:?}"
+    );
+    assert_eq!(
+        controller.write_wait_timeouts(),
+        1,
+        "the release is counted"
+    );
+    assert_eq!(controller.pending_writes(), 0);
+    eprintln!(
+        "other key ran in {other_took:?} while the writer was held; writer released after {held_for:?}"
+    );
+    proxy.resume();
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
+/// Writes `count: 1` into the status of a tally that has none; counts every reconcile.
+struct MarkOnce {
+    tools: Tools,
+    reconciles: Mutex<HashMap<String, u32>>,
+}
+
+impl Reconciler for MarkOnce {
+    type Error = ClientError;
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, ClientError> {
+        *self
+            .reconciles
+            .lock()
+            .unwrap()
+            .entry(request.name().to_owned())
+            .or_default() += 1;
+        let Some(tally) = self.tools.client().get::<Tally>(&request).await? else {
+            return Ok(Action::done());
+        };
+        if tally.status.is_none() {
+            let status = TallyStatus { count: 1 };
+            self.tools.client().patch_status(&*tally, &status).await?;
+        }
+        Ok(Action::done())
+    }
+}
+
+impl MarkOnce {
+    fn count(&self, name: &str) -> u32 {
+        self.reconciles
+            .lock()
+            .unwrap()
+            .get(name)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Runs [`MarkOnce`] over `tally-0`, then changes its spec from outside; the reconciles
+/// before and after the outside change.
+async fn reconciles_of_own_status(env: &TestEnv, filter: bool) -> (u32, u32) {
+    let ns = env.namespace("ryw-echo").await.unwrap();
+    let api: Api<Tally> = ns.api();
+    let tally = Tally::new("tally-0", TallySpec {});
+    api.create(&PostParams::default(), &tally).await.unwrap();
+    let m = support::manager(&ns);
+    let controller = rudder::new_controller(&m)
+        .for_::<Tally>()
+        .named(format!("ryw-echo-{filter}"))
+        .with_options(ControllerOptions::new().filter_own_echoes(filter))
+        .complete_with(|tools| MarkOnce {
+            tools,
+            reconciles: Mutex::new(HashMap::new()),
+        })
+        .await
+        .unwrap();
+    let (stop, task) = start(&m);
+    let r = controller.reconciler();
+    eventually(
+        "the status written and its echo through",
+        WAIT,
+        async || {
+            let status = api.get_status("tally-0").await.unwrap().status;
+            (status.is_some() && controller.pending_writes() == 0 && controller.queue().is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+    // An echo delivered queues one more reconcile; give it the time a loopback watch takes
+    // and more, then look (what is looked for is that nothing more happens).
+    let settled = eventually("the reconciles settled", WAIT, async || {
+        let before = r.count("tally-0");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        (r.count("tally-0") == before && controller.queue().is_empty()).then_some(before)
+    })
+    .await;
+    let patch = serde_json::json!({"metadata": {"annotations": {"touched": "yes"}}});
+    api.patch(
+        "tally-0",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    let after = eventually("the outside change reconciled", WAIT, async || {
+        (r.count("tally-0") > settled).then(|| r.count("tally-0"))
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    (settled, after - settled)
+}
+
+#[tokio::test]
+async fn own_echoes_are_dropped_when_asked_and_other_changes_are_not() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    env.install_crds([TestCrd::new("ryw.rudder.dev", "Tally", "tallies")
+        .status_subresource()
+        .build()])
+        .await
+        .unwrap();
+    let (delivered, _) = reconciles_of_own_status(env, false).await;
+    let (filtered, outside) = reconciles_of_own_status(env, true).await;
+    eprintln!(
+        "reconciles of a tally whose reconcile writes its status once: echoes delivered \
+         {delivered}, echoes dropped {filtered}; an outside change then: {outside}"
+    );
+    assert_eq!(
+        delivered, 2,
+        "the status echo queues a second reconcile by default"
+    );
+    assert_eq!(filtered, 1, "dropped, it does not");
+    assert_eq!(outside, 1, "another writer's change is delivered");
+}
