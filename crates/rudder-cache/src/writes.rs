@@ -227,6 +227,14 @@ impl WriteTracker {
         let now = Instant::now();
         let mut state = self.state.lock_unpoisoned();
         self.sweep(&mut state, now);
+        if let Written::Version {
+            resource_version, ..
+        } = &written
+        {
+            scope
+                .observer()
+                .wrote(scope.key(), &object, resource_version);
+        }
         let comparable = self.is_comparable();
         let expires = now + (scope.wait() * 2).max(MIN_RETENTION);
         // Reached already: `Some(true)` when the cache holds exactly what was written, whose

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 use rudder_core::sync::LockExt;
-use rudder_core::writes::{ObjectRef, WriteObserver};
+use rudder_core::writes::{ObjectRef, RecentWrite, WriteObserver};
 use rudder_handler::{Queue, Request};
 use rudder_workqueue::AddOptions;
 use tokio::time::Instant;
@@ -41,6 +41,16 @@ pub(crate) struct OwnWrites {
     metrics: OnceLock<WriteMetrics>,
     /// Keys released by the bound, as the metric counts them (for `Controller::write_wait_timeouts`).
     timeouts: AtomicU64,
+    /// Kept only for a sharded controller ([`keep_recent`](Self::keep_recent)): the writes
+    /// of the last [`fence_window`](Self::fence_window), to hand over with a shard.
+    recent: Mutex<Recent>,
+}
+
+#[derive(Default)]
+struct Recent {
+    on: bool,
+    by_key: HashMap<Request, Vec<(ObjectRef, String, Instant)>>,
+    next_prune: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -72,6 +82,7 @@ impl OwnWrites {
             keys: Mutex::new(HashMap::new()),
             metrics: OnceLock::new(),
             timeouts: AtomicU64::new(0),
+            recent: Mutex::new(Recent::default()),
         }
     }
 
@@ -138,6 +149,41 @@ impl OwnWrites {
         }
     }
 
+    /// Keeps the writes of the last [`fence_window`](Self::fence_window) from now on (a
+    /// sharded controller hands them over with its shards).
+    pub(crate) fn keep_recent(&self) {
+        self.recent.lock_unpoisoned().on = true;
+    }
+
+    /// How long writes are kept to hand over: twice the bound, and at least 10 s. A new
+    /// owner whose cache is further behind than that is not fenced from older writes.
+    pub(crate) fn fence_window(&self) -> Duration {
+        (self.timeout * 2).max(Duration::from_secs(10))
+    }
+
+    /// The writes of the last fence window made by reconciles of the keys `keys` selects,
+    /// the latest per (key, object).
+    pub(crate) fn recent(&self, keys: impl Fn(&Request) -> bool) -> Vec<RecentWrite> {
+        let window = self.fence_window();
+        let now = Instant::now();
+        let recent = self.recent.lock_unpoisoned();
+        recent
+            .by_key
+            .iter()
+            .filter(|(key, _)| keys(key))
+            .flat_map(|(key, writes)| {
+                writes
+                    .iter()
+                    .filter(move |(_, _, at)| *at + window > now)
+                    .map(move |(object, rv, _)| RecentWrite {
+                        key: key.clone(),
+                        object: object.clone(),
+                        resource_version: rv.clone(),
+                    })
+            })
+            .collect()
+    }
+
     /// How many keys ran because their writes did not arrive within the bound.
     pub(crate) fn timeouts(&self) -> u64 {
         self.timeouts.load(Ordering::Relaxed)
@@ -160,6 +206,30 @@ impl OwnWrites {
 }
 
 impl WriteObserver for OwnWrites {
+    fn wrote(&self, key: &Request, object: &ObjectRef, resource_version: &str) {
+        let mut recent = self.recent.lock_unpoisoned();
+        if !recent.on {
+            return;
+        }
+        let now = Instant::now();
+        if recent.next_prune.is_none_or(|at| now >= at) {
+            let window = self.fence_window();
+            recent.next_prune = Some(now + Duration::from_secs(1));
+            recent.by_key.retain(|_, writes| {
+                writes.retain(|(_, _, at)| *at + window > now);
+                !writes.is_empty()
+            });
+        }
+        let writes = recent.by_key.entry(key.clone()).or_default();
+        match writes.iter_mut().find(|(o, _, _)| o == object) {
+            Some(write) => {
+                write.1 = resource_version.to_owned();
+                write.2 = now;
+            }
+            None => writes.push((object.clone(), resource_version.to_owned(), now)),
+        }
+    }
+
     fn written(&self, key: &Request, object: &ObjectRef) {
         let mut keys = self.keys.lock_unpoisoned();
         let writes = keys.entry(key.clone()).or_default();

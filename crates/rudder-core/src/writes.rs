@@ -103,6 +103,19 @@ impl fmt::Debug for ObjectRef {
     }
 }
 
+/// A write a reconcile of `key` made: the object and the resourceVersion it left. What a
+/// sharded controller hands over with a shard (its recent writes), so that the shard's next
+/// owner holds each key until its own cache has them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecentWrite {
+    /// The key whose reconcile wrote.
+    pub key: Request,
+    /// The object written.
+    pub object: ObjectRef,
+    /// The resourceVersion the write left.
+    pub resource_version: String,
+}
+
 /// Told about the writes made while reconciling a key, and when the cache has reached each:
 /// a controller, which holds a key back until the cache has caught up with it.
 ///
@@ -118,6 +131,14 @@ pub trait WriteObserver: Send + Sync {
     /// that version or a newer state of the object (for a delete: no longer the deleted
     /// object).
     fn reached(&self, key: &Request, object: &ObjectRef);
+
+    /// Every write of `object` made while reconciling `key` that left `resource_version`,
+    /// whether or not the cache has it already (called before [`written`](Self::written)).
+    /// Nothing by default; a sharded controller keeps its recent ones, to hand them over with
+    /// a shard so that the next owner waits for its own cache to reach them.
+    fn wrote(&self, key: &Request, object: &ObjectRef, resource_version: &str) {
+        let _ = (key, object, resource_version);
+    }
 }
 
 /// The reconcile a write belongs to: the key being reconciled and the observer to tell. The

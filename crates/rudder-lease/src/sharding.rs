@@ -59,6 +59,7 @@
 //! replica's workers took from the queue and dropped because their shard is not open here,
 //! refreshed every retry period).
 
+pub mod fence;
 pub mod labels;
 mod runnable;
 
@@ -80,6 +81,7 @@ use crate::leader_election::{
     ConfigError, Error as ElectionError, LeaderElection, LeaderElectionConfig, Leadership,
     LeadershipLost, default_identity,
 };
+use fence::{FENCE_ANNOTATION, Fence};
 
 /// The label naming the ring on every member Lease.
 pub const RING_LABEL: &str = "rudder.dev/ring";
@@ -347,6 +349,7 @@ pub struct Ring {
     status: watch::Sender<RingStatus>,
     elections: Vec<LeaderElection>,
     member: LeaderElection,
+    fence: Option<Fence>,
 }
 
 impl std::fmt::Debug for Ring {
@@ -389,7 +392,16 @@ impl Ring {
             status: watch::Sender::new(RingStatus::default()),
             elections,
             member,
+            fence: None,
         })
+    }
+
+    /// Hands writes over with each shard ([`fence`]): as this replica releases a shard it
+    /// writes `fence.export`'s writes into the shard Lease, and as it takes one it gives
+    /// what the previous owner wrote there to `fence.import` before opening the shard. The
+    /// facade's builder sets it for a sharded controller that reads its own writes.
+    pub fn set_fence(&mut self, fence: Fence) {
+        self.fence = Some(fence);
     }
 
     /// The gate this ring opens and closes: give it to the sharded controller
@@ -467,6 +479,7 @@ impl Ring {
                 stop: stop.clone(),
                 changed: Arc::clone(changed),
                 metrics: metrics.clone(),
+                fence: self.fence.clone(),
             }));
         }
         shards
@@ -769,9 +782,48 @@ struct ShardTask {
     stop: CancellationToken,
     changed: Arc<Notify>,
     metrics: RingMetrics,
+    fence: Option<Fence>,
 }
 
 impl ShardTask {
+    /// Gives what the previous owner of the shard handed over to the fence (before the shard
+    /// opens), and stops writing it back.
+    async fn take_fence(&self) {
+        let Some(fence) = &self.fence else {
+            return;
+        };
+        let handed = self.election.taken_over_annotation(FENCE_ANNOTATION).await;
+        // Removed from the Lease with this replica's next write of it.
+        self.election.annotate(FENCE_ANNOTATION, None);
+        let Some(value) = handed else {
+            return;
+        };
+        let (writes, skipped) = fence::decode(&value);
+        if skipped > 0 {
+            tracing::warn!(ring = %self.ring, shard = self.shard, skipped,
+                "entries of the shard's fence do not parse; they are not waited for");
+        }
+        tracing::debug!(ring = %self.ring, shard = self.shard, writes = writes.len(),
+            "taking over the previous owner's recent writes of the shard's keys");
+        if !writes.is_empty() {
+            (fence.import)(self.shard, writes);
+        }
+    }
+
+    /// Writes this replica's recent writes of the shard's keys into the annotation its
+    /// release of the Lease carries.
+    fn hand_fence(&self) {
+        let Some(fence) = &self.fence else {
+            return;
+        };
+        let (value, left_out) = fence::encode((fence.export)(self.shard));
+        if left_out > 0 {
+            tracing::warn!(ring = %self.ring, shard = self.shard, left_out,
+                "the shard's fence is full: the oldest writes are not handed over");
+        }
+        self.election.annotate(FENCE_ANNOTATION, Some(value));
+    }
+
     fn desired(&mut self) -> bool {
         self.view
             .borrow_and_update()
@@ -817,6 +869,7 @@ async fn hold_shard(mut task: ShardTask) {
         let Ok(leadership) = acquired else {
             continue;
         };
+        task.take_fence().await;
         task.gate.open(shard, task.election.validity());
         task.metrics.acquired.increment(1);
         tracing::debug!(ring = %task.ring, shard, "acquired a shard");
@@ -837,11 +890,16 @@ async fn hold_shard(mut task: ShardTask) {
         task.gate.close(shard);
         task.changed.notify_one();
         task.gate.drained(shard).await;
+        if !was_lost {
+            // With the release, in the same write.
+            task.hand_fence();
+        }
         hold.cancel();
         if was_lost {
             tracing::warn!(ring = %task.ring, shard, "lost a shard's lease");
         }
         let _ = leadership.finished().await;
+        task.election.forget_annotation(FENCE_ANNOTATION);
         if !was_lost {
             task.metrics.released.increment(1);
             tracing::debug!(ring = %task.ring, shard, "released a shard");

@@ -12,6 +12,7 @@ use futures::future::BoxFuture;
 use kube::Client;
 use kube::Resource;
 use kube::core::GroupVersionKind;
+use rudder_cache::writes::Written;
 use rudder_cache::{Typed, WriteTracker};
 use rudder_controller::{Controller, KeyLister, Options, Reconciler, WatchSpec};
 use rudder_core::writes::WriteObserver;
@@ -21,6 +22,7 @@ use rudder_handler::{
 };
 use rudder_manager::Manager;
 use rudder_manager::rbac::{Permissions, Verb};
+use rudder_manager::sharding::fence::Fence;
 use rudder_manager::sharding::{Ring, ShardMode, ShardingConfig};
 
 use crate::{Error, Result, Tools};
@@ -375,7 +377,10 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
                 .add_watch(watch(&complete))
                 .map_err(Error::Watch)?;
         }
-        if let Some(ring) = ring {
+        if let Some(mut ring) = ring {
+            if controller.write_observer().is_some() {
+                ring.set_fence(fence(&controller, &ring, self.manager.cache()));
+            }
             let cache = self.manager.cache().clone();
             let keys: KeyLister = shard_keys.unwrap_or_else(|| {
                 Arc::new(move || {
@@ -486,6 +491,36 @@ where
         all.extend(predicate);
         WatchSpec::new(source, handler, all)
     })
+}
+
+/// The shard fence of a sharded controller that reads its own writes: as a shard is released
+/// its recent writes of the shard's keys go with it; as one is taken, the previous owner's
+/// become writes the controller waits for its cache to reach.
+fn fence<R: Reconciler>(
+    controller: &Controller<R>,
+    ring: &Ring,
+    cache: &rudder_cache::Cache,
+) -> Fence {
+    let gate = ring.gate();
+    let exporting = controller.clone();
+    let importing = controller.clone();
+    let cache = cache.clone();
+    Fence {
+        export: Arc::new(move |shard| exporting.recent_writes(|key| gate.shard_of(key) == shard)),
+        import: Arc::new(move |_shard, writes| {
+            importing.expect_writes(&writes, |scope, write| {
+                let written = Written::Version {
+                    resource_version: write.resource_version.clone(),
+                    uid: None,
+                };
+                cache
+                    .writes()
+                    .record(write.object.clone(), written, scope, || {
+                        cache.cached_ref(&write.object)
+                    });
+            });
+        }),
+    }
 }
 
 /// Whether the API server serves `T`, by discovery.

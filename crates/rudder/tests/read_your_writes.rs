@@ -647,3 +647,166 @@ async fn own_echoes_are_dropped_when_asked_and_other_changes_are_not() {
     assert_eq!(filtered, 1, "dropped, it does not");
     assert_eq!(outside, 1, "another writer's change is delivered");
 }
+
+/// What the hand-off test's replicas share: the resourceVersion of the last stamp each key
+/// got from the old owner, and how often the new owner read a key older than that.
+#[derive(Default)]
+struct HandOff {
+    written: Mutex<HashMap<String, u64>>,
+    /// Reconciles by the old owner.
+    old: AtomicUsize,
+    stale: AtomicUsize,
+    fresh: AtomicUsize,
+}
+
+/// The old owner stamps each key's ConfigMap (a write through the client, remembered); the
+/// new owner only compares what its cache shows with the old owner's last stamp.
+struct Stamp {
+    tools: Tools,
+    old_owner: bool,
+    shared: Arc<HandOff>,
+}
+
+impl Reconciler for Stamp {
+    type Error = ClientError;
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, ClientError> {
+        let Some(cm) = self.tools.client().get::<ConfigMap>(&request).await? else {
+            return Ok(Action::done());
+        };
+        let rv: u64 = cm.resource_version().unwrap().parse().unwrap();
+        if self.old_owner {
+            self.shared.old.fetch_add(1, Ordering::Relaxed);
+            if cm.labels().contains_key("touched") {
+                let patch =
+                    serde_json::json!({"metadata": {"annotations": {"stamp": rv.to_string()}}});
+                let written = self
+                    .tools
+                    .client()
+                    .patch(&*cm, &kube::api::Patch::Merge(&patch))
+                    .await?;
+                let written: u64 = written.resource_version().unwrap().parse().unwrap();
+                self.shared
+                    .written
+                    .lock()
+                    .unwrap()
+                    .insert(request.name().to_owned(), written);
+            }
+            return Ok(Action::done());
+        }
+        let last = self
+            .shared
+            .written
+            .lock()
+            .unwrap()
+            .get(request.name())
+            .copied();
+        match last {
+            Some(last) if rv < last => self.shared.stale.fetch_add(1, Ordering::Relaxed),
+            _ => self.shared.fresh.fetch_add(1, Ordering::Relaxed),
+        };
+        Ok(Action::done())
+    }
+}
+
+/// Two replicas of a ring of one shard: `a` (a current cache) holds it and stamps every key,
+/// then stops and hands the shard to `b`, whose watch is 3 s behind. The new owner's reads
+/// older than the old owner's stamps, and all its reads.
+async fn hand_off(env: &TestEnv, read_your_writes: bool) -> (usize, usize) {
+    let ns = env.namespace("ryw-shard").await.unwrap();
+    let names: Vec<String> = (0..20).map(|i| format!("item-{i}")).collect();
+    support::create_config_maps(&ns, &names, 0).await;
+    let ring_name = format!("fence-{read_your_writes}");
+    // Identities for which the ring gives its one shard to `a` while both are members.
+    let a = "a".to_owned();
+    let b = (0..)
+        .map(|i| format!("b{i}"))
+        .find(|b| {
+            let mut members = vec![a.clone(), b.clone()];
+            members.sort();
+            let owners = rudder::manager::sharding::assign(&ring_name, 1, &members);
+            owners[0].map(|m| members[m] == a) == Some(true)
+        })
+        .unwrap();
+    let shared = Arc::new(HandOff::default());
+    let proxy = WatchDelay::start(env, Duration::from_secs(3)).unwrap();
+    let mut replicas = Vec::new();
+    for (who, old_owner) in [(&a, true), (&b, false)] {
+        let m = if old_owner {
+            support::manager(&ns)
+        } else {
+            manager(&ns, &proxy)
+        };
+        let controller = rudder::new_controller(&m)
+            .for_::<ConfigMap>()
+            .named(format!("ryw-shard-{read_your_writes}-{who}"))
+            .with_options(options(read_your_writes))
+            .sharded(support::ring(&ns, &ring_name, who, 1))
+            .complete_with(|tools| Stamp {
+                tools,
+                old_owner,
+                shared: Arc::clone(&shared),
+            })
+            .await
+            .unwrap();
+        let running = start(&m);
+        if old_owner {
+            // Holding the shard: its opening queued every key.
+            eventually("a holds the shard", WAIT, async || {
+                (shared.old.load(Ordering::Relaxed) >= names.len()).then_some(())
+            })
+            .await;
+        } else {
+            // Its cache synced before the stamps, so only its (slow) watch brings them.
+            eventually("b's cache synced", WAIT, async || {
+                m.cache().has_synced().then_some(())
+            })
+            .await;
+        }
+        replicas.push((running, controller));
+    }
+    // Touch every item; `a` stamps each.
+    let cms: Api<ConfigMap> = ns.api();
+    for name in &names {
+        let patch = serde_json::json!({"metadata": {"labels": {"touched": "yes"}}});
+        cms.patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    }
+    eventually("a stamped every item", WAIT, async || {
+        (shared.written.lock().unwrap().len() == names.len()).then_some(())
+    })
+    .await;
+    // `a` stops at once, handing the shard over; `b`'s watch has not seen the stamps yet.
+    let ((stop_a, task_a), _) = replicas.remove(0);
+    stop_a.cancel();
+    task_a.await.unwrap().unwrap();
+    let reads = || shared.stale.load(Ordering::Relaxed) + shared.fresh.load(Ordering::Relaxed);
+    eventually("b reconciled every item", WAIT, async || {
+        (reads() >= names.len()).then_some(())
+    })
+    .await;
+    let ((stop_b, task_b), _) = replicas.remove(0);
+    stop_b.cancel();
+    task_b.await.unwrap().unwrap();
+    (shared.stale.load(Ordering::Relaxed), reads())
+}
+
+#[tokio::test]
+async fn a_shard_hand_off_waits_for_the_old_owners_writes() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let (off, off_reads) = hand_off(env, false).await;
+    let (on, on_reads) = hand_off(env, true).await;
+    eprintln!(
+        "new owner's reads older than the old owner's last write, its watch 3 s behind: \
+         off {off} of {off_reads}, on {on} of {on_reads}"
+    );
+    assert!(
+        off > 0,
+        "without the fence the new owner reads a cache older than the old owner's writes"
+    );
+    assert_eq!(on, 0);
+}

@@ -14,12 +14,53 @@ use crate::error::{Error, Result};
 use crate::informer::Informer;
 use crate::store::{NAMESPACE_INDEX, ObjectKey};
 use crate::writes::{Cached, WriteTracker};
+use rudder_core::writes::ObjectRef;
 
 impl Cache {
     /// The cache's write tracker (read-your-writes): writing clients record the writes they
     /// make inside a reconcile with it, and this cache's informers tell it what they deliver.
     pub fn writes(&self) -> &Arc<WriteTracker> {
         &self.inner.writes
+    }
+
+    /// [`cached`](Self::cached) for an object named by its API group and resource
+    /// (`object`), whatever the type of the informers holding it: what a write handed over
+    /// from another replica is checked against.
+    pub fn cached_ref(&self, object: &ObjectRef) -> Cached {
+        let informers = self.inner.informers();
+        let namespace = object.namespace.as_deref();
+        let mut covered = false;
+        for (slot_key, slot) in informers.iter() {
+            let scope = &slot_key.scope;
+            let same_type = slot
+                .written_as
+                .as_ref()
+                .is_some_and(|(g, r)| *g == object.group && *r == object.resource);
+            if !same_type
+                || scope.labels.is_some()
+                || scope.fields.is_some()
+                || slot.token.is_cancelled()
+            {
+                continue;
+            }
+            if let (Some(a), Some(b)) = (&scope.namespace, namespace)
+                && a != b
+            {
+                continue;
+            }
+            covered = true;
+            if let Some((resource_version, uid)) = (slot.peek)(namespace, &object.name) {
+                return Cached::Present {
+                    resource_version,
+                    uid,
+                };
+            }
+        }
+        if covered {
+            Cached::Absent
+        } else {
+            Cached::NotCached
+        }
     }
 
     /// What the cache holds of the object `namespace/name` of `K` right now, from the

@@ -69,7 +69,18 @@ pub(crate) struct Slot {
     >,
     pub(crate) token: CancellationToken,
     pub(crate) tracker: TaskTracker,
+    /// The informer's type as writes name it (API group, resource), when it tells the
+    /// cache's write tracker what it stores.
+    pub(crate) written_as: Option<(String, String)>,
+    /// What the informer stores of `namespace/name`: its resourceVersion and uid.
+    pub(crate) peek: Peek,
 }
+
+/// An object's version and uid, as [`Slot::peek`] finds it.
+pub(crate) type Peeked = (Option<String>, Option<String>);
+
+/// [`Slot::peek`]: what an informer stores of `namespace/name`.
+pub(crate) type Peek = Box<dyn Fn(Option<&str>, &str) -> Option<Peeked> + Send + Sync>;
 
 pub(crate) struct Inner {
     pub(crate) client: Client,
@@ -196,6 +207,20 @@ impl Inner {
             },
             token,
             tracker,
+            written_as: informer.written_as(),
+            peek: {
+                let informer = informer.clone();
+                Box::new(move |namespace, name| {
+                    let key = crate::store::ObjectKey {
+                        namespace: namespace.map(str::to_owned),
+                        name: name.to_owned(),
+                    };
+                    informer.store().get(&key).map(|obj| {
+                        let meta = obj.meta();
+                        (meta.resource_version.clone(), meta.uid.clone())
+                    })
+                })
+            },
         }
     }
 

@@ -94,6 +94,15 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
         &self.shared.store
     }
 
+    /// The informer's type as writes name it (API group, resource), if it tells a write
+    /// tracker what it stores.
+    pub(crate) fn written_as(&self) -> Option<(String, String)> {
+        self.shared
+            .writes
+            .as_ref()
+            .map(|t| (t.group.clone(), t.resource.clone()))
+    }
+
     /// Whether the first list has been stored completely, and the watch has not failed
     /// (see [`has_failed`](Self::has_failed)).
     pub fn has_synced(&self) -> bool {

@@ -31,7 +31,8 @@ use crate::reconciler::Reconciler;
 use crate::shard::{KeyLister, ShardGate};
 use names::unregister_name;
 use rudder_core::sync::LockExt;
-use rudder_core::writes::WriteObserver;
+use rudder_core::writes::{RecentWrite, WriteObserver, WriteScope};
+use rudder_handler::Request;
 use watch::ErasedWatch;
 
 /// Runs a [`Reconciler`] over a work queue fed by watches: controller-runtime's controller.
@@ -205,6 +206,9 @@ impl<R: Reconciler> Controller<R> {
         }
         gate.set_key_lister(keys);
         *current = Some(gate);
+        if let Some(writes) = &self.inner.own_writes {
+            writes.keep_recent();
+        }
         Ok(())
     }
 
@@ -239,6 +243,35 @@ impl<R: Reconciler> Controller<R> {
     /// count of this controller).
     pub fn write_wait_timeouts(&self) -> u64 {
         self.inner.own_writes.as_ref().map_or(0, |w| w.timeouts())
+    }
+
+    /// The writes made in the last fence window (twice [`Options::write_wait`](crate::Options::write_wait),
+    /// at least 10 s) by reconciles of the keys `keys` selects, kept only once the controller
+    /// is sharded: what a shard's owner hands over as it releases the shard.
+    pub fn recent_writes(&self, keys: impl Fn(&Request) -> bool) -> Vec<RecentWrite> {
+        self.inner
+            .own_writes
+            .as_ref()
+            .map_or_else(Vec::new, |w| w.recent(keys))
+    }
+
+    /// Makes each of `writes` (another replica's, handed over with a shard) a write the
+    /// controller waits for: `record` records it with the cache's write tracker inside the
+    /// scope of its key, so the key is held until this replica's cache reaches it (or the
+    /// bound passes). Nothing without read-your-writes.
+    pub fn expect_writes(
+        &self,
+        writes: &[RecentWrite],
+        record: impl Fn(&WriteScope, &RecentWrite),
+    ) {
+        let Some(own) = &self.inner.own_writes else {
+            return;
+        };
+        let observer: Arc<dyn WriteObserver> = Arc::clone(own) as _;
+        for write in writes {
+            let scope = WriteScope::new(Arc::clone(&observer), write.key.clone(), own.timeout());
+            record(&scope, write);
+        }
     }
 
     /// Whether every source has synced.

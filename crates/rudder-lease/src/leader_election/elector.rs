@@ -1,5 +1,6 @@
 //! The elector: acquire the Lease, keep renewing it, release it or notice it is lost.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,6 +11,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube_runtime::WatchStreamExt;
 use kube_runtime::watcher;
+use rudder_core::sync::LockExt;
 use tokio::sync::{Mutex, Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
@@ -74,8 +76,32 @@ impl LeaderElection {
                 leading: AtomicBool::new(false),
                 validity: watch::Sender::new(None),
                 observed: Mutex::new(Observed::default()),
+                annotations: std::sync::Mutex::new(BTreeMap::new()),
             }),
         })
+    }
+
+    /// Annotations this candidate writes onto the Lease with each of its writes from now on
+    /// (taking it, renewing it, releasing it): `Some(value)` sets `key`, `None` removes it.
+    /// What a sharding ring hands over with a shard rides on them.
+    pub fn annotate(&self, key: &str, value: Option<String>) {
+        self.shared
+            .annotations
+            .lock_unpoisoned()
+            .insert(key.to_owned(), value);
+    }
+
+    /// Stops writing `key` (neither setting nor removing it), as before [`annotate`](Self::annotate).
+    pub fn forget_annotation(&self, key: &str) {
+        self.shared.annotations.lock_unpoisoned().remove(key);
+    }
+
+    /// The annotation `key` of the Lease as it was when this candidate last took it from
+    /// another holder (or from no holder), read before its own write changed it: what the
+    /// previous holder left.
+    pub async fn taken_over_annotation(&self, key: &str) -> Option<String> {
+        let observed = self.shared.observed.lock().await;
+        observed.taken_over.as_ref()?.get(key).cloned()
     }
 
     /// The settings.
@@ -325,6 +351,8 @@ struct Shared {
     /// See [`LeaderElection::validity`].
     validity: watch::Sender<Option<Instant>>,
     observed: Mutex<Observed>,
+    /// See [`LeaderElection::annotate`].
+    annotations: std::sync::Mutex<BTreeMap<String, Option<String>>>,
 }
 
 /// client-go's observed record and observed time, plus the Lease last read or written, whose
@@ -337,6 +365,9 @@ struct Observed {
     /// request that wrote that view was sent: others count their lease duration from no
     /// earlier than that.
     written: Option<(View, Instant)>,
+    /// The Lease's annotations as read when this candidate last took it over, before its
+    /// write (see [`LeaderElection::taken_over_annotation`]).
+    taken_over: Option<BTreeMap<String, String>>,
 }
 
 impl Observed {
@@ -529,7 +560,7 @@ impl Shared {
         let Some(lease) = lease else {
             let mut spec = LeaseSpec::default();
             desired.write_to(&mut spec);
-            let lease = Lease {
+            let mut lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.config.lease_name().to_owned()),
                     namespace: Some(self.config.lease_namespace().to_owned()),
@@ -537,6 +568,8 @@ impl Shared {
                 },
                 spec: Some(spec),
             };
+            self.annotate(&mut lease);
+            observed.taken_over = Some(BTreeMap::new());
             let sent = Instant::now();
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(lease) => Attempt::Leading(observed.wrote(lease, sent)),
@@ -553,6 +586,7 @@ impl Shared {
             desired.transitions = old.transitions;
         } else {
             desired.transitions = old.transitions.saturating_add(1);
+            observed.taken_over = Some(lease.metadata.annotations.clone().unwrap_or_default());
         }
         let sent = Instant::now();
         match self.update(lease, &desired).await {
@@ -565,9 +599,29 @@ impl Shared {
     /// changed since `lease` was read.
     async fn update(&self, mut lease: Lease, record: &Record) -> kube::Result<Lease> {
         record.write_to(lease.spec.get_or_insert_with(LeaseSpec::default));
+        self.annotate(&mut lease);
         self.api
             .replace(self.config.lease_name(), &PostParams::default(), &lease)
             .await
+    }
+
+    /// Sets and removes the annotations [`LeaderElection::annotate`] asked for on `lease`.
+    fn annotate(&self, lease: &mut Lease) {
+        let wanted = self.annotations.lock_unpoisoned();
+        if wanted.is_empty() {
+            return;
+        }
+        let annotations = lease.metadata.annotations.get_or_insert_default();
+        for (key, value) in wanted.iter() {
+            match value {
+                Some(value) => {
+                    annotations.insert(key.clone(), value.clone());
+                }
+                None => {
+                    annotations.remove(key);
+                }
+            }
+        }
     }
 
     /// One renewal round: try at once, then every retry period, until an attempt succeeds or
