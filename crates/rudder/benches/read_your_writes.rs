@@ -106,6 +106,9 @@ struct Mirror {
     seen: mpsc::UnboundedSender<(u64, Instant)>,
     reconciles: AtomicUsize,
     writes: AtomicUsize,
+    /// Each read of the child right after writing it: how long it took, and whether it
+    /// showed the version written.
+    reads_after_write: Mutex<Vec<(Duration, bool)>>,
 }
 
 impl Reconciler for Mirror {
@@ -130,6 +133,15 @@ impl Reconciler for Mirror {
             let patch = serde_json::json!({ "stringData": { "seq": seq.to_string() } });
             client.patch(&*child, &Patch::Merge(&patch)).await?;
             self.writes.fetch_add(1, Ordering::Relaxed);
+            // What an overlay would answer at once: the child as just written. Off, the
+            // cache answers at once too, maybe stale; on, it waits for the write.
+            let asked = Instant::now();
+            let again = client.get::<Secret>(&child_key).await?;
+            let fresh = again.is_some_and(|c| child_seq(&c) == seq);
+            self.reads_after_write
+                .lock()
+                .unwrap()
+                .push((asked.elapsed(), fresh));
         }
         Ok(Action::done())
     }
@@ -153,6 +165,7 @@ struct Phase {
     reconciles: usize,
     writes: usize,
     timeouts: u64,
+    reads_after_write: Vec<(Duration, bool)>,
 }
 
 /// Waits for a reconcile that read `seq` or later; returns when it started.
@@ -236,6 +249,7 @@ async fn side(env: &TestEnv, read_your_writes: bool, round: usize, updates: usiz
             seen: tx,
             reconciles: AtomicUsize::new(0),
             writes: AtomicUsize::new(0),
+            reads_after_write: Mutex::new(Vec::new()),
         })
         .await
         .unwrap();
@@ -259,6 +273,7 @@ async fn side(env: &TestEnv, read_your_writes: bool, round: usize, updates: usiz
         mirror.reconciles.load(Ordering::Relaxed),
         mirror.writes.load(Ordering::Relaxed),
     );
+    let reads_before = mirror.reads_after_write.lock().unwrap().len();
     let (cpu, begun) = (cpu_time(), Instant::now());
     let mut latencies = Vec::with_capacity(updates);
     let mut after_return = Vec::with_capacity(updates);
@@ -280,6 +295,7 @@ async fn side(env: &TestEnv, read_your_writes: bool, round: usize, updates: usiz
         reconciles: mirror.reconciles.load(Ordering::Relaxed) - reconciles,
         writes: mirror.writes.load(Ordering::Relaxed) - writes,
         timeouts: controller.write_wait_timeouts(),
+        reads_after_write: mirror.reads_after_write.lock().unwrap()[reads_before..].to_vec(),
     };
     stop.cancel();
     task.await.unwrap().unwrap();
@@ -386,6 +402,7 @@ struct Totals {
     reconciles: usize,
     writes: usize,
     timeouts: u64,
+    reads_after_write: Vec<(Duration, bool)>,
 }
 
 impl Totals {
@@ -397,6 +414,7 @@ impl Totals {
         self.reconciles += phase.reconciles;
         self.writes += phase.writes;
         self.timeouts += phase.timeouts;
+        self.reads_after_write.extend(phase.reads_after_write);
     }
 
     fn cpu_per_reconcile_us(&self) -> f64 {
@@ -509,4 +527,15 @@ fn print_table(off: &Totals, on: &Totals, updates: usize, rounds: usize) {
         "writes: off {}, on {}; write-wait timeouts: off {}, on {}",
         off.writes, on.writes, off.timeouts, on.timeouts
     );
+    // Overlay or wait: a read of the child right after the reconcile wrote it.
+    for (name, t) in [("off", off), ("on", on)] {
+        let fresh = t.reads_after_write.iter().filter(|(_, f)| *f).count();
+        let (p50, p99, mean) = summary(t.reads_after_write.iter().map(|(d, _)| *d).collect());
+        println!(
+            "read right after the write, {name}: {fresh} of {} showed the version written; \
+             the read took p50 {p50:.3} / p99 {p99:.3} / mean {mean:.3} ms \
+             (an overlay: every read fresh at once, for a copy of each object written until its echo)",
+            t.reads_after_write.len()
+        );
+    }
 }

@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ListParams};
 use kube::{CustomResource, CustomResourceExt, ResourceExt};
 use rudder::client::{self, ClientError, Operation};
 use rudder::prelude::*;
@@ -291,7 +291,10 @@ impl Reconciler for Generator {
         let namespace = request
             .namespace()
             .ok_or_else(|| Error::NoNamespace(request.to_string()))?;
-        let api = Api::<ConfigMapGenerator>::namespaced(self.tools.kube().clone(), namespace);
+        // Every write goes through the tools' client, which remembers it: the controller
+        // then reconciles this generator again only once its cache has what was written
+        // (read-your-writes), so no reconcile acts on a copy older than its own last write.
+        let client = self.tools.client();
 
         if generator.metadata.deletion_timestamp.is_some() {
             if client::has_finalizer(&*generator, FINALIZER) {
@@ -308,7 +311,7 @@ impl Reconciler for Generator {
                 // and the reconcile runs again on the newer one. An object already gone (an
                 // earlier reconcile removed the finalizer; the cache has not seen the
                 // deletion yet) is success.
-                client::remove_finalizer(&api, &*generator, FINALIZER).await?;
+                client.remove_finalizer(&*generator, FINALIZER).await?;
             }
             return Ok(Action::done());
         }
@@ -316,7 +319,7 @@ impl Reconciler for Generator {
         let generator = if client::has_finalizer(&*generator, FINALIZER) {
             generator
         } else {
-            Arc::new(client::add_finalizer(&api, &*generator, FINALIZER).await?)
+            Arc::new(client.add_finalizer(&*generator, FINALIZER).await?)
         };
 
         let changes = self.generate(&generator, namespace).await?;
@@ -340,10 +343,7 @@ impl Reconciler for Generator {
         if generator.status.as_ref() != Some(&status) {
             // Conditional on the resourceVersion read: a stale cache makes it a conflict,
             // retried on the newer object.
-            self.tools
-                .client()
-                .patch_status(&*generator, &status)
-                .await?;
+            client.patch_status(&*generator, &status).await?;
         }
         Ok(Action::done())
     }
@@ -359,11 +359,12 @@ impl Generator {
     ) -> Result<Changes, Error> {
         let name = generator.name_any();
         let uid = generator.uid().unwrap_or_default();
-        let cms = Api::<ConfigMap>::namespaced(self.tools.kube().clone(), namespace);
+        let client = self.tools.client();
         let mut changes = Changes::default();
         for index in 0..generator.spec.count {
-            let (_, operation) =
-                client::create_or_patch(&cms, &configmap_name(&name, index), |cm| {
+            let cm_name = configmap_name(&name, index);
+            let (_, operation) = client
+                .create_or_patch::<ConfigMap>(Some(namespace), &cm_name, |cm| {
                     // Someone else's ConfigMap of that name is an error, and left as it is.
                     client::set_controller_reference(generator, cm)?;
                     cm.labels_mut()
@@ -381,16 +382,12 @@ impl Generator {
             }
         }
 
-        // Scale down from the cache. A ConfigMap created a moment ago may be missing from
-        // it, but its creation queues this generator again, and that reconcile sees it.
+        // Scale down from the cache, through the client: its list waits for this
+        // reconcile's own writes (the ConfigMaps just created) to reach the cache.
         let in_namespace = rudder::cache::ListOptions::default().namespace(namespace);
-        for cm in self.tools.cache().list::<ConfigMap>(&in_namespace).await? {
-            let cm_name = cm.name_any();
-            let wanted = index_of(&name, &cm_name).is_some_and(|i| i < generator.spec.count);
-            if !wanted
-                && client::is_controlled_by(generator, &*cm)
-                && delete(&cms, &cm_name).await?
-            {
+        for cm in client.list::<ConfigMap>(&in_namespace).await? {
+            let wanted = index_of(&name, &cm.name_any()).is_some_and(|i| i < generator.spec.count);
+            if !wanted && client::is_controlled_by(generator, &*cm) && client.delete(&*cm).await? {
                 changes.deleted += 1;
             }
         }
@@ -410,7 +407,8 @@ impl Generator {
         let params = ListParams::default().labels(&format!("{OWNER_UID_LABEL}={uid}"));
         let mut deleted = 0;
         for cm in cms.list(&params).await? {
-            if client::is_controlled_by(generator, &cm) && delete(&cms, &cm.name_any()).await? {
+            // Conditional on the uid read: a newer ConfigMap of that name is left alone.
+            if client::is_controlled_by(generator, &cm) && self.tools.client().delete(&cm).await? {
                 deleted += 1;
             }
         }
@@ -423,20 +421,6 @@ impl Generator {
         self.tools
             .record(generator, EventType::Normal, reason, note)
             .await;
-    }
-}
-
-/// Whether the API server answered 404 Not Found.
-fn is_not_found(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if status.is_not_found())
-}
-
-/// Deletes ConfigMap `name`; `false` if it was already gone.
-async fn delete(cms: &Api<ConfigMap>, name: &str) -> Result<bool, Error> {
-    match cms.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(true),
-        Err(error) if is_not_found(&error) => Ok(false),
-        Err(error) => Err(error.into()),
     }
 }
 
