@@ -48,20 +48,39 @@ pub enum Written {
         /// The object's uid, if known.
         uid: Option<String>,
     },
-    /// The object was deleted (or its deletion started and it has no finalizers left).
+    /// The object was deleted: it is gone on the server.
     Deleted {
         /// The uid of the deleted object, if known.
+        uid: Option<String>,
+    },
+    /// The object's deletion started and the server answered with it (finalizers or a grace
+    /// period may keep it a while, or it may be gone already): reached by that version or a
+    /// newer one, as [`Written::Version`], or by its absence.
+    Deleting {
+        /// The resourceVersion of the object as the delete returned it.
+        resource_version: String,
+        /// Its uid, if known.
         uid: Option<String>,
     },
 }
 
 impl Written {
     /// The version of `meta` (an object as a write returned it): [`Written::Version`], or
-    /// `None` without a resourceVersion.
+    /// [`Written::Deleting`] for an object whose deletion has started (removing its last
+    /// finalizer, for one, lets it go at once); `None` without a resourceVersion.
     pub fn of_meta(meta: &kube::core::ObjectMeta) -> Option<Self> {
-        Some(Written::Version {
-            resource_version: meta.resource_version.clone()?,
-            uid: meta.uid.clone(),
+        let resource_version = meta.resource_version.clone()?;
+        let uid = meta.uid.clone();
+        Some(if meta.deletion_timestamp.is_some() {
+            Written::Deleting {
+                resource_version,
+                uid,
+            }
+        } else {
+            Written::Version {
+                resource_version,
+                uid,
+            }
         })
     }
 }
@@ -240,9 +259,11 @@ impl WriteTracker {
         // Reached already: `Some(true)` when the cache holds exactly what was written, whose
         // event may still be on its way to the controller's predicates (an informer stores
         // an object before its subscribers read the event), so it is remembered as an echo.
-        let reached = match cached() {
+        let cached_now = cached();
+        let reached = match &cached_now {
             Cached::NotCached => Some(false),
-            Cached::Absent => matches!(written, Written::Deleted { .. }).then_some(true),
+            Cached::Absent => matches!(written, Written::Deleted { .. } | Written::Deleting { .. })
+                .then_some(true),
             Cached::Present {
                 resource_version,
                 uid,
@@ -260,6 +281,16 @@ impl WriteTracker {
                     Written::Version {
                         resource_version, ..
                     } => EchoOf::Version(resource_version),
+                    Written::Deleting {
+                        resource_version,
+                        uid,
+                    } => {
+                        if matches!(cached_now, Cached::Absent) {
+                            EchoOf::Delete(uid)
+                        } else {
+                            EchoOf::Version(resource_version)
+                        }
+                    }
                     Written::Deleted { uid } => EchoOf::Delete(uid),
                 };
                 let observer = Arc::clone(scope.observer());
@@ -352,11 +383,21 @@ impl WriteTracker {
             observer.reached(key, &object);
         }
         if echo {
-            let of = match pending.written {
-                Written::Version {
-                    resource_version, ..
-                } => EchoOf::Version(resource_version),
-                Written::Deleted { uid } => EchoOf::Delete(uid),
+            let of = match (pending.written, seen) {
+                (
+                    Written::Deleted { uid } | Written::Deleting { uid, .. },
+                    Seen::Deleted { .. },
+                ) => EchoOf::Delete(uid),
+                (
+                    Written::Version {
+                        resource_version, ..
+                    }
+                    | Written::Deleting {
+                        resource_version, ..
+                    },
+                    _,
+                ) => EchoOf::Version(resource_version),
+                (Written::Deleted { uid }, Seen::Present { .. }) => EchoOf::Delete(uid),
             };
             let observers = pending.waiters.into_iter().map(|(o, _)| o).collect();
             state.echoes.insert(
@@ -498,7 +539,18 @@ impl WriteTracker {
         }
         state.next_sweep = Some(now + Duration::from_secs(1));
         let before = state.pending.len();
-        state.pending.retain(|_, p| p.expires > now);
+        // A write given up on is done with for its waiters too: their keys' own bounds passed
+        // long before (the retention is twice the longest), so this only frees what a key
+        // never taken again would hold.
+        state.pending.retain(|object, p| {
+            let keep = p.expires > now;
+            if !keep {
+                for (observer, key) in &p.waiters {
+                    observer.reached(key, object);
+                }
+            }
+            keep
+        });
         state.echoes.retain(|_, e| e.expires > now);
         let forgotten = before - state.pending.len();
         if forgotten > 0 {
@@ -543,6 +595,10 @@ fn reaches(written: &Written, seen: Seen<'_>, comparable: bool) -> Option<bool> 
             Written::Version {
                 resource_version,
                 uid,
+            }
+            | Written::Deleting {
+                resource_version,
+                uid,
             },
             Seen::Present {
                 resource_version: seen_rv,
@@ -564,6 +620,10 @@ fn reaches(written: &Written, seen: Seen<'_>, comparable: bool) -> Option<bool> 
         (Written::Version { uid, .. }, Seen::Deleted { uid: seen_uid }) => {
             // Deleted after the write: newer (the same object, or no uid to tell).
             (uid.is_none() || seen_uid.is_none() || uid.as_deref() == seen_uid).then_some(false)
+        }
+        (Written::Deleting { uid, .. }, Seen::Deleted { uid: seen_uid }) => {
+            // The deletion this write started, finished: its echo.
+            (uid.is_none() || seen_uid.is_none() || uid.as_deref() == seen_uid).then_some(true)
         }
         (Written::Deleted { uid }, Seen::Deleted { uid: seen_uid }) => {
             (uid.is_none() || seen_uid.is_none() || uid.as_deref() == seen_uid).then_some(true)
@@ -828,13 +888,54 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_deletion_started_is_reached_by_its_version_or_by_the_objects_absence() {
+        let (tracker, _log, scope, child) = setup();
+        let deleting = || Written::Deleting {
+            resource_version: "10".into(),
+            uid: Some("u1".into()),
+        };
+        assert!(
+            !tracker.record(child.clone(), deleting(), &scope, || Cached::Absent),
+            "gone from the cache already (a delete that finished at once)"
+        );
+        assert!(
+            tracker.take_echo(&child, None, Some("u1"), true, scope.observer()),
+            "its delete event may still be on its way: an echo"
+        );
+        let before = || Cached::Present {
+            resource_version: Some("9".into()),
+            uid: Some("u1".into()),
+        };
+        assert!(tracker.record(child.clone(), deleting(), &scope, before));
+        tracker.observed("", "configmaps", Some("ns"), "child", present("10"));
+        assert_eq!(tracker.pending(), 0, "the terminating version");
+        assert!(tracker.record(child.clone(), deleting(), &scope, before));
+        tracker.observed(
+            "",
+            "configmaps",
+            Some("ns"),
+            "child",
+            Seen::Deleted { uid: Some("u1") },
+        );
+        assert_eq!(tracker.pending(), 0, "or the deletion itself");
+        assert!(tracker.take_echo(&child, None, Some("u1"), true, scope.observer()));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_write_never_delivered_is_forgotten_after_its_retention() {
-        let (tracker, _log, scope, child) = setup();
+        let (tracker, log, scope, child) = setup();
         assert!(tracker.record(child, version("10"), &scope, || Cached::Absent));
         tokio::time::advance(MIN_RETENTION + Duration::from_secs(1)).await;
         let other = ObjectRef::new("", "configmaps", Some("ns"), "other");
         assert!(tracker.record(other, version("11"), &scope, || Cached::Absent));
         assert_eq!(tracker.pending(), 1, "the first was forgotten");
+        assert!(
+            log.0
+                .lock()
+                .unwrap()
+                .contains(&"reached ns/owner configmaps/ns/child".to_owned()),
+            "and its waiter told, so nothing of it stays behind"
+        );
     }
 }

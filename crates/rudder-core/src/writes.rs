@@ -120,9 +120,9 @@ pub struct RecentWrite {
 /// a controller, which holds a key back until the cache has caught up with it.
 ///
 /// Both calls come from the cache's write tracker, under its lock, in order for one
-/// (key, object): `written` first, then at most one `reached` per `written` (none when the
-/// tracker gives up on a write, which the observer's own timeout covers). They must be quick
-/// and must not call back into the tracker.
+/// (key, object): `written` first, then at most one `reached` per `written` (also when the
+/// tracker forgets a write never delivered, past its retention, which is longer than any
+/// waiting key's bound). They must be quick and must not call back into the tracker.
 pub trait WriteObserver: Send + Sync {
     /// `object` was written while reconciling `key`, and the cache has not seen it yet.
     fn written(&self, key: &Request, object: &ObjectRef);

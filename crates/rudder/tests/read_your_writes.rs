@@ -810,3 +810,23 @@ async fn a_shard_hand_off_waits_for_the_old_owners_writes() {
     );
     assert_eq!(on, 0);
 }
+
+#[tokio::test]
+async fn the_manager_finds_whether_resource_versions_compare() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("ryw-order").await.unwrap();
+    let m = support::manager(&ns);
+    assert!(!m.cache().writes().is_comparable(), "opaque until started");
+    let (stop, task) = start(&m);
+    let expected = env.version().minor >= 35;
+    eventually("the manager started", WAIT, async || {
+        (m.cache().has_synced() && m.cache().writes().is_comparable() == expected).then_some(())
+    })
+    .await;
+    eprintln!(
+        "Kubernetes 1.{}: resourceVersions compare as integers: {expected}",
+        env.version().minor
+    );
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}

@@ -281,8 +281,18 @@ impl Client {
             // written is the one with the deletion timestamp), or a status: gone.
             Ok(answer) => {
                 match answer.left() {
-                    Some(still) => {
-                        self.remember(still);
+                    // Its deletion started (and may have finished already: a cache that
+                    // no longer holds it has reached this write too).
+                    Some(deleting) => {
+                        let resource_version = deleting.meta().resource_version.clone();
+                        let written = match resource_version {
+                            Some(resource_version) => Written::Deleting {
+                                resource_version,
+                                uid: deleting.uid(),
+                            },
+                            None => deleted,
+                        };
+                        self.remember_written(&deleting, written);
                     }
                     None => self.remember_written::<K>(object, deleted),
                 }
