@@ -80,7 +80,8 @@
 //! # Reading your own writes
 //!
 //! On by default ([`Options::read_your_writes`]): no reconcile runs on a cache older than the
-//! controller's own last write. Each reconcile runs inside a
+//! controller's own last write (the design, figures and comparisons: `docs/read-your-writes.md`
+//! in the repository). Each reconcile runs inside a
 //! [`WriteScope`](rudder_core::writes::WriteScope); the writing client (the `rudder`
 //! facade's `Client`, and its create-or-update, finalizer, apply, status and delete helpers)
 //! records every successful write with the cache's write tracker
@@ -105,6 +106,9 @@
 //! - With [`Options::filter_own_echoes`], the watch event that is exactly the echo of the
 //!   controller's own write is dropped, so a status update does not trigger a reconcile of
 //!   its own (off by default).
+//! - A sharded controller hands its recent writes over with each shard it releases (the
+//!   shard Lease's fence annotation, [`Controller::recent_writes`]); the next owner holds the
+//!   shard's keys until its own cache has them ([`Controller::expect_writes`]).
 //! - With no write pending, a key costs one uncontended lock and a hash lookup on its way to
 //!   the reconciler, and an informer event one atomic load.
 //!
@@ -112,6 +116,9 @@
 //!
 //! - Other clients' writes, and this process's writes outside a reconcile (or through a bare
 //!   `kube::Api`, or in a task the reconcile spawned), are not waited for.
+//! - A replica that dies or freezes hands nothing over: its successor takes its shards when
+//!   their Leases expire, which is their fence; writes older than the fence window (twice the
+//!   bound, at least 10 s) are not handed over.
 //! - Objects the cache does not watch (no informer of the type covers the namespace without
 //!   selectors when the write is made) are not waited for: no informer would deliver them.
 //! - "Newer" is exact only where resourceVersions compare: Kubernetes 1.35 and later

@@ -151,14 +151,18 @@ impl Reconciler for CreateIfNone {
     }
 }
 
-/// Runs [`CreateIfNone`] over 50 parents until each had [`ROUNDS`] reconciles; returns the
+/// Runs [`CreateIfNone`] over 50 parents until each had [`ROUNDS`] reconciles, with the
+/// watch `delay` behind (`None`: straight to the API server, no proxy); returns the
 /// duplicates (children beyond one per parent) and the reconciles.
-async fn duplicates(env: &TestEnv, read_your_writes: bool) -> (usize, u32) {
+async fn duplicates(env: &TestEnv, read_your_writes: bool, delay: Option<Duration>) -> (usize, u32) {
     let ns = env.namespace("ryw-dup").await.unwrap();
-    let proxy = WatchDelay::start(env, DELAY).unwrap();
+    let proxy = delay.map(|delay| WatchDelay::start(env, delay).unwrap());
     let names = parents(&ns, 50).await;
-    let m = manager(&ns, &proxy);
-    let name = format!("ryw-dup-{read_your_writes}");
+    let m = match &proxy {
+        Some(proxy) => manager(&ns, proxy),
+        None => support::manager(&ns),
+    };
+    let name = format!("ryw-dup-{read_your_writes}-{}", delay.is_some());
     let controller = rudder::new_controller(&m)
         .for_::<ConfigMap>()
         .owns::<Secret>()

@@ -212,6 +212,10 @@ async fn a_managers_metrics_pass_promtool_and_have_every_dashboard_series() {
         ),
         ("controller_runtime_max_concurrent_reconciles", &controller),
         ("controller_runtime_active_workers", &controller),
+        // Read-your-writes' series, from the controller's start (at zero).
+        ("rudder_controller_writes_pending", &controller),
+        ("rudder_controller_write_wait_timeouts_total", &controller),
+        ("rudder_controller_write_wait_seconds_bucket", &controller),
         ("workqueue_depth", &queue),
         ("workqueue_adds_total", &queue),
         ("workqueue_queue_duration_seconds_bucket", &queue),
