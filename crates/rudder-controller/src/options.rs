@@ -157,7 +157,9 @@ impl Options {
     /// Drops the watch event that is exactly the echo of this controller's own write (the
     /// version a write of one of its reconciles returned, or the deletion it made), so a
     /// status update does not trigger a reconcile of its own (default `false`: every event
-    /// is delivered). Other writers' changes, and newer versions, are always delivered. Needs
+    /// is delivered). Other writers' changes, and newer versions, are always delivered. Best
+    /// effort: an echo that reaches the predicates before the reconcile has processed its
+    /// write's answer (on loopback the watch sometimes wins that race) is delivered. Needs
     /// read-your-writes on (the echo is known from the writes it records); the `rudder`
     /// facade's builder puts the filter (rudder-handler's `DropOwnEchoes`) on every typed
     /// watch it declares (`for_`, `owns`, `watches_kind`), not on sources of your own.

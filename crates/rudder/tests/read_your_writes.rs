@@ -154,7 +154,11 @@ impl Reconciler for CreateIfNone {
 /// Runs [`CreateIfNone`] over 50 parents until each had [`ROUNDS`] reconciles, with the
 /// watch `delay` behind (`None`: straight to the API server, no proxy); returns the
 /// duplicates (children beyond one per parent) and the reconciles.
-async fn duplicates(env: &TestEnv, read_your_writes: bool, delay: Option<Duration>) -> (usize, u32) {
+async fn duplicates(
+    env: &TestEnv,
+    read_your_writes: bool,
+    delay: Option<Duration>,
+) -> (usize, u32) {
     let ns = env.namespace("ryw-dup").await.unwrap();
     let proxy = delay.map(|delay| WatchDelay::start(env, delay).unwrap());
     let names = parents(&ns, 50).await;
@@ -196,11 +200,15 @@ async fn duplicates(env: &TestEnv, read_your_writes: bool, delay: Option<Duratio
 #[tokio::test]
 async fn no_duplicate_children_under_a_slow_watch() {
     let env = TestEnv::builder().shared().await.unwrap();
-    let (off, off_reconciles) = duplicates(env, false).await;
-    let (on, on_reconciles) = duplicates(env, true).await;
+    let (off, off_reconciles) = duplicates(env, false, Some(DELAY)).await;
+    let (on, on_reconciles) = duplicates(env, true, Some(DELAY)).await;
+    // And with no delay added: loopback, the watch as fast as it is.
+    let (off_direct, _) = duplicates(env, false, None).await;
+    let (on_direct, on_direct_reconciles) = duplicates(env, true, None).await;
     eprintln!(
-        "generateName children beyond one per parent, watch {DELAY:?} behind: \
-         off {off} in {off_reconciles} reconciles, on {on} in {on_reconciles}"
+        "generateName children beyond one per parent, watch {DELAY:?} behind: off {off} in \
+         {off_reconciles} reconciles, on {on} in {on_reconciles}; no delay added: off \
+         {off_direct}, on {on_direct} in {on_direct_reconciles}"
     );
     assert!(
         off > 0,
@@ -208,6 +216,8 @@ async fn no_duplicate_children_under_a_slow_watch() {
     );
     assert_eq!(on, 0, "with read-your-writes on, none");
     assert!(on_reconciles >= 500);
+    assert_eq!(on_direct, 0, "none with no delay added either");
+    assert!(on_direct_reconciles >= 500);
 }
 
 /// A kind with a status subresource for the status-then-reread flow.
@@ -575,13 +585,18 @@ impl MarkOnce {
     }
 }
 
-/// Runs [`MarkOnce`] over `tally-0`, then changes its spec from outside; the reconciles
-/// before and after the outside change.
+const TALLIES: usize = 10;
+
+/// Runs [`MarkOnce`] over [`TALLIES`] tallies, then changes each one's metadata from outside;
+/// the reconciles of all of them before the outside changes, and the ones they caused.
 async fn reconciles_of_own_status(env: &TestEnv, filter: bool) -> (u32, u32) {
     let ns = env.namespace("ryw-echo").await.unwrap();
     let api: Api<Tally> = ns.api();
-    let tally = Tally::new("tally-0", TallySpec {});
-    api.create(&PostParams::default(), &tally).await.unwrap();
+    let names: Vec<String> = (0..TALLIES).map(|i| format!("tally-{i}")).collect();
+    for name in &names {
+        let tally = Tally::new(name, TallySpec {});
+        api.create(&PostParams::default(), &tally).await.unwrap();
+    }
     let m = support::manager(&ns);
     let controller = rudder::new_controller(&m)
         .for_::<Tally>()
@@ -595,34 +610,40 @@ async fn reconciles_of_own_status(env: &TestEnv, filter: bool) -> (u32, u32) {
         .unwrap();
     let (stop, task) = start(&m);
     let r = controller.reconciler();
+    let total = || names.iter().map(|n| r.count(n)).sum::<u32>();
     eventually(
-        "the status written and its echo through",
+        "every status written and its echo through",
         WAIT,
         async || {
-            let status = api.get_status("tally-0").await.unwrap().status;
-            (status.is_some() && controller.pending_writes() == 0 && controller.queue().is_empty())
-                .then_some(())
+            let mut all = true;
+            for name in &names {
+                all &= api.get_status(name).await.unwrap().status.is_some();
+            }
+            (all && controller.pending_writes() == 0 && controller.queue().is_empty()).then_some(())
         },
     )
     .await;
     // An echo delivered queues one more reconcile; give it the time a loopback watch takes
     // and more, then look (what is looked for is that nothing more happens).
     let settled = eventually("the reconciles settled", WAIT, async || {
-        let before = r.count("tally-0");
+        let before = total();
         tokio::time::sleep(Duration::from_millis(500)).await;
-        (r.count("tally-0") == before && controller.queue().is_empty()).then_some(before)
+        (total() == before && controller.queue().is_empty()).then_some(before)
     })
     .await;
     let patch = serde_json::json!({"metadata": {"annotations": {"touched": "yes"}}});
-    api.patch(
-        "tally-0",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await
-    .unwrap();
-    let after = eventually("the outside change reconciled", WAIT, async || {
-        (r.count("tally-0") > settled).then(|| r.count("tally-0"))
+    for name in &names {
+        api.patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    }
+    let after = eventually("every outside change reconciled", WAIT, async || {
+        let each = names.iter().all(|n| r.count(n) > 0) && total() >= settled + TALLIES as u32;
+        each.then(total)
     })
     .await;
     stop.cancel();
@@ -641,15 +662,27 @@ async fn own_echoes_are_dropped_when_asked_and_other_changes_are_not() {
     let (delivered, _) = reconciles_of_own_status(env, false).await;
     let (filtered, outside) = reconciles_of_own_status(env, true).await;
     eprintln!(
-        "reconciles of a tally whose reconcile writes its status once: echoes delivered \
-         {delivered}, echoes dropped {filtered}; an outside change then: {outside}"
+        "reconciles of {TALLIES} tallies whose reconcile writes their status once: echoes \
+         delivered {delivered}, echoes dropped {filtered}; outside changes then: {outside}"
     );
+    let tallies = TALLIES as u32;
     assert_eq!(
-        delivered, 2,
-        "the status echo queues a second reconcile by default"
+        delivered,
+        2 * tallies,
+        "each status echo queues a second reconcile by default"
     );
-    assert_eq!(filtered, 1, "dropped, it does not");
-    assert_eq!(outside, 1, "another writer's change is delivered");
+    // Best effort: an echo that reaches the predicates before the reconcile has processed its
+    // write's answer is delivered (docs/read-your-writes.md). Most are not.
+    // (8 to 10 of 10 dropped here on loopback; asked: at least 3.)
+    assert!(
+        filtered + 3 <= delivered,
+        "dropped, most do not: {filtered} reconciles for {tallies} tallies"
+    );
+    assert!(filtered >= tallies);
+    assert_eq!(
+        outside, tallies,
+        "another writer's change is delivered, once each"
+    );
 }
 
 /// What the hand-off test's replicas share: the resourceVersion of the last stamp each key
