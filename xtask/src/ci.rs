@@ -236,14 +236,53 @@ fn tls_by_feature() -> Result<(), String> {
 /// (both put back at the end), and a contributor's run has edits of its own; what is checked
 /// is the packages, not the state of the checkout.
 fn package() -> Result<(), String> {
-    let packages = publishable(&xtask::util::workspace_root())?;
+    let root = xtask::util::workspace_root();
+    let packages = publishable(&root)?;
+    // Verification builds each crate against the others taken from a temporary registry, and
+    // cargo caches a registry crate's build by name and version alone: in a target directory
+    // that verified these crates before, one changed since (at the same version) is checked
+    // against its old build, and a crate using its new items fails. So verification gets a
+    // directory of its own, where every build of these names is such a registry build, and
+    // those are forgotten first; the third-party builds there stay cached.
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), std::path::PathBuf::from)
+        .join("package-verify");
+    forget_builds(&target, &packages)?;
     let mut cmd = cargo();
-    cmd.args(["package", "--allow-dirty"]);
+    cmd.args(["package", "--allow-dirty"])
+        .env("CARGO_TARGET_DIR", &target);
     for package in &packages {
         cmd.args(["--package", package]);
     }
     sh(&mut cmd)?;
     println!("  packaged and verified: {}", packages.join(", "));
+    Ok(())
+}
+
+/// Removes the fingerprints of `packages`' builds under `target` (every profile), so cargo
+/// builds them again; a directory not made yet has none.
+fn forget_builds(target: &std::path::Path, packages: &[String]) -> Result<(), String> {
+    let Ok(profiles) = std::fs::read_dir(target) else {
+        return Ok(());
+    };
+    for profile in profiles.flatten() {
+        let Ok(fingerprints) = std::fs::read_dir(profile.path().join(".fingerprint")) else {
+            continue;
+        };
+        for entry in fingerprints.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // `<package>-<16 hex digits>`
+            let ours = name.rsplit_once('-').is_some_and(|(package, hash)| {
+                hash.len() == 16
+                    && hash.bytes().all(|b| b.is_ascii_hexdigit())
+                    && packages.iter().any(|p| p == package)
+            });
+            if ours {
+                std::fs::remove_dir_all(entry.path())
+                    .map_err(|e| format!("cannot remove {}: {e}", entry.path().display()))?;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -261,6 +300,40 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn verification_forgets_only_the_builds_of_the_packaged_crates() {
+        let target = std::env::temp_dir().join(format!("forget-builds-{}", std::process::id()));
+        let fingerprints = target.join("debug").join(".fingerprint");
+        let names = [
+            "rudder-core-0123456789abcdef",
+            "rudder-core-fedcba9876543210",
+            "rudder-0123456789abcdef",
+            "serde-0123456789abcdef",
+            "rudder-core-extra-0123456789abcdef",
+            "rudder-core",
+        ];
+        for name in names {
+            std::fs::create_dir_all(fingerprints.join(name)).unwrap();
+        }
+        let packages = vec!["rudder".to_owned(), "rudder-core".to_owned()];
+        forget_builds(&target, &packages).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(&fingerprints)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "rudder-core",
+                "rudder-core-extra-0123456789abcdef",
+                "serde-0123456789abcdef"
+            ]
+        );
+        std::fs::remove_dir_all(&target).unwrap();
+        forget_builds(&target, &packages).unwrap();
+    }
 
     #[test]
     fn publishable_crates_are_those_not_saying_publish_false() {

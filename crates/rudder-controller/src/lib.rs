@@ -85,7 +85,7 @@
 //! [`WriteScope`](rudder_core::writes::WriteScope); the writing client (the `rudder`
 //! facade's `Client`, and its create-or-update, finalizer, apply, status and delete helpers)
 //! records every successful write with the cache's write tracker
-//! ([`rudder_cache::WriteTracker`]): the object and the resourceVersion the server returned,
+//! (`rudder_cache::WriteTracker`): the object and the resourceVersion the server returned,
 //! or for a delete the uid. Every write of a reconcile counts for the key reconciled,
 //! whether it wrote the key's own object or a child (creates and deletes of owned objects
 //! are expectations on the owner's key).
