@@ -189,8 +189,10 @@ impl<K> Predicate<K> for Funcs<K> {
 
 /// Drops the events that are exactly the echo of a write `observer`'s reconciles made and the
 /// cache's write tracker recorded: the create, update or delete event carrying the version
-/// that write returned (or the deletion it made). Every other event passes: other writers'
-/// changes, newer versions, the first list, resyncs. What a controller with
+/// that write returned (or the deletion it made), once. Every other event passes: other
+/// writers' changes, newer versions, the first list. (A resync of an object carrying the
+/// very version this controller wrote, within the tracker's retention of that echo, is taken
+/// for the echo if the echo itself was not.) What a controller with
 /// `Options::filter_own_echoes` puts before its watches' other predicates, so that its own
 /// status update does not queue a reconcile of its own.
 pub struct DropOwnEchoes<K> {

@@ -24,8 +24,9 @@ impl Cache {
     }
 
     /// [`cached`](Self::cached) for an object named by its API group and resource
-    /// (`object`), whatever the type of the informers holding it: what a write handed over
-    /// from another replica is checked against.
+    /// (`object`), from every running informer of that resource whatever its Rust type
+    /// (typed, metadata-only, dynamic): what a write handed over from another replica is
+    /// checked against.
     pub fn cached_ref(&self, object: &ObjectRef) -> Cached {
         let informers = self.inner.informers();
         let namespace = object.namespace.as_deref();
@@ -65,43 +66,15 @@ impl Cache {
 
     /// What the cache holds of the object `namespace/name` of `K` right now, from the
     /// informers already running (none is started, nothing waits): [`Cached::NotCached`] when
-    /// no running informer of `K` without selectors covers `namespace`, for a writing client
+    /// no running informer of `K`'s resource without selectors covers `namespace`, for a writing client
     /// to know whether the cache will ever deliver its write.
     pub fn cached<K: Typed>(&self, namespace: Option<&str>, name: &str) -> Cached {
-        let ty = TypeKey::Typed(TypeId::of::<K>());
-        let informers = self.inner.informers();
-        let mut covered = false;
-        for (slot_key, slot) in informers.iter() {
-            let scope = &slot_key.scope;
-            if slot_key.ty != ty
-                || scope.labels.is_some()
-                || scope.fields.is_some()
-                || slot.token.is_cancelled()
-            {
-                continue;
-            }
-            if let (Some(a), Some(b)) = (&scope.namespace, namespace)
-                && a != b
-            {
-                continue;
-            }
-            let Some(informer) = slot.informer.downcast_ref::<Informer<K>>() else {
-                continue;
-            };
-            covered = true;
-            if let Some(obj) = informer.store().get(&key(namespace, name)) {
-                let meta = obj.meta();
-                return Cached::Present {
-                    resource_version: meta.resource_version.clone(),
-                    uid: meta.uid.clone(),
-                };
-            }
-        }
-        if covered {
-            Cached::Absent
-        } else {
-            Cached::NotCached
-        }
+        self.cached_ref(&ObjectRef::new(
+            K::group(&()),
+            K::plural(&()),
+            namespace,
+            name,
+        ))
     }
 
     /// The object `namespace/name` (`namespace` is `None` for cluster-scoped types) from
