@@ -128,6 +128,27 @@
 //! [`InformerBuilder::transform`] or [`ByObject::transform`], or keep the field with
 //! [`ByObject::keep_managed_fields`]. `docs/benchmarks.md` has the measured bytes per object.
 //!
+//! # Lists: streaming first, pages when the server refuses
+//!
+//! An informer lists with a streaming list by default ([`ListStrategy::Streaming`], what
+//! client-go's reflector does from 0.35): one watch with `sendInitialEvents=true` sends the
+//! current objects as events, each stored as it arrives, and a bookmark annotated
+//! `k8s.io/initial-events-end` ends them; the informer has synced there and goes on watching
+//! on the same connection. Neither the server nor the client holds the whole list at once.
+//! Kubernetes serves it by default from 1.34. Where the server refuses it (a `400` or `422`
+//! answer, as 1.27-1.33 give with the `WatchList` feature off) or sends no
+//! end-of-initial-events bookmark and then nothing for
+//! [`InformerBuilder::initial_events_bound`] (a server too old to know the parameter), the
+//! informer falls back to paginated lists ([`ListStrategy::Paginated`], 500 objects a page),
+//! logs it at `warn`, counts it in [`InformerStats::streaming_fallbacks`] and reports it in
+//! [`Informer::list_strategy`]; a refusal is not a watch error and is not retried with
+//! backoff. The choice is the informer's: it streams again at the first relist
+//! [`InformerBuilder::streaming_retry`] after falling back, never by breaking a healthy watch.
+//! [`CacheBuilder::list_strategy`] and [`InformerBuilder::list_strategy`] make every list
+//! paginated. A relist (a watch that cannot resume, e.g. 410 Gone) applies each object as it
+//! arrives and, at the end, removes what it did not list, as a delete with
+//! `final_state_unknown`; readers meanwhile see each object either as it was or as relisted.
+//!
 //! # Errors and malformed objects
 //!
 //! Watch errors never stop an informer: each is logged with `tracing`, counted in
@@ -197,7 +218,10 @@ pub use cache::{
     ApiScope, ByObject, Cache, CacheBuilder, DEFAULT_SYNC_TIMEOUT, ListOptions, Scope, Typed,
 };
 pub use error::{Error, IndexError, Result, SyncError};
-pub use informer::{DEFAULT_RESYNC, Event, EventStream, Informer, InformerBuilder, InformerStats};
+pub use informer::{
+    DEFAULT_INITIAL_EVENTS_BOUND, DEFAULT_RESYNC, DEFAULT_STREAMING_RETRY, Event, EventStream,
+    Informer, InformerBuilder, InformerStats, ListStrategy,
+};
 pub use lenient::{Lenient, Malformed};
 pub use store::{IndexFn, NAMESPACE_INDEX, ObjectKey, Store};
 pub use transform::{Transform, strip_managed_fields};

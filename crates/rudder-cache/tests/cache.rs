@@ -638,3 +638,64 @@ async fn set_scopes_narrows_what_the_reader_reads_and_reset_widens_it_again() {
     assert_eq!(names(&listed), ["blue-1", "none", "red-1", "red-2"]);
     token.cancel();
 }
+
+#[tokio::test]
+async fn a_read_waiting_for_an_informer_goes_on_when_its_scope_is_dropped_or_it_is_replaced() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("cache_scope_dropped").await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    for (name, labels) in [
+        ("red-1", &[("shard", "red")][..]),
+        ("blue-1", &[("shard", "blue")][..]),
+    ] {
+        api.create(&PostParams::default(), &config_map(name, labels))
+            .await
+            .unwrap();
+    }
+    let gate = WatchGate::default();
+    gate.hold_lists();
+    let token = CancellationToken::new();
+    let cache = Cache::builder(gate.client(env.config()))
+        .default_namespace(ns.name())
+        .build(&token);
+    let red = Scope::namespace(ns.name()).labels("shard=red");
+    let blue = Scope::namespace(ns.name()).labels("shard=blue");
+    let held = |n: usize| {
+        let gate = gate.clone();
+        async move {
+            until("the informers' lists held", Duration::from_secs(10), || {
+                gate.waiting() == n
+            })
+            .await;
+        }
+    };
+
+    // A read waits for red's informer; red is handed away (its scope dropped, its informer
+    // removed) before it syncs: the read goes on without it instead of failing.
+    gate.close();
+    cache.set_scopes::<ConfigMap>(vec![red.clone()]);
+    let read = tokio::spawn({
+        let cache = cache.clone();
+        async move { cache.list::<ConfigMap>(&ListOptions::default()).await }
+    });
+    held(1).await;
+    cache.set_scopes::<ConfigMap>(vec![blue.clone()]);
+    assert!(cache.remove_informer::<ConfigMap>(&red).await);
+    let listed = read.await.unwrap().unwrap();
+    assert!(listed.is_empty(), "{:?}", names(&listed));
+
+    // A read waits for blue's informer, which is stopped through its handle (as a failed
+    // watch is) while blue is still read: the read waits for its replacement instead.
+    let read = tokio::spawn({
+        let cache = cache.clone();
+        async move { cache.list::<ConfigMap>(&ListOptions::default()).await }
+    });
+    held(1).await;
+    let stopped = cache.informer_in::<ConfigMap>(&blue).unwrap();
+    stopped.stop().await;
+    gate.open();
+    let listed = read.await.unwrap().unwrap();
+    assert_eq!(names(&listed), ["blue-1"]);
+    assert!(!cache.informer_in::<ConfigMap>(&blue).unwrap().is_stopped());
+    cache.stop().await;
+}

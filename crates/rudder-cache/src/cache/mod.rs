@@ -292,7 +292,14 @@ impl Cache {
     /// A sharded controller in label mode reads its primary type this way, from one
     /// informer per shard it holds (each with a label selector), changing the list as
     /// shards come and go.
+    ///
+    /// A read waiting for an informer whose scope this drops goes on without it (it does not
+    /// fail because that informer is then removed).
     pub fn set_scopes<K: Typed>(&self, scopes: Vec<Scope>) {
+        let scopes = scopes
+            .into_iter()
+            .map(|scope| typed_scope::<K>(&scope))
+            .collect();
         self.inner
             .scopes_set
             .lock_unpoisoned()
@@ -400,6 +407,7 @@ mod tests {
             token.clone(),
             tracker.clone(),
             None,
+            Arc::default(),
         );
         let key = InformerKey::new(TypeKey::Typed(TypeId::of::<ConfigMap>()), &Scope::all());
         let slot = cache.inner.slot(&informer, token, tracker);

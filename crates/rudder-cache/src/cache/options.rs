@@ -13,7 +13,7 @@ use tokio_util::task::TaskTracker;
 use super::Cache;
 use super::registry::{Inner, TypeKey};
 use super::scope::ByObject;
-use crate::informer::DEFAULT_RESYNC;
+use crate::informer::{DEFAULT_RESYNC, ListStrategy};
 use crate::writes::WriteTracker;
 
 /// How long the reader waits for a new informer's first list by default.
@@ -30,6 +30,7 @@ impl Cache {
             resync: Some(DEFAULT_RESYNC),
             fail_on_missing_informer: false,
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
+            list_strategy: ListStrategy::default(),
         }
     }
 }
@@ -42,6 +43,7 @@ pub struct CacheBuilder {
     pub(crate) resync: Option<Duration>,
     pub(crate) fail_on_missing_informer: bool,
     pub(crate) sync_timeout: Duration,
+    pub(crate) list_strategy: ListStrategy,
 }
 
 impl CacheBuilder {
@@ -110,6 +112,14 @@ impl CacheBuilder {
         self
     }
 
+    /// How every informer of the cache lists (see [`ListStrategy`]): streaming lists with a
+    /// fall back to paginated ones by default; [`ListStrategy::Paginated`] never streams.
+    #[must_use]
+    pub fn list_strategy(mut self, strategy: ListStrategy) -> Self {
+        self.list_strategy = strategy;
+        self
+    }
+
     /// The cache; its informers stop when `token` is cancelled (or on [`Cache::stop`]).
     pub fn build(self, token: &CancellationToken) -> Cache {
         Cache {
@@ -120,6 +130,7 @@ impl CacheBuilder {
                 resync: self.resync,
                 fail_on_missing_informer: self.fail_on_missing_informer,
                 sync_timeout: self.sync_timeout,
+                list_strategy: self.list_strategy,
                 informers: Mutex::new(HashMap::new()),
                 scopes_set: Mutex::new(HashMap::new()),
                 token: token.child_token(),

@@ -10,7 +10,7 @@ use kube::core::SelectorExt;
 
 use super::registry::{InformerKey, TypeKey};
 use super::{Cache, ListOptions, Scope, Typed};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SyncError};
 use crate::informer::Informer;
 use crate::store::{NAMESPACE_INDEX, ObjectKey};
 use crate::writes::{Cached, WriteTracker};
@@ -189,21 +189,38 @@ impl Cache {
         }
         let mut informers = Vec::with_capacity(covering.len());
         for scope in covering {
-            let informer = if self.inner.fail_on_missing_informer {
-                let key = InformerKey::new(ty.clone(), scope);
-                let found = self
-                    .inner
-                    .informers()
-                    .get(&key)
-                    .and_then(|slot| slot.informer.downcast_ref::<Informer<K>>().cloned());
-                found.ok_or_else(|| Error::MissingInformer {
-                    resource: describe(scope),
-                })?
-            } else {
-                start(scope)?
-            };
-            informer.wait_for_sync(self.inner.sync_timeout).await?;
-            informers.push(informer);
+            // An informer can stop while a read waits for it: its scope was dropped at run
+            // time (a shard handed to another replica, `Cache::set_scopes`), and then the read
+            // goes on without it, or it was stopped through a handle (as a failed watch is)
+            // while its scope is still read, and then its replacement is started once.
+            let mut restarted = false;
+            loop {
+                let informer = if self.inner.fail_on_missing_informer {
+                    let key = InformerKey::new(ty.clone(), scope);
+                    let found = self
+                        .inner
+                        .informers()
+                        .get(&key)
+                        .and_then(|slot| slot.informer.downcast_ref::<Informer<K>>().cloned());
+                    found.ok_or_else(|| Error::MissingInformer {
+                        resource: describe(scope),
+                    })?
+                } else {
+                    start(scope)?
+                };
+                match informer.wait_for_sync(self.inner.sync_timeout).await {
+                    Ok(()) => informers.push(informer),
+                    Err(SyncError::Stopped { .. }) if !self.inner.still_read(&ty, scope) => {}
+                    Err(SyncError::Stopped { .. })
+                        if !restarted && !self.inner.fail_on_missing_informer =>
+                    {
+                        restarted = true;
+                        continue;
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+                break;
+            }
         }
         Ok(informers)
     }

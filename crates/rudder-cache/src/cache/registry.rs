@@ -89,6 +89,7 @@ pub(crate) struct Inner {
     pub(crate) resync: Option<Duration>,
     pub(crate) fail_on_missing_informer: bool,
     pub(crate) sync_timeout: Duration,
+    pub(crate) list_strategy: crate::ListStrategy,
     pub(crate) informers: Mutex<HashMap<InformerKey, Slot>>,
     /// Scopes set at run time ([`Cache::set_scopes`](super::Cache::set_scopes)), which the
     /// reader and `informers` use instead of the default ones.
@@ -123,6 +124,15 @@ impl Inner {
             .iter()
             .map(Scope::namespace)
             .collect()
+    }
+
+    /// Whether the reader still reads `ty` from `scope`: always, unless scopes were set at
+    /// run time for `ty` and `scope` is no longer among them.
+    pub(crate) fn still_read(&self, ty: &TypeKey, scope: &Scope) -> bool {
+        self.scopes_set
+            .lock_unpoisoned()
+            .get(ty)
+            .is_none_or(|scopes| scopes.contains(scope))
     }
 
     pub(crate) fn get_or_start<K>(
@@ -164,6 +174,7 @@ impl Inner {
         let tracker = TaskTracker::new();
         let informer = builder(scope.namespace.as_deref())
             .config(scope.watcher_config())
+            .list_strategy(self.list_strategy)
             .transform_opt(transform)
             .resync(self.resync)
             .with_token(token.clone())

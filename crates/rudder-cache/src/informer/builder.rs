@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kube::{Api, Resource};
-use kube_runtime::WatchStreamExt;
-use kube_runtime::watcher::{self, watcher};
+use kube_runtime::watcher;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Informer;
+use super::list_strategy::{self, ListMode, ListStrategy, Lists};
 use super::watch_task::is_malformed;
 use super::watch_task::start_on;
 use crate::lenient::Lenient;
@@ -28,6 +28,7 @@ pub struct InformerBuilder<K> {
     /// each object on its own.
     lenient: Option<Api<Lenient<K>>>,
     config: watcher::Config,
+    lists: Lists,
     transform: Option<Transform<K>>,
     resync: Option<Duration>,
     token: CancellationToken,
@@ -43,6 +44,37 @@ where
     #[must_use]
     pub fn config(mut self, config: watcher::Config) -> Self {
         self.config = config;
+        self
+    }
+
+    /// How the informer lists: [`ListStrategy::Streaming`] (the default) falls back to
+    /// [`ListStrategy::Paginated`] on servers that refuse streaming lists;
+    /// `Paginated` never tries streaming.
+    #[must_use]
+    pub fn list_strategy(mut self, strategy: ListStrategy) -> Self {
+        self.lists.strategy = strategy;
+        self
+    }
+
+    /// How long a streaming list may go without an event before its end-of-initial-events
+    /// bookmark has arrived; past it the informer falls back to paginated lists, as a server
+    /// too old to know `sendInitialEvents` sends the objects and then nothing more (default
+    /// [`DEFAULT_INITIAL_EVENTS_BOUND`](super::DEFAULT_INITIAL_EVENTS_BOUND)). The bound is
+    /// on the silence, not on the whole list, so a large collection streams for as long as
+    /// its objects keep coming.
+    #[must_use]
+    pub fn initial_events_bound(mut self, bound: Duration) -> Self {
+        self.lists.initial_events_bound = bound;
+        self
+    }
+
+    /// After a fall back to paginated lists, the first relist this long after it streams
+    /// again (default [`DEFAULT_STREAMING_RETRY`](super::DEFAULT_STREAMING_RETRY)): a server
+    /// upgraded since, or whose feature gate was turned on, is used as it now allows. A
+    /// healthy watch is never broken to retry; only a relist the watch needs anyway does.
+    #[must_use]
+    pub fn streaming_retry(mut self, after: Duration) -> Self {
+        self.lists.streaming_retry = after;
         self
     }
 
@@ -104,12 +136,26 @@ where
         let writes = self
             .writes
             .map(|tracker| Tracked::new(tracker, self.api.resource_url()));
-        let strict = watcher(self.api, self.config.clone())
-            .default_backoff()
-            .map(|item| item.map(wrap))
-            .boxed();
+        let mode = Arc::new(ListMode::default());
+        let strict = list_strategy::watch(
+            self.api,
+            self.config.clone(),
+            self.lists.clone(),
+            Arc::clone(&mode),
+            resource.clone(),
+        )
+        .map(|item| item.map(wrap))
+        .boxed();
         let stream = match self.lenient {
-            Some(api) => lenient_on_failure(strict, api, self.config).boxed(),
+            Some(api) => lenient_on_failure(
+                strict,
+                api,
+                self.config,
+                self.lists,
+                Arc::clone(&mode),
+                resource.clone(),
+            )
+            .boxed(),
             None => strict,
         };
         start_on(
@@ -120,6 +166,7 @@ where
             self.token,
             self.tracker,
             writes,
+            mode,
         )
     }
 }
@@ -162,6 +209,7 @@ where
             api,
             lenient: None,
             config: watcher::Config::default(),
+            lists: Lists::default(),
             transform: Some(Arc::new(strip_managed_fields::<K>)),
             resync: None,
             token: CancellationToken::new(),
@@ -181,11 +229,14 @@ fn lenient_on_failure<K>(
     strict: WatchStream<K>,
     lenient: Api<Lenient<K>>,
     config: watcher::Config,
+    lists: Lists,
+    mode: Arc<ListMode>,
+    resource: String,
 ) -> impl Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let fallback = Some((lenient, config));
+    let fallback = Some((lenient, config, lists, mode, resource));
     futures::stream::unfold(
         (strict, fallback),
         |(mut stream, mut fallback)| async move {
@@ -196,12 +247,12 @@ where
                 // resumes after it, and the store would keep the old version for good).
                 let malformed = matches!(&item, Err(e) if is_malformed(e));
                 match fallback.take() {
-                    Some((api, config)) if malformed => {
+                    Some((api, config, lists, mode, resource)) if malformed => {
                         tracing::info!(
-                            resource = %describe(&api, &config),
+                            %resource,
                             "an object does not decode; listing again, decoding each object on its own"
                         );
-                        stream = watcher(api, config).default_backoff().boxed();
+                        stream = list_strategy::watch(api, config, lists, mode, resource).boxed();
                     }
                     unused => {
                         fallback = unused;

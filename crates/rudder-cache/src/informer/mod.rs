@@ -1,6 +1,7 @@
 //! The informer: one watch feeding one [`Store`], fanned out to every handler.
 //!
-//! `builder.rs` holds the options and how the watch stream is made, `watch.rs` the watch task
+//! `builder.rs` holds the options and how the watch stream is made, `list_strategy.rs` how it
+//! lists (streaming, or paginated when the server refuses), `watch_task.rs` the watch task
 //! (applying events to the store, relists, resync, errors and panics), `subscribers.rs` the
 //! events and the per-subscriber queues.
 
@@ -19,10 +20,12 @@ use crate::error::SyncError;
 use crate::store::{ObjectKey, Store};
 
 mod builder;
+mod list_strategy;
 mod subscribers;
 mod watch_task;
 
 pub use builder::InformerBuilder;
+pub use list_strategy::{DEFAULT_INITIAL_EVENTS_BOUND, DEFAULT_STREAMING_RETRY, ListStrategy};
 pub use rudder_core::Event;
 pub use subscribers::EventStream;
 #[cfg(test)]
@@ -53,6 +56,10 @@ pub struct InformerStats {
     /// `rudder_cache_panics_total` (labels `resource`, and `function`: `index`,
     /// `transform` or `handler`).
     pub panics: u64,
+    /// Times the informer fell back from streaming lists to paginated ones (see
+    /// [`ListStrategy::Streaming`]): the server refused them or never ended their initial
+    /// events.
+    pub streaming_fallbacks: u64,
 }
 
 /// One watch feeding one [`Store`], shared by every handler registered on it.
@@ -159,10 +166,17 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
         }
     }
 
+    /// What the informer lists with now: [`ListStrategy::Streaming`] unless it was built
+    /// with [`ListStrategy::Paginated`] or fell back to it (see [`ListStrategy`]).
+    pub fn list_strategy(&self) -> ListStrategy {
+        self.shared.lists.current()
+    }
+
     /// The informer's counters.
     pub fn stats(&self) -> InformerStats {
         let s = &self.shared.stats;
         InformerStats {
+            streaming_fallbacks: self.shared.lists.fallbacks(),
             malformed_objects: s.malformed.load(Ordering::Relaxed),
             watch_errors: s.errors.load(Ordering::Relaxed),
             relists: s.relists.load(Ordering::Relaxed),
@@ -214,6 +228,8 @@ pub(crate) struct Shared<K> {
     pub(crate) tracker: TaskTracker,
     /// The cache's write tracker, told what the informer stores and removes.
     pub(crate) writes: Option<crate::writes::Tracked>,
+    /// What the informer lists with now.
+    pub(crate) lists: Arc<list_strategy::ListMode>,
 }
 
 impl<K> Shared<K> {
@@ -337,6 +353,7 @@ mod tests {
             CancellationToken::new(),
             TaskTracker::new(),
             None,
+            Arc::default(),
         );
         let mut events = informer.subscribe();
         let mut next = async || {
@@ -433,6 +450,7 @@ mod tests {
             CancellationToken::new(),
             TaskTracker::new(),
             None,
+            Arc::default(),
         );
         (tx, informer)
     }
@@ -606,6 +624,7 @@ mod tests {
             CancellationToken::new(),
             TaskTracker::new(),
             None,
+            Arc::default(),
         );
         let mut events = informer.subscribe();
         for event in [W::Init, W::InitApply(cm("a", "1")), W::InitDone] {

@@ -29,6 +29,10 @@ use crate::unwind;
 use crate::writes::{Seen, Tracked};
 
 /// Starts an informer's task on `stream`.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the parts of one informer, handed over once by its builder and the tests"
+)]
 pub(crate) fn start_on<K, S>(
     resource: String,
     stream: S,
@@ -37,6 +41,7 @@ pub(crate) fn start_on<K, S>(
     token: CancellationToken,
     tracker: TaskTracker,
     writes: Option<Tracked>,
+    lists: Arc<super::list_strategy::ListMode>,
 ) -> Informer<K>
 where
     K: Resource + Clone + Send + Sync + 'static,
@@ -54,6 +59,7 @@ where
         token,
         tracker,
         writes,
+        lists,
     });
     let task = supervise(
         Arc::clone(&shared),

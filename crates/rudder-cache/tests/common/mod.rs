@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -18,12 +18,18 @@ use rudder_cache::{Event, EventStream};
 use tokio::sync::watch;
 
 /// A tower layer that counts watch requests (`watch=true` in the query) and can hold them
-/// back: while the gate is closed, watch requests wait before reaching the API server.
+/// back: while the gate is closed, watch requests (and, after [`hold_lists`](Self::hold_lists),
+/// lists too) wait before reaching the API server.
 #[derive(Clone)]
 pub struct WatchGate {
     watches: Arc<AtomicUsize>,
     waiting: Arc<AtomicUsize>,
     open: Arc<watch::Sender<bool>>,
+    lists: Arc<AtomicBool>,
+    /// Every request's path and query, in order.
+    requests: Arc<Mutex<Vec<String>>>,
+    /// Set by [`as_old_server`](Self::as_old_server).
+    old_server: Arc<AtomicBool>,
 }
 
 impl Default for WatchGate {
@@ -32,6 +38,9 @@ impl Default for WatchGate {
             watches: Arc::default(),
             waiting: Arc::default(),
             open: Arc::new(watch::channel(true).0),
+            lists: Arc::default(),
+            requests: Arc::default(),
+            old_server: Arc::default(),
         }
     }
 }
@@ -61,6 +70,27 @@ impl WatchGate {
 
     pub fn open(&self) {
         self.open.send_replace(true);
+    }
+
+    /// Every request so far, as path and query.
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    /// Makes the API server look like one from before streaming lists: `sendInitialEvents`,
+    /// `resourceVersionMatch` and `allowWatchBookmarks` are dropped from watch requests, so
+    /// a streaming list's watch from resourceVersion 0 gets the current objects as ADDED
+    /// events and then no end-of-initial-events bookmark, as such a server answers. (A
+    /// current server asked for bookmarks ends even a plain watch from version 0's
+    /// synthetic ADDED events with that bookmark.)
+    pub fn as_old_server(&self) {
+        self.old_server.store(true, Ordering::SeqCst);
+    }
+
+    /// Holds lists (GET requests without a name, so an informer cannot sync) at the closed
+    /// gate as well as watches.
+    pub fn hold_lists(&self) {
+        self.lists.store(true, Ordering::SeqCst);
     }
 }
 
@@ -96,20 +126,32 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        if self.gate.old_server.load(Ordering::SeqCst) {
+            *req.uri_mut() = without_initial_events(req.uri());
+        }
+        if let Some(path) = req.uri().path_and_query() {
+            self.gate.requests.lock().unwrap().push(path.to_string());
+        }
         let is_watch = req
             .uri()
             .query()
             .is_some_and(|q| q.split('&').any(|p| p == "watch=true"));
+        let held_list = self.gate.lists.load(Ordering::SeqCst)
+            && req.method() == http::Method::GET
+            && req.uri().path().ends_with("/configmaps");
         let inner = Arc::clone(&self.inner);
         let gate = self.gate.clone();
         Box::pin(async move {
             if is_watch {
                 gate.watches.fetch_add(1, Ordering::SeqCst);
+            }
+            if is_watch || held_list {
                 let mut open = gate.open.subscribe();
-                gate.waiting.fetch_add(1, Ordering::SeqCst);
+                // Counted down however the wait ends: the request is dropped when its
+                // informer stops.
+                let _waiting = Waiting::new(&gate.waiting);
                 let _ = open.wait_for(|o| *o).await;
-                gate.waiting.fetch_sub(1, Ordering::SeqCst);
             }
             let response = {
                 let mut inner = inner.lock().await;
@@ -118,6 +160,44 @@ where
             };
             response.await
         })
+    }
+}
+
+/// `uri` without the query parameters a server older than streaming lists does not know.
+fn without_initial_events(uri: &http::Uri) -> http::Uri {
+    let Some(query) = uri.query() else {
+        return uri.clone();
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| {
+            !p.starts_with("sendInitialEvents=")
+                && !p.starts_with("resourceVersionMatch=")
+                && !p.starts_with("allowWatchBookmarks=")
+        })
+        .collect();
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(
+        format!("{}?{}", uri.path(), kept.join("&"))
+            .parse()
+            .unwrap(),
+    );
+    http::Uri::from_parts(parts).unwrap()
+}
+
+/// One request waiting at the gate, for as long as it lives.
+struct Waiting(Arc<AtomicUsize>);
+
+impl Waiting {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(count))
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -1,0 +1,255 @@
+//! How an informer lists: streaming lists (a watch with `sendInitialEvents=true`) first, and
+//! paginated lists when the server refuses them, remembered per informer and retried later.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use kube::{Api, Resource};
+use kube_runtime::WatchStreamExt;
+use kube_runtime::watcher::{self, watcher};
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+/// How an informer gets its first list, and every relist after a watch that cannot resume.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ListStrategy {
+    /// A streaming list (KEP-3157, `WatchList`): one watch with `sendInitialEvents=true` that
+    /// sends the current objects as events, marks their end with a bookmark annotated
+    /// `k8s.io/initial-events-end`, and goes on watching. The server never builds the whole
+    /// list in one answer, nor the client holds one. The default: when the server refuses it
+    /// (a `400` or `422` answer, as Kubernetes before 1.34 gives with the `WatchList` feature
+    /// off) or sends no end-of-initial-events bookmark and then nothing for
+    /// [`InformerBuilder::initial_events_bound`](super::InformerBuilder::initial_events_bound)
+    /// (a server too old to know the parameter), the informer lists with
+    /// [`Paginated`](Self::Paginated) instead, and tries streaming again at the first relist
+    /// after [`InformerBuilder::streaming_retry`](super::InformerBuilder::streaming_retry).
+    #[default]
+    Streaming,
+    /// A paginated LIST (`limit`/`continue`, 500 objects a page), then a watch from the list's
+    /// resourceVersion: what every server serves.
+    Paginated,
+}
+
+impl ListStrategy {
+    /// The strategy's name in logs and metrics: `streaming` or `paginated`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Streaming => "streaming",
+            Self::Paginated => "paginated",
+        }
+    }
+}
+
+/// The default of [`InformerBuilder::initial_events_bound`](super::InformerBuilder::initial_events_bound).
+pub const DEFAULT_INITIAL_EVENTS_BOUND: Duration = Duration::from_secs(30);
+
+/// The default of [`InformerBuilder::streaming_retry`](super::InformerBuilder::streaming_retry).
+pub const DEFAULT_STREAMING_RETRY: Duration = Duration::from_secs(10 * 60);
+
+/// What an informer lists with now, shared between its watch stream and its handles.
+#[derive(Debug, Default)]
+pub(crate) struct ListMode {
+    /// Set while the informer lists with [`ListStrategy::Paginated`].
+    paginated: AtomicBool,
+    /// How many times the informer fell back from streaming to paginated lists.
+    fallbacks: AtomicU64,
+}
+
+impl ListMode {
+    pub(crate) fn current(&self) -> ListStrategy {
+        if self.paginated.load(Ordering::Acquire) {
+            ListStrategy::Paginated
+        } else {
+            ListStrategy::Streaming
+        }
+    }
+
+    pub(crate) fn fallbacks(&self) -> u64 {
+        self.fallbacks.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, strategy: ListStrategy) {
+        self.paginated
+            .store(strategy == ListStrategy::Paginated, Ordering::Release);
+    }
+}
+
+/// What the stream of [`watch`] needs to choose and change its strategy.
+#[derive(Clone, Debug)]
+pub(crate) struct Lists {
+    pub(crate) strategy: ListStrategy,
+    pub(crate) initial_events_bound: Duration,
+    pub(crate) streaming_retry: Duration,
+}
+
+impl Default for Lists {
+    fn default() -> Self {
+        Self {
+            strategy: ListStrategy::default(),
+            initial_events_bound: DEFAULT_INITIAL_EVENTS_BOUND,
+            streaming_retry: DEFAULT_STREAMING_RETRY,
+        }
+    }
+}
+
+type Events<T> = BoxStream<'static, Result<watcher::Event<T>, watcher::Error>>;
+
+/// kube-runtime's watcher (with its default backoff) over `api`, listing as `lists` says and
+/// falling back as [`ListStrategy::Streaming`] describes; `mode` is told what it runs on.
+pub(crate) fn watch<T>(
+    api: Api<T>,
+    config: watcher::Config,
+    lists: Lists,
+    mode: std::sync::Arc<ListMode>,
+    resource: String,
+) -> impl Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send
+where
+    T: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    // A stream made for a fallback starts where the informer is: streaming, unless an
+    // earlier stream of the same informer (the strict one, before a lenient one replaced
+    // it) already fell back.
+    let start =
+        if lists.strategy == ListStrategy::Streaming && mode.current() == ListStrategy::Streaming {
+            ListStrategy::Streaming
+        } else {
+            ListStrategy::Paginated
+        };
+    mode.set(start);
+    let state = State {
+        stream: open(&api, &config, start),
+        api,
+        config,
+        lists,
+        mode,
+        resource,
+        current: start,
+        initial: false,
+        fell_back_at: None,
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        let item = state.next().await?;
+        Some((item, state))
+    })
+}
+
+struct State<T> {
+    api: Api<T>,
+    config: watcher::Config,
+    lists: Lists,
+    mode: std::sync::Arc<ListMode>,
+    resource: String,
+    stream: Events<T>,
+    current: ListStrategy,
+    /// Between a list's `Init` and its `InitDone`: while streaming, the time to the
+    /// end-of-initial-events bookmark is bounded.
+    initial: bool,
+    fell_back_at: Option<Instant>,
+}
+
+impl<T> State<T>
+where
+    T: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    async fn next(&mut self) -> Option<Result<watcher::Event<T>, watcher::Error>> {
+        loop {
+            let bounded = self.current == ListStrategy::Streaming && self.initial;
+            let item = if bounded {
+                match tokio::time::timeout(self.lists.initial_events_bound, self.stream.next())
+                    .await
+                {
+                    Ok(item) => item,
+                    Err(_) => {
+                        self.fall_back(&format!(
+                            "no end-of-initial-events bookmark within {:?}",
+                            self.lists.initial_events_bound
+                        ));
+                        continue;
+                    }
+                }
+            } else {
+                self.stream.next().await
+            }?;
+            match &item {
+                Err(error) if self.current == ListStrategy::Streaming && refuses(error) => {
+                    self.fall_back(&error.to_string());
+                    continue;
+                }
+                Ok(watcher::Event::Init) => {
+                    if self.retry_due() {
+                        // The list-and-watch stream is about to list again: this relist
+                        // streams instead (its own `Init` follows).
+                        tracing::info!(resource = %self.resource, "trying streaming lists again");
+                        self.switch(ListStrategy::Streaming);
+                        continue;
+                    }
+                    self.initial = true;
+                }
+                Ok(watcher::Event::InitDone) => self.initial = false,
+                _ => {}
+            }
+            return Some(item);
+        }
+    }
+
+    fn retry_due(&self) -> bool {
+        self.current == ListStrategy::Paginated
+            && self.lists.strategy == ListStrategy::Streaming
+            && self
+                .fell_back_at
+                .is_some_and(|at| at.elapsed() >= self.lists.streaming_retry)
+    }
+
+    fn fall_back(&mut self, why: &str) {
+        tracing::warn!(
+            resource = %self.resource,
+            reason = %why,
+            retry_in = ?self.lists.streaming_retry,
+            "the server does not serve streaming lists; listing in pages"
+        );
+        self.mode.fallbacks.fetch_add(1, Ordering::Relaxed);
+        self.fell_back_at = Some(Instant::now());
+        self.switch(ListStrategy::Paginated);
+    }
+
+    fn switch(&mut self, to: ListStrategy) {
+        self.current = to;
+        self.mode.set(to);
+        // Either stream begins with an `Init` of its own (a streaming one once the server
+        // has accepted the watch).
+        self.initial = false;
+        self.stream = open(&self.api, &self.config, to);
+    }
+}
+
+fn open<T>(api: &Api<T>, config: &watcher::Config, strategy: ListStrategy) -> Events<T>
+where
+    T: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let config = match strategy {
+        ListStrategy::Streaming => config.clone().streaming_lists(),
+        ListStrategy::Paginated => {
+            let mut config = config.clone();
+            config.initial_list_strategy = watcher::InitialListStrategy::ListWatch;
+            config
+        }
+    };
+    watcher(api.clone(), config).default_backoff().boxed()
+}
+
+/// Whether a watcher error is the server refusing a streaming list: a `400 Bad Request` or
+/// `422 Invalid` answer to the watch (Kubernetes 1.27-1.33 with `WatchList` off answer 422,
+/// "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled").
+/// Neither is transient, so retrying the same request cannot help.
+fn refuses(error: &watcher::Error) -> bool {
+    let status = match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code,
+        watcher::Error::WatchError(status) => status.code,
+        _ => return false,
+    };
+    matches!(status, 400 | 422)
+}

@@ -1,0 +1,128 @@
+//! How informers list, against a real API server: streaming lists where the server serves
+//! them, paginated lists where it does not (an older release, or a server that ignores
+//! `sendInitialEvents` and never ends the initial events), and paginated only when asked.
+//! The server started with `WatchList` off is in `list_fallback.rs`, a control plane of its
+//! own.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{WatchGate, config_map};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::PostParams;
+use rudder_cache::{Informer, ListStrategy};
+use rudder_envtest::TestEnv;
+
+const OBJECTS: usize = 30;
+
+/// Whether `request` is a streaming list's watch.
+fn streams(request: &str) -> bool {
+    request.contains("watch=true") && request.contains("sendInitialEvents=true")
+}
+
+/// Whether `request` is a paginated list (a GET of the collection, not a watch).
+fn lists(request: &str) -> bool {
+    request.contains("/configmaps?") && !request.contains("watch=true")
+}
+
+async fn populated(env: &TestEnv, prefix: &str) -> rudder_envtest::TestNamespace {
+    let ns = env.namespace(prefix).await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    for i in 0..OBJECTS {
+        api.create(&PostParams::default(), &config_map(&format!("cm-{i}"), &[]))
+            .await
+            .unwrap();
+    }
+    ns
+}
+
+#[tokio::test]
+async fn an_informer_streams_its_list_where_the_server_serves_streaming_lists() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = populated(env, "list-streaming").await;
+    let gate = WatchGate::default();
+    let client = gate.client(env.config());
+    let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, ns.name())).start();
+    informer
+        .wait_for_sync(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(informer.store().len(), OBJECTS);
+    let requests = gate.requests();
+    let version = env.version();
+    if (version.major, version.minor) >= (1, 34) {
+        // WatchList is on by default from 1.34: one streaming watch, no list at all.
+        assert_eq!(informer.list_strategy(), ListStrategy::Streaming);
+        assert_eq!(informer.stats().streaming_fallbacks, 0);
+        assert!(requests.iter().any(|r| streams(r)), "{requests:?}");
+        assert!(!requests.iter().any(|r| lists(r)), "{requests:?}");
+    } else {
+        // Before, it is off: refused (422), and the informer lists in pages instead.
+        assert_eq!(informer.list_strategy(), ListStrategy::Paginated);
+        assert_eq!(informer.stats().streaming_fallbacks, 1);
+        assert!(requests.iter().any(|r| lists(r)), "{requests:?}");
+    }
+    // Changes arrive after the list either way.
+    ns.api::<ConfigMap>()
+        .create(&PostParams::default(), &config_map("later", &[]))
+        .await
+        .unwrap();
+    rudder_envtest::poll::until("the later object stored", Duration::from_secs(20), || {
+        informer.store().len() == OBJECTS + 1
+    })
+    .await;
+    informer.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_that_never_ends_the_initial_events_gets_paginated_lists_after_the_bound() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = populated(env, "list-old-server").await;
+    let gate = WatchGate::default();
+    gate.as_old_server();
+    let client = gate.client(env.config());
+    let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, ns.name()))
+        .initial_events_bound(Duration::from_millis(1500))
+        .start();
+    informer
+        .wait_for_sync(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(informer.list_strategy(), ListStrategy::Paginated);
+    assert_eq!(informer.stats().streaming_fallbacks, 1);
+    assert_eq!(informer.store().len(), OBJECTS);
+    let requests = gate.requests();
+    let first_list = requests.iter().position(|r| lists(r)).unwrap();
+    assert!(
+        requests[..first_list]
+            .iter()
+            .any(|r| r.contains("watch=true")),
+        "a watch was tried first: {requests:?}"
+    );
+    informer.stop().await;
+}
+
+#[tokio::test]
+async fn paginated_lists_when_asked_never_stream() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = populated(env, "list-paginated").await;
+    let gate = WatchGate::default();
+    let client = gate.client(env.config());
+    let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, ns.name()))
+        .list_strategy(ListStrategy::Paginated)
+        .start();
+    informer
+        .wait_for_sync(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(informer.list_strategy(), ListStrategy::Paginated);
+    assert_eq!(informer.stats().streaming_fallbacks, 0);
+    assert_eq!(informer.store().len(), OBJECTS);
+    let requests = gate.requests();
+    assert!(!requests.iter().any(|r| streams(r)), "{requests:?}");
+    assert!(requests.iter().any(|r| lists(r)), "{requests:?}");
+    informer.stop().await;
+}
