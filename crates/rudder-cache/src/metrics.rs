@@ -1,4 +1,4 @@
-//! The cache's own counters through the `metrics` crate (the `metrics` feature): names and
+//! The cache's own counters and gauges through the `metrics` crate (the `metrics` feature): names and
 //! descriptions.
 //!
 //! Each count is resolved through the recorder current when it is made, so an informer
@@ -13,6 +13,24 @@ pub const MALFORMED_OBJECTS_TOTAL: &str = "rudder_cache_malformed_objects_total"
 /// transform or a handler (`function` says which), the object skipped.
 pub const PANICS_TOTAL: &str = "rudder_cache_panics_total";
 
+/// `rudder_cache_relists_total{resource}`: lists after an informer's first (a watch that
+/// could not resume).
+pub const RELISTS_TOTAL: &str = "rudder_cache_relists_total";
+/// `rudder_cache_objects{resource}`: objects an informer holds.
+pub const OBJECTS: &str = "rudder_cache_objects";
+/// `rudder_cache_object_bytes{resource}`: an estimate of the bytes those objects take, the
+/// sum of their sizes as JSON (see `InformerStats::bytes_held`).
+pub const OBJECT_BYTES: &str = "rudder_cache_object_bytes";
+/// `rudder_cache_sync_duration_seconds{resource}`: how long an informer took to its first
+/// sync (0 until then).
+pub const SYNC_DURATION_SECONDS: &str = "rudder_cache_sync_duration_seconds";
+/// `rudder_cache_list_strategy{resource, strategy}`: 1 for the strategy (`streaming`,
+/// `paginated`) an informer lists with now, 0 for the other.
+pub const LIST_STRATEGY: &str = "rudder_cache_list_strategy";
+/// `rudder_cache_reader_started_informers_total{resource}`: cluster-wide informers that a
+/// cached read started because none was running (each also logged at `warn`).
+pub const READER_STARTED_INFORMERS_TOTAL: &str = "rudder_cache_reader_started_informers_total";
+
 /// Describes every counter of the cache (help text) to the recorder current at this call.
 /// Calling it again is harmless.
 pub fn describe() {
@@ -25,8 +43,72 @@ pub fn describe() {
         "Total number of objects an informer skipped because they did not decode, by resource."
     );
     metrics::describe_counter!(
+        RELISTS_TOTAL,
+        "Total number of lists of an informer after its first, by resource."
+    );
+    metrics::describe_counter!(
+        READER_STARTED_INFORMERS_TOTAL,
+        "Total number of cluster-wide informers a cached read started, by resource."
+    );
+    metrics::describe_gauge!(OBJECTS, "Number of objects an informer holds, by resource.");
+    metrics::describe_gauge!(
+        OBJECT_BYTES,
+        metrics::Unit::Bytes,
+        "Estimated bytes of the objects an informer holds (their size as JSON), by resource."
+    );
+    metrics::describe_gauge!(
+        SYNC_DURATION_SECONDS,
+        metrics::Unit::Seconds,
+        "Seconds an informer took from its start to its first sync, by resource."
+    );
+    metrics::describe_gauge!(
+        LIST_STRATEGY,
+        "1 for the list strategy (streaming or paginated) an informer uses now, by resource."
+    );
+    metrics::describe_counter!(
         PANICS_TOTAL,
         "Total number of panics caught in an informer's index functions, transforms and \
          handlers, by resource and function."
     );
+}
+
+/// Sets an informer's gauges to what it holds now.
+pub(crate) fn publish<K: kube::Resource + Send + Sync + 'static>(
+    shared: &crate::informer::Shared<K>,
+) {
+    let resource = shared.resource.clone();
+    #[allow(clippy::cast_precision_loss, reason = "a gauge is a float")]
+    {
+        metrics::gauge!(OBJECTS, "resource" => resource.clone()).set(shared.store.len() as f64);
+        metrics::gauge!(OBJECT_BYTES, "resource" => resource.clone())
+            .set(shared.footprint.bytes() as f64);
+    }
+    let sync = shared
+        .footprint
+        .sync_duration()
+        .map_or(0.0, |d| d.as_secs_f64());
+    metrics::gauge!(SYNC_DURATION_SECONDS, "resource" => resource.clone()).set(sync);
+    let current = shared.lists.current();
+    for strategy in [
+        crate::ListStrategy::Streaming,
+        crate::ListStrategy::Paginated,
+    ] {
+        metrics::gauge!(LIST_STRATEGY, "resource" => resource.clone(), "strategy" => strategy.as_str())
+            .set(if strategy == current { 1.0 } else { 0.0 });
+    }
+}
+
+/// Sets a stopped informer's gauges to zero: it holds nothing any more for the process (a
+/// `metrics` recorder cannot remove a series).
+pub(crate) fn forget<K>(shared: &crate::informer::Shared<K>) {
+    let resource = shared.resource.clone();
+    metrics::gauge!(OBJECTS, "resource" => resource.clone()).set(0.0);
+    metrics::gauge!(OBJECT_BYTES, "resource" => resource.clone()).set(0.0);
+    for strategy in [
+        crate::ListStrategy::Streaming,
+        crate::ListStrategy::Paginated,
+    ] {
+        metrics::gauge!(LIST_STRATEGY, "resource" => resource.clone(), "strategy" => strategy.as_str())
+            .set(0.0);
+    }
 }

@@ -14,6 +14,7 @@ use kube::api::{ApiResource, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::{Api, Resource};
 use rudder_core::sync::LockExt;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result, SyncError};
@@ -341,6 +342,7 @@ pub trait Typed:
     Resource<DynamicType = (), Scope: ApiScope>
     + Clone
     + DeserializeOwned
+    + Serialize
     + Debug
     + Send
     + Sync
@@ -352,6 +354,7 @@ impl<K> Typed for K where
     K: Resource<DynamicType = (), Scope: ApiScope>
         + Clone
         + DeserializeOwned
+        + Serialize
         + Debug
         + Send
         + Sync
@@ -408,6 +411,7 @@ mod tests {
             tracker.clone(),
             None,
             Arc::default(),
+            None,
         );
         let key = InformerKey::new(TypeKey::Typed(TypeId::of::<ConfigMap>()), &Scope::all());
         let slot = cache.inner.slot(&informer, token, tracker);

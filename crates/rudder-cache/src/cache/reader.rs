@@ -206,7 +206,13 @@ impl Cache {
                         resource: describe(scope),
                     })?
                 } else {
-                    start(scope)?
+                    let key = InformerKey::new(ty.clone(), scope);
+                    let running = self.inner.informers().contains_key(&key);
+                    let informer = start(scope)?;
+                    if !running && scope.namespace.is_none() && !restarted {
+                        warn_started_by_read(informer.resource());
+                    }
+                    informer
                 };
                 match informer.wait_for_sync(self.inner.sync_timeout).await {
                     Ok(()) => informers.push(informer),
@@ -224,6 +230,21 @@ impl Cache {
         }
         Ok(informers)
     }
+}
+
+/// A read found no informer for a cluster-wide scope and starts one: the process now holds
+/// every object of that kind in the cluster, which nothing declared (a controller's watch, or
+/// `Cache::informer` at start, would have started it before any read).
+fn warn_started_by_read(resource: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(crate::metrics::READER_STARTED_INFORMERS_TOTAL, "resource" => resource.to_owned())
+        .increment(1);
+    tracing::warn!(
+        %resource,
+        "a cached read starts a cluster-wide informer that no controller declared; it holds \
+         every object of this kind from now on (watch the kind in a controller, start it with \
+         Cache::informer, or give the cache a default namespace or a ByObject scope)"
+    );
 }
 
 fn key(namespace: Option<&str>, name: &str) -> ObjectKey {

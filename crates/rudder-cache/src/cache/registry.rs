@@ -142,7 +142,7 @@ impl Inner {
         builder: impl FnOnce(Option<&str>) -> InformerBuilder<K>,
     ) -> Result<Informer<K>>
     where
-        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K: Resource + Clone + DeserializeOwned + serde::Serialize + Debug + Send + Sync + 'static,
     {
         let key = InformerKey::new(ty, scope);
         let mut informers = self.informers();

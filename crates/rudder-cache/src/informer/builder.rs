@@ -9,14 +9,15 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use kube::{Api, Resource};
 use kube_runtime::watcher;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::Informer;
 use super::list_strategy::{self, ListMode, ListStrategy, Lists};
 use super::watch_task::is_malformed;
 use super::watch_task::start_on;
+use super::{Informer, footprint};
 use crate::lenient::Lenient;
 use crate::transform::{Transform, strip_managed_fields};
 use crate::writes::{Tracked, WriteTracker};
@@ -38,7 +39,7 @@ pub struct InformerBuilder<K> {
 
 impl<K> InformerBuilder<K>
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
 {
     /// Watcher options: label and field selectors, page size, timeouts.
     #[must_use]
@@ -167,6 +168,7 @@ where
             self.tracker,
             writes,
             mode,
+            Some(footprint::json_size::<K>),
         )
     }
 }

@@ -20,6 +20,7 @@ use crate::error::SyncError;
 use crate::store::{ObjectKey, Store};
 
 mod builder;
+mod footprint;
 mod list_strategy;
 mod subscribers;
 mod watch_task;
@@ -60,6 +61,13 @@ pub struct InformerStats {
     /// [`ListStrategy::Streaming`]): the server refused them or never ended their initial
     /// events.
     pub streaming_fallbacks: u64,
+    /// An estimate of the memory the stored objects take: the sum of their sizes as JSON
+    /// (after the transform), which `tests/footprint.rs` compares with the process's
+    /// resident memory: the store's real cost per object is about twice it (a decoded
+    /// object's strings, maps and allocations, and the store's tables and indexes).
+    pub bytes_held: u64,
+    /// How long the informer took from its start to its first sync; `None` before it.
+    pub sync_duration: Option<Duration>,
 }
 
 /// One watch feeding one [`Store`], shared by every handler registered on it.
@@ -177,6 +185,8 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
         let s = &self.shared.stats;
         InformerStats {
             streaming_fallbacks: self.shared.lists.fallbacks(),
+            bytes_held: self.shared.footprint.bytes(),
+            sync_duration: self.shared.footprint.sync_duration(),
             malformed_objects: s.malformed.load(Ordering::Relaxed),
             watch_errors: s.errors.load(Ordering::Relaxed),
             relists: s.relists.load(Ordering::Relaxed),
@@ -230,6 +240,10 @@ pub(crate) struct Shared<K> {
     pub(crate) writes: Option<crate::writes::Tracked>,
     /// What the informer lists with now.
     pub(crate) lists: Arc<list_strategy::ListMode>,
+    /// What it holds, in bytes, and how long its first sync took.
+    pub(crate) footprint: footprint::Footprint,
+    /// How it measures an object for `footprint` (none: bytes are not counted).
+    pub(crate) sizer: Option<footprint::Sizer<K>>,
 }
 
 impl<K> Shared<K> {
@@ -354,6 +368,7 @@ mod tests {
             TaskTracker::new(),
             None,
             Arc::default(),
+            None,
         );
         let mut events = informer.subscribe();
         let mut next = async || {
@@ -451,6 +466,7 @@ mod tests {
             TaskTracker::new(),
             None,
             Arc::default(),
+            None,
         );
         (tx, informer)
     }
@@ -625,6 +641,7 @@ mod tests {
             TaskTracker::new(),
             None,
             Arc::default(),
+            None,
         );
         let mut events = informer.subscribe();
         for event in [W::Init, W::InitApply(cm("a", "1")), W::InitDone] {

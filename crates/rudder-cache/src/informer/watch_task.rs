@@ -42,6 +42,7 @@ pub(crate) fn start_on<K, S>(
     tracker: TaskTracker,
     writes: Option<Tracked>,
     lists: Arc<super::list_strategy::ListMode>,
+    sizer: Option<super::footprint::Sizer<K>>,
 ) -> Informer<K>
 where
     K: Resource + Clone + Send + Sync + 'static,
@@ -60,6 +61,8 @@ where
         tracker,
         writes,
         lists,
+        footprint: super::footprint::Footprint::default(),
+        sizer,
     });
     let task = supervise(
         Arc::clone(&shared),
@@ -94,6 +97,8 @@ pub(crate) async fn supervise<K>(shared: Arc<Shared<K>>, run: impl Future<Output
         shared.token.cancel();
     }
     shared.running.store(false, Ordering::Release);
+    #[cfg(feature = "metrics")]
+    crate::metrics::forget(&shared);
     // Dropping the senders ends every subscriber's stream once it has drained its queue.
     shared.subscribers().clear();
 }
@@ -120,11 +125,20 @@ pub(crate) async fn run<K, S>(
         epoch: 0,
         first_list: true,
         next_resync: None,
+        published: None,
+        unpublished: None,
     };
     loop {
         let next_resync = watch.next_resync;
         let resync_due = async {
             match next_resync {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let unpublished = watch.unpublished;
+        let publish_due = async {
+            match unpublished {
                 Some(at) => tokio::time::sleep_until(at).await,
                 None => std::future::pending().await,
             }
@@ -137,11 +151,19 @@ pub(crate) async fn run<K, S>(
                 watch.schedule_resync();
                 continue;
             }
+            () = publish_due => {
+                watch.publish(true);
+                continue;
+            }
             item = stream.next() => item,
         };
         let Some(item) = item else { break };
         match item {
-            Ok(event) => watch.apply(event),
+            Ok(event) => {
+                let list_ended = matches!(event, watcher::Event::InitDone);
+                watch.apply(event);
+                watch.publish(list_ended);
+            }
             Err(err) => record_error(&watch.shared, &err),
         }
     }
@@ -156,6 +178,11 @@ struct Watch<K> {
     epoch: u64,
     first_list: bool,
     next_resync: Option<Instant>,
+    /// When the gauges were last published.
+    published: Option<Instant>,
+    /// When changes not yet published are due to be, so that the last change of a burst
+    /// is published too.
+    unpublished: Option<Instant>,
 }
 
 impl<K> Watch<K>
@@ -193,6 +220,9 @@ where
         self.epoch += 1;
         if !self.first_list {
             self.shared.stats.relists.fetch_add(1, Ordering::Relaxed);
+            #[cfg(feature = "metrics")]
+            metrics::counter!(crate::metrics::RELISTS_TOTAL, "resource" => self.shared.resource.clone())
+                .increment(1);
             tracing::info!(resource = %self.shared.resource, "relisting");
         }
     }
@@ -202,6 +232,7 @@ where
         let shared = &self.shared;
         let mut subscribers = shared.subscribers();
         for obj in shared.store.sweep(self.epoch, panics) {
+            self.count(None, Some(&obj));
             self.tell_deleted(&obj);
             send(
                 &mut subscribers,
@@ -214,6 +245,7 @@ where
         drop(subscribers);
         if self.first_list {
             self.first_list = false;
+            self.shared.footprint.synced();
             self.shared.synced.send_replace(true);
             self.schedule_resync();
             tracing::debug!(resource = %self.shared.resource, objects = self.shared.store.len(), "synced");
@@ -236,6 +268,7 @@ where
         let mut subscribers = shared.subscribers();
         match shared.store.apply(obj, self.epoch, panics) {
             Applied::Added(obj) => {
+                self.count(Some(&obj), None);
                 self.tell_stored(&obj);
                 send(
                     &mut subscribers,
@@ -246,6 +279,7 @@ where
                 );
             }
             Applied::Updated { old, new } => {
+                self.count(Some(&new), Some(&old));
                 self.tell_stored(&new);
                 send(&mut subscribers, &Event::Update { old, new });
             }
@@ -264,6 +298,7 @@ where
         let shared = &self.shared;
         let mut subscribers = shared.subscribers();
         let stored = shared.store.remove(&key, panics);
+        self.count(None, stored.as_deref());
         match (&transformed, &stored) {
             (Ok(obj), _) => self.tell_deleted(obj),
             (Err(_), Some(obj)) => self.tell_deleted(obj),
@@ -294,6 +329,7 @@ where
         let shared = &self.shared;
         let mut subscribers = shared.subscribers();
         if let Some(obj) = shared.store.remove(&key, panics) {
+            self.count(None, Some(&obj));
             self.tell_deleted(&obj);
             // The last good version stands for the deleted object.
             send(
@@ -303,6 +339,40 @@ where
                     final_state_unknown: true,
                 },
             );
+        }
+    }
+
+    /// Counts the bytes of an object stored (`added`) and of one no longer stored
+    /// (`removed`, the old version of an update).
+    fn count(&self, added: Option<&K>, removed: Option<&K>) {
+        if let Some(size) = self.shared.sizer {
+            self.shared
+                .footprint
+                .change(added.map_or(0, size), removed.map_or(0, size));
+        }
+    }
+
+    /// Publishes the informer's gauges now (`now`: at the end of a list, or when changes
+    /// were left unpublished), or else at most every
+    /// [`PUBLISH_EVERY`](super::footprint::PUBLISH_EVERY) (a gauge per event would cost a
+    /// recorder lookup per event), leaving the rest due at the end of that period.
+    fn publish(&mut self, now: bool) {
+        if !cfg!(feature = "metrics") {
+            return;
+        }
+        let at = Instant::now();
+        let due = self
+            .published
+            .is_none_or(|last| at.duration_since(last) >= super::footprint::PUBLISH_EVERY);
+        if now || due {
+            self.published = Some(at);
+            self.unpublished = None;
+            #[cfg(feature = "metrics")]
+            crate::metrics::publish(&self.shared);
+        } else if self.unpublished.is_none() {
+            self.unpublished = self
+                .published
+                .map(|last| last + super::footprint::PUBLISH_EVERY);
         }
     }
 
