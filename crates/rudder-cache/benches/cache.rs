@@ -9,7 +9,9 @@
 //! Resident memory (what operators see) is measured apart: 10,000 more ConfigMaps with one
 //! 400-byte value each, synced by each implementation in a process of its own (this bench
 //! re-run as a child), the growth of `VmRSS` in `/proc/self/status` from just before the
-//! informer starts (client built, one request made) to the synced store, divided by 10,000.
+//! informer starts (client built, one request made) to the synced store, divided by 10,000;
+//! beside it Rudder's own estimate of what it holds (`InformerStats::bytes_held`). Set
+//! `RUDDER_CACHE_BENCH_RSS_ONLY=1` to measure only that table.
 #![allow(
     missing_docs,
     clippy::unwrap_used,
@@ -34,7 +36,7 @@ use kube::core::WatchEvent;
 use kube_runtime::reflector::{self, ObjectRef};
 use kube_runtime::watcher::{self, watcher};
 use kube_runtime::{WatchStreamExt, reflector as reflect};
-use rudder_cache::{Informer, strip_managed_fields};
+use rudder_cache::{Informer, ListStrategy, strip_managed_fields};
 use rudder_envtest::poll::Poll;
 use rudder_envtest::{TestEnv, TestNamespace};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
@@ -50,8 +52,12 @@ const RSS_CHILD: &str = "RUDDER_CACHE_BENCH_RSS";
 /// The namespace of the RSS ConfigMaps, for the child.
 const RSS_NAMESPACE: &str = "RUDDER_CACHE_BENCH_RSS_NAMESPACE";
 /// The RSS implementations, as named to the child and in the table.
-const RSS_RUNS: [(&str, &str); 3] = [
-    ("rudder", "rudder informer (default: strip managedFields)"),
+const RSS_RUNS: [(&str, &str); 4] = [
+    (
+        "rudder",
+        "rudder informer (default: strip managedFields, streaming list)",
+    ),
+    ("rudder-paginated", "rudder informer, paginated lists"),
     ("kube-runtime", "kube-runtime reflector (no transform)"),
     (
         "kube-runtime-strip",
@@ -95,14 +101,25 @@ async fn rss_child(which: &str) {
         .unwrap();
     let base = rss();
     let synced = match which {
-        "rudder" => {
-            let informer = Informer::builder(api).start();
+        "rudder" | "rudder-paginated" => {
+            let strategy = if which == "rudder" {
+                ListStrategy::Streaming
+            } else {
+                ListStrategy::Paginated
+            };
+            let informer = Informer::builder(api).list_strategy(strategy).start();
             informer
                 .wait_for_sync(Duration::from_secs(300))
                 .await
                 .unwrap();
             assert_eq!(informer.store().len(), OBJECTS);
+            // A server without a watch cache may refuse streaming lists: say what ran.
+            eprintln!("{which}: listed with {}", informer.list_strategy().as_str());
             let synced = rss();
+            println!(
+                "estimate-per-object {}",
+                informer.stats().bytes_held as f64 / OBJECTS as f64
+            );
             drop(informer);
             synced
         }
@@ -128,8 +145,9 @@ async fn rss_child(which: &str) {
     println!("rss-per-object {}", (synced - base) as f64 / OBJECTS as f64);
 }
 
-/// Runs this bench as a child syncing with `which`; returns its RSS growth per object.
-fn rss_per_object(env: &TestEnv, namespace: &str, which: &str) -> f64 {
+/// Runs this bench as a child syncing with `which`; returns its RSS growth per object and,
+/// for Rudder's informer, its own estimate of the bytes it holds per object.
+fn rss_per_object(env: &TestEnv, namespace: &str, which: &str) -> (f64, Option<f64>) {
     let output = std::process::Command::new(std::env::current_exe().unwrap())
         .arg("--bench")
         .env(RSS_CHILD, which)
@@ -140,15 +158,33 @@ fn rss_per_object(env: &TestEnv, namespace: &str, which: &str) -> f64 {
         .unwrap();
     assert!(output.status.success(), "the {which} child failed");
     let text = String::from_utf8_lossy(&output.stdout);
-    text.lines()
-        .find_map(|l| l.strip_prefix("rss-per-object "))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no figure from the {which} child: {text}"))
+    let figure = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|v| v.parse().ok())
+    };
+    let rss = figure("rss-per-object ")
+        .unwrap_or_else(|| panic!("no figure from the {which} child: {text}"));
+    (rss, figure("estimate-per-object "))
 }
 
 /// RSS per object of each implementation, each synced in a process of its own, three
 /// rounds in turn; prints the range of each and the ratios of the medians.
 async fn rss_table(env: &TestEnv) {
+    let estimate = rss_figures(env).await;
+    if let Some((estimate, rss)) = estimate {
+        println!();
+        println!(
+            "Rudder's own estimate (InformerStats::bytes_held, the objects' JSON): {:.2} KB per \
+             object; measured RSS per object / estimate: {:.2}x",
+            estimate / 1000.0,
+            rss / estimate
+        );
+    }
+}
+
+/// Prints the RSS table; returns Rudder's estimate per object and its median RSS per object.
+async fn rss_figures(env: &TestEnv) -> Option<(f64, f64)> {
     let ns = env.namespace("rss").await.unwrap();
     let api = ns.api::<ConfigMap>();
     futures::stream::iter(0..OBJECTS)
@@ -166,9 +202,12 @@ async fn rss_table(env: &TestEnv) {
     let sample = api.get("rss-00000").await.unwrap();
     let json = serde_json::to_vec(&sample).unwrap().len();
     let mut figures: Vec<Vec<f64>> = vec![Vec::new(); RSS_RUNS.len()];
+    let mut estimate = None;
     for _ in 0..3 {
         for (i, (which, _)) in RSS_RUNS.iter().enumerate() {
-            figures[i].push(rss_per_object(env, ns.name(), which));
+            let (rss, estimated) = rss_per_object(env, ns.name(), which);
+            figures[i].push(rss);
+            estimate = estimate.or(estimated);
         }
     }
     println!();
@@ -195,6 +234,7 @@ async fn rss_table(env: &TestEnv) {
             medians[i] / medians[0]
         );
     }
+    estimate.map(|e| (e, medians[0]))
 }
 
 /// Bytes currently allocated.
@@ -619,6 +659,15 @@ async fn run() {
     env.stop().unwrap();
 }
 
+/// Set to run only the RSS table (each implementation in a process of its own).
+const RSS_ONLY: &str = "RUDDER_CACHE_BENCH_RSS_ONLY";
+
+async fn rss_only() {
+    let env = TestEnv::start().await.unwrap();
+    rss_table(&env).await;
+    env.stop().unwrap();
+}
+
 fn main() {
     // `cargo test` runs bench targets without `--bench`; only `cargo bench` measures.
     if !std::env::args().any(|a| a == "--bench") {
@@ -630,6 +679,7 @@ fn main() {
         .unwrap();
     match std::env::var(RSS_CHILD) {
         Ok(which) => rt.block_on(rss_child(&which)),
+        Err(_) if std::env::var_os(RSS_ONLY).is_some() => rt.block_on(rss_only()),
         Err(_) => rt.block_on(run()),
     }
 }

@@ -162,7 +162,8 @@
 //! fails on such an object (a custom resource written under an older schema), the informer
 //! lists again decoding each object on its own ([`Lenient`]). An object that turns malformed keeps its
 //! last good version in the store until it is deleted. A bare [`Informer::builder`] decodes list pages whole (kube-runtime's way): one
-//! bad object fails the page, retried with backoff. Dynamic and metadata-only informers
+//! bad object fails the page, retried with backoff; a streaming list sends each object as an
+//! event of its own, so there the bad one is skipped and counted like a bad watch event. Dynamic and metadata-only informers
 //! decode anything.
 //!
 //! # Panics in user code

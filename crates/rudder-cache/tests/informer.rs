@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchParams};
 use kube::core::WatchEvent;
 use kube_runtime::watcher;
-use rudder_cache::{Event, Informer, SyncError};
+use rudder_cache::{Event, Informer, ListStrategy, SyncError};
 use rudder_envtest::poll::until;
 use rudder_envtest::{TestCrd, TestEnv};
 
@@ -454,14 +454,34 @@ async fn a_malformed_object_in_the_list_does_not_keep_the_informer_from_syncing(
     create_widget(&raw, "bad", "huge").await;
     create_widget(&raw, "two", 2).await;
 
-    // A strict informer decodes the list as one page: the bad object fails it, every time.
-    let strict = Informer::builder(ns.api::<Widget>()).start();
+    // A strict informer listing in pages decodes each page whole: the bad object fails it,
+    // every time.
+    let strict = Informer::builder(ns.api::<Widget>())
+        .list_strategy(ListStrategy::Paginated)
+        .start();
     let err = strict
         .wait_for_sync(Duration::from_secs(3))
         .await
         .unwrap_err();
     assert!(matches!(err, SyncError::Timeout { .. }), "{err}");
     strict.stop().await;
+
+    // A streaming list sends each object as an event of its own: the bad one is skipped
+    // and counted, as a bad watch event is, and the informer syncs without it.
+    let streaming = Informer::builder(ns.api::<Widget>()).start();
+    let synced = streaming.wait_for_sync(Duration::from_secs(3)).await;
+    if streaming.list_strategy() == ListStrategy::Streaming {
+        synced.unwrap();
+        assert_eq!(streaming.store().len(), 2);
+        assert_eq!(streaming.stats().malformed_objects, 1);
+    } else {
+        // A server without streaming lists (before 1.34): pages again.
+        assert!(
+            matches!(synced, Err(SyncError::Timeout { .. })),
+            "{synced:?}"
+        );
+    }
+    streaming.stop().await;
 
     // Decoding each object on its own, it syncs with the two good ones.
     let informer = Informer::builder(ns.api::<Widget>())

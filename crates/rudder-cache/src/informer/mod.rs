@@ -62,9 +62,9 @@ pub struct InformerStats {
     /// events.
     pub streaming_fallbacks: u64,
     /// An estimate of the memory the stored objects take: the sum of their sizes as JSON
-    /// (after the transform), which `tests/footprint.rs` compares with the process's
-    /// resident memory: the store's real cost per object is about twice it (a decoded
-    /// object's strings, maps and allocations, and the store's tables and indexes).
+    /// (after the transform). The resident memory they cost is larger (a decoded object's
+    /// strings, maps and allocations, and the store's tables and indexes); `cargo bench -p
+    /// rudder-cache --bench cache` measures both and prints the ratio (`docs/benchmarks.md`).
     pub bytes_held: u64,
     /// How long the informer took from its start to its first sync; `None` before it.
     pub sync_duration: Option<Duration>,
