@@ -140,7 +140,7 @@
 //! end-of-initial-events bookmark and then nothing for
 //! [`InformerBuilder::initial_events_bound`] (a server too old to know the parameter), the
 //! informer falls back to paginated lists ([`ListStrategy::Paginated`], 500 objects a page),
-//! logs it at `warn`, counts it in [`InformerStats::streaming_fallbacks`] and reports it in
+//! logs it at `info` (the answer's code and reason; the whole answer at `debug`), counts it in [`InformerStats::streaming_fallbacks`] and reports it in
 //! [`Informer::list_strategy`]; a refusal is not a watch error and is not retried with
 //! backoff. The choice is the informer's: it streams again at the first relist
 //! [`InformerBuilder::streaming_retry`] after falling back, never by breaking a healthy watch.

@@ -8,10 +8,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{WatchGate, config_map};
+use common::{WatchGate, config_map, synced_informer};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::PostParams;
-use rudder_cache::{Cache, Informer, ListOptions, ListStrategy};
+use rudder_cache::{Cache, ListOptions, ListStrategy};
 use rudder_envtest::TestEnv;
 use tokio_util::sync::CancellationToken;
 
@@ -31,15 +31,7 @@ async fn informers_fall_back_to_paginated_lists_when_the_server_refuses_streamin
     }
 
     let gate = WatchGate::default();
-    let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(
-        gate.client(env.config()),
-        ns.name(),
-    ))
-    .start();
-    informer
-        .wait_for_sync(Duration::from_secs(30))
-        .await
-        .unwrap();
+    let informer = synced_informer(&gate, env.config(), ns.name(), |b| b).await;
     assert_eq!(informer.list_strategy(), ListStrategy::Paginated);
     assert_eq!(informer.store().len(), 20);
     let stats = informer.stats();

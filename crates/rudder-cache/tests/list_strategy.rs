@@ -10,10 +10,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{WatchGate, config_map};
+use common::{WatchGate, config_map, synced_informer};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::PostParams;
-use rudder_cache::{Informer, ListStrategy};
+use rudder_cache::ListStrategy;
 use rudder_envtest::TestEnv;
 
 const OBJECTS: usize = 30;
@@ -44,12 +44,7 @@ async fn an_informer_streams_its_list_where_the_server_serves_streaming_lists() 
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = populated(env, "list-streaming").await;
     let gate = WatchGate::default();
-    let client = gate.client(env.config());
-    let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, ns.name())).start();
-    informer
-        .wait_for_sync(Duration::from_secs(30))
-        .await
-        .unwrap();
+    let informer = synced_informer(&gate, env.config(), ns.name(), |b| b).await;
     assert_eq!(informer.store().len(), OBJECTS);
     let requests = gate.requests();
     let version = env.version();
@@ -83,14 +78,10 @@ async fn a_server_that_never_ends_the_initial_events_gets_paginated_lists_after_
     let ns = populated(env, "list-old-server").await;
     let gate = WatchGate::default();
     gate.as_old_server();
-    let client = gate.client(env.config());
-    let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, ns.name()))
-        .initial_events_bound(Duration::from_millis(1500))
-        .start();
-    informer
-        .wait_for_sync(Duration::from_secs(30))
-        .await
-        .unwrap();
+    let informer = synced_informer(&gate, env.config(), ns.name(), |b| {
+        b.initial_events_bound(Duration::from_millis(1500))
+    })
+    .await;
     assert_eq!(informer.list_strategy(), ListStrategy::Paginated);
     assert_eq!(informer.stats().streaming_fallbacks, 1);
     assert_eq!(informer.store().len(), OBJECTS);
@@ -110,14 +101,10 @@ async fn paginated_lists_when_asked_never_stream() {
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = populated(env, "list-paginated").await;
     let gate = WatchGate::default();
-    let client = gate.client(env.config());
-    let informer = Informer::builder(kube::Api::<ConfigMap>::namespaced(client, ns.name()))
-        .list_strategy(ListStrategy::Paginated)
-        .start();
-    informer
-        .wait_for_sync(Duration::from_secs(30))
-        .await
-        .unwrap();
+    let informer = synced_informer(&gate, env.config(), ns.name(), |b| {
+        b.list_strategy(ListStrategy::Paginated)
+    })
+    .await;
     assert_eq!(informer.list_strategy(), ListStrategy::Paginated);
     assert_eq!(informer.stats().streaming_fallbacks, 0);
     assert_eq!(informer.store().len(), OBJECTS);

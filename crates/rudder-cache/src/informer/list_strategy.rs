@@ -163,10 +163,13 @@ where
                 {
                     Ok(item) => item,
                     Err(_) => {
-                        self.fall_back(&format!(
-                            "no end-of-initial-events bookmark within {:?}",
-                            self.lists.initial_events_bound
-                        ));
+                        self.fall_back(
+                            &format!(
+                                "no end-of-initial-events bookmark, and no event for {:?}",
+                                self.lists.initial_events_bound
+                            ),
+                            None,
+                        );
                         continue;
                     }
                 }
@@ -174,9 +177,11 @@ where
                 self.stream.next().await
             }?;
             match &item {
-                Err(error) if self.current == ListStrategy::Streaming && refuses(error) => {
-                    self.fall_back(&error.to_string());
-                    continue;
+                Err(error) if self.current == ListStrategy::Streaming => {
+                    if let Some(refusal) = refusal(error) {
+                        self.fall_back(&refusal, Some(error));
+                        continue;
+                    }
                 }
                 Ok(watcher::Event::Init) => {
                     if self.retry_due() {
@@ -203,13 +208,20 @@ where
                 .is_some_and(|at| at.elapsed() >= self.lists.streaming_retry)
     }
 
-    fn fall_back(&mut self, why: &str) {
-        tracing::warn!(
+    /// Lists in pages from now on. Logged at `info`, as what the server offers rather than
+    /// a fault: the reason names the answer's code and reason (`422 Invalid`), not its
+    /// message, which a log reader would take for an RBAC denial ("sendInitialEvents is
+    /// forbidden ..."); the whole answer is logged at `debug`.
+    fn fall_back(&mut self, why: &str, detail: Option<&watcher::Error>) {
+        tracing::info!(
             resource = %self.resource,
             reason = %why,
             retry_in = ?self.lists.streaming_retry,
             "the server does not serve streaming lists; listing in pages"
         );
+        if let Some(error) = detail {
+            tracing::debug!(resource = %self.resource, %error, "the streaming list's answer");
+        }
         self.mode.fallbacks.fetch_add(1, Ordering::Relaxed);
         self.fell_back_at = Some(Instant::now());
         self.switch(ListStrategy::Paginated);
@@ -240,16 +252,17 @@ where
     watcher(api.clone(), config).default_backoff().boxed()
 }
 
-/// Whether a watcher error is the server refusing a streaming list: a `400 Bad Request` or
-/// `422 Invalid` answer to the watch (Kubernetes 1.27-1.33 with `WatchList` off answer 422,
-/// "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled").
-/// Neither is transient, so retrying the same request cannot help.
-fn refuses(error: &watcher::Error) -> bool {
-    let status = match error {
+/// The server refusing a streaming list, as its code and reason (`422 Invalid`), if the
+/// watcher error is that: a `400 Bad Request` or `422 Invalid` answer to the watch
+/// (Kubernetes 1.27-1.33 with `WatchList` off answer 422, "sendInitialEvents is forbidden for
+/// watch unless the WatchList feature gate is enabled"). Neither is transient, so retrying
+/// the same request cannot help.
+fn refusal(error: &watcher::Error) -> Option<String> {
+    let (code, reason) = match error {
         watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code,
-        watcher::Error::WatchError(status) => status.code,
-        _ => return false,
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => (status.code, &status.reason),
+        watcher::Error::WatchError(status) => (status.code, &status.reason),
+        _ => return None,
     };
-    matches!(status, 400 | 422)
+    matches!(code, 400 | 422).then(|| format!("the server answered {code} {reason}"))
 }

@@ -54,7 +54,7 @@ impl WatchGate {
             .build()
     }
 
-    /// Watch requests made so far.
+    /// Watches opened so far: watch requests the server accepted.
     pub fn watches(&self) -> usize {
         self.watches.load(Ordering::SeqCst)
     }
@@ -112,9 +112,9 @@ pub struct Gated<S> {
     gate: WatchGate,
 }
 
-impl<S, B> tower::Service<http::Request<B>> for Gated<S>
+impl<S, B, RB> tower::Service<http::Request<B>> for Gated<S>
 where
-    S: tower::Service<http::Request<B>> + Send + 'static,
+    S: tower::Service<http::Request<B>, Response = http::Response<RB>> + Send + 'static,
     S::Future: Send,
     B: Send + 'static,
 {
@@ -143,9 +143,6 @@ where
         let inner = Arc::clone(&self.inner);
         let gate = self.gate.clone();
         Box::pin(async move {
-            if is_watch {
-                gate.watches.fetch_add(1, Ordering::SeqCst);
-            }
             if is_watch || held_list {
                 let mut open = gate.open.subscribe();
                 // Counted down however the wait ends: the request is dropped when its
@@ -158,9 +155,34 @@ where
                 futures::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                 inner.call(req)
             };
-            response.await
+            let response = response.await?;
+            // A watch the server refused (a streaming list on a server without them) opened
+            // nothing.
+            if is_watch && response.status().is_success() {
+                gate.watches.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(response)
         })
     }
+}
+
+/// An informer of the ConfigMaps in `namespace` through this gate's client, configured by
+/// `configure`, started and synced.
+pub async fn synced_informer(
+    gate: &WatchGate,
+    config: &kube::Config,
+    namespace: &str,
+    configure: impl FnOnce(
+        rudder_cache::InformerBuilder<ConfigMap>,
+    ) -> rudder_cache::InformerBuilder<ConfigMap>,
+) -> rudder_cache::Informer<ConfigMap> {
+    let api = kube::Api::<ConfigMap>::namespaced(gate.client(config), namespace);
+    let informer = configure(rudder_cache::Informer::builder(api)).start();
+    informer
+        .wait_for_sync(Duration::from_secs(30))
+        .await
+        .unwrap();
+    informer
 }
 
 /// `uri` without the query parameters a server older than streaming lists does not know.
