@@ -98,7 +98,7 @@ pub(crate) async fn supervise<K>(shared: Arc<Shared<K>>, run: impl Future<Output
     }
     shared.running.store(false, Ordering::Release);
     #[cfg(feature = "metrics")]
-    crate::metrics::forget(&shared);
+    forget_gauges(&shared);
     // Dropping the senders ends every subscriber's stream once it has drained its queue.
     shared.subscribers().clear();
 }
@@ -368,7 +368,7 @@ where
             self.published = Some(at);
             self.unpublished = None;
             #[cfg(feature = "metrics")]
-            crate::metrics::publish(&self.shared);
+            publish_gauges(&self.shared);
         } else if self.unpublished.is_none() {
             self.unpublished = self
                 .published
@@ -520,4 +520,47 @@ pub(crate) fn jittered(period: Duration) -> Duration {
     // The top 53 bits as a fraction in [0, 1).
     let fraction = (random >> 11) as f64 / (1_u64 << 53) as f64;
     period + period.mul_f64(0.1 * fraction)
+}
+
+#[cfg(feature = "metrics")]
+/// Sets an informer's gauges to what it holds now.
+fn publish_gauges<K: Resource + Send + Sync + 'static>(shared: &Shared<K>) {
+    let resource = shared.resource.clone();
+    #[allow(clippy::cast_precision_loss, reason = "a gauge is a float")]
+    {
+        metrics::gauge!(crate::metrics::OBJECTS, "resource" => resource.clone())
+            .set(shared.store.len() as f64);
+        metrics::gauge!(crate::metrics::OBJECT_BYTES, "resource" => resource.clone())
+            .set(shared.footprint.bytes() as f64);
+    }
+    let sync = shared
+        .footprint
+        .sync_duration()
+        .map_or(0.0, |d| d.as_secs_f64());
+    metrics::gauge!(crate::metrics::SYNC_DURATION_SECONDS, "resource" => resource.clone())
+        .set(sync);
+    let current = shared.lists.current();
+    for strategy in [
+        crate::ListStrategy::Streaming,
+        crate::ListStrategy::Paginated,
+    ] {
+        metrics::gauge!(crate::metrics::LIST_STRATEGY, "resource" => resource.clone(), "strategy" => strategy.as_str())
+            .set(if strategy == current { 1.0 } else { 0.0 });
+    }
+}
+
+#[cfg(feature = "metrics")]
+/// Sets a stopped informer's gauges to zero: it holds nothing any more for the process (a
+/// `metrics` recorder cannot remove a series).
+fn forget_gauges<K>(shared: &Shared<K>) {
+    let resource = shared.resource.clone();
+    metrics::gauge!(crate::metrics::OBJECTS, "resource" => resource.clone()).set(0.0);
+    metrics::gauge!(crate::metrics::OBJECT_BYTES, "resource" => resource.clone()).set(0.0);
+    for strategy in [
+        crate::ListStrategy::Streaming,
+        crate::ListStrategy::Paginated,
+    ] {
+        metrics::gauge!(crate::metrics::LIST_STRATEGY, "resource" => resource.clone(), "strategy" => strategy.as_str())
+            .set(0.0);
+    }
 }
