@@ -4,9 +4,16 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
-/// The workspace root (the parent of this crate's directory).
+/// The workspace root (the parent of this crate's directory): as `cargo run` says it now,
+/// else as it was when xtask was built. Two clones sharing one `CARGO_TARGET_DIR` can run one
+/// clone's build of xtask from the other (cargo hashes a path package by name and version and
+/// checks the files its last build read), and a root fixed at build time would then check
+/// the other clone's tree.
 pub fn workspace_root() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.join("Cargo.toml").is_file())
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
