@@ -13,6 +13,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use rudder_cache::{Cache, Informer};
 use rudder_envtest::TestEnv;
+#[cfg(feature = "metrics")]
+use rudder_envtest::metrics as metrics_page;
 use rudder_envtest::poll::until;
 use tokio_util::sync::CancellationToken;
 
@@ -24,17 +26,6 @@ fn json_bytes(informer: &Informer<ConfigMap>) -> u64 {
         .iter()
         .map(|cm| serde_json::to_vec(&**cm).unwrap().len() as u64)
         .sum()
-}
-
-#[cfg(feature = "metrics")]
-fn series(text: &str) -> std::collections::BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            Some((name.to_owned(), value.parse().ok()?))
-        })
-        .collect()
 }
 
 #[tokio::test]
@@ -103,11 +94,9 @@ async fn an_informer_counts_its_objects_and_their_bytes_through_every_change() {
             "the gauges published",
             Duration::from_secs(10),
             async || {
-                let text = recorder.handle().render();
-                let s = series(&text);
+                let page = recorder.handle().render();
                 let get = |name: &str, extra: &str| {
-                    s.get(&format!("{name}{{resource=\"{resource}\"{extra}}}"))
-                        .copied()
+                    metrics_page::value(&page, name, &format!("resource=\"{resource}\"{extra}"))
                 };
                 (get("rudder_cache_objects", "") == Some(5.0)
                     && get("rudder_cache_object_bytes", "") == Some(bytes as f64)
@@ -121,10 +110,14 @@ async fn an_informer_counts_its_objects_and_their_bytes_through_every_change() {
         )
         .await;
         informer.stop().await;
-        let s = series(&recorder.handle().render());
+        let page = recorder.handle().render();
         assert_eq!(
-            s.get(&format!("rudder_cache_objects{{resource=\"{resource}\"}}")),
-            Some(&0.0),
+            metrics_page::value(
+                &page,
+                "rudder_cache_objects",
+                &format!("resource=\"{resource}\"")
+            ),
+            Some(0.0),
             "a stopped informer holds nothing"
         );
     }
@@ -151,13 +144,10 @@ async fn a_cached_read_that_starts_a_cluster_wide_informer_is_counted() {
     }
     #[cfg(feature = "metrics")]
     {
-        let s = series(&recorder.handle().render());
-        let started: Vec<_> = s
-            .iter()
-            .filter(|(k, _)| k.starts_with("rudder_cache_reader_started_informers_total"))
-            .collect();
+        let page = recorder.handle().render();
+        let started = metrics_page::samples(&page, "rudder_cache_reader_started_informers_total");
         assert_eq!(started.len(), 1, "{started:?}");
-        assert_eq!(*started[0].1, 1.0);
+        assert_eq!(started[0].1, 1.0);
         assert!(
             started[0].0.contains("resource=\"/api/v1/configmaps"),
             "{started:?}"
