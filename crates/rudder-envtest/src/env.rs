@@ -4,22 +4,20 @@
 
 use std::fs;
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use rudder_core::sync::LockExt;
 
 use crate::binaries::{
     self, ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KWOK, Version,
 };
 use crate::certs::Certs;
 use crate::error::{Error, Result};
+use crate::ports::free_ports;
 use crate::process::{Process, Watchdog};
 
 /// How often readiness is polled while starting. Loopback answers in well under this.
@@ -807,34 +805,6 @@ fn make_dir() -> Result<PathBuf> {
     }
 }
 
-/// `N` loopback ports that were free a moment ago and that nothing else in this process (no
-/// other control plane, no webhook install) has been given.
-pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N]> {
-    static HANDED_OUT: OnceLock<Mutex<Vec<u16>>> = OnceLock::new();
-    let handed = HANDED_OUT.get_or_init(Default::default);
-    let mut handed = handed.lock_unpoisoned();
-    // Listeners stay open until all are chosen, so they differ.
-    let mut listeners = Vec::new();
-    let mut ports = [0; N];
-    let mut found = 0;
-    while found < N {
-        let listener = TcpListener::bind(("127.0.0.1", 0))
-            .and_then(|l| l.local_addr().map(|a| (l, a.port())))
-            .map_err(|source| Error::Io {
-                action: "find a free port on",
-                path: PathBuf::from("127.0.0.1"),
-                source,
-            })?;
-        if !handed.contains(&listener.1) {
-            handed.push(listener.1);
-            ports[found] = listener.1;
-            found += 1;
-        }
-        listeners.push(listener.0);
-    }
-    Ok(ports)
-}
-
 /// 128 random bits, hex-encoded, for the admin token.
 pub(crate) fn random_token() -> Result<String> {
     let mut bytes = [0u8; 16];
@@ -922,17 +892,6 @@ current-context: envtest
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn free_ports_are_distinct_across_calls() {
-        let a: [u16; 3] = free_ports().unwrap();
-        let b: [u16; 3] = free_ports().unwrap();
-        let mut all = a.to_vec();
-        all.extend(b);
-        all.sort_unstable();
-        all.dedup();
-        assert_eq!(all.len(), 6);
-    }
 
     #[test]
     fn flags_removed_in_1_24_are_passed_only_to_older_binaries() {

@@ -274,6 +274,7 @@ pub mod least_privilege;
 pub mod metrics;
 mod namespace;
 pub mod poll;
+mod ports;
 mod process;
 mod test_crd;
 #[cfg(feature = "rustls-tls")]
@@ -290,6 +291,7 @@ pub use env::{TestEnv, TestEnvBuilder};
 pub use error::{Error, Result};
 pub use namespace::{NAMESPACE_LABEL, TestNamespace};
 pub use poll::{POLL_INTERVAL, eventually};
+pub use ports::free_port;
 pub use test_crd::TestCrd;
 pub use users::{GRANT_TIMEOUT, TEST_TOKEN_LIFETIME, TestUser};
 pub use watch_delay::{FORWARD_TIMEOUT, WatchDelay};

@@ -512,11 +512,7 @@ async fn conversion_crd_gets_the_ca_before_the_cache_syncs() {
     let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("certs-conversion").await.unwrap();
     // A port for the webhook server, known before the CRD that calls it is installed.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = rudder_envtest::free_port().unwrap();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut crd = gizmo::crd();
     let crd_name = crd.metadata.name.clone().unwrap();

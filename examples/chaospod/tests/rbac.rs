@@ -256,12 +256,9 @@ async fn the_generated_rbac_is_sufficient_and_every_rule_is_needed() {
     let ns = env.namespace("chaospod-rbac").await.unwrap();
     chaospod::install_crd(&ns.client()).await.unwrap();
     let user = ns.service_account("operator").await.unwrap();
-    // A fixed port, so the webhook configurations can point at it before the operator runs.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A fixed port, so the webhook configurations can point at it before the operator runs;
+    // outside the ephemeral range, so no connection takes it between two runs.
+    let port = rudder_envtest::free_port().unwrap();
 
     let manifests = chaospod::deploy_manifests(
         options(ns.name(), port),

@@ -20,9 +20,10 @@ use super::rewrite::Rewrite;
 use super::{InstalledWebhooks, WebhookOptions};
 use crate::certs::ServingPair;
 use crate::crd::apply_crds;
-use crate::env::{TestEnv, free_ports};
+use crate::env::TestEnv;
 use crate::error::{Error, Result};
 use crate::namespace::TestNamespace;
+use crate::ports::free_ports;
 #[cfg(doc)]
 use crate::{NAMESPACE_LABEL, PROBE_LABEL};
 
