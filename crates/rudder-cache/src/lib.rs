@@ -216,7 +216,8 @@ mod unwind;
 pub mod writes;
 
 pub use cache::{
-    ApiScope, ByObject, Cache, CacheBuilder, DEFAULT_SYNC_TIMEOUT, ListOptions, Scope, Typed,
+    ApiScope, ByObject, Cache, CacheBuilder, DEFAULT_SYNC_TIMEOUT, InformerUse, ListOptions, Scope,
+    Typed,
 };
 pub use error::{Error, IndexError, Result, SyncError};
 pub use informer::{

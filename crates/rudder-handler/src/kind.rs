@@ -22,13 +22,19 @@ use crate::{Event, Source, Synced};
 /// informer per namespace for the type; the source merges their events and is synced when
 /// all of them are.
 ///
-/// If the API server does not serve the type yet (a CRD not installed), the informers keep
-/// retrying with backoff and log each failure; the source stays unsynced until the type
-/// appears, then works, so a controller started before its CRD does not fail the process
-/// (within its cache-sync timeout). If an informer fails (its watch task died), a `Kind` on
+/// If the API server does not serve the type yet (a CRD not installed), the informers log it
+/// once at info and ask again quietly (500 ms doubling to 10 s; see
+/// [`Informer::resource_served`]); the source stays unsynced until the type appears, then
+/// works, so a controller started before its CRD does not fail the process (within its
+/// cache-sync timeout). A CRD deleted later empties the informers (their objects' deletes
+/// are sent) and they wait the same way until it is served again; the source stays synced. If an informer fails (its watch task died), a `Kind` on
 /// the cache asks the cache for a replacement (with backoff, 100 ms doubling to 10 s) and
 /// subscribes to it, so the controller keeps getting events; a `Kind` on informers you
 /// made just loses that informer's events.
+///
+/// A `Kind` on the cache holds a use ([`rudder_cache::InformerUse`]) of each of its
+/// informers while it runs: when it is dropped (its controller stopped or removed), an
+/// informer that no other source or reader holds or pinned stops, and its memory is freed.
 pub struct Kind<K> {
     target: Target<K>,
 }
@@ -100,29 +106,40 @@ impl<K: Typed> Source<K> for Kind<K> {
     fn start(self: Box<Self>) -> Result<Started<K>, SourceError> {
         let (informers, resolvers) = match self.target {
             Target::Informers(informers) => (informers, None),
-            Target::Cache { cache, scope: None } => {
-                let informers = cache.informers::<K>()?;
+            Target::Cache { cache, scope } => {
+                // The source holds a use of each informer while it runs (the uses live in the
+                // resolvers, which live in its event stream): when its controller goes, the
+                // informers only it used stop.
+                let uses = match &scope {
+                    None => cache.acquire_informers::<K>()?,
+                    Some(scope) => vec![cache.acquire_informer_in::<K>(scope)?],
+                };
+                // Asks the cache again for the informer at `index` (a replacement).
+                let acquire = move |index: usize| match &scope {
+                    None => cache
+                        .acquire_informers::<K>()?
+                        .into_iter()
+                        .nth(index)
+                        .ok_or(rudder_cache::Error::Stopped),
+                    Some(scope) => cache.acquire_informer_in::<K>(scope),
+                };
+                let informers: Vec<_> = uses.iter().map(|u| u.informer().clone()).collect();
+                let held = Arc::new(Mutex::new(uses));
+                let acquire = Arc::new(acquire);
                 let resolvers = (0..informers.len())
                     .map(|index| {
-                        let cache = cache.clone();
+                        let (acquire, held) = (Arc::clone(&acquire), Arc::clone(&held));
                         Arc::new(move || {
-                            cache
-                                .informers::<K>()?
-                                .into_iter()
-                                .nth(index)
-                                .ok_or(rudder_cache::Error::Stopped)
+                            let new = acquire(index)?;
+                            let informer = new.informer().clone();
+                            if let Some(slot) = held.lock_unpoisoned().get_mut(index) {
+                                *slot = new;
+                            }
+                            Ok(informer)
                         }) as Resolve<K>
                     })
                     .collect();
                 (informers, Some(resolvers))
-            }
-            Target::Cache {
-                cache,
-                scope: Some(scope),
-            } => {
-                let informer = cache.informer_in::<K>(&scope)?;
-                let resolve: Resolve<K> = Arc::new(move || cache.informer_in::<K>(&scope));
-                (vec![informer], Some(vec![resolve]))
             }
         };
         Ok(start(informers, resolvers))

@@ -24,9 +24,12 @@ mod options;
 mod reader;
 mod registry;
 mod scope;
+mod users;
 
 pub use options::{CacheBuilder, DEFAULT_SYNC_TIMEOUT};
 pub use scope::{ApiScope, ByObject, ListOptions, Scope};
+use users::Hold;
+pub use users::InformerUse;
 
 use registry::{InformerKey, Inner, TypeKey};
 
@@ -77,15 +80,78 @@ impl Cache {
             .collect()
     }
 
-    /// The shared informer for `K` in `scope`, started if there is none.
+    /// The shared informer for `K` in `scope`, started if there is none. An informer started
+    /// here is pinned: it runs until the cache stops or
+    /// [`remove_informer`](Self::remove_informer), whoever else uses it (see [`InformerUse`]
+    /// for informers that stop when their users go).
     pub fn informer_in<K>(&self, scope: &Scope) -> Result<Informer<K>>
+    where
+        K: Typed,
+    {
+        self.start_in::<K>(scope, true)
+    }
+
+    /// A hold on the shared informer for `K` in `scope`, started if there is none: it runs
+    /// while a use of it exists (or something pinned it), and stops when the last one is
+    /// dropped. See [`InformerUse`].
+    pub fn acquire_informer_in<K>(&self, scope: &Scope) -> Result<InformerUse<K>>
+    where
+        K: Typed,
+    {
+        let scope = typed_scope::<K>(scope);
+        let hold = Hold::new(
+            &self.inner,
+            InformerKey::new(TypeKey::Typed(TypeId::of::<K>()), &scope),
+        );
+        let informer = self.start_in::<K>(&scope, false)?;
+        Ok(InformerUse::new(informer, hold))
+    }
+
+    /// Holds on the shared informers for `K` in its scopes (those
+    /// [`set_scopes`](Self::set_scopes) gave, or the default ones), started if there are
+    /// none: [`acquire_informer_in`](Self::acquire_informer_in) for each.
+    pub fn acquire_informers<K>(&self) -> Result<Vec<InformerUse<K>>>
+    where
+        K: Typed,
+    {
+        self.typed_scopes::<K>()
+            .iter()
+            .map(|scope| self.acquire_informer_in::<K>(scope))
+            .collect()
+    }
+
+    /// [`acquire_informer_in`](Self::acquire_informer_in) for dynamic objects of
+    /// `resource`.
+    pub fn acquire_dynamic_informer_in(
+        &self,
+        resource: &ApiResource,
+        scope: &Scope,
+    ) -> Result<InformerUse<DynamicObject>> {
+        let hold = Hold::new(
+            &self.inner,
+            InformerKey::new(TypeKey::dynamic(resource), scope),
+        );
+        let informer = self.start_dynamic_in(resource, scope, false)?;
+        Ok(InformerUse::new(informer, hold))
+    }
+
+    /// How many [`InformerUse`]s hold `K`'s informer in `scope` now.
+    pub fn informer_users<K: Typed>(&self, scope: &Scope) -> usize {
+        self.inner.users(&InformerKey::new(
+            TypeKey::Typed(TypeId::of::<K>()),
+            &typed_scope::<K>(scope),
+        ))
+    }
+
+    /// `K`'s informer in `scope`, started if there is none, pinned if `pin`.
+    fn start_in<K>(&self, scope: &Scope, pin: bool) -> Result<Informer<K>>
     where
         K: Typed,
     {
         let client = self.inner.client.clone();
         let scope = &typed_scope::<K>(scope);
         self.inner
-            .get_or_start(TypeKey::Typed(TypeId::of::<K>()), scope, |ns| {
+            .get_or_start(TypeKey::Typed(TypeId::of::<K>()), scope, pin, |ns| {
                 let informer = Informer::builder(<K::Scope as ApiScope>::api::<K>(client, ns));
                 // Metadata decodes whatever the object's type; a full object may not.
                 if K::metadata_api() {
@@ -132,15 +198,27 @@ impl Cache {
             .collect()
     }
 
-    /// The shared informer for dynamic objects of `resource` in `scope`.
+    /// The shared informer for dynamic objects of `resource` in `scope`, pinned as
+    /// [`informer_in`](Self::informer_in) pins.
     pub fn dynamic_informer_in(
         &self,
         resource: &ApiResource,
         scope: &Scope,
     ) -> Result<Informer<DynamicObject>> {
+        self.start_dynamic_in(resource, scope, true)
+    }
+
+    /// The informer for dynamic objects of `resource` in `scope`, started if there is none,
+    /// pinned if `pin`.
+    fn start_dynamic_in(
+        &self,
+        resource: &ApiResource,
+        scope: &Scope,
+        pin: bool,
+    ) -> Result<Informer<DynamicObject>> {
         let client = self.inner.client.clone();
         self.inner
-            .get_or_start(TypeKey::dynamic(resource), scope, |ns| {
+            .get_or_start(TypeKey::dynamic(resource), scope, pin, |ns| {
                 Informer::builder(match ns {
                     Some(ns) => Api::namespaced_with(client, ns, resource),
                     None => Api::all_with(client, resource),
@@ -148,9 +226,9 @@ impl Cache {
             })
     }
 
-    /// Stops and forgets the informer for `K` in `scope`, if there is one, and waits for its
-    /// tasks. Handles to it still read its (now frozen) store; the next request for it
-    /// starts a new watch. Returns whether there was one.
+    /// Stops and forgets the informer for `K` in `scope`, if there is one, pinned or held,
+    /// and waits for its tasks. Handles to it still read its (now frozen) store; the next
+    /// request for it starts a new watch. Returns whether there was one.
     pub async fn remove_informer<K: Typed>(&self, scope: &Scope) -> bool {
         self.inner
             .remove(&InformerKey::new(

@@ -133,6 +133,7 @@ impl CacheBuilder {
                 list_strategy: self.list_strategy,
                 informers: Mutex::new(HashMap::new()),
                 scopes_set: Mutex::new(HashMap::new()),
+                users: Mutex::new(HashMap::new()),
                 token: token.child_token(),
                 tracker: TaskTracker::new(),
                 writes: Arc::new(WriteTracker::new()),

@@ -91,7 +91,7 @@ impl Cache {
                 TypeKey::Typed(TypeId::of::<K>()),
                 &scopes,
                 namespace,
-                |scope| self.informer_in::<K>(scope),
+                |scope, pin| self.start_in::<K>(scope, pin),
             )
             .await?;
         Ok(informers
@@ -107,7 +107,7 @@ impl Cache {
                 TypeKey::Typed(TypeId::of::<K>()),
                 &scopes,
                 options.namespace.as_deref(),
-                |scope| self.informer_in::<K>(scope),
+                |scope, pin| self.start_in::<K>(scope, pin),
             )
             .await?;
         list(&informers, options)
@@ -123,8 +123,8 @@ impl Cache {
         let ty = TypeKey::dynamic(resource);
         let scopes = self.inner.default_scopes::<DynamicObject>(&ty);
         let informers = self
-            .reader_informers::<DynamicObject>(ty, &scopes, namespace, |scope| {
-                self.dynamic_informer_in(resource, scope)
+            .reader_informers::<DynamicObject>(ty, &scopes, namespace, |scope, pin| {
+                self.start_dynamic_in(resource, scope, pin)
             })
             .await?;
         Ok(informers
@@ -141,21 +141,26 @@ impl Cache {
         let ty = TypeKey::dynamic(resource);
         let scopes = self.inner.default_scopes::<DynamicObject>(&ty);
         let informers = self
-            .reader_informers::<DynamicObject>(ty, &scopes, options.namespace.as_deref(), |scope| {
-                self.dynamic_informer_in(resource, scope)
-            })
+            .reader_informers::<DynamicObject>(
+                ty,
+                &scopes,
+                options.namespace.as_deref(),
+                |scope, pin| self.start_dynamic_in(resource, scope, pin),
+            )
             .await?;
         list(&informers, options)
     }
 
     /// The synced informers among `scopes` that can hold objects in `namespace` (all of
-    /// them for `None`), started unless the cache fails on missing informers.
+    /// them for `None`), started unless the cache fails on missing informers. `start` is
+    /// told to pin an informer it starts (a read keeps what it started) and not one that
+    /// runs already (a read does not keep another user's informer alive).
     async fn reader_informers<K>(
         &self,
         ty: TypeKey,
         scopes: &[Scope],
         namespace: Option<&str>,
-        start: impl Fn(&Scope) -> Result<Informer<K>>,
+        start: impl Fn(&Scope, bool) -> Result<Informer<K>>,
     ) -> Result<Vec<Informer<K>>>
     where
         K: Resource + Send + Sync + 'static,
@@ -208,7 +213,7 @@ impl Cache {
                 } else {
                     let key = InformerKey::new(ty.clone(), scope);
                     let running = self.inner.informers().contains_key(&key);
-                    let informer = start(scope)?;
+                    let informer = start(scope, !running)?;
                     if !running && scope.namespace.is_none() && !restarted {
                         warn_started_by_read(informer.resource());
                     }

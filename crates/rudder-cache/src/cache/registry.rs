@@ -1,5 +1,6 @@
 //! The registry of informers: one slot per (type, scope), started on first request
-//! ([`Inner::get_or_start`]), replaced when stopped, removed on request.
+//! ([`Inner::get_or_start`]), replaced when stopped, removed on request or when its last
+//! user lets go ([`Inner::release`]) unless something pinned it.
 
 use std::any::{Any, TypeId};
 use std::fmt::Debug;
@@ -74,6 +75,10 @@ pub(crate) struct Slot {
     pub(crate) written_as: Option<(String, String)>,
     /// What the informer stores of `namespace/name`: its resourceVersion and uid.
     pub(crate) peek: Peek,
+    /// Kept until the cache stops or it is removed, whatever its users: it was asked for
+    /// without a use ([`Cache::informer_in`](super::Cache::informer_in), or a read that
+    /// found none running).
+    pub(crate) pinned: bool,
 }
 
 /// An object's version and uid, as [`Slot::peek`] finds it.
@@ -94,6 +99,9 @@ pub(crate) struct Inner {
     /// Scopes set at run time ([`Cache::set_scopes`](super::Cache::set_scopes)), which the
     /// reader and `informers` use instead of the default ones.
     pub(crate) scopes_set: Mutex<HashMap<TypeKey, Vec<Scope>>>,
+    /// How many [`InformerUse`](super::InformerUse)s hold each (type, scope). Locked after
+    /// `informers` when both are.
+    pub(crate) users: Mutex<HashMap<InformerKey, usize>>,
     pub(crate) token: CancellationToken,
     pub(crate) tracker: TaskTracker,
     /// Writes made through this cache's clients that its informers have not delivered yet.
@@ -135,10 +143,13 @@ impl Inner {
             .is_none_or(|scopes| scopes.contains(scope))
     }
 
+    /// The informer of `ty` in `scope`, started if there is none; `pin` keeps it until the
+    /// cache stops or it is removed (see [`Slot::pinned`]).
     pub(crate) fn get_or_start<K>(
         &self,
         ty: TypeKey,
         scope: &Scope,
+        pin: bool,
         builder: impl FnOnce(Option<&str>) -> InformerBuilder<K>,
     ) -> Result<Informer<K>>
     where
@@ -149,14 +160,17 @@ impl Inner {
         if self.token.is_cancelled() {
             return Err(Error::Stopped);
         }
-        // An informer stopped through its own handle is replaced, not handed out again.
+        // An informer stopped through its own handle is replaced, not handed out again; its
+        // replacement stays pinned if it was.
+        let mut pin = pin;
         if informers
             .get(&key)
             .is_some_and(|slot| slot.token.is_cancelled())
         {
-            informers.remove(&key);
+            pin |= informers.remove(&key).is_some_and(|slot| slot.pinned);
         }
-        if let Some(slot) = informers.get(&key) {
+        if let Some(slot) = informers.get_mut(&key) {
+            slot.pinned |= pin;
             return slot
                 .informer
                 .downcast_ref::<Informer<K>>()
@@ -181,8 +195,42 @@ impl Inner {
             .tracker(tracker.clone())
             .track_writes(Arc::clone(&self.writes))
             .start();
-        informers.insert(key, self.slot(&informer, token, tracker));
+        let mut slot = self.slot(&informer, token, tracker);
+        slot.pinned = pin;
+        informers.insert(key, slot);
         Ok(informer)
+    }
+
+    /// Counts one more user of `key`'s informer.
+    pub(crate) fn hold(&self, key: &InformerKey) {
+        *self.users.lock_unpoisoned().entry(key.clone()).or_default() += 1;
+    }
+
+    /// One user of `key`'s informer lets go: when it was the last, an informer that nothing
+    /// pinned is stopped and forgotten (its tasks end on their own; the cache's tracker
+    /// still waits for them at stop).
+    pub(crate) fn release(&self, key: &InformerKey) {
+        let mut informers = self.informers();
+        let mut users = self.users.lock_unpoisoned();
+        let Some(count) = users.get_mut(key) else {
+            return;
+        };
+        *count = count.saturating_sub(1);
+        if *count > 0 {
+            return;
+        }
+        users.remove(key);
+        if informers.get(key).is_some_and(|slot| !slot.pinned)
+            && let Some(slot) = informers.remove(key)
+        {
+            tracing::debug!(scope = ?key.scope, "the last user of an informer let go; stopping it");
+            slot.token.cancel();
+        }
+    }
+
+    /// How many users hold `key`'s informer.
+    pub(crate) fn users(&self, key: &InformerKey) -> usize {
+        self.users.lock_unpoisoned().get(key).copied().unwrap_or(0)
     }
 
     /// The slot for a new informer whose tasks `tracker` tracks.
@@ -218,6 +266,7 @@ impl Inner {
             },
             token,
             tracker,
+            pinned: false,
             written_as: informer.written_as(),
             peek: {
                 let informer = informer.clone();

@@ -56,6 +56,9 @@ pub(crate) struct ListMode {
     paginated: AtomicBool,
     /// How many times the informer fell back from streaming to paginated lists.
     fallbacks: AtomicU64,
+    /// Set while the server answers 404 for the resource (its CRD not installed yet, or
+    /// deleted).
+    not_served: AtomicBool,
 }
 
 impl ListMode {
@@ -69,6 +72,11 @@ impl ListMode {
 
     pub(crate) fn fallbacks(&self) -> u64 {
         self.fallbacks.load(Ordering::Relaxed)
+    }
+
+    /// Whether the server serves the resource, as far as the last answer said.
+    pub(crate) fn served(&self) -> bool {
+        !self.not_served.load(Ordering::Acquire)
     }
 
     fn set(&self, strategy: ListStrategy) {
@@ -129,6 +137,8 @@ where
         current: start,
         initial: false,
         fell_back_at: None,
+        synced: false,
+        absent: None,
     };
     futures::stream::unfold(state, |mut state| async move {
         let item = state.next().await?;
@@ -148,7 +158,26 @@ struct State<T> {
     /// end-of-initial-events bookmark is bounded.
     initial: bool,
     fell_back_at: Option<Instant>,
+    /// Whether a list has ended since the stream began (the store holds a whole list).
+    synced: bool,
+    /// While the server does not serve the resource: what is left to do about it.
+    absent: Option<Absent>,
 }
+
+/// The informer's state while the server answers 404 for its resource.
+#[derive(Debug)]
+struct Absent {
+    /// The empty list still to hand to the store (a `Init` then an `InitDone`), so that it
+    /// drops what it held: every object went with the resource.
+    empty_list: Option<bool>,
+    /// How long to wait before asking again.
+    backoff: Duration,
+}
+
+/// The first wait before asking again for a resource the server does not serve.
+const ABSENT_BACKOFF_MIN: Duration = Duration::from_millis(500);
+/// The longest wait between two asks.
+const ABSENT_BACKOFF_MAX: Duration = Duration::from_secs(10);
 
 impl<T> State<T>
 where
@@ -156,6 +185,17 @@ where
 {
     async fn next(&mut self) -> Option<Result<watcher::Event<T>, watcher::Error>> {
         loop {
+            if let Some(absent) = &mut self.absent {
+                // The empty list first (`Some(true)`: its `Init`, then its `InitDone`).
+                match absent.empty_list.take() {
+                    Some(true) => {
+                        absent.empty_list = Some(false);
+                        return Some(Ok(watcher::Event::Init));
+                    }
+                    Some(false) => return Some(Ok(watcher::Event::InitDone)),
+                    None => {}
+                }
+            }
             let bounded = self.current == ListStrategy::Streaming && self.initial;
             let item = if bounded {
                 match tokio::time::timeout(self.lists.initial_events_bound, self.stream.next())
@@ -176,6 +216,16 @@ where
             } else {
                 self.stream.next().await
             }?;
+            if let Err(error) = &item
+                && not_found(error)
+            {
+                self.wait_until_served().await;
+                continue;
+            }
+            if self.absent.take().is_some() {
+                self.mode.not_served.store(false, Ordering::Release);
+                tracing::info!(resource = %self.resource, "the server serves the resource again; listing it");
+            }
             match &item {
                 Err(error) if self.current == ListStrategy::Streaming => {
                     if let Some(refusal) = refusal(error) {
@@ -193,11 +243,48 @@ where
                     }
                     self.initial = true;
                 }
-                Ok(watcher::Event::InitDone) => self.initial = false,
+                Ok(watcher::Event::InitDone) => {
+                    self.initial = false;
+                    self.synced = true;
+                }
                 _ => {}
             }
             return Some(item);
         }
+    }
+
+    /// The server answered 404 for the resource: its CRD is not installed yet, or was
+    /// deleted. Rather than a watch error every backoff, one line at info, an empty list for
+    /// a store that held one (the objects went with the resource; a store that never synced
+    /// stays unsynced, so a controller waits for its CRD), then a quiet wait (500 ms
+    /// doubling to 10 s) before the same list is asked for again.
+    async fn wait_until_served(&mut self) {
+        let backoff = match &mut self.absent {
+            Some(absent) => {
+                tracing::debug!(resource = %self.resource, "the server still does not serve the resource");
+                let backoff = absent.backoff;
+                absent.backoff = (backoff * 2).min(ABSENT_BACKOFF_MAX);
+                backoff
+            }
+            None => {
+                tracing::info!(
+                    resource = %self.resource,
+                    "the server does not serve the resource (404: its CRD not installed yet, or \
+                     deleted); waiting until it does"
+                );
+                self.mode.not_served.store(true, Ordering::Release);
+                self.absent = Some(Absent {
+                    empty_list: self.synced.then_some(true),
+                    backoff: (ABSENT_BACKOFF_MIN * 2).min(ABSENT_BACKOFF_MAX),
+                });
+                ABSENT_BACKOFF_MIN
+            }
+        };
+        // Nothing is asked meanwhile: the stream that answered 404 is dropped.
+        self.stream = futures::stream::pending().boxed();
+        tokio::time::sleep(backoff).await;
+        self.initial = false;
+        self.stream = open(&self.api, &self.config, self.current);
     }
 
     fn retry_due(&self) -> bool {
@@ -250,6 +337,18 @@ where
         }
     };
     watcher(api.clone(), config).default_backoff().boxed()
+}
+
+/// Whether the watcher error is a `404 Not Found` answer to a list or a watch: the server
+/// does not serve the resource (no such CRD, or no longer).
+fn not_found(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 404,
+        watcher::Error::WatchError(status) => status.code == 404,
+        _ => false,
+    }
 }
 
 /// The server refusing a streaming list, as its code and reason (`422 Invalid`), if the

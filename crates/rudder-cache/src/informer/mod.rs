@@ -180,6 +180,17 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
         self.shared.lists.current()
     }
 
+    /// Whether the server serves the informer's resource, as far as its last answer said:
+    /// false from a `404 Not Found` answer to its list or watch (a CRD not installed yet, or
+    /// deleted) until the list succeeds again. Meanwhile the informer asks again quietly
+    /// (500 ms doubling to 10 s), logging once at info rather than a watch error each time;
+    /// a store that held a list is emptied (its objects went with the resource, and
+    /// subscribers get their deletes), and one that never synced stays unsynced. When the
+    /// resource is served again the informer lists it and goes on.
+    pub fn resource_served(&self) -> bool {
+        self.shared.lists.served()
+    }
+
     /// The informer's counters.
     pub fn stats(&self) -> InformerStats {
         let s = &self.shared.stats;
