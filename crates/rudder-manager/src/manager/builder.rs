@@ -274,6 +274,7 @@ impl ManagerBuilder {
             metrics_address: self.metrics_address,
             graceful_shutdown: self.graceful_shutdown,
             runnables: Mutex::new(Vec::new()),
+            late: Mutex::new(None),
             bound: Mutex::new(Bound::default()),
             started: std::sync::atomic::AtomicBool::new(false),
             stop_deadline: OnceLock::new(),

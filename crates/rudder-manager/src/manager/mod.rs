@@ -39,6 +39,16 @@ use crate::runnable::Runnable;
 
 type SyncProbes = Arc<Mutex<Vec<(String, Box<dyn Fn() -> bool + Send + Sync>)>>>;
 
+/// What reaches a running manager: a runnable added, a removal asked for (told whether
+/// there was such a runnable once it has ended).
+pub(crate) enum Late {
+    Add(Box<dyn Runnable>),
+    Remove {
+        name: String,
+        done: tokio::sync::oneshot::Sender<bool>,
+    },
+}
+
 #[derive(Default)]
 struct Bound {
     health: Option<SocketAddr>,
@@ -74,6 +84,9 @@ pub struct Manager {
     metrics_address: Option<SocketAddr>,
     graceful_shutdown: GracefulShutdown,
     runnables: Mutex<Vec<Box<dyn Runnable>>>,
+    /// Where runnables added and removed while the manager runs go (`None` before it starts
+    /// its runnables and once it stops them). Locked before `runnables`.
+    late: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Late>>>,
     bound: Mutex<Bound>,
     started: std::sync::atomic::AtomicBool,
     /// The deadline of the stop once it began (`None` inside: no deadline), for what stops
@@ -184,12 +197,38 @@ impl Manager {
         self.bound.lock_unpoisoned().metrics
     }
 
-    /// Adds a runnable, started by [`start`](Self::start).
+    /// Adds a runnable, started by [`start`](Self::start); added while the manager runs, it
+    /// starts at once (a leader-only one once this replica leads, as at start). Added once
+    /// the manager has stopped, it never runs (logged at warn).
     pub fn add(&self, runnable: impl Runnable) {
-        self.runnables.lock_unpoisoned().push(Box::new(runnable));
+        let runnable: Box<dyn Runnable> = Box::new(runnable);
+        let late = self.late.lock_unpoisoned();
+        match late.as_ref() {
+            Some(sender) => {
+                if let Err(refused) = sender.send(Late::Add(runnable)) {
+                    Self::never_runs(&refused.0);
+                }
+            }
+            None if self.started.load(std::sync::atomic::Ordering::SeqCst)
+                && self.stop_deadline.get().is_some() =>
+            {
+                Self::never_runs(&Late::Add(runnable));
+            }
+            None => self.runnables.lock_unpoisoned().push(runnable),
+        }
     }
 
-    /// Adds a controller (a leader-only runnable) and makes readiness wait for its sources.
+    /// Logs that a runnable added after the stop never runs.
+    fn never_runs(late: &Late) {
+        if let Late::Add(runnable) = late {
+            tracing::warn!(runnable = %runnable.name(), "added to a manager that has stopped; it never runs");
+        }
+    }
+
+    /// Adds a controller (a leader-only runnable, unless sharded) and makes readiness wait
+    /// for its sources. Before [`start`](Self::start) or while the manager runs: added
+    /// while it runs, the controller starts at once (once this replica leads, if it needs
+    /// to), its sources start the informers they need, and readiness waits for them too.
     pub fn add_controller<R: Reconciler>(&self, controller: Controller<R>) {
         let probe = controller.clone();
         self.synced.lock_unpoisoned().push((
@@ -197,5 +236,62 @@ impl Manager {
             Box::new(move || probe.has_synced()),
         ));
         self.add(controller);
+    }
+
+    /// Removes the runnable called `name` (its [`Runnable::name`]), before or while the
+    /// manager runs, and returns whether there was one. A running one is told to stop with
+    /// the graceful-shutdown timeout as its deadline (and aborted past it), and this returns
+    /// once it has ended; the other runnables go on, and an error it ends with is logged, not
+    /// the manager's. `false` too when the manager stopped first (which stopped it anyway).
+    pub async fn remove(&self, name: &str) -> bool {
+        let answer = {
+            let late = self.late.lock_unpoisoned();
+            match late.as_ref() {
+                Some(sender) => {
+                    let (done, answer) = tokio::sync::oneshot::channel();
+                    let sent = sender.send(Late::Remove {
+                        name: name.to_owned(),
+                        done,
+                    });
+                    sent.is_ok().then_some(answer)
+                }
+                None => {
+                    let mut runnables = self.runnables.lock_unpoisoned();
+                    let before = runnables.len();
+                    runnables.retain(|r| r.name() != name);
+                    let removed = runnables.len() < before;
+                    drop(runnables);
+                    if removed {
+                        self.forget_probe(name);
+                    }
+                    return removed;
+                }
+            }
+        };
+        let removed = match answer {
+            Some(answer) => answer.await.unwrap_or(false),
+            None => false,
+        };
+        if removed {
+            self.forget_probe(name);
+        }
+        removed
+    }
+
+    /// Removes the controller called `name` ([`Controller::name`]) as
+    /// [`remove`](Self::remove) does: its workers finish their reconciles (within the
+    /// graceful-shutdown timeout), its queue is dropped, and its sources stop, which lets go
+    /// of the cache's informers they held: an informer no other controller or reader holds
+    /// (or pinned) stops and its memory is freed (see `rudder_cache::InformerUse`).
+    /// Readiness no longer waits for it. Runnables added with it (a shard ring) stay.
+    pub async fn remove_controller(&self, name: &str) -> bool {
+        self.remove(&format!("controller {name}")).await
+    }
+
+    /// Readiness stops waiting for the runnable called `name`.
+    fn forget_probe(&self, name: &str) {
+        self.synced
+            .lock_unpoisoned()
+            .retain(|(probe, _)| probe != name);
     }
 }

@@ -5,13 +5,14 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use rudder_controller::{LeaderGate, Shutdown};
+use rudder_controller::LeaderGate;
 use rudder_core::sync::LockExt;
 use rudder_server::ServerHandle;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::group::Group;
-use super::{Error, GracefulShutdown, Manager};
+use super::group::{Ended, Group};
+use super::{Error, GracefulShutdown, Late, Manager};
 use crate::leader_election::{Error as ElectionError, Leadership};
 use crate::runnable::Runnable;
 use crate::server::{Routes, serve};
@@ -22,12 +23,29 @@ type Runnables = Vec<Box<dyn Runnable>>;
 /// The runnables once started, and this replica's bid for leadership.
 struct Running<'a> {
     plain: Group,
-    plain_stop: Shutdown,
     leader: Group,
-    leader_stop: Shutdown,
     /// The leader runnables that start once this replica leads (`None` once started).
     waiting: Option<Runnables>,
     campaign: Campaign<'a>,
+    /// Runnables added, and removals asked for, while the manager runs.
+    late: mpsc::UnboundedReceiver<Late>,
+    /// The gate leader runnables take (with an election).
+    gate: Option<LeaderGate>,
+    warm_standby: bool,
+    graceful_shutdown: GracefulShutdown,
+    /// Runnables told to stop by a removal, not ended yet.
+    removing: Vec<Removal>,
+}
+
+/// A runnable being removed while the manager runs.
+struct Removal {
+    name: String,
+    /// When it is aborted if it has not ended (`None`: never).
+    deadline: Option<tokio::time::Instant>,
+    /// Whether it was aborted.
+    aborted: bool,
+    /// Who asked, told when it has ended.
+    done: Vec<oneshot::Sender<bool>>,
 }
 
 /// This replica's leader election while the manager runs.
@@ -187,22 +205,36 @@ impl Manager {
     /// runnables that take the gate; the others wait for leadership, which is not sought
     /// until [`Running::supervise`].
     fn start_runnables(&self) -> Running<'_> {
-        let runnables = std::mem::take(&mut *self.runnables.lock_unpoisoned());
+        let (tx, late) = mpsc::unbounded_channel();
+        // Under the lock `add` takes first, so a runnable added meanwhile is either taken
+        // here or sent to the running manager.
+        let runnables = {
+            let mut sender = self.late.lock_unpoisoned();
+            *sender = Some(tx);
+            std::mem::take(&mut *self.runnables.lock_unpoisoned())
+        };
         let (leader, plain): (Vec<_>, Vec<_>) = runnables
             .into_iter()
             .partition(|r| r.needs_leader_election());
+        let gate = self
+            .election
+            .as_ref()
+            .map(|election| LeaderGate::new(election.validity()));
         let mut running = Running {
             plain: Group::default(),
-            plain_stop: Shutdown::new(),
             leader: Group::default(),
-            leader_stop: Shutdown::new(),
             waiting: None,
             campaign: self.campaign(),
+            late,
+            gate: gate.clone(),
+            warm_standby: self.warm_standby,
+            graceful_shutdown: self.graceful_shutdown,
+            removing: Vec::new(),
         };
         for r in plain {
-            running.plain.spawn(r, running.plain_stop.clone());
+            running.plain.spawn(r);
         }
-        let (warm, cold) = self.gate_leader_runnables(leader);
+        let (warm, cold) = self.gate_leader_runnables(leader, gate.as_ref());
         if !warm.is_empty() {
             tracing::info!(
                 runnables = warm.len(),
@@ -210,7 +242,7 @@ impl Manager {
             );
         }
         for r in warm {
-            running.leader.spawn(r, running.leader_stop.clone());
+            running.leader.spawn(r);
         }
         running.waiting = Some(cold);
         running
@@ -220,11 +252,14 @@ impl Manager {
     /// leadership runs out stops taking work at once, whatever else is going on); with warm
     /// standby those start now, before this replica leads, and wait on it. Returns the
     /// runnables to start now and those to start once leading.
-    fn gate_leader_runnables(&self, leader: Vec<Box<dyn Runnable>>) -> (Runnables, Runnables) {
-        let Some(election) = &self.election else {
+    fn gate_leader_runnables(
+        &self,
+        leader: Vec<Box<dyn Runnable>>,
+        gate: Option<&LeaderGate>,
+    ) -> (Runnables, Runnables) {
+        let Some(gate) = gate else {
             return (Vec::new(), leader);
         };
-        let gate = LeaderGate::new(election.validity());
         let (warm, cold): (Vec<_>, Vec<_>) = leader
             .into_iter()
             .map(|mut r| (r.set_leader_gate(gate.clone()) && self.warm_standby, r))
@@ -265,16 +300,24 @@ impl Manager {
         let now = tokio::time::Instant::now();
         let deadline = self.stop_deadline();
         tracing::info!(deadline_in = ?deadline.map(|d| d.saturating_duration_since(now)), "stopping runnables");
+        // Added from now on: never started (the manager cannot start again).
+        self.late.lock_unpoisoned().take();
         let mut stuck = Vec::new();
-        running.leader_stop.stop(deadline);
+        running.leader.stop_all(deadline);
         stuck.extend(running.leader.drain(deadline, &mut failure).await);
         // Leadership is given up (released, if configured) only once nothing that needs it
         // runs.
         if running.campaign.give_up().await && failure.is_none() {
             failure = Some(Error::LeadershipLost);
         }
-        running.plain_stop.stop(deadline);
+        running.plain.stop_all(deadline);
         stuck.extend(running.plain.drain(deadline, &mut failure).await);
+        // Removals under way ended with everything else.
+        for removal in running.removing {
+            for done in removal.done {
+                let _ = done.send(true);
+            }
+        }
         match failure.or_else(|| self.shutdown_timeout(stuck)) {
             Some(error) => Err(error),
             None => Ok(()),
@@ -300,14 +343,27 @@ impl Manager {
     /// The deadline of this manager's stop, fixed the first time it is asked for (when the
     /// stop begins) from [`GracefulShutdown`]; `None`: no deadline.
     fn stop_deadline(&self) -> Option<tokio::time::Instant> {
-        *self.stop_deadline.get_or_init(|| {
-            let now = tokio::time::Instant::now();
-            match self.graceful_shutdown {
-                GracefulShutdown::After(d) => Some(now + d),
-                GracefulShutdown::Immediately => Some(now),
-                GracefulShutdown::Forever => None,
-            }
-        })
+        *self
+            .stop_deadline
+            .get_or_init(|| deadline_from_now(self.graceful_shutdown))
+    }
+}
+
+/// The deadline of a stop that begins now under `graceful_shutdown` (`None`: no deadline).
+fn deadline_from_now(graceful_shutdown: GracefulShutdown) -> Option<tokio::time::Instant> {
+    let now = tokio::time::Instant::now();
+    match graceful_shutdown {
+        GracefulShutdown::After(d) => Some(now + d),
+        GracefulShutdown::Immediately => Some(now),
+        GracefulShutdown::Forever => None,
+    }
+}
+
+/// Waits until `at` (forever for `None`).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -327,6 +383,12 @@ impl Running<'_> {
     /// election, lost leadership, or a runnable's error.
     async fn supervise(&mut self, cancel: &CancellationToken) -> Option<Error> {
         loop {
+            let abort_at = self
+                .removing
+                .iter()
+                .filter(|r| !r.aborted)
+                .filter_map(|r| r.deadline)
+                .min();
             tokio::select! {
                 () = cancel.cancelled() => return None,
                 acquired = &mut self.campaign.acquiring, if self.campaign.electing => {
@@ -341,15 +403,99 @@ impl Running<'_> {
                     return Some(Error::LeadershipLost);
                 }
                 Some(ended) = self.leader.join_next(), if !self.leader.is_empty() => {
-                    if let Some(error) = ended {
+                    if let Some(error) = self.ended(ended) {
                         return Some(error);
                     }
                 }
                 Some(ended) = self.plain.join_next(), if !self.plain.is_empty() => {
-                    if let Some(error) = ended {
+                    if let Some(error) = self.ended(ended) {
                         return Some(error);
                     }
                 }
+                Some(late) = self.late.recv() => match late {
+                    Late::Add(runnable) => self.add(runnable),
+                    Late::Remove { name, done } => self.remove(name, done),
+                },
+                () = sleep_until(abort_at), if abort_at.is_some() => self.abort_late_removals(),
+            }
+        }
+    }
+
+    /// What a runnable's end means: the error to stop the manager with, unless it was
+    /// being removed (then whoever asked is told, and the manager goes on).
+    fn ended(&mut self, ended: Ended) -> Option<Error> {
+        let Some(at) = self.removing.iter().position(|r| r.name == ended.name) else {
+            ended.log("stopping the manager");
+            return ended.error;
+        };
+        let removal = self.removing.swap_remove(at);
+        ended.log("it was being removed; the manager goes on");
+        tracing::info!(runnable = %ended.name, "removed");
+        for done in removal.done {
+            let _ = done.send(true);
+        }
+        None
+    }
+
+    /// Starts a runnable added while the manager runs, as it would have been at start: one
+    /// that needs no leadership now, a leader runnable now if this replica leads (or it takes
+    /// the gate under warm standby), else once it leads.
+    fn add(&mut self, mut runnable: Box<dyn Runnable>) {
+        if !runnable.needs_leader_election() {
+            self.plain.spawn(runnable);
+            return;
+        }
+        let warm = match &self.gate {
+            Some(gate) => runnable.set_leader_gate(gate.clone()) && self.warm_standby,
+            None => false,
+        };
+        match &mut self.waiting {
+            Some(waiting) if !warm => waiting.push(runnable),
+            _ => self.leader.spawn(runnable),
+        }
+    }
+
+    /// Removes the runnable called `name`: one waiting for leadership is dropped; a running
+    /// one is told to stop within the graceful-shutdown timeout (aborted after it), and
+    /// `done` hears when it has ended. `done` hears `false` when there is none.
+    fn remove(&mut self, name: String, done: oneshot::Sender<bool>) {
+        if let Some(waiting) = &mut self.waiting {
+            let before = waiting.len();
+            waiting.retain(|r| r.name() != name);
+            if waiting.len() < before {
+                tracing::info!(runnable = %name, "removed before it started");
+                let _ = done.send(true);
+                return;
+            }
+        }
+        if let Some(removal) = self.removing.iter_mut().find(|r| r.name == name) {
+            removal.done.push(done);
+            return;
+        }
+        let deadline = deadline_from_now(self.graceful_shutdown);
+        let leader = self.leader.stop_one(&name, deadline);
+        let plain = self.plain.stop_one(&name, deadline);
+        if leader || plain {
+            tracing::info!(runnable = %name, "removing: stopping it");
+            self.removing.push(Removal {
+                name,
+                deadline,
+                aborted: false,
+                done: vec![done],
+            });
+        } else {
+            let _ = done.send(false);
+        }
+    }
+
+    /// Aborts the runnables still running past their removal's deadline.
+    fn abort_late_removals(&mut self) {
+        let now = tokio::time::Instant::now();
+        for removal in &mut self.removing {
+            if !removal.aborted && removal.deadline.is_some_and(|d| d <= now) {
+                removal.aborted = true;
+                self.leader.abort_one(&removal.name);
+                self.plain.abort_one(&removal.name);
             }
         }
     }
@@ -365,7 +511,7 @@ impl Running<'_> {
             self.campaign.leadership = Some(held);
         }
         for r in self.waiting.take().into_iter().flatten() {
-            self.leader.spawn(r, self.leader_stop.clone());
+            self.leader.spawn(r);
         }
     }
 }
