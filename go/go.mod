@@ -1,5 +1,6 @@
 // The Go programs Rudder measures itself against and interoperates with: client-go's leader
-// elector and work queue, and controller-runtime's webhook server and priority queue. The
+// elector, work queue and shared informer, and controller-runtime's webhook server and
+// priority queue. The
 // client-go, api and apimachinery versions are those of the Kubernetes release Rudder's test
 // control plane runs by default (xtask/src/versions.rs; a test there keeps the two in step).
 module github.com/rudder-rs/rudder/go

@@ -11,6 +11,7 @@
 
 mod election;
 mod failover;
+mod informers;
 mod report;
 mod webhook;
 mod workqueue;
@@ -22,7 +23,7 @@ use xtask::{envtest, go, util};
 const HELP: &str = "\
 cargo run -p bench -- <command> [flags]   (or cargo xtask bench-<command>)
 
-Commands: workqueue, webhook, election, failover; `<command> --help` for its flags.";
+Commands: workqueue, webhook, election, failover, informers; `<command> --help` for its flags.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
         ["webhook", rest @ ..] => webhook::run(rest),
         ["election", rest @ ..] => election::run(rest),
         ["failover", rest @ ..] => failover::run(rest),
+        ["informers", rest @ ..] => informers::run(rest),
         [] | ["help" | "--help" | "-h"] => {
             println!("{HELP}");
             Ok(())

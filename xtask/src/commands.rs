@@ -201,6 +201,29 @@ pub(crate) const COMMANDS: &[Command] = &[
         run: |parsed| bench("failover", parsed.given),
     },
     Command {
+        name: "bench-informers",
+        args: &[],
+        flags: &[
+            flag(
+                "--objects",
+                "N",
+                "ConfigMaps in the namespace (default 50000)",
+            ),
+            flag("--runs", "N", "how many sittings (default 1)"),
+            flag(
+                "--settle",
+                "S",
+                "seconds after the sync before the steady reading (default 10)",
+            ),
+        ],
+        rest: None,
+        help: "informers at scale, each in its own process: Rudder's (streaming and paginated \
+               lists), kube-runtime's reflector and client-go's informer (go/cmd/informer-rss, \
+               WatchListClient on and off): sync time, RSS before, peak, steady, and after \
+               Rudder's informer is released",
+        run: |parsed| bench("informers", parsed.given),
+    },
+    Command {
         name: "bench-election",
         args: &[],
         flags: &[

@@ -120,6 +120,27 @@
 //! whether the reader may start informers ([`CacheBuilder::fail_on_missing_informer`]).
 //! [`Cache::remove_informer`] stops a watch nothing needs any more.
 //!
+//! # How long an informer lives
+//!
+//! An informer runs as long as someone needs it. Users hold it with an [`InformerUse`]
+//! ([`Cache::acquire_informer_in`], [`Cache::acquire_informers`]; a controller's `Kind`
+//! source holds one for each informer it reads while it runs): when the last use is dropped,
+//! the informer stops and the cache forgets it. An informer asked for without a use
+//! ([`Cache::informer_in`] and its siblings) or started by a read that found none running is
+//! pinned: it runs until the cache stops or [`Cache::remove_informer`], as in
+//! controller-runtime; a read of an informer someone holds does not pin it. A subscriber that
+//! comes late gets the whole store replayed, then every change, with no gap and no overlap.
+//! When the last handle to a store of 1,000 objects or more goes, its memory is given back to
+//! the system (glibc's allocator keeps freed pages otherwise; `docs/benchmarks.md` measures
+//! the RSS before an informer is created and after it is released).
+//!
+//! A resource the server does not serve (a `404` answer to the list or the watch: a CRD not
+//! installed yet, or deleted) is not a watch error: the informer logs it once at `info`,
+//! reports it ([`Informer::resource_served`]) and asks again quietly, 500 ms doubling to
+//! 10 s. A store that held a list is emptied (subscribers get the deletes; every object went
+//! with the CRD); one that never synced stays unsynced. When the resource is served again
+//! the informer lists it and goes on.
+//!
 //! # Transforms and memory
 //!
 //! Every informer applies a transform to each object before storing it. The default,
@@ -145,9 +166,13 @@
 //! backoff. The choice is the informer's: it streams again at the first relist
 //! [`InformerBuilder::streaming_retry`] after falling back, never by breaking a healthy watch.
 //! [`CacheBuilder::list_strategy`] and [`InformerBuilder::list_strategy`] make every list
-//! paginated. A relist (a watch that cannot resume, e.g. 410 Gone) applies each object as it
-//! arrives and, at the end, removes what it did not list, as a delete with
-//! `final_state_unknown`; readers meanwhile see each object either as it was or as relisted.
+//! paginated. The first list stores each object as it arrives. A relist (a watch that cannot
+//! resume, e.g. 410 Gone) replaces the store in one step at its end: objects it brings
+//! unchanged (same resourceVersion) are only stamped, those it brings changed or new wait
+//! aside, and when it ends they are applied and what it did not list removed (a delete with
+//! `final_state_unknown`) under one write lock; readers see the store as it was before the
+//! relist or as it is after, never a mix, and the relist holds a second copy only of what
+//! changed.
 //!
 //! # Errors and malformed objects
 //!
@@ -210,6 +235,7 @@ mod lenient;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
+mod release;
 mod store;
 mod transform;
 mod unwind;

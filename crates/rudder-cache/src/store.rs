@@ -280,65 +280,26 @@ impl<K: Resource> Store<K> {
     /// result is [`Applied::Skipped`]. Panics on the stored version (only possible with an
     /// index function that is not deterministic) are pushed too, and do not stop the update.
     pub(crate) fn apply(&self, obj: K, epoch: u64, panics: &mut Vec<IndexPanic>) -> Applied<K> {
-        let mut guard = self.write();
-        let inner = &mut *guard;
-        let (ns, name) = key_of(&obj);
-        let hash = inner.hash(ns, name);
-        let rv = obj.meta().resource_version.as_deref();
-        let unchanged = rv.is_some()
-            && inner
-                .objects
-                .find(hash, |e| is(&*e.obj, ns, name))
-                .is_some_and(|e| e.obj.meta().resource_version.as_deref() == rv);
-        if unchanged {
-            inner.touch(hash, ns, name, epoch);
-            return Applied::Unchanged;
-        }
-        // Every value, old and new, is computed before anything changes: a panic leaves the
-        // store as it was.
-        let new_values = match inner.values_of(&obj) {
-            Ok(values) => values,
-            Err((index, message)) => {
-                inner.touch(hash, ns, name, epoch);
-                panics.push(IndexPanic {
-                    index,
-                    key: ObjectKey::of(&obj),
-                    message,
-                });
-                return Applied::Skipped;
-            }
-        };
-        let old_values = inner
-            .objects
-            .find(hash, |e| is(&*e.obj, ns, name))
-            .map(|e| inner.old_values_of(&e.obj, panics));
-        let state = &inner.state;
-        match inner.objects.entry(
-            hash,
-            |e| is(&*e.obj, ns, name),
-            |e| hash_obj(state, &*e.obj),
-        ) {
-            hashbrown::hash_table::Entry::Occupied(mut slot) => {
-                let entry = slot.get_mut();
-                entry.epoch = epoch;
-                let new = Arc::new(obj);
-                let old = std::mem::replace(&mut entry.obj, Arc::clone(&new));
-                inner.reindex(
-                    Some((&old, old_values.unwrap_or_default())),
-                    Some((&new, new_values)),
-                );
-                Applied::Updated { old, new }
-            }
-            hashbrown::hash_table::Entry::Vacant(slot) => {
-                let new = Arc::new(obj);
-                slot.insert(Entry {
-                    obj: Arc::clone(&new),
-                    epoch,
-                });
-                inner.reindex(None, Some((&new, new_values)));
-                Applied::Added(new)
-            }
-        }
+        self.write().apply(obj, epoch, panics)
+    }
+
+    /// A relist's changed objects, applied as [`apply`](Self::apply) applies each, then what
+    /// the list did not stamp with `epoch` removed, as [`sweep`](Self::sweep) does: all under
+    /// one write lock, so readers see the store as it was before the relist or as it is
+    /// after, never a mix.
+    pub(crate) fn replace(
+        &self,
+        changed: Vec<K>,
+        epoch: u64,
+        panics: &mut Vec<IndexPanic>,
+    ) -> (Vec<Applied<K>>, Vec<Arc<K>>) {
+        let mut inner = self.write();
+        let applied = changed
+            .into_iter()
+            .map(|obj| inner.apply(obj, epoch, panics))
+            .collect();
+        let gone = inner.sweep(epoch, panics);
+        (applied, gone)
     }
 
     /// Removes the object with this key, returning the last stored version. A panic in an
@@ -372,21 +333,7 @@ impl<K: Resource> Store<K> {
     /// Removes every object not seen in list `epoch`, returning them; index panics on them
     /// are handled (and pushed onto `panics`) as in [`remove`](Self::remove).
     pub(crate) fn sweep(&self, epoch: u64, panics: &mut Vec<IndexPanic>) -> Vec<Arc<K>> {
-        let mut guard = self.write();
-        let inner = &mut *guard;
-        let gone: Vec<(Arc<K>, OldValues)> = inner
-            .objects
-            .iter()
-            .filter(|e| e.epoch != epoch)
-            .map(|e| (Arc::clone(&e.obj), inner.old_values_of(&e.obj, panics)))
-            .collect();
-        inner.objects.retain(|e| e.epoch == epoch);
-        gone.into_iter()
-            .map(|(obj, values)| {
-                inner.reindex(Some((&obj, values)), None);
-                obj
-            })
-            .collect()
+        self.write().sweep(epoch, panics)
     }
 
     /// Runs `f` on every object under the read lock (used for resync and late handlers).
@@ -446,6 +393,103 @@ struct Inner<K> {
     namespaces: HashMap<String, ObjectSet<K>>,
     indexes: HashMap<String, Index<K>>,
     state: DefaultHashBuilder,
+}
+
+impl<K: Resource> Inner<K> {
+    /// [`Store::apply`] under the lock.
+    fn apply(&mut self, obj: K, epoch: u64, panics: &mut Vec<IndexPanic>) -> Applied<K> {
+        let inner = self;
+        let (ns, name) = key_of(&obj);
+        let hash = inner.hash(ns, name);
+        let rv = obj.meta().resource_version.as_deref();
+        let unchanged = rv.is_some()
+            && inner
+                .objects
+                .find(hash, |e| is(&*e.obj, ns, name))
+                .is_some_and(|e| e.obj.meta().resource_version.as_deref() == rv);
+        if unchanged {
+            inner.touch(hash, ns, name, epoch);
+            return Applied::Unchanged;
+        }
+        // Every value, old and new, is computed before anything changes: a panic leaves the
+        // store as it was.
+        let new_values = match inner.values_of(&obj) {
+            Ok(values) => values,
+            Err((index, message)) => {
+                inner.touch(hash, ns, name, epoch);
+                panics.push(IndexPanic {
+                    index,
+                    key: ObjectKey::of(&obj),
+                    message,
+                });
+                return Applied::Skipped;
+            }
+        };
+        let old_values = inner
+            .objects
+            .find(hash, |e| is(&*e.obj, ns, name))
+            .map(|e| inner.old_values_of(&e.obj, panics));
+        let state = &inner.state;
+        match inner.objects.entry(
+            hash,
+            |e| is(&*e.obj, ns, name),
+            |e| hash_obj(state, &*e.obj),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(mut slot) => {
+                let entry = slot.get_mut();
+                entry.epoch = epoch;
+                let new = Arc::new(obj);
+                let old = std::mem::replace(&mut entry.obj, Arc::clone(&new));
+                inner.reindex(
+                    Some((&old, old_values.unwrap_or_default())),
+                    Some((&new, new_values)),
+                );
+                Applied::Updated { old, new }
+            }
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                let new = Arc::new(obj);
+                slot.insert(Entry {
+                    obj: Arc::clone(&new),
+                    epoch,
+                });
+                inner.reindex(None, Some((&new, new_values)));
+                Applied::Added(new)
+            }
+        }
+    }
+
+    /// [`Store::sweep`] under the lock.
+    fn sweep(&mut self, epoch: u64, panics: &mut Vec<IndexPanic>) -> Vec<Arc<K>> {
+        let inner = self;
+        let gone: Vec<(Arc<K>, OldValues)> = inner
+            .objects
+            .iter()
+            .filter(|e| e.epoch != epoch)
+            .map(|e| (Arc::clone(&e.obj), inner.old_values_of(&e.obj, panics)))
+            .collect();
+        inner.objects.retain(|e| e.epoch == epoch);
+        gone.into_iter()
+            .map(|(obj, values)| {
+                inner.reindex(Some((&obj, values)), None);
+                obj
+            })
+            .collect()
+    }
+}
+
+impl<K> Drop for Inner<K> {
+    /// The last handle to a large store is gone (its informer stopped, and nothing holds
+    /// the store): its objects are freed first, then the allocator is asked to give the
+    /// memory back to the system (see [`crate::release`]).
+    fn drop(&mut self) {
+        let large = self.objects.len() >= crate::release::LARGE_STORE;
+        self.objects = HashTable::new();
+        self.namespaces = HashMap::new();
+        self.indexes = HashMap::new();
+        if large {
+            crate::release::give_back_freed_memory();
+        }
+    }
 }
 
 fn key_of<K: Resource>(obj: &K) -> (Option<&str>, &str) {

@@ -34,6 +34,13 @@
 //! fails, the manager stops the others and returns its error. [`Manager::start_until_signal`]
 //! stops on SIGTERM or SIGINT; a second signal exits at once.
 //!
+//! Controllers (and other runnables) can be added to a running manager
+//! ([`Manager::add_controller`], [`Manager::add`]: started at once, a leader-only one once this
+//! replica leads) and removed from it ([`Manager::remove_controller`], [`Manager::remove`]:
+//! stopped within the graceful-shutdown timeout while the others run on, its readiness probe
+//! dropped). A removed controller's sources let go of the cache's informers they held, and an
+//! informer nothing else holds or pinned stops and frees its memory.
+//!
 //! One deadline governs a stop: when it begins, the manager computes it from
 //! [`GracefulShutdown`] (30 s by default) and hands it to every runnable through its
 //! [`Shutdown`]; no layer below runs a timer of its own. A controller cancels its in-flight

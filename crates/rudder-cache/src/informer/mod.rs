@@ -363,6 +363,114 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_relist_replaces_the_store_in_one_step_at_its_end() {
+        use watcher::Event as W;
+        type Cm = k8s_openapi::api::core::v1::ConfigMap;
+        let (tx, rx) = mpsc::unbounded_channel::<W<Lenient<Cm>>>();
+        // How many events the informer's task has taken.
+        let taken = Arc::new(AtomicU64::new(0));
+        let stream =
+            futures::stream::unfold((rx, Arc::clone(&taken)), |(mut rx, taken)| async move {
+                let event = rx.recv().await?;
+                taken.fetch_add(1, Ordering::SeqCst);
+                Some((Ok(event), (rx, taken)))
+            });
+        let informer = start_on(
+            "configmaps".into(),
+            stream,
+            None,
+            None,
+            CancellationToken::new(),
+            TaskTracker::new(),
+            None,
+            Arc::default(),
+            None,
+        );
+        let mut events = informer.subscribe();
+        let mut next = async || {
+            let event = tokio::time::timeout(Duration::from_secs(5), events.next())
+                .await
+                .unwrap()
+                .unwrap();
+            match event {
+                Event::Create { object, .. } => {
+                    format!("add {}", object.metadata.name.as_deref().unwrap())
+                }
+                Event::Update { new, .. } => {
+                    format!("update {}", new.metadata.name.as_deref().unwrap())
+                }
+                Event::Delete { object, .. } => {
+                    format!("delete {}", object.metadata.name.as_deref().unwrap())
+                }
+                Event::Generic { .. } => unreachable!("an informer sends no generic events"),
+            }
+        };
+        let version = |name: &str| {
+            informer
+                .store()
+                .get(&ObjectKey::namespaced("ns", name))
+                .and_then(|o| o.metadata.resource_version.clone())
+        };
+        for event in [
+            W::Init,
+            W::InitApply(cm("a", "1")),
+            W::InitApply(cm("b", "1")),
+            W::InitApply(cm("c", "1")),
+            W::InitDone,
+        ] {
+            tx.send(event).unwrap();
+        }
+        for _ in 0..3 {
+            next().await;
+        }
+        let unchanged = informer
+            .store()
+            .get(&ObjectKey::namespaced("ns", "c"))
+            .unwrap();
+
+        // A relist that changes a, drops b, adds d and keeps c: until its end the store is
+        // as it was.
+        for event in [
+            W::Init,
+            W::InitApply(cm("a", "2")),
+            W::InitApply(cm("d", "2")),
+            W::InitApply(cm("c", "1")),
+        ] {
+            tx.send(event).unwrap();
+        }
+        // Until the informer's task has taken them all: on this one-thread runtime it applies
+        // an event without yielding once it has taken it from the channel.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while taken.load(Ordering::SeqCst) < 9 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the task took the events"
+            );
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(version("a").as_deref(), Some("1"), "a not updated yet");
+        assert_eq!(version("b").as_deref(), Some("1"), "b not removed yet");
+        assert_eq!(version("d"), None, "d not added yet");
+        assert_eq!(informer.store().len(), 3);
+
+        tx.send(W::InitDone).unwrap();
+        let mut seen = vec![next().await, next().await, next().await];
+        seen.sort();
+        assert_eq!(seen, ["add d", "delete b", "update a"]);
+        assert_eq!(version("a").as_deref(), Some("2"));
+        assert_eq!(version("b"), None);
+        assert_eq!(informer.store().len(), 3);
+        // An unchanged object stays the same allocation: the relist held no copy of it.
+        let kept = informer
+            .store()
+            .get(&ObjectKey::namespaced("ns", "c"))
+            .unwrap();
+        assert!(Arc::ptr_eq(&unchanged, &kept));
+        assert_eq!(informer.stats().relists, 1);
+        informer.stop().await;
+    }
+
+    #[tokio::test]
     async fn a_malformed_object_keeps_its_last_good_version_until_deleted() {
         use watcher::Event as W;
         type Cm = k8s_openapi::api::core::v1::ConfigMap;

@@ -124,6 +124,7 @@ pub(crate) async fn run<K, S>(
         resync,
         epoch: 0,
         first_list: true,
+        relisted: None,
         next_resync: None,
         published: None,
         unpublished: None,
@@ -177,6 +178,10 @@ struct Watch<K> {
     /// Every list gets a new epoch; objects not stamped with it at its end are gone.
     epoch: u64,
     first_list: bool,
+    /// During a relist (a list after the first), the objects it brought that the store does
+    /// not hold at their version, applied together when it ends (objects it holds unchanged
+    /// are only stamped, so the relist holds no second copy of them).
+    relisted: Option<Vec<K>>,
     next_resync: Option<Instant>,
     /// When the gauges were last published.
     published: Option<Instant>,
@@ -218,6 +223,8 @@ where
     /// A list (the first, or a relist) begins: a new epoch.
     fn list_begins(&mut self) {
         self.epoch += 1;
+        // A relist that began before is dropped with what it gathered: this one lists again.
+        self.relisted = (!self.first_list).then(Vec::new);
         if !self.first_list {
             self.shared.stats.relists.fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "metrics")]
@@ -227,11 +234,22 @@ where
         }
     }
 
-    /// A list ends: what it did not stamp is gone; the first one syncs the informer.
+    /// A list ends: what it did not stamp is gone; the first one syncs the informer. A
+    /// relist's changes are applied here, with its removals, in one step.
     fn list_ends(&mut self, panics: &mut Vec<IndexPanic>) {
         let shared = &self.shared;
         let mut subscribers = shared.subscribers();
-        for obj in shared.store.sweep(self.epoch, panics) {
+        let gone = match self.relisted.take() {
+            Some(changed) => {
+                let (applied, gone) = shared.store.replace(changed, self.epoch, panics);
+                for applied in applied {
+                    self.applied(applied, false, &mut subscribers);
+                }
+                gone
+            }
+            None => shared.store.sweep(self.epoch, panics),
+        };
+        for obj in gone {
             self.count(None, Some(&obj));
             self.tell_deleted(&obj);
             send(
@@ -254,24 +272,50 @@ where
 
     /// An object listed or changed: stored (transformed, compacted) and sent as an add or
     /// an update.
-    fn add_or_update(&self, obj: K, panics: &mut Vec<IndexPanic>) {
+    fn add_or_update(&mut self, obj: K, panics: &mut Vec<IndexPanic>) {
         let initial_list = self.first_list;
         let obj = match self.transformed(obj) {
-            Ok(obj) => self.compact(obj),
+            Ok(obj) => obj,
             Err(key) => {
                 // Keep the last good version, if any, through a relist's sweep.
                 self.shared.store.touch(&key, self.epoch);
                 return;
             }
         };
+        if self.relisted.is_some() {
+            // Relisting: stamp what is unchanged, keep the rest for the list's end.
+            if self.shared.store.has_version_of(&obj) {
+                self.shared.store.touch(&ObjectKey::of(&obj), self.epoch);
+            } else if let Some(changed) = &mut self.relisted {
+                // A clone allocates exactly (see `compact`); the decoded copy is dropped.
+                #[allow(
+                    clippy::redundant_clone,
+                    reason = "the clone is the point: it allocates exactly"
+                )]
+                changed.push(obj.clone());
+            }
+            return;
+        }
+        let obj = self.compact(obj);
         let shared = &self.shared;
         let mut subscribers = shared.subscribers();
-        match shared.store.apply(obj, self.epoch, panics) {
+        let applied = shared.store.apply(obj, self.epoch, panics);
+        self.applied(applied, initial_list, &mut subscribers);
+    }
+
+    /// Counts, reports and sends what applying an object to the store did.
+    fn applied(
+        &self,
+        applied: Applied<K>,
+        initial_list: bool,
+        subscribers: &mut Vec<tokio::sync::mpsc::UnboundedSender<Event<K>>>,
+    ) {
+        match applied {
             Applied::Added(obj) => {
                 self.count(Some(&obj), None);
                 self.tell_stored(&obj);
                 send(
-                    &mut subscribers,
+                    subscribers,
                     &Event::Create {
                         object: obj,
                         initial_list,
@@ -281,7 +325,7 @@ where
             Applied::Updated { old, new } => {
                 self.count(Some(&new), Some(&old));
                 self.tell_stored(&new);
-                send(&mut subscribers, &Event::Update { old, new });
+                send(subscribers, &Event::Update { old, new });
             }
             Applied::Unchanged | Applied::Skipped => {}
         }

@@ -1,0 +1,68 @@
+//! `cargo xtask bench-informers`: informers at scale, each in a process of its own: Rudder's
+//! informer (streaming and paginated lists), kube-runtime's reflector (streaming lists on and
+//! off) and client-go's shared informer (WatchListClient on and off), sync time and resident
+//! memory (before, peak until synced, steady), and Rudder's informer released by its last
+//! user.
+//!
+//! Builds client-go's side (`go/cmd/informer-rss`, with the module's client-go, that of the
+//! control plane's release), finds (or installs) the envtest control plane, then runs
+//! rudder-cache's `scale` bench (`crates/rudder-cache/benches/scale.rs`), which creates the
+//! ConfigMaps once and runs every implementation in turn, per sitting.
+
+use std::fs;
+
+use crate::go::Go;
+use crate::{envtest, util};
+
+const USAGE: &str =
+    "usage: cargo xtask bench-informers [--objects N] [--runs N] [--settle SECONDS]";
+
+/// Entry point for `cargo xtask bench-informers`.
+pub(crate) fn run(args: &[&str]) -> Result<(), String> {
+    let mut passed = Vec::new();
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let value = rest
+            .next()
+            .filter(|v| v.parse::<u32>().is_ok_and(|n| n > 0))
+            .ok_or_else(|| format!("{arg} needs a positive number\n{USAGE}"))?;
+        match *arg {
+            "--objects" | "--runs" | "--settle" => {
+                passed.push((*arg).to_owned());
+                passed.push((*value).to_owned());
+            }
+            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+        }
+    }
+    let go = Go::find()?;
+    println!("{} for client-go (go/go.mod)", go.version());
+    let dir = std::env::temp_dir().join(format!("rudder-bench-informers-{}", std::process::id()));
+    fs::create_dir_all(&dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
+    let binary = dir.join("informer-rss");
+    let result = util::step("build go/cmd/informer-rss", || {
+        go.build("informer-rss", &binary)
+    })
+    .and_then(|()| {
+        let assets = envtest::install(false)?;
+        util::step("informer scale bench", || {
+            util::run(
+                util::cargo()
+                    .args([
+                        "bench",
+                        "-p",
+                        "rudder-cache",
+                        "--bench",
+                        "scale",
+                        "--",
+                        "--bench",
+                        "--go-binary",
+                    ])
+                    .arg(&binary)
+                    .args(&passed)
+                    .env("RUDDER_ENVTEST_ASSETS", &assets),
+            )
+        })
+    });
+    let _ = fs::remove_dir_all(&dir);
+    result
+}
