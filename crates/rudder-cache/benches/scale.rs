@@ -2,7 +2,8 @@
 //! each) synced by Rudder's informer (streaming and paginated lists), kube-runtime's
 //! reflector (streaming lists on and off) and client-go's shared informer (WatchListClient on
 //! and off, and on with managedFields dropped as Rudder drops them), each in a process of its
-//! own, in turn: sync time, and resident memory before the informer starts, at its peak
+//! own, in turn (client-go also with JSON on the wire, as Rust's clients talk, beside its
+//! default protobuf): sync time, CPU time, and resident memory before the informer starts, at its peak
 //! until the sync (`VmHWM`), at the sync and after a settling time. Then Rudder's cache
 //! informer released by its last user: resident memory before it was created, with it, and
 //! after it stopped.
@@ -51,11 +52,15 @@ enum How {
     /// This bench as a child, with `CHILD` set to the given mode.
     Rust(&'static str),
     /// client-go's program, with the WatchListClient feature on or off, managedFields dropped
-    /// or kept.
-    Go { watch_list: bool, strip: bool },
+    /// or kept, protobuf (client-go's default for built-in types) or JSON on the wire.
+    Go {
+        watch_list: bool,
+        strip: bool,
+        json: bool,
+    },
 }
 
-const RUNS: [Run; 7] = [
+const RUNS: [Run; 8] = [
     Run {
         name: "Rudder informer, streaming list (default; drops managedFields)",
         how: How::Rust("rudder"),
@@ -73,24 +78,35 @@ const RUNS: [Run; 7] = [
         how: How::Rust("kube-runtime"),
     },
     Run {
-        name: "client-go informer, WatchListClient on (default)",
+        name: "client-go informer, WatchListClient on (default; protobuf)",
         how: How::Go {
             watch_list: true,
             strip: false,
+            json: false,
         },
     },
     Run {
-        name: "client-go informer, WatchListClient off",
+        name: "client-go informer, WatchListClient off (protobuf)",
         how: How::Go {
             watch_list: false,
             strip: false,
+            json: false,
         },
     },
     Run {
-        name: "client-go informer, WatchListClient on, managedFields dropped",
+        name: "client-go informer, WatchListClient on, managedFields dropped (protobuf)",
         how: How::Go {
             watch_list: true,
             strip: true,
+            json: false,
+        },
+    },
+    Run {
+        name: "client-go informer, WatchListClient on, managedFields dropped, JSON as Rust's clients",
+        how: How::Go {
+            watch_list: true,
+            strip: true,
+            json: true,
         },
     },
 ];
@@ -235,7 +251,11 @@ fn measure(how: &How, env: &TestEnv, namespace: &str, settings: &Settings) -> Fi
                 .env(SETTLE, settings.settle.to_string());
             command
         }
-        How::Go { watch_list, strip } => {
+        How::Go {
+            watch_list,
+            strip,
+            json,
+        } => {
             let mut command = Command::new(settings.go_binary.as_ref().unwrap());
             command
                 .arg("-kubeconfig")
@@ -244,6 +264,7 @@ fn measure(how: &How, env: &TestEnv, namespace: &str, settings: &Settings) -> Fi
                 .arg(namespace)
                 .arg(format!("-settle={}s", settings.settle))
                 .arg(format!("-strip={strip}"))
+                .arg(format!("-json={json}"))
                 .env("KUBE_FEATURE_WatchListClient", watch_list.to_string());
             command
         }
@@ -402,10 +423,15 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    // A child runs on the runtime an operator's `#[tokio::main]` gives it: a thread per core
+    // (client-go's program has GOMAXPROCS threads likewise).
+    let rt = match std::env::var_os(CHILD) {
+        Some(_) => tokio::runtime::Builder::new_multi_thread(),
+        None => tokio::runtime::Builder::new_current_thread(),
+    }
+    .enable_all()
+    .build()
+    .unwrap();
     match std::env::var(CHILD) {
         Ok(which) => rt.block_on(child(&which)),
         Err(_) => rt.block_on(run()),

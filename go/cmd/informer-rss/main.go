@@ -13,7 +13,8 @@
 //
 // The WatchListClient feature is set as client-go reads it, from the environment:
 // KUBE_FEATURE_WatchListClient=false lists in pages. -strip drops managedFields in the
-// informer's transform (as Rudder's informers do by default).
+// informer's transform (as Rudder's informers do by default). client-go's generated clients
+// ask for protobuf by default; -json makes it ask for JSON, as Rust's clients do.
 package main
 
 import (
@@ -74,12 +75,17 @@ func main() {
 	namespace := flag.String("namespace", "", "the ConfigMaps' namespace")
 	strip := flag.Bool("strip", false, "drop managedFields in the informer's transform")
 	settle := flag.Duration("settle", 10*time.Second, "how long after the sync the steady RSS is read")
+	json := flag.Bool("json", false, "ask the API server for JSON instead of protobuf")
 	flag.Parse()
 
 	config, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	if *json {
+		config.ContentType = "application/json"
+		config.AcceptContentTypes = "application/json"
 	}
 	client := kubernetes.NewForConfigOrDie(config)
 	ctx := context.Background()
