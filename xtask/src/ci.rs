@@ -248,6 +248,7 @@ fn package() -> Result<(), String> {
         .map_or_else(|| root.join("target"), std::path::PathBuf::from)
         .join("package-verify");
     forget_builds(&target, &packages)?;
+    forget_sources(&packages)?;
     let mut cmd = cargo();
     cmd.args(["package", "--allow-dirty"])
         .env("CARGO_TARGET_DIR", &target);
@@ -275,6 +276,48 @@ fn forget_builds(target: &std::path::Path, packages: &[String]) -> Result<(), St
             let ours = name.rsplit_once('-').is_some_and(|(package, hash)| {
                 hash.len() == 16
                     && hash.bytes().all(|b| b.is_ascii_hexdigit())
+                    && packages.iter().any(|p| p == package)
+            });
+            if ours {
+                std::fs::remove_dir_all(entry.path())
+                    .map_err(|e| format!("cannot remove {}: {e}", entry.path().display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes the sources cargo unpacked of `packages` from the temporary registry of an earlier
+/// verification (`$CARGO_HOME/registry/src/<that registry>/<package>-<version>`): cargo
+/// unpacks a registry crate once and reuses the directory while it exists, so the next
+/// verification of the same version built the old sources, and a crate using items added
+/// since failed (`no method named ...`). crates.io's sources are left alone.
+fn forget_sources(packages: &[String]) -> Result<(), String> {
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
+    let Some(cargo_home) = cargo_home else {
+        return Ok(());
+    };
+    let Ok(registries) = std::fs::read_dir(cargo_home.join("registry").join("src")) else {
+        return Ok(());
+    };
+    for registry in registries.flatten() {
+        if registry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("index.crates.io-")
+        {
+            continue;
+        }
+        let Ok(crates) = std::fs::read_dir(registry.path()) else {
+            continue;
+        };
+        for entry in crates.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // `<package>-<version>`
+            let ours = name.rsplit_once('-').is_some_and(|(package, version)| {
+                version.starts_with(|c: char| c.is_ascii_digit())
                     && packages.iter().any(|p| p == package)
             });
             if ours {
