@@ -219,8 +219,8 @@ pub(crate) const COMMANDS: &[Command] = &[
         rest: None,
         help: "informers at scale, each in its own process: Rudder's (streaming and paginated \
                lists), kube-runtime's reflector and client-go's informer (go/cmd/informer-rss, \
-               WatchListClient on and off): sync time, RSS before, peak, steady, and after \
-               Rudder's informer is released",
+               WatchListClient on and off) and controller-runtime's cache: sync time, RSS \
+               before, peak, steady, and after Rudder's informer is released",
         run: |parsed| bench("informers", parsed.given),
     },
     Command {

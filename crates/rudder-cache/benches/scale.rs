@@ -57,10 +57,11 @@ enum How {
         watch_list: bool,
         strip: bool,
         json: bool,
+        controller_runtime: bool,
     },
 }
 
-const RUNS: [Run; 8] = [
+const RUNS: [Run; 9] = [
     Run {
         name: "Rudder informer, streaming list (default; drops managedFields)",
         how: How::Rust("rudder"),
@@ -83,6 +84,7 @@ const RUNS: [Run; 8] = [
             watch_list: true,
             strip: false,
             json: false,
+            controller_runtime: false,
         },
     },
     Run {
@@ -91,6 +93,7 @@ const RUNS: [Run; 8] = [
             watch_list: false,
             strip: false,
             json: false,
+            controller_runtime: false,
         },
     },
     Run {
@@ -99,6 +102,7 @@ const RUNS: [Run; 8] = [
             watch_list: true,
             strip: true,
             json: false,
+            controller_runtime: false,
         },
     },
     Run {
@@ -107,9 +111,23 @@ const RUNS: [Run; 8] = [
             watch_list: true,
             strip: true,
             json: true,
+            controller_runtime: false,
+        },
+    },
+    Run {
+        name: "controller-runtime cache (its default: WatchListClient on, protobuf)",
+        how: How::Go {
+            watch_list: true,
+            strip: false,
+            json: false,
+            controller_runtime: true,
         },
     },
 ];
+
+/// What the sweep (`--objects` with several counts) runs at each count: Rudder, kube-runtime
+/// and controller-runtime as a user gets each by default (indexes into [`RUNS`]).
+const SWEEP: [usize; 3] = [0, 3, 8];
 
 /// This process's CPU time so far (user and system, every thread), in milliseconds, from
 /// `/proc/self/stat` (clock ticks of 10 ms), as client-go's program reads it.
@@ -255,6 +273,7 @@ fn measure(how: &How, env: &TestEnv, namespace: &str, settings: &Settings) -> Fi
             watch_list,
             strip,
             json,
+            controller_runtime,
         } => {
             let mut command = Command::new(settings.go_binary.as_ref().unwrap());
             command
@@ -265,6 +284,7 @@ fn measure(how: &How, env: &TestEnv, namespace: &str, settings: &Settings) -> Fi
                 .arg(format!("-settle={}s", settings.settle))
                 .arg(format!("-strip={strip}"))
                 .arg(format!("-json={json}"))
+                .arg(format!("-controller-runtime={controller_runtime}"))
                 .env("KUBE_FEATURE_WatchListClient", watch_list.to_string());
             command
         }
@@ -285,6 +305,10 @@ fn measure(how: &How, env: &TestEnv, namespace: &str, settings: &Settings) -> Fi
 }
 
 struct Settings {
+    /// The object count of the table, or the counts of the sweep.
+    counts: Vec<usize>,
+    /// Where the sweep draws its plot.
+    plot: Option<PathBuf>,
     objects: usize,
     runs: usize,
     settle: u64,
@@ -293,6 +317,8 @@ struct Settings {
 
 fn settings() -> Settings {
     let mut settings = Settings {
+        counts: vec![50_000],
+        plot: None,
         objects: 50_000,
         runs: 1,
         settle: 10,
@@ -307,7 +333,11 @@ fn settings() -> Settings {
                 .clone()
         };
         match arg.as_str() {
-            "--objects" => settings.objects = value().parse().unwrap(),
+            "--objects" => {
+                settings.counts = value().split(',').map(|n| n.parse().unwrap()).collect();
+                settings.objects = settings.counts[0];
+            }
+            "--plot" => settings.plot = Some(PathBuf::from(value())),
             "--runs" => settings.runs = value().parse().unwrap(),
             "--settle" => settings.settle = value().parse().unwrap(),
             "--go-binary" => settings.go_binary = Some(PathBuf::from(value())),
@@ -329,6 +359,9 @@ fn load_average() -> String {
 
 async fn run() {
     let settings = settings();
+    if settings.counts.len() > 1 {
+        return sweep(settings).await;
+    }
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("scale").await.unwrap();
     let api = ns.api::<ConfigMap>();
@@ -416,6 +449,172 @@ async fn run() {
             after / base
         );
     }
+}
+
+/// Creates ConfigMaps `from..to` in `api`'s namespace.
+async fn create(api: &Api<ConfigMap>, from: usize, to: usize) {
+    futures::stream::iter(from..to)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &config_map(i))
+                    .await
+                    .unwrap()
+            }
+        })
+        .buffer_unordered(32)
+        .for_each(|_| async {})
+        .await;
+}
+
+/// One point of the sweep: an implementation's sync time and steady RSS at a count.
+struct Point {
+    run: usize,
+    objects: usize,
+    sync: f64,
+    cpu: f64,
+    steady: f64,
+}
+
+/// Sync time and steady RSS against the object count for Rudder, kube-runtime and
+/// controller-runtime, the namespace grown from one count to the next; a table, and a plot
+/// where `--plot` says.
+async fn sweep(mut settings: Settings) {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("scale-sweep").await.unwrap();
+    let api = ns.api::<ConfigMap>();
+    let counts = settings.counts.clone();
+    let mut points = Vec::new();
+    let mut made = 0;
+    let load_before = load_average();
+    for &count in &counts {
+        create(&api, made, count).await;
+        made = count;
+        settings.objects = count;
+        for &run in &SWEEP {
+            if matches!(RUNS[run].how, How::Go { .. }) && settings.go_binary.is_none() {
+                continue;
+            }
+            eprintln!("{count} objects: {}", RUNS[run].name);
+            let f = measure(&RUNS[run].how, env, ns.name(), &settings);
+            points.push(Point {
+                run,
+                objects: count,
+                sync: number(&f, "sync-ms") / 1000.0,
+                cpu: number(&f, "cpu-ms") / 1000.0,
+                steady: number(&f, "steady"),
+            });
+        }
+    }
+    println!();
+    println!(
+        "Sync time, CPU to sync and steady RSS against the object count (settle {} s, load average before {load_before}, after {}):",
+        settings.settle,
+        load_average()
+    );
+    println!();
+    println!("| implementation | objects | sync | CPU to sync | steady RSS |");
+    println!("|---|---:|---:|---:|---:|");
+    for p in &points {
+        println!(
+            "| {} | {} | {:.2} s | {:.2} s | {} |",
+            RUNS[p.run].name,
+            p.objects,
+            p.sync,
+            p.cpu,
+            mb(p.steady)
+        );
+    }
+    if let Some(path) = &settings.plot {
+        std::fs::write(path, svg(&points)).unwrap();
+        println!();
+        println!("plot: {}", path.display());
+    }
+}
+
+/// Two panels, sync time and steady RSS against the object count (both axes logarithmic),
+/// one line per implementation.
+fn svg(points: &[Point]) -> String {
+    const W: f64 = 420.0;
+    const H: f64 = 300.0;
+    const PAD: f64 = 55.0;
+    const COLOURS: [&str; 3] = ["#1f77b4", "#d62728", "#2ca02c"];
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n\
+         <!-- generated by cargo xtask bench-informers with several object counts; do not edit -->\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+        2.0 * W,
+        H + 60.0
+    );
+    type Panel = (&'static str, fn(&Point) -> f64);
+    let panels: [Panel; 2] = [
+        ("sync time (s)", |p| p.sync),
+        ("steady RSS (MB)", |p| p.steady / 1e6),
+    ];
+    let log = |v: f64| v.max(1e-3).log10();
+    let (x_min, x_max) = points.iter().fold((f64::MAX, f64::MIN), |(a, b), p| {
+        (a.min(log(p.objects as f64)), b.max(log(p.objects as f64)))
+    });
+    for (panel, (title, value)) in panels.iter().enumerate() {
+        let left = panel as f64 * W;
+        let (y_min, y_max) = points.iter().fold((f64::MAX, f64::MIN), |(a, b), p| {
+            (a.min(log(value(p))), b.max(log(value(p))))
+        });
+        let x =
+            |v: f64| left + PAD + (log(v) - x_min) / (x_max - x_min).max(1e-9) * (W - 1.5 * PAD);
+        let y = |v: f64| H - (log(v) - y_min) / (y_max - y_min).max(1e-9) * (H - 1.5 * PAD);
+        out += &format!(
+            "<text x=\"{}\" y=\"18\" font-size=\"13\">{title}, against objects (log-log)</text>\n\
+             <line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"black\"/>\n\
+             <line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"30\" stroke=\"black\"/>\n",
+            left + PAD,
+            H,
+            left + W - PAD / 2.0,
+        );
+        let mut counts: Vec<usize> = points.iter().map(|p| p.objects).collect();
+        counts.dedup();
+        for count in counts {
+            out += &format!(
+                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{count}</text>\n",
+                x(count as f64),
+                H + 15.0
+            );
+        }
+        for v in [y_min, (y_min + y_max) / 2.0, y_max] {
+            let value = 10f64.powf(v);
+            out += &format!(
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{value:.2}</text>\n",
+                left + PAD - 4.0,
+                y(value) + 4.0
+            );
+        }
+        for (line, &run) in SWEEP.iter().enumerate() {
+            let coords: Vec<String> = points
+                .iter()
+                .filter(|p| p.run == run)
+                .map(|p| format!("{:.1},{:.1}", x(p.objects as f64), y(value(p))))
+                .collect();
+            if coords.is_empty() {
+                continue;
+            }
+            out += &format!(
+                "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>\n",
+                COLOURS[line],
+                coords.join(" ")
+            );
+        }
+    }
+    for (line, &run) in SWEEP.iter().enumerate() {
+        out += &format!(
+            "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n",
+            PAD,
+            H + 32.0 + 14.0 * line as f64,
+            COLOURS[line],
+            RUNS[run].name
+        );
+    }
+    out += "</svg>\n";
+    out
 }
 
 fn main() {

@@ -15,6 +15,8 @@
 // KUBE_FEATURE_WatchListClient=false lists in pages. -strip drops managedFields in the
 // informer's transform (as Rudder's informers do by default). client-go's generated clients
 // ask for protobuf by default; -json makes it ask for JSON, as Rust's clients do.
+// -controller-runtime syncs controller-runtime's cache instead (its informer for ConfigMaps,
+// restricted to the namespace), as a manager's controller would get it.
 package main
 
 import (
@@ -33,6 +35,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
 )
 
 // status reads a field of /proc/self/status in bytes (the kernel gives kB).
@@ -76,6 +82,7 @@ func main() {
 	strip := flag.Bool("strip", false, "drop managedFields in the informer's transform")
 	settle := flag.Duration("settle", 10*time.Second, "how long after the sync the steady RSS is read")
 	json := flag.Bool("json", false, "ask the API server for JSON instead of protobuf")
+	controllerRuntime := flag.Bool("controller-runtime", false, "sync controller-runtime's cache instead of a client-go informer")
 	flag.Parse()
 
 	config, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
@@ -95,34 +102,70 @@ func main() {
 		os.Exit(1)
 	}
 	base := status("VmRSS")
-	informer := coreinformers.NewConfigMapInformer(client, *namespace, 0, cache.Indexers{
-		cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
-	})
-	if *strip {
-		if err := informer.SetTransform(func(obj interface{}) (interface{}, error) {
-			if object, ok := obj.(metav1.Object); ok {
-				object.SetManagedFields(nil)
-			}
-			return obj, nil
-		}); err != nil {
+	var informer cache.SharedIndexInformer
+	var store func() int
+	stop := make(chan struct{})
+	var cpuStart int64
+	var start time.Time
+	if *controllerRuntime {
+		c, err := crcache.New(config, crcache.Options{
+			Scheme:            scheme.Scheme,
+			DefaultNamespaces: map[string]crcache.Config{*namespace: {}},
+		})
+		if err != nil {
 			panic(err)
 		}
-	}
-	stop := make(chan struct{})
-	cpuStart := cpuMillis()
-	start := time.Now()
-	go informer.Run(stop)
-	if !cache.WaitForCacheSync(stop, informer.HasSynced) {
-		fmt.Fprintln(os.Stderr, "the informer did not sync")
-		os.Exit(1)
+		cpuStart = cpuMillis()
+		start = time.Now()
+		if _, err := c.GetInformer(ctx, &corev1.ConfigMap{}); err != nil {
+			panic(err)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() { _ = c.Start(runCtx) }()
+		if !c.WaitForCacheSync(runCtx) {
+			fmt.Fprintln(os.Stderr, "the cache did not sync")
+			os.Exit(1)
+		}
+		store = func() int {
+			var list corev1.ConfigMapList
+			if err := c.List(ctx, &list); err != nil {
+				panic(err)
+			}
+			return len(list.Items)
+		}
+	} else {
+		informer = coreinformers.NewConfigMapInformer(client, *namespace, 0, cache.Indexers{
+			cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
+		})
+		if *strip {
+			if err := informer.SetTransform(func(obj interface{}) (interface{}, error) {
+				if object, ok := obj.(metav1.Object); ok {
+					object.SetManagedFields(nil)
+				}
+				return obj, nil
+			}); err != nil {
+				panic(err)
+			}
+		}
+		cpuStart = cpuMillis()
+		start = time.Now()
+		go informer.Run(stop)
+		if !cache.WaitForCacheSync(stop, informer.HasSynced) {
+			fmt.Fprintln(os.Stderr, "the informer did not sync")
+			os.Exit(1)
+		}
+		store = func() int { return len(informer.GetStore().ListKeys()) }
 	}
 	took := time.Since(start)
 	cpu := cpuMillis() - cpuStart
 	peak := status("VmHWM")
 	synced := status("VmRSS")
-	objects := len(informer.GetStore().ListKeys())
+	// Read after the peak and the synced RSS: controller-runtime's List copies every object.
+	objects := -1
 	time.Sleep(*settle)
 	steady := status("VmRSS")
+	objects = store()
 	fmt.Printf("watchlist %v\n", clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient))
 	fmt.Printf("objects %d\n", objects)
 	fmt.Printf("sync-ms %d\n", took.Milliseconds())
