@@ -166,7 +166,12 @@
 //! backoff. The choice is the informer's: it streams again at the first relist
 //! [`InformerBuilder::streaming_retry`] after falling back, never by breaking a healthy watch.
 //! [`CacheBuilder::list_strategy`] and [`InformerBuilder::list_strategy`] make every list
-//! paginated. The first list stores each object as it arrives. A relist (a watch that cannot
+//! paginated. The [`Cache`]'s informers start a streaming list at the most recent state (no
+//! `resourceVersion`, as client-go's reflector does: the server answers once its watch cache
+//! is current), so they never sync without an object written before they started; an
+//! informer built with [`Informer::builder`] on an `Api` of your own asks as kube-runtime's
+//! watcher does, with `resourceVersion=0`, which the server may answer from a watch cache a
+//! moment behind (the missing object then arrives as an add right after the sync). The first list stores each object as it arrives. A relist (a watch that cannot
 //! resume, e.g. 410 Gone) replaces the store in one step at its end: objects it brings
 //! unchanged (same resourceVersion) are only stamped, those it brings changed or new wait
 //! aside, and when it ends they are applied and what it did not list removed (a delete with

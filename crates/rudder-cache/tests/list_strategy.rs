@@ -113,3 +113,38 @@ async fn paginated_lists_when_asked_never_stream() {
     assert!(requests.iter().any(|r| lists(r)), "{requests:?}");
     informer.stop().await;
 }
+
+#[tokio::test]
+async fn the_caches_streaming_list_asks_for_the_most_recent_state() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = populated(env, "list-most-recent").await;
+    let gate = WatchGate::default();
+    let cache = rudder_cache::Cache::builder(gate.client(env.config()))
+        .default_namespace(ns.name())
+        .build(&tokio_util::sync::CancellationToken::new());
+    // Written just before the informer starts: a list from a watch cache that has not seen it
+    // yet (`resourceVersion=0`, "any") could sync without it.
+    ns.api::<ConfigMap>()
+        .create(&Default::default(), &config_map("just-written", &[]))
+        .await
+        .unwrap();
+    let found = cache
+        .get::<ConfigMap>(Some(ns.name()), "just-written")
+        .await
+        .unwrap();
+    assert!(
+        found.is_some(),
+        "synced without an object written before it started"
+    );
+    let requests = gate.requests();
+    let version = env.version();
+    if (version.major, version.minor) >= (1, 34) {
+        let streaming: Vec<&String> = requests.iter().filter(|r| streams(r)).collect();
+        assert!(!streaming.is_empty(), "{requests:?}");
+        assert!(
+            streaming.iter().all(|r| !r.contains("resourceVersion=0")),
+            "{streaming:?}"
+        );
+    }
+    cache.stop().await;
+}

@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use crate::error::{Error, Result, SyncError};
 use crate::informer::Informer;
 
+mod most_recent;
 mod options;
 mod reader;
 mod registry;
@@ -148,7 +149,7 @@ impl Cache {
     where
         K: Typed,
     {
-        let client = self.inner.client.clone();
+        let client = self.inner.informer_client();
         let scope = &typed_scope::<K>(scope);
         self.inner
             .get_or_start(TypeKey::Typed(TypeId::of::<K>()), scope, pin, |ns| {
@@ -216,7 +217,7 @@ impl Cache {
         scope: &Scope,
         pin: bool,
     ) -> Result<Informer<DynamicObject>> {
-        let client = self.inner.client.clone();
+        let client = self.inner.informer_client();
         self.inner
             .get_or_start(TypeKey::dynamic(resource), scope, pin, |ns| {
                 Informer::builder(match ns {

@@ -137,6 +137,7 @@ impl CacheBuilder {
                 token: token.child_token(),
                 tracker: TaskTracker::new(),
                 writes: Arc::new(WriteTracker::new()),
+                informer_client: std::sync::OnceLock::new(),
             }),
         }
     }

@@ -106,9 +106,19 @@ pub(crate) struct Inner {
     pub(crate) tracker: TaskTracker,
     /// Writes made through this cache's clients that its informers have not delivered yet.
     pub(crate) writes: Arc<WriteTracker>,
+    /// `client` with streaming lists asking for the most recent state, made when the first
+    /// informer starts (a Tokio runtime is there by then; building the cache needs none).
+    pub(crate) informer_client: std::sync::OnceLock<Client>,
 }
 
 impl Inner {
+    /// The client informers watch with (see `most_recent.rs`).
+    pub(crate) fn informer_client(&self) -> Client {
+        self.informer_client
+            .get_or_init(|| super::most_recent::most_recent(self.client.clone()))
+            .clone()
+    }
+
     pub(crate) fn informers(&self) -> MutexGuard<'_, HashMap<InformerKey, Slot>> {
         self.informers.lock_unpoisoned()
     }
