@@ -366,18 +366,7 @@ async fn run() {
     let ns = env.namespace("scale").await.unwrap();
     let api = ns.api::<ConfigMap>();
     let created = Instant::now();
-    futures::stream::iter(0..settings.objects)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                api.create(&PostParams::default(), &config_map(i))
-                    .await
-                    .unwrap()
-            }
-        })
-        .buffer_unordered(32)
-        .for_each(|_| async {})
-        .await;
+    create(&api, 0, settings.objects).await;
     let sample = api.get("scale-000000").await.unwrap();
     let json = serde_json::to_vec(&sample).unwrap().len();
     println!(
