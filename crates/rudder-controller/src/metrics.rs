@@ -162,20 +162,21 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn new(controller: &str) -> Self {
-        let c = controller.to_owned();
+    pub(crate) fn new(controller: &str, cluster: Option<&str>) -> Self {
+        let mut labels = vec![metrics::Label::new("controller", controller.to_owned())];
+        if let Some(cluster) = cluster {
+            labels.push(metrics::Label::new("cluster", cluster.to_owned()));
+        }
         let totals = RESULTS.map(|result| {
-            let counter = metrics::counter!(
-                RECONCILE_TOTAL,
-                "controller" => c.clone(),
-                "result" => result
-            );
+            let mut labels = labels.clone();
+            labels.push(metrics::Label::new("result", result));
+            let counter = metrics::counter!(RECONCILE_TOTAL, labels);
             // Present from the start, at zero, as in controller-runtime.
             counter.increment(0);
             counter
         });
         let counter = |name: &'static str| {
-            let counter = metrics::counter!(name, "controller" => c.clone());
+            let counter = metrics::counter!(name, labels.clone());
             counter.increment(0);
             counter
         };
@@ -184,9 +185,9 @@ impl Metrics {
             errors: counter(RECONCILE_ERRORS_TOTAL),
             terminal: counter(TERMINAL_RECONCILE_ERRORS_TOTAL),
             panics: counter(RECONCILE_PANICS_TOTAL),
-            time: metrics::histogram!(RECONCILE_TIME_SECONDS, "controller" => c.clone()),
-            max_concurrent: metrics::gauge!(MAX_CONCURRENT_RECONCILES, "controller" => c.clone()),
-            active: metrics::gauge!(ACTIVE_WORKERS, "controller" => c),
+            time: metrics::histogram!(RECONCILE_TIME_SECONDS, labels.clone()),
+            max_concurrent: metrics::gauge!(MAX_CONCURRENT_RECONCILES, labels.clone()),
+            active: metrics::gauge!(ACTIVE_WORKERS, labels),
         }
     }
 
@@ -230,13 +231,15 @@ impl Metrics {
 #[derive(Clone)]
 pub(crate) struct DeferredQueueMetrics {
     controller: Arc<str>,
+    cluster: Option<Arc<str>>,
     sink: Arc<OnceLock<Box<dyn QueueMetrics>>>,
 }
 
 impl DeferredQueueMetrics {
-    pub(crate) fn new(controller: &str) -> Self {
+    pub(crate) fn new(controller: &str, cluster: Option<Arc<str>>) -> Self {
         Self {
             controller: Arc::from(controller),
+            cluster,
             sink: Arc::default(),
         }
     }
@@ -245,9 +248,12 @@ impl DeferredQueueMetrics {
     /// first), and reports the queue's depth now, as the gauge would have shown it.
     pub(crate) fn bind(&self, depth: usize) {
         let sink = self.sink.get_or_init(|| {
-            MetricsCrateProvider::new()
-                .label("controller", self.controller.to_string())
-                .queue_metrics(&self.controller)
+            let mut provider =
+                MetricsCrateProvider::new().label("controller", self.controller.to_string());
+            if let Some(cluster) = &self.cluster {
+                provider = provider.label("cluster", cluster.to_string());
+            }
+            provider.queue_metrics(&self.controller)
         });
         sink.set_depth(depth);
     }

@@ -1,6 +1,7 @@
 //! [`Options`]: how a controller runs, one type for every builder that makes controllers.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rudder_handler::Request;
@@ -45,6 +46,7 @@ pub struct Options {
     pub(crate) read_your_writes: bool,
     pub(crate) write_wait: Duration,
     pub(crate) filter_own_echoes: bool,
+    pub(crate) cluster: Option<Arc<str>>,
 }
 
 impl fmt::Debug for Options {
@@ -60,6 +62,7 @@ impl fmt::Debug for Options {
             .field("read_your_writes", &self.read_your_writes)
             .field("write_wait", &self.write_wait)
             .field("filter_own_echoes", &self.filter_own_echoes)
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -77,6 +80,7 @@ impl Default for Options {
             read_your_writes: true,
             write_wait: DEFAULT_WRITE_WAIT,
             filter_own_echoes: false,
+            cluster: None,
         }
     }
 }
@@ -176,6 +180,21 @@ impl Options {
     /// Whether own echoes are dropped ([`filter_own_echoes`](Self::filter_own_echoes)).
     pub fn filters_own_echoes(&self) -> bool {
         self.read_your_writes && self.filter_own_echoes
+    }
+
+    /// The member cluster this controller serves, for a controller run once per cluster (the
+    /// `rudder` facade's multi-cluster controllers set it): every reconcile's
+    /// [`Context::cluster`](crate::Context::cluster) carries it, the controller's and its
+    /// queue's metrics carry a `cluster` label and its reconcile spans a `cluster` field, and
+    /// its name need be unique only among the controllers serving that cluster.
+    pub fn cluster(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.cluster = Some(name.into());
+        self
+    }
+
+    /// The member cluster set with [`cluster`](Self::cluster).
+    pub fn cluster_name(&self) -> Option<&str> {
+        self.cluster.as_deref()
     }
 
     /// Allows a name another controller in the process has (tests that build the same

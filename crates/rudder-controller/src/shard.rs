@@ -271,6 +271,14 @@ impl ShardPermit {
         self.shard
     }
 
+    /// A [`LeaderGate`] open while this replica's holding of the shard is valid, as it was
+    /// when the key was admitted: for work that runs as long as the permit is held (the
+    /// facade's fleet gates a member cluster's controllers with it), so that it stops taking
+    /// requests by itself once the holding passes, even in a process that was frozen.
+    pub fn gate(&self) -> LeaderGate {
+        self.validity.clone()
+    }
+
     /// Returns once this replica's holding of the shard has passed by the monotonic clock
     /// (the Lease was not renewed in time, or the process was frozen past it) or was given
     /// up: from then on another replica may hold the shard. A clean hand-off

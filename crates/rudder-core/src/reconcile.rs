@@ -97,6 +97,7 @@ pub struct Context {
     cancel: CancellationToken,
     reconcile_id: ReconcileId,
     controller: Arc<str>,
+    cluster: Option<Arc<str>>,
 }
 
 impl Context {
@@ -114,7 +115,23 @@ impl Context {
             cancel,
             reconcile_id,
             controller: controller.into(),
+            cluster: None,
         }
+    }
+
+    /// This context for a reconcile of a request in the member cluster `cluster` (a
+    /// controller serving one cluster of a fleet sets it).
+    #[must_use]
+    pub fn with_cluster(mut self, cluster: impl Into<Arc<str>>) -> Self {
+        self.cluster = Some(cluster.into());
+        self
+    }
+
+    /// The member cluster the request belongs to, for a controller serving one cluster of a
+    /// fleet (the `rudder` facade's multi-cluster controllers); `None` for a controller of
+    /// one cluster.
+    pub fn cluster(&self) -> Option<&str> {
+        self.cluster.as_deref()
     }
 
     /// Completes when the reconcile should give up: its timeout passed or the controller is
@@ -148,6 +165,7 @@ impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Context")
             .field("controller", &self.controller)
+            .field("cluster", &self.cluster)
             .field("reconcile_id", &self.reconcile_id)
             .field("cancelled", &self.is_cancelled())
             .finish()

@@ -23,6 +23,9 @@ use crate::process::{Process, Watchdog};
 /// How often readiness is polled while starting. Loopback answers in well under this.
 const POLL: Duration = Duration::from_millis(25);
 
+/// Where the API server is in a control plane's processes (etcd is first).
+const APISERVER_INDEX: usize = 1;
+
 /// Options for a control plane; [`TestEnv::builder`] makes one.
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `start` or `shared` is called"]
@@ -187,7 +190,22 @@ pub struct TestEnv {
     nodes: usize,
     crd_timeout: Duration,
     webhook_timeout: Duration,
+    start_timeout: Duration,
     shared: bool,
+    /// How the API server was started, to start it again after
+    /// [`stop_apiserver`](TestEnv::stop_apiserver); `None` until it first started.
+    apiserver: Option<ApiServerCommand>,
+    /// Whether the API server is stopped ([`TestEnv::stop_apiserver`]).
+    apiserver_stopped: bool,
+    /// Times the API server was started again.
+    apiserver_restarts: usize,
+}
+
+/// The API server's binary and arguments, kept to start it again on the same port.
+#[derive(Debug, Clone)]
+struct ApiServerCommand {
+    bin: PathBuf,
+    args: Vec<String>,
 }
 
 impl TestEnv {
@@ -311,6 +329,58 @@ impl TestEnv {
         self.shutdown()
     }
 
+    /// Kills the API server (SIGKILL), leaving etcd and its data: clients see connections
+    /// refused until [`start_apiserver`](Self::start_apiserver) starts it again on the same
+    /// port. For tests of what an operator does while an API server is down.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shared`] for a shared control plane (other tests use it).
+    pub fn stop_apiserver(&mut self) -> Result<()> {
+        if self.shared {
+            return Err(Error::Shared("stop its API server"));
+        }
+        if let Some(p) = self.processes.get_mut(APISERVER_INDEX) {
+            p.kill();
+        }
+        self.apiserver_stopped = true;
+        Ok(())
+    }
+
+    /// Starts the API server again after [`stop_apiserver`](Self::stop_apiserver), with the
+    /// same arguments, port and certificates (its log goes to `kube-apiserver.<n>.log` in
+    /// [`log_dir`](Self::log_dir)), and waits until it is ready. Does nothing if it runs.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shared`] for a shared control plane; [`Error::NotReady`] if it does not
+    /// become ready within the start timeout it was built with (60 s by default).
+    pub async fn start_apiserver(&mut self) -> Result<()> {
+        if self.shared {
+            return Err(Error::Shared("start its API server"));
+        }
+        if !self.apiserver_stopped {
+            return Ok(());
+        }
+        let Some(command) = self.apiserver.clone() else {
+            return Ok(());
+        };
+        self.apiserver_restarts += 1;
+        let log = self
+            .log_dir()
+            .join(format!("kube-apiserver.{}.log", self.apiserver_restarts));
+        let Some(watchdog) = self.watchdog.as_mut() else {
+            return Ok(());
+        };
+        let process = Process::spawn(KUBE_APISERVER, &command.bin, &command.args, log, watchdog)?;
+        if let Some(slot) = self.processes.get_mut(APISERVER_INDEX) {
+            *slot = process;
+        }
+        self.apiserver_stopped = false;
+        self.wait_for_readyz(APISERVER_INDEX, self.start_timeout)
+            .await
+    }
+
     fn shutdown(&mut self) -> Result<()> {
         // Reverse start order: the controller manager and API server first, etcd last, so
         // nothing logs a flood of connection errors on the way down.
@@ -374,7 +444,11 @@ impl TestEnv {
             nodes: opts.nodes,
             crd_timeout: opts.crd_timeout,
             webhook_timeout: opts.webhook_timeout,
+            start_timeout: opts.start_timeout,
             shared: false,
+            apiserver: None,
+            apiserver_stopped: false,
+            apiserver_restarts: 0,
         };
         let result = env
             .boot(
@@ -449,6 +523,10 @@ impl TestEnv {
             watchdog,
         )?;
         self.processes.push(apiserver);
+        self.apiserver = Some(ApiServerCommand {
+            bin: apiserver_bin.to_owned(),
+            args: api_args,
+        });
         self.connect(&server, &files, opts.start_timeout).await?;
 
         if let Some(cm_bin) = cm_bin {

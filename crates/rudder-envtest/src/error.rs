@@ -81,6 +81,11 @@ pub enum Error {
         tail: String,
     },
 
+    /// The operation would disturb a control plane other tests share
+    /// ([`TestEnvBuilder::shared`](crate::TestEnvBuilder::shared)); start one of your own.
+    #[error("cannot {0} on a shared control plane: other tests use it; start one of your own")]
+    Shared(&'static str),
+
     /// The generated kubeconfig could not be turned into a client configuration.
     #[error("could not build a client configuration from the generated kubeconfig")]
     Kubeconfig(#[source] kube::config::KubeconfigError),

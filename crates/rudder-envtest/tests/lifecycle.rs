@@ -263,3 +263,37 @@ async fn a_killed_test_process_leaves_no_process_behind() {
     })
     .await;
 }
+
+/// An API server stopped and started again: requests fail while it is down, and it comes
+/// back on the same address with the data etcd kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_stops_and_starts_again_with_its_data() {
+    let mut env = TestEnv::start().await.unwrap();
+    let client = env.client().unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("kept".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &cm).await.unwrap();
+
+    env.stop_apiserver().unwrap();
+    let down = tokio::time::timeout(Duration::from_secs(10), api.get("kept")).await;
+    assert!(
+        matches!(down, Ok(Err(_)) | Err(_)),
+        "a stopped API server answered: {down:?}"
+    );
+
+    env.start_apiserver().await.unwrap();
+    // The same client, on the same address, reads what etcd kept.
+    assert_eq!(
+        api.get("kept").await.unwrap().metadata.name.as_deref(),
+        Some("kept")
+    );
+    // Starting a running server again does nothing.
+    env.start_apiserver().await.unwrap();
+    env.stop().unwrap();
+}

@@ -8,7 +8,7 @@ use rudder_handler::Queue;
 use rudder_workqueue::rate_limiter::default_controller_rate_limiter;
 use tokio_util::sync::CancellationToken;
 
-use super::names::register_name;
+use super::names::{self, register_name};
 use super::{Controller, Inner, Watches};
 use crate::error::BuildError;
 use crate::gate::LeaderGate;
@@ -47,14 +47,15 @@ impl<R: Reconciler> Builder<R> {
         }
         let options = self.options;
         let registered = !options.skip_name_validation;
-        if registered && !register_name(&self.name) {
-            return Err(BuildError::DuplicateName(self.name));
+        let registry_key = names::registry_key(&self.name, options.cluster.as_deref());
+        if registered && !register_name(&registry_key) {
+            return Err(BuildError::DuplicateName(registry_key));
         }
         let limiter = options
             .rate_limiter
             .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
         // The queue's metric handles, like the controller's, are made when it runs.
-        let queue_metrics = DeferredQueueMetrics::new(&self.name);
+        let queue_metrics = DeferredQueueMetrics::new(&self.name, options.cluster.clone());
         let queue = Queue::builder()
             .name(self.name.clone())
             .rate_limiter(limiter)
@@ -72,6 +73,8 @@ impl<R: Reconciler> Builder<R> {
         Ok(Controller {
             inner: Arc::new(Inner {
                 name,
+                cluster: options.cluster,
+                registry_key,
                 registered,
                 reconciler: self.reconciler,
                 queue,

@@ -62,6 +62,10 @@ impl<R> fmt::Debug for Controller<R> {
 
 struct Inner<R> {
     name: Arc<str>,
+    /// The member cluster it serves (`Options::cluster`).
+    cluster: Option<Arc<str>>,
+    /// Its name in the process-wide registry.
+    registry_key: String,
     registered: bool,
     reconciler: R,
     queue: Queue,
@@ -93,7 +97,7 @@ impl<R> Drop for Inner<R> {
     fn drop(&mut self) {
         self.stop_sources.cancel();
         if self.registered {
-            unregister_name(&self.name);
+            unregister_name(&self.registry_key);
         }
     }
 }
@@ -285,7 +289,8 @@ impl<R> Inner<R> {
     /// The controller's metric handles, made at the first call: `run` makes it as it starts,
     /// so they come from the recorder the process has installed by then.
     fn metrics(&self) -> &Metrics {
-        self.metrics.get_or_init(|| Metrics::new(&self.name))
+        self.metrics
+            .get_or_init(|| Metrics::new(&self.name, self.cluster.as_deref()))
     }
 
     /// Makes every metric handle of the controller and its queue against the current

@@ -17,3 +17,12 @@ pub(super) fn register_name(name: &str) -> bool {
 pub(super) fn unregister_name(name: &str) {
     names().lock_unpoisoned().remove(name);
 }
+
+/// The name a controller takes in the registry: its own, or `name@cluster` for a controller
+/// serving one member cluster (`@` cannot appear in either, both being DNS names).
+pub(super) fn registry_key(name: &str, cluster: Option<&str>) -> String {
+    match cluster {
+        Some(cluster) => format!("{name}@{cluster}"),
+        None => name.to_owned(),
+    }
+}

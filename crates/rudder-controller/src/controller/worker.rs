@@ -143,10 +143,14 @@ async fn process<R: Reconciler>(
     let request = item.key().clone();
     let id = ReconcileId::new(NEXT_RECONCILE_ID.fetch_add(1, Ordering::Relaxed));
     let cancel = inner.hard_stop.child_token();
-    let ctx = Context::new(cancel.clone(), id, Arc::clone(&inner.name));
+    let mut ctx = Context::new(cancel.clone(), id, Arc::clone(&inner.name));
+    if let Some(cluster) = &inner.cluster {
+        ctx = ctx.with_cluster(Arc::clone(cluster));
+    }
     let span = tracing::info_span!(
         "reconcile",
         controller = %inner.name,
+        cluster = inner.cluster.as_deref(),
         request = %request,
         reconcile_id = %id,
     );
