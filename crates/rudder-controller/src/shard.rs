@@ -250,8 +250,10 @@ impl ShardGate {
         )
     }
 
-    /// The stream of opened shards; only the first caller gets it.
-    pub(crate) fn take_opened(&self) -> Option<mpsc::UnboundedReceiver<usize>> {
+    /// The stream of opened shards (each shard's number as it opens); only the first caller
+    /// gets it: the controller the gate is set on (for its resync), or whatever else follows
+    /// the gate (the facade's fleet, which engages the clusters of a shard as it opens).
+    pub fn take_opened(&self) -> Option<mpsc::UnboundedReceiver<usize>> {
         self.shared.opened_rx.lock_unpoisoned().take()
     }
 }

@@ -131,6 +131,9 @@ pub mod client;
 #[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub mod manifests;
 #[cfg(feature = "manager")]
+#[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
+pub mod multicluster;
+#[cfg(feature = "manager")]
 mod tools;
 #[cfg(feature = "webhook")]
 mod webhook_builder;
@@ -300,6 +303,11 @@ pub enum Error {
     #[cfg(feature = "manager")]
     #[error("invalid sharding configuration")]
     Sharding(#[source] rudder_manager::leader_election::ConfigError),
+    /// A fleet's controller could not be added: its name is taken in the fleet
+    /// ([`multicluster`](crate::multicluster)).
+    #[cfg(feature = "manager")]
+    #[error("{0}")]
+    Fleet(String),
 }
 
 /// The result of the builder API.

@@ -52,12 +52,14 @@ pub struct Tools {
     client: Client,
     recorder: Recorder,
     controller: Arc<str>,
+    cluster: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Tools {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tools")
             .field("controller", &self.controller)
+            .field("cluster", &self.cluster)
             .finish_non_exhaustive()
     }
 }
@@ -79,7 +81,34 @@ impl Tools {
             ),
             recorder: Recorder::new(manager.client().clone(), reporter),
             controller: controller.into(),
+            cluster: None,
         }
+    }
+
+    /// Tools for the controller named `controller` serving the member cluster `cluster` of a
+    /// [fleet](crate::multicluster): the typed client reads that cluster's cache and writes
+    /// to its API server; the event recorder writes to `home` (the manager's cluster), where
+    /// a fleet's Events live.
+    pub fn for_cluster(
+        cluster: &crate::multicluster::Cluster,
+        home: &kube::Client,
+        controller: &str,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: controller.to_owned(),
+            instance: std::env::var("HOSTNAME").ok(),
+        };
+        Self {
+            client: Client::new(cluster.kube().clone(), cluster.cache().clone(), controller),
+            recorder: Recorder::new(home.clone(), reporter),
+            controller: controller.into(),
+            cluster: Some(cluster.name_arc()),
+        }
+    }
+
+    /// The member cluster these tools serve, for a fleet's controller; `None` otherwise.
+    pub fn cluster(&self) -> Option<&str> {
+        self.cluster.as_deref()
     }
 
     /// The typed client: reads from the shared cache, writes to the API server.

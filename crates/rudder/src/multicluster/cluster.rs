@@ -1,0 +1,250 @@
+//! [`Cluster`]: one engaged member cluster (its client and its cache), and the layer that
+//! watches its API server's answers.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use kube::client::Body;
+use rudder_cache::Cache;
+use tokio_util::sync::CancellationToken;
+
+use super::metrics::{CLUSTER_HEALTHY, REQUEST_FAILURES_TOTAL};
+
+/// One member cluster while it is engaged on this replica: its name, a client for its API
+/// server and a cache of its own (informers started by the controllers that serve it).
+/// Cloning gives another handle; the cache stops when the fleet disengages the cluster.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: Arc<str>,
+    kube: kube::Client,
+    cache: Cache,
+    token: CancellationToken,
+    health: Arc<Health>,
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cluster")
+            .field("name", &self.inner.name)
+            .field("health", &self.health())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// A cluster called `name` reached with `kube` (already wrapped in the health layer,
+    /// whose state is `health`), with a cache built by `cache`.
+    pub(crate) fn new(
+        name: Arc<str>,
+        kube: kube::Client,
+        health: Arc<Health>,
+        cache: impl FnOnce(kube::Client, &CancellationToken) -> Cache,
+    ) -> Self {
+        let token = CancellationToken::new();
+        let cache = cache(kube.clone(), &token);
+        Self {
+            inner: Arc::new(Inner {
+                name,
+                kube,
+                cache,
+                token,
+                health,
+            }),
+        }
+    }
+
+    /// The cluster's name, as its provider announced it.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    pub(crate) fn name_arc(&self) -> Arc<str> {
+        Arc::clone(&self.inner.name)
+    }
+
+    /// A client for the cluster's API server (counted in `rest_client_requests_total`
+    /// under its host, and in the fleet's health metrics).
+    pub fn kube(&self) -> &kube::Client {
+        &self.inner.kube
+    }
+
+    /// The cluster's cache: informers of this cluster only.
+    pub fn cache(&self) -> &Cache {
+        &self.inner.cache
+    }
+
+    /// What the cluster's API server's last answer said.
+    pub fn health(&self) -> ClusterHealth {
+        self.inner.health.state()
+    }
+
+    /// Cancelled when the cluster is stopped (disengaged).
+    pub(crate) fn stopped(&self) -> CancellationToken {
+        self.inner.token.clone()
+    }
+
+    /// Stops the cache's informers and waits for their tasks.
+    pub(crate) async fn stop(&self) {
+        self.inner.token.cancel();
+        self.inner.cache.stop().await;
+    }
+}
+
+/// What a member cluster's API server's last answer said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterHealth {
+    /// No request answered yet.
+    Unknown,
+    /// The last request got an answer that is not one of the failures below.
+    Healthy,
+    /// No answer: connection refused, TLS failure, timeout.
+    Unreachable,
+    /// 401: the credentials are not (or no longer) accepted.
+    Unauthorized,
+    /// 403: the identity may not do what was asked (RBAC revoked or short).
+    Forbidden,
+    /// 5xx: the server failed.
+    ServerError,
+}
+
+impl ClusterHealth {
+    /// The `reason` label of a failure (`None` for `Healthy` and `Unknown`).
+    pub fn reason(self) -> Option<&'static str> {
+        match self {
+            Self::Unknown | Self::Healthy => None,
+            Self::Unreachable => Some("unreachable"),
+            Self::Unauthorized => Some("unauthorized"),
+            Self::Forbidden => Some("forbidden"),
+            Self::ServerError => Some("server_error"),
+        }
+    }
+
+    /// Whether the last answer was a failure.
+    pub fn is_failing(self) -> bool {
+        self.reason().is_some()
+    }
+
+    fn from_u8(value: u8) -> Self {
+        match value {
+            1 => Self::Healthy,
+            2 => Self::Unreachable,
+            3 => Self::Unauthorized,
+            4 => Self::Forbidden,
+            5 => Self::ServerError,
+            _ => Self::Unknown,
+        }
+    }
+
+    fn as_u8(self) -> u8 {
+        match self {
+            Self::Unknown => 0,
+            Self::Healthy => 1,
+            Self::Unreachable => 2,
+            Self::Unauthorized => 3,
+            Self::Forbidden => 4,
+            Self::ServerError => 5,
+        }
+    }
+}
+
+/// The health of one member cluster, updated by every answer its client gets.
+pub(crate) struct Health {
+    cluster: Arc<str>,
+    state: AtomicU8,
+}
+
+impl Health {
+    pub(crate) fn new(cluster: Arc<str>) -> Arc<Self> {
+        Arc::new(Self {
+            cluster,
+            state: AtomicU8::new(ClusterHealth::Unknown.as_u8()),
+        })
+    }
+
+    pub(crate) fn state(&self) -> ClusterHealth {
+        ClusterHealth::from_u8(self.state.load(Ordering::Relaxed))
+    }
+
+    /// Records one answer: counts a failure, and logs a change of state (once, not per
+    /// request, so a cluster that is down does not flood the log).
+    fn record(&self, now: ClusterHealth) {
+        let cluster = self.cluster.to_string();
+        if let Some(reason) = now.reason() {
+            metrics::counter!(REQUEST_FAILURES_TOTAL, "cluster" => cluster.clone(), "reason" => reason)
+                .increment(1);
+        }
+        let before = ClusterHealth::from_u8(self.state.swap(now.as_u8(), Ordering::Relaxed));
+        if before == now {
+            return;
+        }
+        metrics::gauge!(CLUSTER_HEALTHY, "cluster" => cluster.clone())
+            .set(if now.reason().is_none() { 1.0 } else { 0.0 });
+        match now.reason() {
+            Some(reason) => tracing::warn!(
+                cluster = %cluster,
+                reason,
+                "a member cluster's API server is failing; only its own keys are affected"
+            ),
+            None if before != ClusterHealth::Unknown => {
+                tracing::info!(cluster = %cluster, "a member cluster's API server answers again");
+            }
+            None => {}
+        }
+    }
+}
+
+/// `client` with every answer recorded in `health`.
+pub(crate) fn watch_health(client: kube::Client, health: Arc<Health>) -> kube::Client {
+    let namespace = client.default_namespace().to_owned();
+    let valid_until = *client.valid_until();
+    kube::Client::new(
+        Watching {
+            inner: client,
+            health,
+        },
+        namespace,
+    )
+    .with_valid_until(valid_until)
+}
+
+#[derive(Clone)]
+struct Watching {
+    inner: kube::Client,
+    health: Arc<Health>,
+}
+
+impl tower_service::Service<Request<Body>> for Watching {
+    type Response = Response<Body>;
+    type Error = kube::Error;
+    type Future = BoxFuture<'static, Result<Response<Body>, kube::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let inner = self.inner.clone();
+        let health = Arc::clone(&self.health);
+        Box::pin(async move {
+            let answer = inner.send(request).await;
+            health.record(match &answer {
+                Ok(response) => match response.status().as_u16() {
+                    401 => ClusterHealth::Unauthorized,
+                    403 => ClusterHealth::Forbidden,
+                    500..=599 => ClusterHealth::ServerError,
+                    _ => ClusterHealth::Healthy,
+                },
+                Err(_) => ClusterHealth::Unreachable,
+            });
+            answer
+        })
+    }
+}

@@ -1,0 +1,794 @@
+//! [`Fleet`]: member clusters engaged and disengaged as providers announce them, and the
+//! controllers that serve each one.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rudder_cache::{Cache, CacheBuilder};
+use rudder_controller::{LeaderGate, ShardGate, ShardPermit};
+use rudder_core::sync::LockExt;
+use rudder_core::{BoxError, Shutdown};
+use rudder_handler::Request;
+use rudder_manager::client_metrics::{host_of, instrument};
+use rudder_manager::sharding::{Ring, ShardingConfig};
+use rudder_manager::{GracefulShutdown, Manager, Runnable};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::cluster::{Cluster, Health, watch_health};
+use super::metrics::{self, CLUSTER_ENGAGED, CLUSTER_SYNCED, CLUSTERS_ENGAGED, ENGAGE_SECONDS};
+use super::provider::{Announcement, Announcer, Provider};
+use crate::{Error, Result};
+
+/// How a member cluster's cache is built from its client (the fleet's default: a cache of
+/// every namespace, as the manager's).
+type CacheOptions = Arc<dyn Fn(CacheBuilder) -> CacheBuilder + Send + Sync>;
+
+/// Whether one controller of a cluster has synced.
+pub(crate) type SyncedProbe = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// A controller of the fleet, started once in each cluster it serves.
+pub(crate) trait Recipe: Send + Sync + 'static {
+    /// The controller's name.
+    fn name(&self) -> &str;
+    /// Whether it serves the cluster `cluster`.
+    fn serves(&self, cluster: &str) -> bool;
+    /// Starts it in `cluster`, its workers gated by `gate`, until the returned
+    /// [`Running::shutdown`] fires.
+    fn start(&self, cluster: &Cluster, gate: LeaderGate) -> Running;
+}
+
+/// One controller running in one cluster.
+pub(crate) struct Running {
+    pub(crate) shutdown: Shutdown,
+    pub(crate) task: JoinHandle<()>,
+    /// Whether its sources have synced (the controller of the moment, across restarts).
+    pub(crate) synced: SyncedProbe,
+}
+
+/// A manager's member clusters: providers announce them, the fleet engages each (a client,
+/// a cache and one instance of every multi-cluster controller for it) and disengages it when
+/// its provider withdraws it, without touching the others. See the
+/// [module docs](super) for the whole picture.
+///
+/// Cloning gives another handle on the same fleet.
+#[derive(Clone)]
+pub struct Fleet {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fleet")
+            .field("name", &self.inner.name)
+            .field("engaged", &self.engaged())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    name: String,
+    home: kube::Client,
+    cache_options: Option<CacheOptions>,
+    probe_every: Duration,
+    /// How long a disengaged cluster's controllers get to finish their reconciles.
+    disengage_grace: Option<Duration>,
+    recipes: Mutex<Vec<Arc<dyn Recipe>>>,
+    /// To the running fleet: a recipe added after start.
+    added: mpsc::UnboundedSender<Arc<dyn Recipe>>,
+    added_rx: Mutex<Option<mpsc::UnboundedReceiver<Arc<dyn Recipe>>>>,
+    /// The clusters engaged now, for [`Fleet::cluster`] and [`Fleet::engaged`].
+    engaged: Mutex<HashMap<String, (Cluster, Vec<SyncedProbe>)>>,
+    /// With sharding: the ring's gate (which shards, so which clusters, are held here).
+    shards: Option<ShardGate>,
+}
+
+/// Builds a [`Fleet`] on a manager: [`Fleet::builder`].
+pub struct FleetBuilder<'m> {
+    manager: &'m Manager,
+    name: String,
+    providers: Vec<Box<dyn Provider>>,
+    sharding: Option<ShardingConfig>,
+    cache_options: Option<CacheOptions>,
+    probe_every: Duration,
+}
+
+/// How often an engaged cluster's API server is asked for its version by default.
+pub const DEFAULT_PROBE_PERIOD: Duration = Duration::from_secs(10);
+
+impl fmt::Debug for FleetBuilder<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FleetBuilder")
+            .field("name", &self.name)
+            .field(
+                "providers",
+                &self.providers.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            )
+            .field("sharding", &self.sharding)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'m> FleetBuilder<'m> {
+    /// Adds a provider of member clusters (several may be given; a name announced by two
+    /// is the one announced last).
+    #[must_use]
+    pub fn provider(mut self, provider: impl Provider) -> Self {
+        self.providers.push(Box::new(provider));
+        self
+    }
+
+    /// Adds the built-in [`KubeconfigSecrets`](super::KubeconfigSecrets) provider, watching
+    /// the manager's cluster unless it was given a client.
+    #[must_use]
+    pub fn kubeconfig_secrets(mut self, mut provider: super::KubeconfigSecrets) -> Self {
+        provider.resolve_client(self.manager.client());
+        self.providers.push(Box::new(provider));
+        self
+    }
+
+    /// The fleet's name (default `fleet`): its runnable is `fleet <name>`, and with
+    /// [`sharded`](Self::sharded) the ring's Leases carry the ring's own name.
+    #[must_use]
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Spreads the member clusters over the replicas of the operator with a ring of Leases
+    /// in the home cluster (see `rudder::sharding`): each cluster hashes to a shard, and a
+    /// replica engages a cluster only while it holds that shard's Lease, with its
+    /// controllers gated by that holding. A shard handed over is released only once the
+    /// clusters it held here are disengaged (their reconciles ended), so no cluster is served
+    /// by two replicas at once; a replica that stops renewing (dead, frozen) loses its shards
+    /// when their Leases expire. Without it, the fleet runs on the leader only (when the
+    /// manager has leader election) and engages every cluster.
+    #[must_use]
+    pub fn sharded(mut self, config: ShardingConfig) -> Self {
+        self.sharding = Some(config);
+        self
+    }
+
+    /// How each member cluster's cache is built (default namespaces, per-type options,
+    /// resync); the default caches every namespace.
+    #[must_use]
+    pub fn cache(
+        mut self,
+        options: impl Fn(CacheBuilder) -> CacheBuilder + Send + Sync + 'static,
+    ) -> Self {
+        self.cache_options = Some(Arc::new(options));
+        self
+    }
+
+    /// How often each engaged cluster's API server is probed (`GET /version`, default
+    /// [`DEFAULT_PROBE_PERIOD`]; at least 100 ms). An idle cluster sends no request but its
+    /// open watches, which stay open on the credentials they started with; the probe is what
+    /// notices, within a period, a member that stopped answering or refuses revoked
+    /// credentials (401), and one that answers again. A refused permission (403) shows on
+    /// the next request that needs it.
+    #[must_use]
+    pub fn probe_every(mut self, period: Duration) -> Self {
+        self.probe_every = period.max(Duration::from_millis(100));
+        self
+    }
+
+    /// Builds the fleet and adds it to the manager (and, when sharded, its ring). Nothing
+    /// runs until the manager starts: providers are asked for clusters then.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Sharding`] for a ring's invalid Lease timings.
+    pub fn build(self) -> Result<Fleet> {
+        let home = self.manager.client().clone();
+        let mut permissions = rudder_manager::rbac::Permissions::new();
+        for provider in &self.providers {
+            permissions = permissions.and(provider.permissions());
+        }
+        let ring = match self.sharding {
+            Some(config) => {
+                permissions = permissions.and(config.permissions());
+                Some(Ring::new(home.clone(), config).map_err(Error::Sharding)?)
+            }
+            None => None,
+        };
+        let (added, added_rx) = mpsc::unbounded_channel();
+        let disengage_grace = match self.manager.graceful_shutdown() {
+            GracefulShutdown::After(grace) => Some(grace),
+            GracefulShutdown::Immediately => Some(Duration::ZERO),
+            GracefulShutdown::Forever => None,
+        };
+        let fleet = Fleet {
+            inner: Arc::new(Inner {
+                name: self.name,
+                home,
+                cache_options: self.cache_options,
+                probe_every: self.probe_every,
+                disengage_grace,
+                recipes: Mutex::new(Vec::new()),
+                added,
+                added_rx: Mutex::new(Some(added_rx)),
+                engaged: Mutex::new(HashMap::new()),
+                shards: ring.as_ref().map(Ring::gate),
+            }),
+        };
+        self.manager.record_permissions(&permissions);
+        let sharded = ring.is_some();
+        if let Some(ring) = ring {
+            let lister = fleet.clone();
+            ring.gate().set_key_lister(Arc::new(move || {
+                lister
+                    .engaged()
+                    .iter()
+                    .map(|name| Request::cluster(name))
+                    .collect()
+            }));
+            self.manager.add(ring);
+        }
+        self.manager.add(FleetRunnable {
+            fleet: fleet.clone(),
+            providers: self.providers.into_iter().map(Arc::from).collect(),
+            sharded,
+            gate: LeaderGate::always_open(),
+        });
+        Ok(fleet)
+    }
+}
+
+impl Fleet {
+    /// A fleet on `manager`: add providers, then [`build`](FleetBuilder::build) it.
+    pub fn builder(manager: &Manager) -> FleetBuilder<'_> {
+        FleetBuilder {
+            manager,
+            name: "fleet".to_owned(),
+            providers: Vec::new(),
+            sharding: None,
+            cache_options: None,
+            probe_every: DEFAULT_PROBE_PERIOD,
+        }
+    }
+
+    /// The fleet's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The home cluster's client (the manager's): where Leases and Events live.
+    pub fn home(&self) -> &kube::Client {
+        &self.inner.home
+    }
+
+    /// The names of the clusters engaged on this replica now, sorted.
+    pub fn engaged(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .inner
+            .engaged
+            .lock_unpoisoned()
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The cluster `name`, if it is engaged on this replica.
+    pub fn cluster(&self, name: &str) -> Option<Cluster> {
+        self.inner
+            .engaged
+            .lock_unpoisoned()
+            .get(name)
+            .map(|(cluster, _)| cluster.clone())
+    }
+
+    /// Whether every controller of the engaged cluster `name` has synced (`false` if it is
+    /// not engaged here).
+    pub fn has_synced(&self, name: &str) -> bool {
+        self.inner
+            .engaged
+            .lock_unpoisoned()
+            .get(name)
+            .is_some_and(|(_, synced)| synced.iter().all(|s| s()))
+    }
+
+    /// Adds a controller to run in every cluster it serves: before the fleet starts, or
+    /// while it runs (then it starts at once in the clusters engaged).
+    pub(crate) fn add_recipe(&self, recipe: Arc<dyn Recipe>) -> Result<()> {
+        let mut recipes = self.inner.recipes.lock_unpoisoned();
+        if recipes.iter().any(|r| r.name() == recipe.name()) {
+            return Err(Error::Fleet(format!(
+                "the fleet already has a controller named {:?}",
+                recipe.name()
+            )));
+        }
+        recipes.push(Arc::clone(&recipe));
+        drop(recipes);
+        // Before start, the run loop finds it in `recipes`; the channel's receiver is
+        // taken at start, and a recipe sent before then is skipped as already known.
+        let _ = self.inner.added.send(recipe);
+        Ok(())
+    }
+
+    fn client_for(
+        &self,
+        name: &Arc<str>,
+        config: kube::Config,
+    ) -> Result<(kube::Client, Arc<Health>), kube::Error> {
+        let host = host_of(&config.cluster_url);
+        let client = kube::Client::try_from(config)?;
+        let health = Health::new(Arc::clone(name));
+        let client = watch_health(instrument(client, &host), Arc::clone(&health));
+        Ok((client, health))
+    }
+
+    fn cache_for(
+        &self,
+        client: kube::Client,
+        token: &tokio_util::sync::CancellationToken,
+    ) -> Cache {
+        let builder = Cache::builder(client);
+        let builder = match &self.inner.cache_options {
+            Some(options) => options(builder),
+            None => builder,
+        };
+        builder.build(token)
+    }
+}
+
+/// The fleet's runnable: providers, engagement, disengagement.
+struct FleetRunnable {
+    fleet: Fleet,
+    providers: Vec<Arc<dyn Provider>>,
+    sharded: bool,
+    gate: LeaderGate,
+}
+
+impl Runnable for FleetRunnable {
+    fn name(&self) -> String {
+        format!("fleet {}", self.fleet.inner.name)
+    }
+
+    fn needs_leader_election(&self) -> bool {
+        // Sharded, every replica serves its own clusters; otherwise only the leader.
+        !self.sharded
+    }
+
+    fn set_leader_gate(&mut self, gate: LeaderGate) -> bool {
+        self.gate = gate;
+        true
+    }
+
+    fn start(self: Box<Self>, shutdown: Shutdown) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move {
+            let mut engine = Engine::new(*self);
+            engine.run(shutdown).await;
+            Ok(())
+        })
+    }
+}
+
+/// What a provider last said about a cluster.
+struct Wanted {
+    config: kube::Config,
+    generation: u64,
+    announced: Instant,
+}
+
+/// A cluster engaged here.
+struct Engagement {
+    generation: u64,
+    cluster: Cluster,
+    running: Vec<Running>,
+    /// The names of the controllers in `running`.
+    running_names: HashSet<String>,
+    /// With sharding: dropping it lets the ring release the cluster's shard.
+    release: Option<oneshot::Sender<()>>,
+    gate: LeaderGate,
+    announced: Instant,
+    synced_once: bool,
+}
+
+enum Ended {
+    /// A cluster's disengagement finished.
+    Disengaged(String),
+    /// The holding of a cluster's shard passed (a frozen or cut-off replica).
+    Lost(String, u64),
+}
+
+struct Engine {
+    fleet: Fleet,
+    providers: Vec<Arc<dyn Provider>>,
+    gate: LeaderGate,
+    wanted: HashMap<String, Wanted>,
+    engaged: HashMap<String, Engagement>,
+    stopping: HashSet<String>,
+    next_generation: u64,
+    ended_tx: mpsc::UnboundedSender<Ended>,
+    ended_rx: mpsc::UnboundedReceiver<Ended>,
+}
+
+impl Engine {
+    fn new(runnable: FleetRunnable) -> Self {
+        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        Self {
+            fleet: runnable.fleet,
+            providers: runnable.providers,
+            gate: runnable.gate,
+            wanted: HashMap::new(),
+            engaged: HashMap::new(),
+            stopping: HashSet::new(),
+            next_generation: 0,
+            ended_tx,
+            ended_rx,
+        }
+    }
+
+    async fn run(&mut self, shutdown: Shutdown) {
+        metrics::describe();
+        let (announce_tx, mut announcements) = mpsc::unbounded_channel();
+        let mut providers = Vec::new();
+        for provider in &self.providers {
+            let announcer = Announcer::new(announce_tx.clone(), &provider.name());
+            providers.push(tokio::spawn(supervise(
+                Arc::clone(provider),
+                announcer,
+                shutdown.clone(),
+            )));
+        }
+        drop(announce_tx);
+        let mut added = self.fleet.inner.added_rx.lock_unpoisoned().take();
+        let mut opened = self
+            .fleet
+            .inner
+            .shards
+            .as_ref()
+            .and_then(ShardGate::take_opened);
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        metrics::gauge_set(CLUSTERS_ENGAGED, 0.0);
+        loop {
+            tokio::select! {
+                _ = shutdown.stopped() => break,
+                Some(announcement) = announcements.recv() => self.announced(announcement),
+                Some(recipe) = recv(&mut added) => self.recipe_added(&recipe),
+                Some(ended) = self.ended_rx.recv() => self.ended(ended),
+                Some(_) = recv(&mut opened) => self.converge_all(),
+                _ = tick.tick() => {
+                    self.converge_all();
+                    self.refresh_synced();
+                }
+            }
+        }
+        // Stop every cluster with the manager's deadline, then the providers.
+        let names: Vec<String> = self.engaged.keys().cloned().collect();
+        for name in names {
+            self.disengage(&name, shutdown.deadline());
+        }
+        while !self.stopping.is_empty() {
+            match self.ended_rx.recv().await {
+                Some(Ended::Disengaged(name)) => {
+                    self.stopping.remove(&name);
+                }
+                Some(Ended::Lost(..)) => {}
+                None => break,
+            }
+        }
+        for provider in providers {
+            let _ = provider.await;
+        }
+    }
+
+    fn announced(&mut self, announcement: Announcement) {
+        match announcement {
+            Announcement::Engage {
+                name,
+                config,
+                provider,
+            } => {
+                tracing::info!(cluster = %name, provider = %provider, "member cluster announced");
+                self.next_generation += 1;
+                self.wanted.insert(
+                    name.clone(),
+                    Wanted {
+                        config: *config,
+                        generation: self.next_generation,
+                        announced: Instant::now(),
+                    },
+                );
+                self.converge(&name);
+            }
+            Announcement::Disengage { name, provider } => {
+                tracing::info!(cluster = %name, provider = %provider, "member cluster withdrawn");
+                self.wanted.remove(&name);
+                self.converge(&name);
+            }
+        }
+    }
+
+    fn recipe_added(&mut self, recipe: &Arc<dyn Recipe>) {
+        for (name, engagement) in &mut self.engaged {
+            // A recipe known at start was started with the cluster already.
+            if !recipe.serves(name) || engagement.running_names.contains(recipe.name()) {
+                continue;
+            }
+            engagement.running_names.insert(recipe.name().to_owned());
+            let running = recipe.start(&engagement.cluster, engagement.gate.clone());
+            self.fleet
+                .inner
+                .engaged
+                .lock_unpoisoned()
+                .entry(name.clone())
+                .and_modify(|(_, synced)| synced.push(Arc::clone(&running.synced)));
+            engagement.running.push(running);
+        }
+    }
+
+    fn ended(&mut self, ended: Ended) {
+        match ended {
+            Ended::Disengaged(name) => {
+                self.stopping.remove(&name);
+                self.converge(&name);
+            }
+            Ended::Lost(name, generation) => {
+                if self
+                    .engaged
+                    .get(&name)
+                    .is_some_and(|e| e.generation == generation)
+                {
+                    tracing::warn!(cluster = %name, "this replica's hold on a member cluster's shard passed; disengaging it");
+                    self.disengage(&name, Some(Instant::now()));
+                }
+            }
+        }
+    }
+
+    fn converge_all(&mut self) {
+        let names: HashSet<String> = self
+            .wanted
+            .keys()
+            .chain(self.engaged.keys())
+            .cloned()
+            .collect();
+        for name in names {
+            self.converge(&name);
+        }
+    }
+
+    /// Whether the shard of `name` is held here (always, unsharded).
+    fn holds(&self, name: &str) -> bool {
+        match &self.fleet.inner.shards {
+            None => true,
+            Some(gate) => gate.is_open(gate.shard_of(&Request::cluster(name))),
+        }
+    }
+
+    /// Engages or disengages `name` as what is wanted and held says.
+    fn converge(&mut self, name: &str) {
+        let want = self
+            .wanted
+            .get(name)
+            .filter(|_| self.holds(name))
+            .map(|w| w.generation);
+        match (self.engaged.get(name).map(|e| e.generation), want) {
+            (Some(have), Some(want)) if have == want => {}
+            (Some(_), _) => {
+                let grace = self.fleet.inner.disengage_grace;
+                self.disengage(name, grace.map(|g| Instant::now() + g));
+            }
+            (None, Some(_)) if !self.stopping.contains(name) => self.engage(name),
+            (None, _) => {}
+        }
+    }
+
+    fn engage(&mut self, name: &str) {
+        let Some(wanted) = self.wanted.get(name) else {
+            return;
+        };
+        let generation = wanted.generation;
+        let announced = wanted.announced;
+        let permit = match &self.fleet.inner.shards {
+            None => None,
+            Some(gate) => match gate.admit(&Request::cluster(name)) {
+                Some(permit) => Some(permit),
+                None => return,
+            },
+        };
+        let gate = permit
+            .as_ref()
+            .map_or_else(|| self.gate.clone(), ShardPermit::gate);
+        let cluster_name: Arc<str> = Arc::from(name);
+        let (client, health) = match self.fleet.client_for(&cluster_name, wanted.config.clone()) {
+            Ok(made) => made,
+            Err(error) => {
+                tracing::warn!(cluster = %name, %error, "cannot make a client for a member cluster; it is not engaged");
+                metrics::provider_error("client");
+                // Not engaged until announced again.
+                self.wanted.remove(name);
+                return;
+            }
+        };
+        let fleet = self.fleet.clone();
+        let cluster = Cluster::new(cluster_name, client, health, |client, token| {
+            fleet.cache_for(client, token)
+        });
+        tokio::spawn(probe(cluster.clone(), self.fleet.inner.probe_every));
+        let recipes: Vec<Arc<dyn Recipe>> = self.fleet.inner.recipes.lock_unpoisoned().clone();
+        let mut running = Vec::new();
+        let mut running_names = HashSet::new();
+        for recipe in recipes.iter().filter(|r| r.serves(name)) {
+            running_names.insert(recipe.name().to_owned());
+            running.push(recipe.start(&cluster, gate.clone()));
+        }
+        let release = permit.map(|permit| {
+            let (release, released) = oneshot::channel();
+            tokio::spawn(hold(
+                permit,
+                released,
+                self.ended_tx.clone(),
+                name.to_owned(),
+                generation,
+            ));
+            release
+        });
+        let synced: Vec<_> = running.iter().map(|r| Arc::clone(&r.synced)).collect();
+        self.fleet
+            .inner
+            .engaged
+            .lock_unpoisoned()
+            .insert(name.to_owned(), (cluster.clone(), synced));
+        metrics::gauge_set_cluster(CLUSTER_ENGAGED, name, 1.0);
+        metrics::gauge_set_cluster(CLUSTER_SYNCED, name, 0.0);
+        tracing::info!(cluster = %name, controllers = running.len(), "member cluster engaged");
+        self.engaged.insert(
+            name.to_owned(),
+            Engagement {
+                generation,
+                cluster,
+                running,
+                running_names,
+                release,
+                gate,
+                announced,
+                synced_once: false,
+            },
+        );
+        metrics::gauge_set(CLUSTERS_ENGAGED, self.engaged.len() as f64);
+    }
+
+    /// Stops `name`'s controllers (their reconciles get until `deadline`), then its cache,
+    /// then releases its shard; reports [`Ended::Disengaged`] when done.
+    fn disengage(&mut self, name: &str, deadline: Option<Instant>) {
+        let Some(engagement) = self.engaged.remove(name) else {
+            return;
+        };
+        self.fleet.inner.engaged.lock_unpoisoned().remove(name);
+        self.stopping.insert(name.to_owned());
+        metrics::gauge_set_cluster(CLUSTER_ENGAGED, name, 0.0);
+        metrics::gauge_set_cluster(CLUSTER_SYNCED, name, 0.0);
+        metrics::gauge_set(CLUSTERS_ENGAGED, self.engaged.len() as f64);
+        let ended = self.ended_tx.clone();
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            let Engagement {
+                cluster,
+                running,
+                release,
+                ..
+            } = engagement;
+            for run in &running {
+                run.shutdown.stop(deadline);
+            }
+            for run in running {
+                let mut task = run.task;
+                let finished = match deadline {
+                    Some(deadline) => {
+                        // A reconcile that ignores its context is aborted a moment after
+                        // the deadline, so a hand-off is never blocked forever.
+                        let outer = deadline + Duration::from_secs(1);
+                        tokio::time::timeout_at(outer, &mut task).await.is_ok()
+                    }
+                    None => {
+                        let _ = (&mut task).await;
+                        true
+                    }
+                };
+                if !finished {
+                    tracing::warn!(cluster = %name, "a member cluster's controller did not stop by its deadline; aborted");
+                    task.abort();
+                    let _ = task.await;
+                }
+            }
+            cluster.stop().await;
+            drop(cluster);
+            drop(release);
+            tracing::info!(cluster = %name, "member cluster disengaged");
+            let _ = ended.send(Ended::Disengaged(name));
+        });
+    }
+
+    fn refresh_synced(&mut self) {
+        for (name, engagement) in &mut self.engaged {
+            if engagement.synced_once {
+                continue;
+            }
+            if engagement.running.iter().all(|r| (r.synced)()) {
+                engagement.synced_once = true;
+                metrics::gauge_set_cluster(CLUSTER_SYNCED, name, 1.0);
+                let took = engagement.announced.elapsed();
+                ::metrics::histogram!(ENGAGE_SECONDS).record(took.as_secs_f64());
+                tracing::info!(cluster = %name, took_ms = took.as_millis() as u64, "member cluster synced");
+            }
+        }
+    }
+}
+
+/// Asks `cluster`'s API server for its version every `period` (its health layer records
+/// the answer) until the cluster is stopped.
+async fn probe(cluster: Cluster, period: Duration) {
+    let stopped = cluster.stopped();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            () = stopped.cancelled() => return,
+        }
+        let ask = cluster.kube().apiserver_version();
+        tokio::select! {
+            _ = tokio::time::timeout(period.max(Duration::from_secs(5)), ask) => {}
+            () = stopped.cancelled() => return,
+        }
+    }
+}
+
+async fn recv<T>(rx: &mut Option<mpsc::UnboundedReceiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Holds a cluster's shard permit until `released` fires (the cluster is disengaged) and
+/// reports [`Ended::Lost`] if the holding passes first.
+async fn hold(
+    mut permit: ShardPermit,
+    mut released: oneshot::Receiver<()>,
+    ended: mpsc::UnboundedSender<Ended>,
+    name: String,
+    generation: u64,
+) {
+    tokio::select! {
+        _ = &mut released => {}
+        () = permit.lost() => {
+            let _ = ended.send(Ended::Lost(name, generation));
+            // Kept until the disengagement lets go of it: the ring's drain waits for it.
+            let _ = released.await;
+        }
+    }
+    drop(permit);
+}
+
+/// Runs `provider` until `shutdown`, again after a failure (1 s doubling to 60 s).
+async fn supervise(provider: Arc<dyn Provider>, announcer: Announcer, shutdown: Shutdown) {
+    let name = provider.name();
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        match provider.run(announcer.clone(), shutdown.clone()).await {
+            Ok(()) if shutdown.is_stopped() => return,
+            Ok(()) => {
+                // A provider that stopped by itself has announced all it will.
+                shutdown.stopped().await;
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(provider = %name, error = %rudder_core::ErrorChain(&*error), "a cluster provider failed; running it again");
+                metrics::provider_error(&name);
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            _ = shutdown.stopped() => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(60));
+    }
+}

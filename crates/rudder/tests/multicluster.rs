@@ -1,0 +1,519 @@
+//! A fleet over three real control planes in one process: clusters that join and leave as
+//! kubeconfig Secrets come and go, a member's API server killed and restarted, a member's
+//! credentials revoked, and two replicas sharing the clusters without overlap.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use rudder::multicluster::{
+    ClusterHealth, DEFAULT_KUBECONFIG_KEY, Fleet, KubeconfigSecrets, StaticClusters,
+};
+use rudder::prelude::*;
+use rudder_envtest::TestEnv;
+use rudder_envtest::poll::{eventually, until};
+use tokio::time::Instant;
+
+/// The namespace every member's ConfigMaps live in.
+const WORK: &str = "work";
+/// Where the kubeconfig Secrets live on the home cluster.
+const FLEET_NS: &str = "fleet-system";
+const CLUSTER_ANNOTATION: &str = "fleet.rudder.dev/cluster";
+const SEEN_ANNOTATION: &str = "fleet.rudder.dev/seen";
+const WITHIN: Duration = Duration::from_secs(60);
+
+/// The two tests start three control planes each; one at a time is enough for two cores.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// (replica, cluster, object, start, end) of every reconcile.
+type Log = Arc<Mutex<Vec<(&'static str, String, String, Instant, Instant)>>>;
+
+/// Stamps each ConfigMap with the cluster that reconciled it and the value of its `v` key,
+/// through the cluster's own client.
+struct Stamp {
+    tools: Tools,
+    who: &'static str,
+    log: Log,
+}
+
+impl Reconciler for Stamp {
+    type Error = kube::Error;
+
+    async fn reconcile(&self, request: Request, ctx: Context) -> Result<Action, Self::Error> {
+        let start = Instant::now();
+        let cluster = ctx
+            .cluster()
+            .expect("a fleet's reconcile names its cluster");
+        assert_eq!(self.tools.cluster(), Some(cluster));
+        let cached = self.tools.get::<ConfigMap>(&request).await.unwrap();
+        if let Some(cm) = cached {
+            let v = cm
+                .data
+                .as_ref()
+                .and_then(|d| d.get("v"))
+                .cloned()
+                .unwrap_or_default();
+            let annotations = cm.metadata.annotations.clone().unwrap_or_default();
+            if annotations.get(CLUSTER_ANNOTATION).map(String::as_str) != Some(cluster)
+                || annotations.get(SEEN_ANNOTATION) != Some(&v)
+            {
+                let api: Api<ConfigMap> = Api::namespaced(self.tools.kube().clone(), WORK);
+                let patch = serde_json::json!({"metadata": {"annotations": {
+                    CLUSTER_ANNOTATION: cluster,
+                    SEEN_ANNOTATION: v,
+                }}});
+                api.patch(
+                    request.name(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+            }
+        }
+        self.log.lock().unwrap().push((
+            self.who,
+            cluster.to_owned(),
+            request.name().to_owned(),
+            start,
+            Instant::now(),
+        ));
+        Ok(Action::done())
+    }
+}
+
+/// Three control planes, started side by side, each with the `work` namespace.
+async fn three_planes() -> Vec<TestEnv> {
+    let (a, b, c) = tokio::join!(TestEnv::start(), TestEnv::start(), TestEnv::start());
+    let envs = vec![a.unwrap(), b.unwrap(), c.unwrap()];
+    for env in &envs {
+        create_namespace(&env.client().unwrap(), WORK).await;
+    }
+    envs
+}
+
+async fn create_namespace(client: &kube::Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    api.create(&PostParams::default(), &ns).await.unwrap();
+}
+
+/// `env`'s kubeconfig, acting with `token` instead of the admin's when given.
+fn kubeconfig(env: &TestEnv, token: Option<&str>) -> String {
+    let text = std::fs::read_to_string(env.kubeconfig_path()).unwrap();
+    let Some(token) = token else {
+        return text;
+    };
+    let mut config = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+    for user in &mut config.auth_infos {
+        let auth = user.auth_info.as_mut().unwrap();
+        auth.token = Some(token.to_owned().into());
+    }
+    serde_yaml::to_string(&config).unwrap()
+}
+
+/// A kubeconfig Secret for the cluster `name`, labelled for the default provider.
+fn kubeconfig_secret(name: &str, kubeconfig: &str) -> Secret {
+    let (key, value) = rudder::multicluster::DEFAULT_SECRET_LABEL
+        .split_once('=')
+        .unwrap();
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([(key.to_owned(), value.to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(
+            [(
+                DEFAULT_KUBECONFIG_KEY.to_owned(),
+                k8s_openapi::ByteString(kubeconfig.as_bytes().to_vec()),
+            )]
+            .into(),
+        ),
+        ..Secret::default()
+    }
+}
+
+/// Creates or updates the ConfigMap `name` in `work` with `v`.
+async fn put(client: &kube::Client, name: &str, v: u32) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), WORK);
+    let patch = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name},
+        "data": {"v": v.to_string()},
+    });
+    api.patch(
+        name,
+        &PatchParams::apply("fleet-test").force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .unwrap();
+}
+
+/// Whether `name` in `work` carries the stamp of `cluster` for `v`.
+async fn stamped(client: &kube::Client, name: &str, cluster: &str, v: u32) -> bool {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), WORK);
+    let Ok(cm) = api.get(name).await else {
+        return false;
+    };
+    let annotations: BTreeMap<String, String> = cm.metadata.annotations.unwrap_or_default();
+    annotations.get(CLUSTER_ANNOTATION).map(String::as_str) == Some(cluster)
+        && annotations.get(SEEN_ANNOTATION) == Some(&v.to_string())
+}
+
+/// Writes `v` into `name` in each of `clusters` at once and returns how long each took to be
+/// stamped, in their order.
+async fn converge(clusters: &[(&str, kube::Client)], name: &str, v: u32) -> Vec<Duration> {
+    let start = Instant::now();
+    for (_, client) in clusters {
+        put(client, name, v).await;
+    }
+    let mut took = Vec::new();
+    for (cluster, client) in clusters {
+        eventually(
+            &format!("{name}={v} stamped in {cluster}"),
+            WITHIN,
+            async || stamped(client, name, cluster, v).await.then_some(()),
+        )
+        .await;
+        took.push(start.elapsed());
+    }
+    took
+}
+
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+async fn ready(manager: &Manager) -> bool {
+    let addr = manager.health_address().unwrap();
+    support::get(addr, "/readyz").await.0 == 200
+}
+
+#[tokio::test]
+async fn a_fleet_follows_its_secrets_and_keeps_faults_in_their_cluster() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut envs = Box::pin(three_planes()).await;
+    let clients: Vec<kube::Client> = envs.iter().map(|e| e.client().unwrap()).collect();
+    let home = clients[0].clone();
+    create_namespace(&home, FLEET_NS).await;
+    let secrets: Api<Secret> = Api::namespaced(home.clone(), FLEET_NS);
+    for (i, name) in ["c0", "c1"].into_iter().enumerate() {
+        let secret = kubeconfig_secret(name, &kubeconfig(&envs[i], None));
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+    // c2 is reached as a ServiceAccount with cluster-admin, so that its credentials can be
+    // revoked later.
+    let member_ns = envs[2].namespace("member").await.unwrap();
+    let user = member_ns.service_account("fleet").await.unwrap();
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some("fleet-member".into()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: "cluster-admin".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: user.name().into(),
+            namespace: Some(user.namespace().into()),
+            ..Subject::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(clients[2].clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+
+    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let manager = Arc::new(
+        Manager::builder(home.clone())
+            .health_probe_address(Some(loopback))
+            .metrics_address(Some(loopback))
+            .build()
+            .unwrap(),
+    );
+    let fleet = Fleet::builder(&manager)
+        .kubeconfig_secrets(KubeconfigSecrets::new(FLEET_NS))
+        .cache(|cache| cache.default_namespace(WORK))
+        .probe_every(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let log: Log = Arc::default();
+    fleet
+        .new_controller()
+        .for_::<ConfigMap>()
+        .named("stamp")
+        .complete_with({
+            let log = Arc::clone(&log);
+            move |tools| Stamp {
+                tools,
+                who: "only",
+                log: Arc::clone(&log),
+            }
+        })
+        .unwrap();
+    // The provider's permissions are the manager's.
+    let rules = manager.permissions();
+    let scope = rudder::rbac::RuleScope::Namespace(FLEET_NS.to_owned());
+    assert!(rules.allows(&scope, "", "secrets", rudder::rbac::Verb::Watch));
+    let running = support::start(&manager);
+
+    // Every object is reconciled by its own cluster's client.
+    let members: Vec<(&str, kube::Client)> =
+        vec![("c0", clients[0].clone()), ("c1", clients[1].clone())];
+    converge(&members, "a", 1).await;
+    assert_eq!(fleet.engaged(), ["c0", "c1"]);
+
+    // A cluster joins: its Secret is created, and it is served within seconds.
+    put(&clients[2], "a", 1).await;
+    let joined = Instant::now();
+    secrets
+        .create(
+            &PostParams::default(),
+            &kubeconfig_secret("c2", &kubeconfig(&envs[2], Some(user.token()))),
+        )
+        .await
+        .unwrap();
+    eventually("c2 served", WITHIN, async || {
+        stamped(&clients[2], "a", "c2", 1).await.then_some(())
+    })
+    .await;
+    let join_took = joined.elapsed();
+    eprintln!("secret created -> first object of c2 stamped: {join_took:?}");
+    assert!(
+        join_took < Duration::from_secs(15),
+        "c2 took {join_took:?} to be served"
+    );
+    assert_eq!(fleet.engaged(), ["c0", "c1", "c2"]);
+    // No object was ever stamped by another cluster's instance.
+    for (_, cluster, _, _, _) in log.lock().unwrap().iter() {
+        assert!(["c0", "c1", "c2"].contains(&cluster.as_str()));
+    }
+
+    // One member's API server killed: the others converge at the rate they did before.
+    let healthy: Vec<(&str, kube::Client)> =
+        vec![("c0", clients[0].clone()), ("c2", clients[2].clone())];
+    let mut before = Vec::new();
+    for v in 2..7 {
+        before.extend(converge(&healthy, "a", v).await);
+    }
+    envs[1].stop_apiserver().unwrap();
+    let c1 = fleet.cluster("c1").unwrap();
+    until("c1 seen unreachable", WITHIN, || {
+        c1.health() == ClusterHealth::Unreachable
+    })
+    .await;
+    let mut during = Vec::new();
+    for v in 7..12 {
+        during.extend(converge(&healthy, "a", v).await);
+        assert!(
+            ready(&manager).await,
+            "a member down made the manager unready"
+        );
+    }
+    let (before, during) = (median(before), median(during));
+    eprintln!("convergence p50 with c1 up {before:?}, with c1 down {during:?}");
+    assert!(
+        during <= before * 2 + Duration::from_millis(250),
+        "the others slowed down while c1 was down: p50 {before:?} before, {during:?} during"
+    );
+    // It comes back, and its keys converge.
+    envs[1].start_apiserver().await.unwrap();
+    converge(&[("c1", clients[1].clone())], "a", 12).await;
+    until("c1 answering", WITHIN, || {
+        c1.health() == ClusterHealth::Healthy
+    })
+    .await;
+
+    // Revoked credentials on c2: counted (and logged), the others unaffected.
+    Api::<ServiceAccount>::namespaced(clients[2].clone(), user.namespace())
+        .delete(user.name(), &DeleteParams::default())
+        .await
+        .unwrap();
+    let c2 = fleet.cluster("c2").unwrap();
+    // A watch already open stays open; the fleet's probe (every 500 ms here) is refused
+    // once the API server's token cache lets go of the deleted account (about 10 s).
+    until("c2's credentials refused", WITHIN, || {
+        c2.health() == ClusterHealth::Unauthorized
+    })
+    .await;
+    let metrics = manager.metrics_address().unwrap();
+    let page = rudder_envtest::least_privilege::scrape(metrics)
+        .await
+        .unwrap();
+    let refused = page
+        .lines()
+        .find(|l| {
+            l.starts_with("rudder_fleet_cluster_request_failures_total")
+                && l.contains("cluster=\"c2\"")
+                && l.contains("reason=\"unauthorized\"")
+        })
+        .unwrap_or_else(|| panic!("no refusal of c2 counted:\n{page}"));
+    assert!(!refused.ends_with(" 0"), "{refused}");
+    converge(&[("c0", clients[0].clone())], "a", 14).await;
+    assert!(ready(&manager).await);
+
+    // A cluster leaves: its Secret deleted, its instance and informers stop.
+    secrets
+        .delete("c2", &DeleteParams::default())
+        .await
+        .unwrap();
+    until("c2 disengaged", WITHIN, || fleet.cluster("c2").is_none()).await;
+    until("c2's informers stopped", WITHIN, || {
+        c2.cache().informer_count() == 0
+    })
+    .await;
+    assert_eq!(fleet.engaged(), ["c0", "c1"]);
+    converge(&members, "a", 15).await;
+    for line in page
+        .lines()
+        .filter(|l| l.starts_with("controller_runtime_reconcile_total"))
+    {
+        assert!(
+            line.contains("cluster=\""),
+            "a fleet's reconcile counted without its cluster: {line}"
+        );
+    }
+
+    running.0.cancel();
+    running.1.await.unwrap().unwrap();
+    for env in envs {
+        env.stop().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn two_replicas_share_the_clusters_without_overlap() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let envs = Box::pin(three_planes()).await;
+    let clients: Vec<kube::Client> = envs.iter().map(|e| e.client().unwrap()).collect();
+    let home = envs[0].namespace("fleet-ring").await.unwrap();
+    let names = ["c0", "c1", "c2"];
+    for client in &clients {
+        put(client, "a", 1).await;
+    }
+    let log: Log = Arc::default();
+    let mut replicas = Vec::new();
+    for who in ["a", "b"] {
+        let manager = support::manager(&home);
+        let mut clusters = StaticClusters::new();
+        for (name, env) in names.iter().zip(&envs) {
+            clusters = clusters.with(*name, env.config().clone());
+        }
+        let fleet = Fleet::builder(&manager)
+            .provider(clusters)
+            .sharded(support::ring(&home, "fleet", who, 8))
+            .cache(|cache| cache.default_namespace(WORK))
+            .build()
+            .unwrap();
+        fleet
+            .new_controller()
+            .for_::<ConfigMap>()
+            .complete_with({
+                let log = Arc::clone(&log);
+                move |tools| {
+                    Requeue(Stamp {
+                        tools,
+                        who,
+                        log: Arc::clone(&log),
+                    })
+                }
+            })
+            .unwrap();
+        let running = support::start(&manager);
+        replicas.push((who, manager, fleet, running));
+    }
+
+    // Every cluster is engaged on exactly one replica, once the ring settles.
+    let served = |replicas: &[(&str, Arc<Manager>, Fleet, support::Running)]| {
+        let mut all: Vec<String> = replicas.iter().flat_map(|r| r.2.engaged()).collect();
+        all.sort();
+        all
+    };
+    until("every cluster served once", WITHIN, || {
+        served(&replicas) == ["c0", "c1", "c2"]
+    })
+    .await;
+    for v in 2..4 {
+        for (i, client) in clients.iter().enumerate() {
+            converge(&[(names[i], client.clone())], "a", v).await;
+        }
+    }
+
+    // The replica serving the most clusters dies without a word (its task aborted, its
+    // Leases left to expire); the other takes its clusters over.
+    replicas.sort_by_key(|r| std::cmp::Reverse(r.2.engaged().len()));
+    let (dead, _, dead_fleet, (_, task)) = replicas.remove(0);
+    let handed = dead_fleet.engaged();
+    task.abort();
+    let killed = Instant::now();
+    let survivor = &replicas[0].2;
+    until("the survivor serves every cluster", WITHIN, || {
+        survivor.engaged() == ["c0", "c1", "c2"]
+    })
+    .await;
+    eprintln!(
+        "replica {dead} killed holding {handed:?}; all served by the other after {:?}",
+        killed.elapsed()
+    );
+    for (i, client) in clients.iter().enumerate() {
+        converge(&[(names[i], client.clone())], "a", 10).await;
+    }
+
+    // No cluster was reconciled by both replicas at once.
+    let log = log.lock().unwrap().clone();
+    for cluster in names {
+        let of = |who: &str| -> Vec<(Instant, Instant)> {
+            log.iter()
+                .filter(|(w, c, ..)| *w == who && c == cluster)
+                .map(|(.., start, end)| (*start, *end))
+                .collect()
+        };
+        let (a, b) = (of("a"), of("b"));
+        for (a_start, a_end) in &a {
+            for (b_start, b_end) in &b {
+                assert!(
+                    a_end <= b_start || b_end <= a_start,
+                    "{cluster} reconciled by both replicas at once"
+                );
+            }
+        }
+        assert!(!a.is_empty() || !b.is_empty(), "{cluster} never reconciled");
+    }
+    let (_, _, _, (stop, task)) = replicas.remove(0);
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    drop(envs);
+}
+
+/// [`Stamp`], asking to be run again soon, so that every cluster is reconciled all along.
+struct Requeue(Stamp);
+
+impl Reconciler for Requeue {
+    type Error = kube::Error;
+
+    async fn reconcile(&self, request: Request, ctx: Context) -> Result<Action, Self::Error> {
+        self.0.reconcile(request, ctx).await?;
+        Ok(Action::requeue_after(Duration::from_millis(100)))
+    }
+}
