@@ -60,6 +60,14 @@
 //! | [`webhook`] | rudder-webhook | admission and conversion webhooks, their TLS server, manifests |
 //! | [`certs`] | rudder-certs | self-signed webhook certificates: shared, rotated, injected |
 //!
+//! # Many clusters
+//!
+//! [`multicluster`] runs controllers over a fleet of member clusters from one manager: a
+//! [`multicluster::Fleet`] engages the clusters its providers announce (kubeconfig Secrets,
+//! files, a list) and disengages them as they go, and a controller declared once with
+//! [`multicluster::Fleet::new_controller`] runs in each member, with that member's client and
+//! cache, its faults kept to its own keys. See `docs/multicluster.md`.
+//!
 //! # Client
 //!
 //! [`client::Client`] reads from the cache and writes with the object's own `Api`:
@@ -304,7 +312,7 @@ pub enum Error {
     #[error("invalid sharding configuration")]
     Sharding(#[source] rudder_manager::leader_election::ConfigError),
     /// A fleet's controller could not be added: its name is taken in the fleet
-    /// ([`multicluster`](crate::multicluster)).
+    /// ([`multicluster`]).
     #[cfg(feature = "manager")]
     #[error("{0}")]
     Fleet(String),

@@ -284,6 +284,15 @@ async fn a_fleet_follows_its_secrets_and_keeps_faults_in_their_cluster() {
     converge(&members, "a", 1).await;
     assert_eq!(fleet.engaged(), ["c0", "c1"]);
 
+    // A Secret whose kubeconfig is garbage is counted and changes nothing.
+    secrets
+        .create(
+            &PostParams::default(),
+            &kubeconfig_secret("junk", "clusters: [[["),
+        )
+        .await
+        .unwrap();
+
     // A cluster joins: its Secret is created, and it is served within seconds.
     put(&clients[2], "a", 1).await;
     let joined = Instant::now();
@@ -370,6 +379,14 @@ async fn a_fleet_follows_its_secrets_and_keeps_faults_in_their_cluster() {
         })
         .unwrap_or_else(|| panic!("no refusal of c2 counted:\n{page}"));
     assert!(!refused.ends_with(" 0"), "{refused}");
+    let junk = page
+        .lines()
+        .find(|l| {
+            l.starts_with("rudder_fleet_provider_errors_total")
+                && l.contains(&format!("provider=\"kubeconfig-secrets {FLEET_NS}\""))
+        })
+        .unwrap_or_else(|| panic!("the garbage Secret was not counted:\n{page}"));
+    assert!(!junk.ends_with(" 0"), "{junk}");
     converge(&[("c0", clients[0].clone())], "a", 14).await;
     assert!(ready(&manager).await);
 

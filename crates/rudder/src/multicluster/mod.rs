@@ -29,7 +29,7 @@
 //!     .kubeconfig_secrets(KubeconfigSecrets::new("fleet-system"))
 //!     .build()?;
 //! fleet.new_controller().for_::<ConfigMap>().complete_with(Stamp)?;
-//! manager.start().await?;
+//! manager.start_until_signal().await?;
 //! # Ok(())
 //! # }
 //! ```

@@ -161,3 +161,83 @@ async fn read_dir(dir: &Path) -> std::io::Result<Vec<(String, Vec<u8>)>> {
     }
     Ok(files)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use rudder_core::Shutdown;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::multicluster::provider::Announcement;
+
+    fn kubeconfig(server: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n\
+             users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n\
+             current-context: x\n"
+        )
+    }
+
+    /// The next announcement, as (engage?, name, server).
+    async fn next(rx: &mut mpsc::UnboundedReceiver<Announcement>) -> (bool, String, String) {
+        let announcement = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        match announcement {
+            Announcement::Engage { name, config, .. } => {
+                (true, name, config.cluster_url.to_string())
+            }
+            Announcement::Disengage { name, .. } => (false, name, String::new()),
+        }
+    }
+
+    #[tokio::test]
+    async fn files_engage_change_and_disengage_and_garbage_changes_nothing() {
+        let dir = std::env::temp_dir().join(format!("rudder-kubeconfigs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("east.yaml"), kubeconfig("https://127.0.0.1:1")).unwrap();
+        std::fs::write(dir.join(".hidden"), kubeconfig("https://127.0.0.1:2")).unwrap();
+        std::fs::write(dir.join("broken.yaml"), "clusters: [[[").unwrap();
+        std::fs::write(dir.join("binary"), [0xff_u8, 0xfe, 0x00]).unwrap();
+
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let shutdown = Shutdown::new();
+        let provider = KubeconfigDir::new(&dir).poll_every(Duration::from_millis(20));
+        let task = tokio::spawn(provider.run(Announcer::new(tx, "test"), shutdown.clone()));
+
+        // The valid file, only: hidden and unparsable files announce nothing.
+        assert_eq!(
+            next(&mut rx).await,
+            (true, "east".into(), "https://127.0.0.1:1/".into())
+        );
+        // A changed file replaces its cluster; an unchanged one is not announced again.
+        std::fs::write(dir.join("east.yaml"), kubeconfig("https://127.0.0.1:3")).unwrap();
+        assert_eq!(
+            next(&mut rx).await,
+            (true, "east".into(), "https://127.0.0.1:3/".into())
+        );
+        // A broken version leaves the cluster as it was; a fixed one replaces it.
+        std::fs::write(dir.join("east.yaml"), "not: [a kubeconfig").unwrap();
+        std::fs::write(dir.join("west.yml"), kubeconfig("https://127.0.0.1:4")).unwrap();
+        assert_eq!(
+            next(&mut rx).await,
+            (true, "west".into(), "https://127.0.0.1:4/".into())
+        );
+        // A removed file disengages its cluster, even one whose last version was broken.
+        std::fs::remove_file(dir.join("east.yaml")).unwrap();
+        assert_eq!(next(&mut rx).await, (false, "east".into(), String::new()));
+        // The broken files never were clusters: their removal announces nothing.
+        std::fs::remove_file(dir.join("broken.yaml")).unwrap();
+        std::fs::remove_file(dir.join("west.yml")).unwrap();
+        assert_eq!(next(&mut rx).await, (false, "west".into(), String::new()));
+
+        shutdown.stop(None);
+        task.await.unwrap().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
