@@ -15,7 +15,9 @@
 //! | `rudder_shard_reconciles_cancelled_total` | counter | `controller`: reconciles of a sharded controller cancelled because this replica's hold on the key's shard passed while they ran (reported from the first one on; each also counts as a `result="error"` reconcile and in `controller_runtime_reconcile_errors_total`) |
 //!
 //! The work queue's metrics (`workqueue_*`) carry `name` and `controller`, both the
-//! controller's name.
+//! controller's name. A controller serving one member cluster of a fleet
+//! ([`Options::cluster`](crate::Options::cluster)) adds a `cluster` label to each of them,
+//! so the instances of one controller in several clusters report apart.
 //!
 //! # When the series exist
 //!

@@ -35,6 +35,8 @@ pub(crate) enum Gate {
 /// One controller's pending writes, by key.
 pub(crate) struct OwnWrites {
     controller: String,
+    /// The member cluster the controller serves (`Options::cluster`), for its metrics.
+    cluster: Option<std::sync::Arc<str>>,
     queue: Queue,
     timeout: Duration,
     keys: Mutex<HashMap<Request, KeyWrites>>,
@@ -74,9 +76,15 @@ struct WriteMetrics {
 impl OwnWrites {
     /// The pending writes of the controller `controller`, whose keys go back to `queue`, each
     /// held at most `timeout`.
-    pub(crate) fn new(controller: &str, queue: Queue, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        controller: &str,
+        cluster: Option<std::sync::Arc<str>>,
+        queue: Queue,
+        timeout: Duration,
+    ) -> Self {
         Self {
             controller: controller.to_owned(),
+            cluster,
             queue,
             timeout,
             keys: Mutex::new(HashMap::new()),
@@ -93,11 +101,14 @@ impl OwnWrites {
 
     /// Makes the metric handles against the current recorder (when the controller starts).
     pub(crate) fn start_metrics(&self) {
-        let controller = self.controller.clone();
+        let mut labels = vec![metrics::Label::new("controller", self.controller.clone())];
+        if let Some(cluster) = &self.cluster {
+            labels.push(metrics::Label::new("cluster", cluster.to_string()));
+        }
         self.metrics.get_or_init(|| WriteMetrics {
-            wait: metrics::histogram!(WRITE_WAIT_SECONDS, "controller" => controller.clone()),
-            timeouts: metrics::counter!(WRITE_WAIT_TIMEOUTS_TOTAL, "controller" => controller.clone()),
-            pending: metrics::gauge!(WRITES_PENDING, "controller" => controller),
+            wait: metrics::histogram!(WRITE_WAIT_SECONDS, labels.clone()),
+            timeouts: metrics::counter!(WRITE_WAIT_TIMEOUTS_TOTAL, labels.clone()),
+            pending: metrics::gauge!(WRITES_PENDING, labels),
         });
     }
 
@@ -282,7 +293,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_key_is_held_until_its_writes_are_reached_and_queued_then() {
         let queue = Queue::builder().build();
-        let writes = OwnWrites::new("test", queue.clone(), Duration::from_secs(5));
+        let writes = OwnWrites::new("test", None, queue.clone(), Duration::from_secs(5));
         let key = Request::namespaced("ns", "owner");
         assert_eq!(writes.check(&key, 0), Gate::Run, "nothing written");
         writes.written(&key, &object("a"));
@@ -308,7 +319,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_key_whose_writes_never_arrive_runs_after_the_bound() {
         let queue = Queue::builder().build();
-        let writes = OwnWrites::new("test", queue.clone(), Duration::from_secs(5));
+        let writes = OwnWrites::new("test", None, queue.clone(), Duration::from_secs(5));
         let key = Request::namespaced("ns", "owner");
         let other = Request::namespaced("ns", "other");
         writes.written(&key, &object("a"));
@@ -328,7 +339,7 @@ mod tests {
     #[tokio::test]
     async fn a_write_reached_before_the_key_is_taken_holds_nothing() {
         let queue = Queue::builder().build();
-        let writes = OwnWrites::new("test", queue.clone(), Duration::from_secs(5));
+        let writes = OwnWrites::new("test", None, queue.clone(), Duration::from_secs(5));
         let key = Request::namespaced("ns", "owner");
         writes.written(&key, &object("a"));
         writes.reached(&key, &object("a"));

@@ -482,7 +482,7 @@ mod tests {
         let token = cache.inner.token.child_token();
         let tracker = TaskTracker::new();
         let informer = start_on(
-            "configmaps".into(),
+            "configmaps",
             stream,
             None,
             None,

@@ -31,6 +31,7 @@ impl Cache {
             fail_on_missing_informer: false,
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             list_strategy: ListStrategy::default(),
+            cluster: None,
         }
     }
 }
@@ -44,6 +45,7 @@ pub struct CacheBuilder {
     pub(crate) fail_on_missing_informer: bool,
     pub(crate) sync_timeout: Duration,
     pub(crate) list_strategy: ListStrategy,
+    pub(crate) cluster: Option<Arc<str>>,
 }
 
 impl CacheBuilder {
@@ -120,6 +122,15 @@ impl CacheBuilder {
         self
     }
 
+    /// The member cluster this cache is of, for a process with a cache per cluster (the
+    /// `rudder` facade's fleet sets it): its informers' metrics carry a `cluster` label, so
+    /// the same resource in two clusters makes two series.
+    #[must_use]
+    pub fn cluster(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.cluster = Some(name.into());
+        self
+    }
+
     /// The cache; its informers stop when `token` is cancelled (or on [`Cache::stop`]).
     pub fn build(self, token: &CancellationToken) -> Cache {
         Cache {
@@ -131,6 +142,7 @@ impl CacheBuilder {
                 fail_on_missing_informer: self.fail_on_missing_informer,
                 sync_timeout: self.sync_timeout,
                 list_strategy: self.list_strategy,
+                cluster: self.cluster,
                 informers: Mutex::new(HashMap::new()),
                 scopes_set: Mutex::new(HashMap::new()),
                 users: Mutex::new(HashMap::new()),

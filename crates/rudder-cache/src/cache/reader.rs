@@ -215,7 +215,7 @@ impl Cache {
                     let running = self.inner.informers().contains_key(&key);
                     let informer = start(scope, !running)?;
                     if !running && scope.namespace.is_none() && !restarted {
-                        warn_started_by_read(informer.resource());
+                        warn_started_by_read(informer.resource(), self.inner.cluster.as_deref());
                     }
                     informer
                 };
@@ -240,10 +240,17 @@ impl Cache {
 /// A read found no informer for a cluster-wide scope and starts one: the process now holds
 /// every object of that kind in the cluster, which nothing declared (a controller's watch, or
 /// `Cache::informer` at start, would have started it before any read).
-fn warn_started_by_read(resource: &str) {
+fn warn_started_by_read(resource: &str, cluster: Option<&str>) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(crate::metrics::READER_STARTED_INFORMERS_TOTAL, "resource" => resource.to_owned())
-        .increment(1);
+    {
+        let mut labels = vec![metrics::Label::new("resource", resource.to_owned())];
+        if let Some(cluster) = cluster {
+            labels.push(metrics::Label::new("cluster", cluster.to_owned()));
+        }
+        metrics::counter!(crate::metrics::READER_STARTED_INFORMERS_TOTAL, labels).increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = cluster;
     tracing::warn!(
         %resource,
         "a cached read starts a cluster-wide informer that no controller declared; it holds \

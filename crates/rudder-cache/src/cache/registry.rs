@@ -95,6 +95,8 @@ pub(crate) struct Inner {
     pub(crate) fail_on_missing_informer: bool,
     pub(crate) sync_timeout: Duration,
     pub(crate) list_strategy: crate::ListStrategy,
+    /// The member cluster the cache is of (`CacheBuilder::cluster`), for its metrics.
+    pub(crate) cluster: Option<Arc<str>>,
     pub(crate) informers: Mutex<HashMap<InformerKey, Slot>>,
     /// Scopes set at run time ([`Cache::set_scopes`](super::Cache::set_scopes)), which the
     /// reader and `informers` use instead of the default ones.
@@ -204,6 +206,7 @@ impl Inner {
             .with_token(token.clone())
             .tracker(tracker.clone())
             .track_writes(Arc::clone(&self.writes))
+            .cluster_opt(self.cluster.clone())
             .start();
         let mut slot = self.slot(&informer, token, tracker);
         slot.pinned = pin;

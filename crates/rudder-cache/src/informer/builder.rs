@@ -35,6 +35,7 @@ pub struct InformerBuilder<K> {
     token: CancellationToken,
     tracker: TaskTracker,
     writes: Option<Arc<WriteTracker>>,
+    cluster: Option<Arc<str>>,
 }
 
 impl<K> InformerBuilder<K>
@@ -131,6 +132,19 @@ where
         self
     }
 
+    /// Labels the informer's metrics with `cluster` (a process with informers of several
+    /// clusters: the `rudder` facade's fleet), so the same resource in two clusters makes two
+    /// series.
+    #[must_use]
+    pub fn cluster(self, name: impl Into<Arc<str>>) -> Self {
+        self.cluster_opt(Some(name.into()))
+    }
+
+    pub(crate) fn cluster_opt(mut self, cluster: Option<Arc<str>>) -> Self {
+        self.cluster = cluster;
+        self
+    }
+
     /// Starts the watch on the current tokio runtime and returns the informer.
     pub fn start(self) -> Informer<K> {
         let resource = describe(&self.api, &self.config);
@@ -160,7 +174,10 @@ where
             None => strict,
         };
         start_on(
-            resource,
+            super::Described {
+                resource,
+                cluster: self.cluster,
+            },
             stream,
             self.transform,
             self.resync,
@@ -217,6 +234,7 @@ where
             token: CancellationToken::new(),
             tracker: TaskTracker::new(),
             writes: None,
+            cluster: None,
         }
     }
 }

@@ -233,8 +233,33 @@ pub(crate) struct Stats {
     pub(crate) panics: AtomicU64,
 }
 
+/// What an informer's logs and metrics call it: its resource (path and selectors) and, in a
+/// process with informers of several clusters, its cluster.
+pub(crate) struct Described {
+    pub(crate) resource: String,
+    pub(crate) cluster: Option<Arc<str>>,
+}
+
+impl From<&str> for Described {
+    fn from(resource: &str) -> Self {
+        resource.to_owned().into()
+    }
+}
+
+impl From<String> for Described {
+    fn from(resource: String) -> Self {
+        Self {
+            resource,
+            cluster: None,
+        }
+    }
+}
+
 pub(crate) struct Shared<K> {
     pub(crate) resource: String,
+    /// The member cluster, for the `cluster` label of its metrics.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) cluster: Option<Arc<str>>,
     pub(crate) store: Store<K>,
     /// Held while an event is applied to the store and sent, so a new subscriber's replay
     /// of the store and its later events neither overlap nor leave a gap.
@@ -283,14 +308,25 @@ pub(super) fn record_panic<K>(
 pub(super) fn count_panic<K>(shared: &Shared<K>, function: &'static str) {
     shared.stats.panics.fetch_add(1, Ordering::Relaxed);
     #[cfg(feature = "metrics")]
-    metrics::counter!(
-        crate::metrics::PANICS_TOTAL,
-        "resource" => shared.resource.clone(),
-        "function" => function
-    )
-    .increment(1);
+    {
+        let mut labels = shared.labels();
+        labels.push(metrics::Label::new("function", function));
+        metrics::counter!(crate::metrics::PANICS_TOTAL, labels).increment(1);
+    }
     #[cfg(not(feature = "metrics"))]
     let _ = function;
+}
+
+impl<K> Shared<K> {
+    /// The labels of this informer's metrics: `resource`, and `cluster` when it has one.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn labels(&self) -> Vec<metrics::Label> {
+        let mut labels = vec![metrics::Label::new("resource", self.resource.clone())];
+        if let Some(cluster) = &self.cluster {
+            labels.push(metrics::Label::new("cluster", cluster.to_string()));
+        }
+        labels
+    }
 }
 
 #[cfg(test)]
@@ -376,7 +412,7 @@ mod tests {
                 Some((Ok(event), (rx, taken)))
             });
         let informer = start_on(
-            "configmaps".into(),
+            "configmaps",
             stream,
             None,
             None,
@@ -479,7 +515,7 @@ mod tests {
             rx.recv().await.map(|event| (Ok(event), rx))
         });
         let informer = start_on(
-            "configmaps".into(),
+            "configmaps",
             stream,
             None,
             None,
@@ -577,7 +613,7 @@ mod tests {
             rx.recv().await.map(|event| (Ok(event), rx))
         });
         let informer = start_on(
-            "configmaps".into(),
+            "configmaps",
             stream,
             transform,
             None,
@@ -752,7 +788,7 @@ mod tests {
             Some((Ok(event), rx))
         });
         let informer = start_on(
-            "configmaps".into(),
+            "configmaps",
             stream,
             None,
             None,

@@ -34,7 +34,7 @@ use crate::writes::{Seen, Tracked};
     reason = "the parts of one informer, handed over once by its builder and the tests"
 )]
 pub(crate) fn start_on<K, S>(
-    resource: String,
+    described: impl Into<super::Described>,
     stream: S,
     transform: Option<Transform<K>>,
     resync: Option<Duration>,
@@ -49,8 +49,10 @@ where
     S: Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send + 'static,
 {
     let (synced, _) = watch::channel(false);
+    let super::Described { resource, cluster } = described.into();
     let shared = Arc::new(Shared {
         resource,
+        cluster,
         store: Store::new(),
         subscribers: Mutex::new(Vec::new()),
         synced,
@@ -228,8 +230,7 @@ where
         if !self.first_list {
             self.shared.stats.relists.fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "metrics")]
-            metrics::counter!(crate::metrics::RELISTS_TOTAL, "resource" => self.shared.resource.clone())
-                .increment(1);
+            metrics::counter!(crate::metrics::RELISTS_TOTAL, self.shared.labels()).increment(1);
             tracing::info!(resource = %self.shared.resource, "relisting");
         }
     }
@@ -511,8 +512,7 @@ fn key_of_meta(meta: &kube::core::ObjectMeta) -> ObjectKey {
 fn record_malformed<K>(shared: &Shared<K>, bad: &Malformed) {
     shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
     #[cfg(feature = "metrics")]
-    metrics::counter!(crate::metrics::MALFORMED_OBJECTS_TOTAL, "resource" => shared.resource.clone())
-        .increment(1);
+    metrics::counter!(crate::metrics::MALFORMED_OBJECTS_TOTAL, shared.labels()).increment(1);
     tracing::warn!(resource = %shared.resource, object = %bad, "skipping an object that does not decode");
 }
 
@@ -531,14 +531,12 @@ fn record_error<K>(shared: &Shared<K>, err: &watcher::Error) {
     if is_malformed(err) {
         shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
-        metrics::counter!(crate::metrics::MALFORMED_OBJECTS_TOTAL, "resource" => shared.resource.clone())
-            .increment(1);
+        metrics::counter!(crate::metrics::MALFORMED_OBJECTS_TOTAL, shared.labels()).increment(1);
         tracing::warn!(resource = %shared.resource, error = %err, "skipping an object that does not decode");
     } else {
         shared.stats.errors.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
-        metrics::counter!(crate::metrics::WATCH_ERRORS_TOTAL, "resource" => shared.resource.clone())
-            .increment(1);
+        metrics::counter!(crate::metrics::WATCH_ERRORS_TOTAL, shared.labels()).increment(1);
         tracing::warn!(resource = %shared.resource, error = %err, "watch error; retrying with backoff");
     }
 }
@@ -569,27 +567,28 @@ pub(crate) fn jittered(period: Duration) -> Duration {
 #[cfg(feature = "metrics")]
 /// Sets an informer's gauges to what it holds now.
 fn publish_gauges<K: Resource + Send + Sync + 'static>(shared: &Shared<K>) {
-    let resource = shared.resource.clone();
+    let labels = shared.labels();
     #[allow(clippy::cast_precision_loss, reason = "a gauge is a float")]
     {
-        metrics::gauge!(crate::metrics::OBJECTS, "resource" => resource.clone())
-            .set(shared.store.len() as f64);
-        metrics::gauge!(crate::metrics::OBJECT_BYTES, "resource" => resource.clone())
+        metrics::gauge!(crate::metrics::OBJECTS, labels.clone()).set(shared.store.len() as f64);
+        metrics::gauge!(crate::metrics::OBJECT_BYTES, labels.clone())
             .set(shared.footprint.bytes() as f64);
     }
     let sync = shared
         .footprint
         .sync_duration()
         .map_or(0.0, |d| d.as_secs_f64());
-    metrics::gauge!(crate::metrics::SYNC_DURATION_SECONDS, "resource" => resource.clone())
-        .set(sync);
+    metrics::gauge!(crate::metrics::SYNC_DURATION_SECONDS, labels.clone()).set(sync);
     let current = shared.lists.current();
     for strategy in [
         crate::ListStrategy::Streaming,
         crate::ListStrategy::Paginated,
     ] {
-        metrics::gauge!(crate::metrics::LIST_STRATEGY, "resource" => resource.clone(), "strategy" => strategy.as_str())
-            .set(if strategy == current { 1.0 } else { 0.0 });
+        metrics::gauge!(
+            crate::metrics::LIST_STRATEGY,
+            with_label(&labels, "strategy", strategy.as_str())
+        )
+        .set(if strategy == current { 1.0 } else { 0.0 });
     }
 }
 
@@ -597,14 +596,29 @@ fn publish_gauges<K: Resource + Send + Sync + 'static>(shared: &Shared<K>) {
 /// Sets a stopped informer's gauges to zero: it holds nothing any more for the process (a
 /// `metrics` recorder cannot remove a series).
 fn forget_gauges<K>(shared: &Shared<K>) {
-    let resource = shared.resource.clone();
-    metrics::gauge!(crate::metrics::OBJECTS, "resource" => resource.clone()).set(0.0);
-    metrics::gauge!(crate::metrics::OBJECT_BYTES, "resource" => resource.clone()).set(0.0);
+    let labels = shared.labels();
+    metrics::gauge!(crate::metrics::OBJECTS, labels.clone()).set(0.0);
+    metrics::gauge!(crate::metrics::OBJECT_BYTES, labels.clone()).set(0.0);
     for strategy in [
         crate::ListStrategy::Streaming,
         crate::ListStrategy::Paginated,
     ] {
-        metrics::gauge!(crate::metrics::LIST_STRATEGY, "resource" => resource.clone(), "strategy" => strategy.as_str())
-            .set(0.0);
+        metrics::gauge!(
+            crate::metrics::LIST_STRATEGY,
+            with_label(&labels, "strategy", strategy.as_str())
+        )
+        .set(0.0);
     }
+}
+
+#[cfg(feature = "metrics")]
+/// `labels` and one more.
+fn with_label(
+    labels: &[metrics::Label],
+    key: &'static str,
+    value: &'static str,
+) -> Vec<metrics::Label> {
+    let mut all = labels.to_vec();
+    all.push(metrics::Label::new(key, value));
+    all
 }

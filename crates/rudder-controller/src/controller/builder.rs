@@ -64,6 +64,7 @@ impl<R: Reconciler> Builder<R> {
         let own_writes = options.read_your_writes.then(|| {
             Arc::new(OwnWrites::new(
                 &self.name,
+                options.cluster.clone(),
                 queue.clone(),
                 options.write_wait,
             ))

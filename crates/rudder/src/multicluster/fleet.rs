@@ -218,13 +218,16 @@ impl<'m> FleetBuilder<'m> {
         self.manager.record_permissions(&permissions);
         let sharded = ring.is_some();
         if let Some(ring) = ring {
-            let lister = fleet.clone();
+            // Weak: the gate is the fleet's too, and a strong handle would make a cycle.
+            let lister = Arc::downgrade(&fleet.inner);
             ring.gate().set_key_lister(Arc::new(move || {
-                lister
-                    .engaged()
-                    .iter()
-                    .map(|name| Request::cluster(name))
-                    .collect()
+                lister.upgrade().map_or_else(Vec::new, |inner| {
+                    Fleet { inner }
+                        .engaged()
+                        .iter()
+                        .map(|name| Request::cluster(name))
+                        .collect()
+                })
             }));
             self.manager.add(ring);
         }
@@ -325,10 +328,11 @@ impl Fleet {
 
     fn cache_for(
         &self,
+        name: &Arc<str>,
         client: kube::Client,
         token: &tokio_util::sync::CancellationToken,
     ) -> Cache {
-        let builder = Cache::builder(client);
+        let builder = Cache::builder(client).cluster(Arc::clone(name));
         let builder = match &self.inner.cache_options {
             Some(options) => options(builder),
             None => builder,
@@ -610,9 +614,12 @@ impl Engine {
             }
         };
         let fleet = self.fleet.clone();
-        let cluster = Cluster::new(cluster_name, client, health, |client, token| {
-            fleet.cache_for(client, token)
-        });
+        let cluster = Cluster::new(
+            Arc::clone(&cluster_name),
+            client,
+            health,
+            |client, token| fleet.cache_for(&cluster_name, client, token),
+        );
         tokio::spawn(probe(cluster.clone(), self.fleet.inner.probe_every));
         let recipes: Vec<Arc<dyn Recipe>> = self.fleet.inner.recipes.lock_unpoisoned().clone();
         let mut running = Vec::new();
@@ -717,7 +724,7 @@ impl Engine {
                 engagement.synced_once = true;
                 metrics::gauge_set_cluster(CLUSTER_SYNCED, name, 1.0);
                 let took = engagement.announced.elapsed();
-                ::metrics::histogram!(ENGAGE_SECONDS).record(took.as_secs_f64());
+                metrics::gauge_set_cluster(ENGAGE_SECONDS, name, took.as_secs_f64());
                 tracing::info!(cluster = %name, took_ms = took.as_millis() as u64, "member cluster synced");
             }
         }

@@ -14,9 +14,9 @@ pub const REQUEST_FAILURES_TOTAL: &str = "rudder_fleet_cluster_request_failures_
 pub const CONTROLLER_RESTARTS_TOTAL: &str = "rudder_fleet_controller_restarts_total";
 /// `rudder_fleet_provider_errors_total{provider}`.
 pub const PROVIDER_ERRORS_TOTAL: &str = "rudder_fleet_provider_errors_total";
-/// `rudder_fleet_engage_seconds`: from a provider announcing a cluster until every
-/// controller of the cluster synced.
-pub const ENGAGE_SECONDS: &str = "rudder_fleet_engage_seconds";
+/// `rudder_fleet_cluster_engage_seconds{cluster}`: from a provider announcing the cluster
+/// until every controller of it synced, for its current engagement.
+pub const ENGAGE_SECONDS: &str = "rudder_fleet_cluster_engage_seconds";
 
 /// Describes the fleet's metrics to the recorder current at this call.
 pub(crate) fn describe() {
@@ -45,10 +45,10 @@ pub(crate) fn describe() {
         PROVIDER_ERRORS_TOTAL,
         "Errors of a cluster provider: announcements it could not read, runs that failed."
     );
-    metrics::describe_histogram!(
+    metrics::describe_gauge!(
         ENGAGE_SECONDS,
         metrics::Unit::Seconds,
-        "Time from a provider announcing a member cluster until every controller of it synced."
+        "Time from a provider announcing the member cluster until every controller of it synced."
     );
 }
 

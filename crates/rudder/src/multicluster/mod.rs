@@ -97,10 +97,12 @@
 //! | `rudder_fleet_cluster_request_failures_total` | `cluster`, `reason` | `unreachable`, `unauthorized`, `forbidden`, `server_error` |
 //! | `rudder_fleet_controller_restarts_total` | `cluster`, `controller` | instances started again after an error |
 //! | `rudder_fleet_provider_errors_total` | `provider` | unreadable announcements, failed runs |
-//! | `rudder_fleet_engage_seconds` | | from announcement to every instance synced |
+//! | `rudder_fleet_cluster_engage_seconds` | `cluster` | from its announcement to every instance synced |
 //!
 //! The controllers' and queues' own metrics (`controller_runtime_reconcile_total`,
-//! `workqueue_depth`, ...) carry a `cluster` label for the instances of a fleet. A failure
+//! `workqueue_depth`, `rudder_controller_write_wait_seconds`, ...) carry a `cluster` label
+//! for the instances of a fleet, and so do a member cache's (`rudder_cache_*`, with
+//! rudder-cache's `metrics` feature). A failure
 //! state change of a member (failing, answering again) is logged once at warn or info, not
 //! per request. See `docs/multicluster.md`.
 
