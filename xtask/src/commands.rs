@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use cargo_rudder::OperatorOptions;
+
 use crate::{checkov, ci, demo, diagrams, scaffold, tidy};
 use xtask::util;
 
@@ -99,8 +101,8 @@ pub(crate) const COMMANDS: &[Command] = &[
         rest: Some("passed to cargo test"),
         help: "run everything CI runs: envtest install (Kubernetes 1.37.2 and 1.33.13), fmt \
                check, clippy, docs, cargo package, checkov, the Go module's checks, tests on \
-               both releases (a freshly scaffolded controller's included), a scaffolded \
-               operator's tests, a short demo",
+               both releases (a freshly scaffolded controller's included), three scaffolded \
+               operators' tests (plain, with webhooks, multi-cluster), a short demo",
         run: |parsed| ci::run_ci(&parsed.rest, &names()),
     },
     Command {
@@ -148,6 +150,12 @@ pub(crate) const COMMANDS: &[Command] = &[
                 "--webhook",
                 "also a defaulting and a validating webhook, with certificates it makes itself",
             ),
+            switch(
+                "--multi-cluster",
+                "its controller runs in each member cluster of a fleet (kubeconfig Secrets in \
+                 the operator's --fleet-namespace, default its own) instead of its own \
+                 cluster; not with --webhook",
+            ),
         ],
         rest: None,
         help: "a standalone workspace at PATH for an operator of your own (cargo-rudder's new: \
@@ -156,9 +164,13 @@ pub(crate) const COMMANDS: &[Command] = &[
         run: |parsed| {
             scaffold::new_operator(
                 parsed.args[0],
-                parsed.value("--kind"),
-                parsed.value("--group"),
-                parsed.is_set("--webhook"),
+                OperatorOptions {
+                    kind: parsed.value("--kind").map(str::to_owned),
+                    group: parsed.value("--group").map(str::to_owned),
+                    webhook: parsed.is_set("--webhook"),
+                    multi_cluster: parsed.is_set("--multi-cluster"),
+                    ..OperatorOptions::default()
+                },
             )
         },
     },
@@ -490,7 +502,9 @@ mod tests {
                 assert!(command.help().contains(flag.name), "{}", flag.name);
             }
         }
-        assert!(help.contains("new-operator PATH [--kind KIND] [--group GROUP] [--webhook]"));
+        assert!(help.contains(
+            "new-operator PATH [--kind KIND] [--group GROUP] [--webhook] [--multi-cluster]"
+        ));
     }
 
     #[test]
@@ -501,8 +515,19 @@ mod tests {
         assert_eq!(parsed.value("--kind"), Some("Widget"));
         assert!(parsed.is_set("--webhook"));
         assert!(!parsed.is_set("--group"));
+        assert!(!parsed.is_set("--multi-cluster"));
+        let fleet = new.parse(&["op", "--multi-cluster"]).unwrap();
+        assert!(fleet.is_set("--multi-cluster") && !fleet.is_set("--webhook"));
         let unknown = new.parse(&["op", "--webhooks"]).err().unwrap();
-        assert!(unknown.contains("--kind, --group, --webhook"), "{unknown}");
+        assert!(
+            unknown.contains("--kind, --group, --webhook, --multi-cluster"),
+            "{unknown}"
+        );
+        assert!(
+            command("new-controller")
+                .parse(&["c", "--multi-cluster"])
+                .is_err()
+        );
         assert!(new.parse(&[]).err().unwrap().contains("needs PATH"));
         assert!(new.parse(&["a", "b"]).is_err());
         assert!(

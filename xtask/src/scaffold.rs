@@ -19,18 +19,12 @@ fn this_checkout() -> RudderSource {
     RudderSource::Path(workspace_root())
 }
 
-/// `cargo xtask new-operator PATH`: cargo-rudder's `new` with this checkout as Rudder.
-pub(crate) fn new_operator(
-    path: &str,
-    kind: Option<&str>,
-    group: Option<&str>,
-    webhook: bool,
-) -> Result<(), String> {
+/// `cargo xtask new-operator PATH`: cargo-rudder's `new` with `options` and this checkout
+/// as Rudder (whatever `options.rudder` says).
+pub(crate) fn new_operator(path: &str, options: OperatorOptions) -> Result<(), String> {
     let options = OperatorOptions {
-        kind: kind.map(str::to_owned),
-        group: group.map(str::to_owned),
-        webhook,
         rudder: this_checkout(),
+        ..options
     };
     let dir = cargo_rudder::new_operator(Path::new(path), &options).map_err(|e| e.to_string())?;
     println!(
@@ -117,9 +111,10 @@ impl Drop for CiScaffold {
     }
 }
 
-/// For CI: scaffolds two operator projects (without and with webhooks) into a temporary
-/// directory outside the workspace, runs each one's own test command (`cargo xtask test`,
-/// against the control plane in `assets`) and renders its manifests, then removes them.
+/// For CI: scaffolds three operator projects (plain, with webhooks, over a fleet of member
+/// clusters) into a temporary directory outside the workspace, runs each one's own test
+/// command (`cargo xtask test`, against the control plane in `assets`) and renders its
+/// manifests, then removes them.
 /// They build into Rudder's target directory from Rudder's Cargo.lock, so no crate version
 /// Rudder's build did not compile is compiled again.
 pub(crate) fn operator_ci_check(assets: &Path) -> Result<(), String> {
@@ -132,7 +127,8 @@ pub(crate) fn operator_ci_check(assets: &Path) -> Result<(), String> {
         "kind: ClusterRole",
         "kind: Deployment",
     ];
-    check_project(&parent.join("ci-operator"), false, assets, &plain)?;
+    let plain_options = OperatorOptions::default();
+    check_project(&parent.join("ci-operator"), &plain_options, assets, &plain)?;
     let webhooks = [
         &plain[..],
         &[
@@ -143,22 +139,51 @@ pub(crate) fn operator_ci_check(assets: &Path) -> Result<(), String> {
         ],
     ]
     .concat();
-    check_project(&parent.join("ci-webhook-operator"), true, assets, &webhooks)?;
+    let webhook_options = OperatorOptions {
+        webhook: true,
+        ..OperatorOptions::default()
+    };
+    check_project(
+        &parent.join("ci-webhook-operator"),
+        &webhook_options,
+        assets,
+        &webhooks,
+    )?;
+    // The fleet's home cluster: reading the kubeconfig Secrets (a Role, not a ClusterRole:
+    // the controller's own RBAC is the members' kubeconfigs' business).
+    let fleet = [
+        "kind: CustomResourceDefinition",
+        "kind: ServiceAccount",
+        "kind: Role\n",
+        "- secrets",
+        "kind: Deployment",
+    ];
+    let fleet_options = OperatorOptions {
+        multi_cluster: true,
+        ..OperatorOptions::default()
+    };
+    check_project(
+        &parent.join("ci-fleet-operator"),
+        &fleet_options,
+        assets,
+        &fleet,
+    )?;
     drop(guard);
     Ok(())
 }
 
-/// Scaffolds one project at `path`, runs its tests and checks its manifests hold `expected`.
+/// Scaffolds one project at `path` with `options` (its switches: `webhook`,
+/// `multi_cluster`, ...; Rudder is always this checkout), runs its tests and checks its
+/// manifests hold `expected`.
 fn check_project(
     path: &Path,
-    webhook: bool,
+    options: &OperatorOptions,
     assets: &Path,
     expected: &[&str],
 ) -> Result<(), String> {
     let options = OperatorOptions {
-        webhook,
         rudder: this_checkout(),
-        ..OperatorOptions::default()
+        ..options.clone()
     };
     let dir = cargo_rudder::new_operator(path, &options).map_err(|e| e.to_string())?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -186,8 +211,11 @@ fn check_project(
         }
     }
     println!(
-        "new-operator: {} scaffolded (webhooks: {webhook}), tested, {} manifest documents rendered",
+        "new-operator: {} scaffolded (webhooks: {}, multi-cluster: {}), tested, {} manifest \
+         documents rendered",
         dir.display(),
+        options.webhook,
+        options.multi_cluster,
         yaml.matches("---\n").count()
     );
     Ok(())

@@ -15,7 +15,7 @@ cargo rudder <command>
 Scaffolds for operators on Rudder, a controller runtime for Kubernetes.
 
 Commands:
-  new PATH [--kind KIND] [--group GROUP] [--webhook] [SOURCE]
+  new PATH [--kind KIND] [--group GROUP] [--webhook | --multi-cluster] [SOURCE]
       A Cargo workspace at PATH (which must not exist) for an operator of your own: the
       crate operator/ (a custom resource KIND, default the last part of PATH in PascalCase,
       in API group GROUP, default NAME.example.com; its reconciler; a manager with probes,
@@ -23,7 +23,11 @@ Commands:
       manifests | run), a README and a test against a real API server. With --webhook, also
       a defaulting and a validating webhook for KIND (operator/src/webhook.rs), served with
       certificates the operator makes itself when deployed, and a test of them called by
-      the real API server.
+      the real API server. With --multi-cluster, the controller runs in each member cluster
+      of a fleet instead of the operator's own (rudder::multicluster): a member is a Secret
+      labelled sigs.k8s.io/multicluster-runtime-kubeconfig=true holding its kubeconfig
+      under `kubeconfig`, in the namespace the operator's --fleet-namespace names (default
+      its own) of the cluster it runs in; each member needs the CRD installed.
 
   new-controller NAME [--kind KIND] [--group GROUP] [--workspace DIR] [SOURCE]
       A controller crate NAME in the workspace that encloses the current directory (or
@@ -69,6 +73,7 @@ pub fn run(args: &[String]) -> Result<String> {
                 kind: parsed.kind.clone(),
                 group: parsed.group.clone(),
                 webhook: parsed.webhook,
+                multi_cluster: parsed.multi_cluster,
                 rudder: parsed.source()?,
             };
             let dir = new_operator(&PathBuf::from(path), &options)?;
@@ -80,7 +85,7 @@ pub fn run(args: &[String]) -> Result<String> {
             ))
         }
         "new-controller" => {
-            parsed.refuse(&["--webhook"], "new-controller")?;
+            parsed.refuse(&["--webhook", "--multi-cluster"], "new-controller")?;
             let name = parsed.positional("new-controller", "a name")?;
             let base = parsed
                 .workspace
@@ -115,6 +120,7 @@ struct Parsed {
     kind: Option<String>,
     group: Option<String>,
     webhook: bool,
+    multi_cluster: bool,
     workspace: Option<PathBuf>,
     rudder_path: Option<PathBuf>,
     rudder_git: Option<String>,
@@ -141,6 +147,7 @@ impl Parsed {
             match flag {
                 "--help" | "-h" => parsed.help = true,
                 "--webhook" => parsed.webhook = true,
+                "--multi-cluster" => parsed.multi_cluster = true,
                 "--kind" => parsed.kind = Some(value()?),
                 "--group" => parsed.group = Some(value()?),
                 "--workspace" => parsed.workspace = Some(value()?.into()),
@@ -233,6 +240,8 @@ mod tests {
             "rudder new x --kind",
             "rudder new x --workspace .",
             "rudder new-controller x --webhook",
+            "rudder new-controller x --multi-cluster",
+            "rudder new x --webhook --multi-cluster",
             "rudder new x --rudder-rev main",
             "rudder new x --rudder-path /a --rudder-git https://example.com/r",
             "rudder launch",

@@ -43,8 +43,9 @@
 //!
 //! The templates are plain files in the crate's `templates/` directory, compiled in. They
 //! name the scaffold with `{{name}}`, `{{crate}}`, `{{Kind}}` and `{{group}}`, keep or drop
-//! `{{#webhook}}` sections, and every file is checked for a placeholder left unfilled before
-//! anything is written.
+//! `{{#webhook}}` and `{{#multi_cluster}}` sections (and their inverse, `{{^multi_cluster}}`,
+//! kept without the switch), and every file is checked for a placeholder left unfilled
+//! before anything is written.
 
 mod cli;
 mod controller;

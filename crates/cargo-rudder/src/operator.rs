@@ -34,6 +34,11 @@ pub struct OperatorOptions {
     /// Also a defaulting and a validating webhook for the kind, with the certificates the
     /// operator makes itself when deployed, and a test of them called by the API server.
     pub webhook: bool,
+    /// Run the controller over a fleet of member clusters instead of the operator's own
+    /// cluster (`rudder::multicluster`): each member is a kubeconfig Secret in a namespace of
+    /// the operator's (home) cluster, `--fleet-namespace` of the generated binary. Not with
+    /// [`webhook`](Self::webhook).
+    pub multi_cluster: bool,
     /// Where the project takes Rudder from.
     pub rudder: RudderSource,
 }
@@ -42,7 +47,8 @@ pub struct OperatorOptions {
 /// operator) and formats it with `cargo fmt`; returns its absolute directory.
 ///
 /// With a [`RudderSource::Path`] the project starts from that checkout's `Cargo.lock`, so
-/// it builds with the versions Rudder is tested with.
+/// it builds with the versions Rudder is tested with. As [`operator_files`], options that do
+/// not go together are refused before anything is written.
 pub fn new_operator(path: &Path, options: &OperatorOptions) -> Result<PathBuf> {
     let path = absolute(path)?;
     if path.exists() {
@@ -71,6 +77,8 @@ pub fn new_operator(path: &Path, options: &OperatorOptions) -> Result<PathBuf> {
 }
 
 /// The files of the operator project for `names`, unformatted, without writing anything.
+/// [`OperatorOptions::webhook`] with [`OperatorOptions::multi_cluster`] is refused
+/// ([`Error::Invalid`]).
 ///
 /// ```
 /// use cargo_rudder::{Names, OperatorOptions, operator_files};
@@ -82,6 +90,15 @@ pub fn new_operator(path: &Path, options: &OperatorOptions) -> Result<PathBuf> {
 /// # Ok::<(), cargo_rudder::Error>(())
 /// ```
 pub fn operator_files(names: &Names, options: &OperatorOptions) -> Result<Vec<GeneratedFile>> {
+    if options.webhook && options.multi_cluster {
+        // The webhooks would be served to the home cluster's API server only, while the
+        // objects live in the member clusters.
+        return Err(Error::Invalid(
+            "--webhook and --multi-cluster do not go together yet: a member cluster's API \
+             server would not call the operator's webhooks"
+                .to_owned(),
+        ));
+    }
     let mut templates = vec![
         ("Cargo.toml", WORKSPACE),
         (".cargo/config.toml", CARGO_CONFIG),
@@ -100,11 +117,15 @@ pub fn operator_files(names: &Names, options: &OperatorOptions) -> Result<Vec<Ge
     }
     let deps: Vec<String> = DEPENDENCIES.iter().map(|dep| dep.line(&[])).collect();
     let rudder = options.rudder.dependency(&[]);
+    let switches = [
+        ("webhook", options.webhook),
+        ("multi_cluster", options.multi_cluster),
+    ];
     templates
         .into_iter()
         .map(|(file, template)| {
             let text = names
-                .render(&sections(template, &[("webhook", options.webhook)]))
+                .render(&sections(template, &switches))
                 .replace("{{rudder}}", &rudder)
                 .replace("{{deps}}", &deps.join("\n"));
             GeneratedFile::new(file, text)
@@ -132,6 +153,25 @@ mod tests {
                 webhook
             );
         }
+    }
+
+    #[test]
+    fn every_placeholder_is_filled_for_a_fleet_and_webhooks_are_refused_with_it() {
+        let names = Names::new("my-op", None, None).unwrap();
+        let options = OperatorOptions {
+            multi_cluster: true,
+            ..OperatorOptions::default()
+        };
+        let files = operator_files(&names, &options).unwrap();
+        assert!(!files.iter().any(|f| f.path.ends_with("webhook.rs")));
+        let both = OperatorOptions {
+            webhook: true,
+            ..options
+        };
+        assert!(matches!(
+            operator_files(&names, &both),
+            Err(Error::Invalid(_))
+        ));
     }
 
     #[test]

@@ -31,8 +31,9 @@ impl GeneratedFile {
 }
 
 /// Keeps what `{{#NAME}}` ... `{{/NAME}}` (each on a line of its own) enclose when `NAME`
-/// is on in `switches`, drops it otherwise; the marker lines go either way. A section not
-/// named in `switches` is dropped.
+/// is on in `switches`, drops it otherwise; `{{^NAME}}` ... `{{/NAME}}` is the inverse, kept
+/// only when `NAME` is off. The marker lines go either way. A switch not named in
+/// `switches` is off.
 pub(crate) fn sections(template: &str, switches: &[(&str, bool)]) -> String {
     let mut out = String::with_capacity(template.len());
     // The switch of each open section, innermost last.
@@ -45,9 +46,11 @@ pub(crate) fn sections(template: &str, switches: &[(&str, bool)]) -> String {
                 .and_then(|rest| rest.strip_suffix("}}"))
                 .filter(|name| !name.contains(' '))
         };
+        let on = |name: &str| switches.iter().any(|(n, on)| *n == name && *on);
         if let Some(name) = marker("{{#") {
-            let on = switches.iter().any(|(n, on)| *n == name && *on);
-            open.push(on);
+            open.push(on(name));
+        } else if let Some(name) = marker("{{^") {
+            open.push(!on(name));
         } else if marker("{{/").is_some() {
             open.pop();
         } else if open.iter().all(|on| *on) {
@@ -110,6 +113,10 @@ mod tests {
         assert_eq!(sections(template, &[]), "a\nc\n");
         let nested = "{{#a}}\n1\n{{#b}}\n2\n{{/b}}\n3\n{{/a}}\n";
         assert_eq!(sections(nested, &[("a", true), ("b", false)]), "1\n3\n");
+        let inverted = "a\n{{^fleet}}\nb\n{{/fleet}}\n{{#fleet}}\nc\n{{/fleet}}\n";
+        assert_eq!(sections(inverted, &[("fleet", false)]), "a\nb\n");
+        assert_eq!(sections(inverted, &[]), "a\nb\n");
+        assert_eq!(sections(inverted, &[("fleet", true)]), "a\nc\n");
     }
 
     #[test]

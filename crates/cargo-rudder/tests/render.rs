@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use cargo_rudder::{
-    ControllerOptions, Error, OperatorOptions, RudderSource, new_controller, new_operator,
+    ControllerOptions, Error, OperatorOptions, RudderSource, new_controller, new_operator, run,
 };
 
 /// A fresh temporary directory, removed when dropped.
@@ -73,6 +73,7 @@ fn an_operator_by_path_depends_on_the_checkout_and_starts_from_its_lockfile() {
         group: Some("widgets.acme.io".into()),
         webhook: true,
         rudder: RudderSource::Path(checkout()),
+        ..OperatorOptions::default()
     };
     let dir = new_operator(&temp.0.join("widgets"), &options).unwrap();
     let workspace = read(dir.join("Cargo.toml"));
@@ -88,6 +89,99 @@ fn an_operator_by_path_depends_on_the_checkout_and_starts_from_its_lockfile() {
     assert!(read(dir.join("operator/src/webhook.rs")).contains("Widget"));
     assert!(dir.join("operator/tests/webhook.rs").exists());
     assert!(read(dir.join("operator/src/lib.rs")).contains("widgets.acme.io"));
+}
+
+fn args(line: &str) -> Vec<String> {
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+/// The generated files that differ between an operator of one cluster and of a fleet.
+const FLEET_FILES: [&str; 5] = [
+    "README.md",
+    "operator/src/lib.rs",
+    "operator/src/main.rs",
+    "operator/tests/operator.rs",
+    "xtask/src/main.rs",
+];
+
+#[test]
+fn multi_cluster_runs_the_controller_over_a_fleet_of_kubeconfig_secrets() {
+    let temp = TempDir::new("fleet");
+    let path = temp.0.join("fleet-op");
+    let created = run(&args(&format!(
+        "rudder new {} --multi-cluster --kind Fleetling",
+        path.display()
+    )))
+    .unwrap();
+    assert!(created.contains("cargo xtask test"), "{created}");
+    let lib = read(path.join("operator/src/lib.rs"));
+    for expected in [
+        "Fleet::builder(&manager)",
+        "KubeconfigSecrets::new(fleet_namespace)",
+        "pub fleet_namespace: Option<String>,",
+        "pub fn add_controller(fleet: &Fleet) -> Result<(), rudder::Error>",
+        "cluster: ctx.cluster().map(str::to_owned),",
+    ] {
+        assert!(lib.contains(expected), "{expected:?} in\n{lib}");
+    }
+    assert!(!lib.contains("rudder::new_controller(manager)"), "{lib}");
+    let main = read(path.join("operator/src/main.rs"));
+    assert!(main.contains("--fleet-namespace"), "{main}");
+    let test = read(path.join("operator/tests/operator.rs"));
+    for expected in [
+        "env.kubeconfig_path()",
+        "\"sigs.k8s.io/multicluster-runtime-kubeconfig\": \"true\"",
+        "\"kubeconfig\": kubeconfig",
+        "status.cluster.as_deref() == Some(\"member\")",
+    ] {
+        assert!(test.contains(expected), "{expected:?} in\n{test}");
+    }
+    let readme = read(path.join("README.md"));
+    assert!(
+        readme.contains("installed in each member cluster"),
+        "{readme}"
+    );
+    assert!(!path.join("operator/src/webhook.rs").exists());
+    for file in FLEET_FILES {
+        let text = read(path.join(file));
+        assert!(!text.contains("{{"), "{file}");
+        assert!(!text.contains("multi_cluster}}"), "{file}");
+    }
+}
+
+#[test]
+fn without_multi_cluster_there_is_no_fleet() {
+    let temp = TempDir::new("one-cluster");
+    let dir = new_operator(&temp.0.join("one-op"), &OperatorOptions::default()).unwrap();
+    for file in FLEET_FILES {
+        let text = read(dir.join(file));
+        for fleet in ["Fleet::builder", "multicluster", "fleet"] {
+            assert!(!text.contains(fleet), "{fleet:?} in {file}");
+        }
+    }
+    assert!(read(dir.join("operator/src/lib.rs")).contains("rudder::new_controller(manager)"));
+}
+
+#[test]
+fn multi_cluster_is_refused_by_new_controller_and_with_webhooks() {
+    let temp = TempDir::new("fleet-refused");
+    for line in [
+        format!(
+            "rudder new-controller x --multi-cluster --workspace {}",
+            temp.0.display()
+        ),
+        format!(
+            "rudder new {} --multi-cluster --webhook",
+            temp.0.join("both").display()
+        ),
+    ] {
+        let refused = run(&args(&line));
+        assert!(
+            matches!(refused, Err(Error::Invalid(_))),
+            "{line}: {refused:?}"
+        );
+    }
+    assert_eq!(fs::read_dir(&temp.0).unwrap().count(), 0);
 }
 
 #[test]
