@@ -9,6 +9,7 @@
 // A command-line tool reports to its terminal; printing is its job.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod controller;
 mod election;
 mod failover;
 mod informers;
@@ -23,7 +24,7 @@ use xtask::{envtest, go, util};
 const HELP: &str = "\
 cargo run -p bench -- <command> [flags]   (or cargo xtask bench-<command>)
 
-Commands: workqueue, webhook, election, failover, informers; `<command> --help` for its flags.";
+Commands: workqueue, webhook, election, failover, informers, controller; `<command> --help` for its flags.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -34,6 +35,7 @@ fn main() -> ExitCode {
         ["election", rest @ ..] => election::run(rest),
         ["failover", rest @ ..] => failover::run(rest),
         ["informers", rest @ ..] => informers::run(rest),
+        ["controller", rest @ ..] => controller::run(rest),
         [] | ["help" | "--help" | "-h"] => {
             println!("{HELP}");
             Ok(())

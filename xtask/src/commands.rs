@@ -236,6 +236,21 @@ pub(crate) const COMMANDS: &[Command] = &[
         run: |parsed| bench("informers", parsed.given),
     },
     Command {
+        name: "bench-controller",
+        args: &[],
+        flags: &[
+            flag(
+                "--objects",
+                "N",
+                "ConfigMaps in the namespace (default 10000)",
+            ),
+            flag("--runs", "N", "runs per worker count (default 1)"),
+        ],
+        rest: None,
+        help: "Rudder's controller against controller-runtime's manager and controller                (go/cmd/controller-pass), each in its own process: first pass, update to                reconcile p50/p99 idle and behind a backlog of every object, RSS, CPU; 1 and 4                workers",
+        run: |parsed| bench("controller", parsed.given),
+    },
+    Command {
         name: "bench-election",
         args: &[],
         flags: &[

@@ -171,7 +171,8 @@
 //! is current), so they never sync without an object written before they started; an
 //! informer built with [`Informer::builder`] on an `Api` of your own asks as kube-runtime's
 //! watcher does, with `resourceVersion=0`, which the server may answer from a watch cache a
-//! moment behind (the missing object then arrives as an add right after the sync). The first list stores each object as it arrives. A relist (a watch that cannot
+//! moment behind (the missing object then arrives as an add right after the sync), unless
+//! that `Api` is built on a client from [`most_recent_client`], as the cache's are. The first list stores each object as it arrives. A relist (a watch that cannot
 //! resume, e.g. 410 Gone) replaces the store in one step at its end: objects it brings
 //! unchanged (same resourceVersion) are only stamped, those it brings changed or new wait
 //! aside, and when it ends they are applied and what it did not list removed (a delete with
@@ -246,6 +247,7 @@ mod transform;
 mod unwind;
 pub mod writes;
 
+pub use cache::most_recent::most_recent as most_recent_client;
 pub use cache::{
     ApiScope, ByObject, Cache, CacheBuilder, DEFAULT_SYNC_TIMEOUT, InformerUse, ListOptions, Scope,
     Typed,

@@ -37,13 +37,13 @@ async fn an_informer_counts_its_objects_and_their_bytes_through_every_change() {
     let _guard = metrics::set_default_local_recorder(&recorder);
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("footprint").await.unwrap();
-    let api = ns.api::<ConfigMap>();
+    let api = common::api::<ConfigMap>(&ns);
     for i in 0..5 {
         api.create(&PostParams::default(), &config_map(&format!("cm-{i}"), &[]))
             .await
             .unwrap();
     }
-    let informer = Informer::builder(ns.api::<ConfigMap>()).start();
+    let informer = Informer::builder(common::api::<ConfigMap>(&ns)).start();
     assert_eq!(informer.stats().sync_duration, None);
     informer
         .wait_for_sync(Duration::from_secs(30))

@@ -34,7 +34,7 @@ async fn relabel(api: &Api<ConfigMap>, name: &str, key: &str, value: &str) {
 async fn every_handler_sees_exactly_create_update_and_delete() {
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("informer_events").await.unwrap();
-    let api = ns.api::<ConfigMap>();
+    let api = common::api::<ConfigMap>(&ns);
     let l = [("test", "events")];
     api.create(&PostParams::default(), &config_map("before", &l))
         .await
@@ -96,7 +96,7 @@ async fn every_handler_sees_exactly_create_update_and_delete() {
 async fn handler_registered_after_sync_first_gets_the_store_contents() {
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("informer_late").await.unwrap();
-    let api = ns.api::<ConfigMap>();
+    let api = common::api::<ConfigMap>(&ns);
     for name in ["a", "b"] {
         api.create(&PostParams::default(), &config_map(name, &[]))
             .await
@@ -123,7 +123,7 @@ async fn handler_registered_after_sync_first_gets_the_store_contents() {
 async fn a_blocked_handler_does_not_delay_another() {
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("informer_slow").await.unwrap();
-    let api = ns.api::<ConfigMap>();
+    let api = common::api::<ConfigMap>(&ns);
     let informer = Informer::builder(api.clone()).start();
     informer
         .wait_for_sync(Duration::from_secs(20))
@@ -414,7 +414,7 @@ async fn a_malformed_object_is_counted_and_skipped_and_the_watch_goes_on() {
     let (ns, raw) = widgets("informer_malformed").await;
     create_widget(&raw, "good", 1).await;
 
-    let informer = Informer::builder(ns.api::<Widget>()).start();
+    let informer = Informer::builder(common::api::<Widget>(&ns)).start();
     let mut events = informer.subscribe();
     informer
         .wait_for_sync(Duration::from_secs(20))
@@ -456,7 +456,7 @@ async fn a_malformed_object_in_the_list_does_not_keep_the_informer_from_syncing(
 
     // A strict informer listing in pages decodes each page whole: the bad object fails it,
     // every time.
-    let strict = Informer::builder(ns.api::<Widget>())
+    let strict = Informer::builder(common::api::<Widget>(&ns))
         .list_strategy(ListStrategy::Paginated)
         .start();
     let err = strict
@@ -468,7 +468,7 @@ async fn a_malformed_object_in_the_list_does_not_keep_the_informer_from_syncing(
 
     // A streaming list sends each object as an event of its own: the bad one is skipped
     // and counted, as a bad watch event is, and the informer syncs without it.
-    let streaming = Informer::builder(ns.api::<Widget>()).start();
+    let streaming = Informer::builder(common::api::<Widget>(&ns)).start();
     let synced = streaming.wait_for_sync(Duration::from_secs(3)).await;
     if streaming.list_strategy() == ListStrategy::Streaming {
         synced.unwrap();
@@ -484,7 +484,7 @@ async fn a_malformed_object_in_the_list_does_not_keep_the_informer_from_syncing(
     streaming.stop().await;
 
     // Decoding each object on its own, it syncs with the two good ones.
-    let informer = Informer::builder(ns.api::<Widget>())
+    let informer = Informer::builder(common::api::<Widget>(&ns))
         .skip_malformed()
         .start();
     informer
@@ -536,7 +536,7 @@ async fn an_object_turning_malformed_on_the_watch_is_still_seen_deleted() {
         create_widget(&raw, name, 1).await;
     }
     // All good: the list decodes whole.
-    let informer = Informer::builder(ns.api::<Widget>())
+    let informer = Informer::builder(common::api::<Widget>(&ns))
         .skip_malformed()
         .start();
     let mut events = informer.subscribe();
@@ -565,7 +565,7 @@ async fn an_object_turning_malformed_on_the_watch_is_still_seen_deleted() {
 async fn an_informer_runs_while_a_handle_or_stream_is_held_and_stops_after() {
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("informer_dropped").await.unwrap();
-    let api = ns.api::<ConfigMap>();
+    let api = common::api::<ConfigMap>(&ns);
     let informer = Informer::builder(api.clone()).start();
     let mut events = informer.subscribe();
     // A handler whose task holds a guard: the guard is dropped when the task ends.

@@ -87,11 +87,11 @@ impl Tools {
 
     /// Tools for the controller named `controller` serving the member cluster `cluster` of a
     /// [fleet](crate::multicluster): the typed client reads that cluster's cache and writes
-    /// to its API server; the event recorder writes to `home` (the manager's cluster), where
-    /// a fleet's Events live.
+    /// to its API server; the event recorder writes with `events` (the home cluster's client
+    /// by default, the member's with `FleetBuilder::events_in_members`).
     pub fn for_cluster(
         cluster: &crate::multicluster::Cluster,
-        home: &kube::Client,
+        events: &kube::Client,
         controller: &str,
     ) -> Self {
         let reporter = Reporter {
@@ -100,7 +100,7 @@ impl Tools {
         };
         Self {
             client: Client::new(cluster.kube().clone(), cluster.cache().clone(), controller),
-            recorder: Recorder::new(home.clone(), reporter),
+            recorder: Recorder::new(events.clone(), reporter),
             controller: controller.into(),
             cluster: Some(cluster.name_arc()),
         }

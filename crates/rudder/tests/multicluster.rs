@@ -536,3 +536,116 @@ impl Reconciler for Requeue {
         Ok(Action::requeue_after(Duration::from_millis(100)))
     }
 }
+
+/// Makes each ConfigMap's owned Secret `<name>-child` in the ConfigMap's cluster, with a
+/// controller reference, and counts reconciles per cluster.
+struct Parent {
+    tools: Tools,
+    counts: Arc<Mutex<BTreeMap<String, usize>>>,
+}
+
+impl Reconciler for Parent {
+    type Error = rudder::client::ClientError;
+
+    async fn reconcile(&self, request: Request, ctx: Context) -> Result<Action, Self::Error> {
+        *self
+            .counts
+            .lock()
+            .unwrap()
+            .entry(ctx.cluster().unwrap().to_owned())
+            .or_default() += 1;
+        let Some(parent) = self.tools.get::<ConfigMap>(&request).await? else {
+            return Ok(Action::done());
+        };
+        let name = format!("{}-child", request.name());
+        let child = Request::namespaced(WORK, &name);
+        if self.tools.get::<Secret>(&child).await?.is_none() {
+            let mut secret = Secret {
+                metadata: ObjectMeta {
+                    name: Some(name),
+                    namespace: Some(WORK.into()),
+                    ..ObjectMeta::default()
+                },
+                ..Secret::default()
+            };
+            rudder::client::set_controller_reference(&*parent, &mut secret)?;
+            match self.tools.client().create(&secret).await {
+                Err(e) if e.status_code() == Some(409) => {}
+                other => {
+                    other?;
+                }
+            }
+        }
+        Ok(Action::done())
+    }
+}
+
+#[tokio::test]
+async fn owned_objects_map_to_their_owner_in_their_own_cluster_and_a_subset_is_served() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (a, b) = tokio::join!(TestEnv::start(), TestEnv::start());
+    let envs = [a.unwrap(), b.unwrap()];
+    let clients: Vec<kube::Client> = envs.iter().map(|e| e.client().unwrap()).collect();
+    for client in &clients {
+        create_namespace(client, WORK).await;
+        put(client, "p", 1).await;
+    }
+    let manager = Arc::new(
+        Manager::builder(clients[0].clone())
+            .health_probe_address(None)
+            .metrics_address(None)
+            .build()
+            .unwrap(),
+    );
+    let fleet = Fleet::builder(&manager)
+        .provider(
+            StaticClusters::new()
+                .with("m0", envs[0].config().clone())
+                .with("m1", envs[1].config().clone()),
+        )
+        .cache(|cache| cache.default_namespace(WORK))
+        .build()
+        .unwrap();
+    let counts: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    // Served only in m1.
+    fleet
+        .new_controller()
+        .for_::<ConfigMap>()
+        .owns::<Secret>()
+        .named("parent")
+        .clusters(|name| name == "m1")
+        .complete_with({
+            let counts = Arc::clone(&counts);
+            move |tools| Parent {
+                tools,
+                counts: Arc::clone(&counts),
+            }
+        })
+        .unwrap();
+    let running = support::start(&manager);
+    let secrets: Api<Secret> = Api::namespaced(clients[1].clone(), WORK);
+    let first = eventually("the child made in m1", WITHIN, async || {
+        secrets.get_opt("p-child").await.unwrap()
+    })
+    .await;
+    // Deleting the owned Secret queues its owner in the same cluster, which makes it again.
+    secrets
+        .delete("p-child", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the child made again in m1", WITHIN, async || {
+        secrets
+            .get_opt("p-child")
+            .await
+            .unwrap()
+            .filter(|s| s.metadata.uid != first.metadata.uid)
+    })
+    .await;
+    // m0 is engaged but not served by this controller: no child there, no reconcile of m0.
+    assert_eq!(fleet.engaged(), ["m0", "m1"]);
+    let in_m0: Api<Secret> = Api::namespaced(clients[0].clone(), WORK);
+    assert!(in_m0.get_opt("p-child").await.unwrap().is_none());
+    assert_eq!(counts.lock().unwrap().get("m0"), None);
+    running.0.cancel();
+    running.1.await.unwrap().unwrap();
+}

@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use crate::error::{Error, Result, SyncError};
 use crate::informer::Informer;
 
-mod most_recent;
+pub(crate) mod most_recent;
 mod options;
 mod reader;
 mod registry;

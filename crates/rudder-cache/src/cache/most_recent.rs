@@ -17,9 +17,25 @@ use http::{Request, Response, Uri};
 use kube::Client;
 use kube::client::Body;
 
-/// `client`, with streaming lists asking for the most recent state. Needs a Tokio runtime
+/// `client`, with streaming lists asking for the most recent state: a watch that asks for
+/// initial events (`sendInitialEvents=true`) is sent without `resourceVersion=0`, so the
+/// server answers once its watch cache has caught up with the latest write, as for
+/// client-go's reflector. Every other request goes through unchanged. The cache's informers
+/// watch through such a client; build the `Api` of an informer of your own
+/// ([`Informer::builder`](crate::Informer::builder)) on one for the same guarantee: it never
+/// syncs without an object written before it started. Needs a Tokio runtime
 /// ([`Client::new`] spawns its request buffer).
-pub(crate) fn most_recent(client: Client) -> Client {
+///
+/// ```no_run
+/// # async fn demo(client: kube::Client) {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+///
+/// let api: kube::Api<ConfigMap> =
+///     kube::Api::namespaced(rudder_cache::most_recent_client(client), "default");
+/// let informer = rudder_cache::Informer::builder(api).start();
+/// # }
+/// ```
+pub fn most_recent(client: Client) -> Client {
     let namespace = client.default_namespace().to_owned();
     let valid_until = *client.valid_until();
     Client::new(MostRecent { inner: client }, namespace).with_valid_until(valid_until)

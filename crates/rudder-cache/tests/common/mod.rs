@@ -288,11 +288,23 @@ pub async fn namespace_with(
 ) -> (rudder_envtest::TestNamespace, kube::Api<ConfigMap>) {
     let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace(hint).await.unwrap();
-    let api = ns.api::<ConfigMap>();
+    // On a most-recent client, as the cache's informers are: a bare informer's streaming list
+    // would otherwise ask for any state, and could sync without the objects made here.
+    let api = api::<ConfigMap>(&ns);
     for name in names {
         api.create(&kube::api::PostParams::default(), &config_map(name, &[]))
             .await
             .unwrap();
     }
     (ns, api)
+}
+
+/// The `K` API in `ns` on a most-recent client ([`rudder_cache::most_recent_client`]), as
+/// the cache's informers have it: a bare informer on it never syncs without an object
+/// written before it started.
+pub fn api<K>(ns: &rudder_envtest::TestNamespace) -> kube::Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    kube::Api::namespaced(rudder_cache::most_recent_client(ns.client()), ns.name())
 }

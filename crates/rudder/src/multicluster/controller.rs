@@ -39,7 +39,8 @@ impl<K, P: Predicate<K> + ?Sized> Predicate<K> for Shared<P> {
 /// Declares a controller of a [`Fleet`]: it runs once in every member cluster it serves,
 /// each instance with its own queue, workers and rate limiter, watching that cluster's
 /// cache, its reconciler made for that cluster ([`Tools::cluster`], [`Tools::client`] on that
-/// cluster) and its reconciles' [`Context::cluster`](crate::Context::cluster) naming it.
+/// cluster; Events to the home cluster unless
+/// [`FleetBuilder::events_in_members`](super::FleetBuilder::events_in_members)) and its reconciles' [`Context::cluster`](crate::Context::cluster) naming it.
 /// Start with [`Fleet::new_controller`].
 pub struct FleetControllerBuilder<'f, K> {
     fleet: &'f Fleet,
@@ -184,6 +185,7 @@ impl<K: Typed> FleetControllerBuilder<'_, K> {
             options: self.options,
             make: Arc::new(make),
             home: self.fleet.home().clone(),
+            events_in_members: self.fleet.events_in_members(),
         }))
     }
 }
@@ -220,6 +222,7 @@ struct Recipe_<R> {
     options: OptionsFactory,
     make: Arc<dyn Fn(Tools) -> R + Send + Sync>,
     home: kube::Client,
+    events_in_members: bool,
 }
 
 type SyncedSlot = Arc<Mutex<Option<Arc<dyn Fn() -> bool + Send + Sync>>>>;
@@ -242,7 +245,11 @@ impl<R: Reconciler> Recipe for Recipe_<R> {
             watches: self.watches.clone(),
             options: Arc::clone(&self.options),
             make: Arc::clone(&self.make),
-            home: self.home.clone(),
+            events: if self.events_in_members {
+                cluster.kube().clone()
+            } else {
+                self.home.clone()
+            },
             gate,
             slot: Arc::clone(&slot),
         };
@@ -266,7 +273,8 @@ struct Instance<R> {
     watches: Vec<WatchFactory>,
     options: OptionsFactory,
     make: Arc<dyn Fn(Tools) -> R + Send + Sync>,
-    home: kube::Client,
+    /// Where its Events are recorded.
+    events: kube::Client,
     gate: LeaderGate,
     slot: SyncedSlot,
 }
@@ -278,7 +286,7 @@ impl<R: Reconciler> Instance<R> {
             // The fleet keeps names unique; an instance being replaced may still hold its
             // name a moment after the new one is built.
             .skip_name_validation();
-        let tools = Tools::for_cluster(&self.cluster, &self.home, &self.name);
+        let tools = Tools::for_cluster(&self.cluster, &self.events, &self.name);
         let controller = Controller::builder(self.name.clone(), (self.make)(tools))
             .options(options)
             .build()

@@ -75,6 +75,7 @@ struct Inner {
     home: kube::Client,
     cache_options: Option<CacheOptions>,
     probe_every: Duration,
+    events_in_members: bool,
     /// How long a disengaged cluster's controllers get to finish their reconciles.
     disengage_grace: Option<Duration>,
     recipes: Mutex<Vec<Arc<dyn Recipe>>>,
@@ -95,6 +96,7 @@ pub struct FleetBuilder<'m> {
     sharding: Option<ShardingConfig>,
     cache_options: Option<CacheOptions>,
     probe_every: Duration,
+    events_in_members: bool,
 }
 
 /// How often an engaged cluster's API server is asked for its version by default.
@@ -176,6 +178,16 @@ impl<'m> FleetBuilder<'m> {
         self
     }
 
+    /// Records the controllers' Events in the member cluster of the object they are about,
+    /// instead of the home cluster (the default: a member's credentials may not allow it,
+    /// and the object's namespace may not exist at home). The member's kubeconfig identity
+    /// then needs `create` and `patch` on `events.k8s.io` Events there.
+    #[must_use]
+    pub fn events_in_members(mut self, on: bool) -> Self {
+        self.events_in_members = on;
+        self
+    }
+
     /// Builds the fleet and adds it to the manager (and, when sharded, its ring). Nothing
     /// runs until the manager starts: providers are asked for clusters then.
     ///
@@ -207,6 +219,7 @@ impl<'m> FleetBuilder<'m> {
                 home,
                 cache_options: self.cache_options,
                 probe_every: self.probe_every,
+                events_in_members: self.events_in_members,
                 disengage_grace,
                 recipes: Mutex::new(Vec::new()),
                 added,
@@ -251,6 +264,7 @@ impl Fleet {
             sharding: None,
             cache_options: None,
             probe_every: DEFAULT_PROBE_PERIOD,
+            events_in_members: false,
         }
     }
 
@@ -262,6 +276,11 @@ impl Fleet {
     /// The home cluster's client (the manager's): where Leases and Events live.
     pub fn home(&self) -> &kube::Client {
         &self.inner.home
+    }
+
+    /// Whether Events are recorded in the members ([`FleetBuilder::events_in_members`]).
+    pub(crate) fn events_in_members(&self) -> bool {
+        self.inner.events_in_members
     }
 
     /// The names of the clusters engaged on this replica now, sorted.

@@ -1,0 +1,564 @@
+//! A controller against controller-runtime's, each in a process of its own on one control
+//! plane: the first pass over 10,000 ConfigMaps, the latency from an update to its
+//! reconcile's start idle and under a backlog of every object, and the memory after sync.
+//!
+//! Run by `cargo xtask bench-controller [--objects N] [--runs N]`, which builds
+//! controller-runtime's side (`go/cmd/controller-pass`) and runs `cargo bench -p rudder
+//! --bench controller_pass -- --bench --go-binary PATH` with `RUDDER_ENVTEST_ASSETS` set.
+//! One control plane, one namespace of `--objects` ConfigMaps (10,000 by default, 400-byte
+//! values, created once). Then for 1 and 4 workers, `--runs` times (default 1), each side in
+//! turn (which goes first alternates):
+//!
+//! - a child process starts: Rudder's manager with one controller (`rudder::new_controller`,
+//!   a multi-thread tokio runtime, as `#[tokio::main]` gives an operator), or
+//!   controller-runtime v0.25.3's manager with one controller (`ctrl.NewControllerManagedBy`,
+//!   its default priority queue, GOMAXPROCS 2); both cache the namespace only, and each
+//!   reconcile reads its object from the cache and does nothing else;
+//! - the child reports the *first pass*: from the start of its `main` to the moment every
+//!   object has been reconciled once, the CPU over it, and `VmRSS` then;
+//! - *idle*: 200 updates, one every 25 ms, each an annotation carrying the time it was sent;
+//!   the child times each from that moment to its reconcile's start;
+//! - *backlog*: every object updated at once (8 requests in flight), timed the same way:
+//!   the latency of an update behind the rest of the backlog;
+//! - the child reports the percentiles, its `VmRSS` and its CPU, and exits.
+//!
+//! Without `--bench` in its arguments (as under `cargo test --benches`) it returns at once.
+#![allow(
+    missing_docs,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::cast_precision_loss
+)]
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use rudder::prelude::*;
+
+const CHILD: &str = "RUDDER_CONTROLLER_PASS_CHILD";
+const NAMESPACE: &str = "controller-pass";
+const ANNOTATION: &str = "bench.rudder.dev/sent";
+const IDLE_UPDATES: usize = 200;
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+fn number(name: &str, default: usize) -> usize {
+    arg(name).map_or(default, |v| v.parse().unwrap())
+}
+
+fn cpu_ms() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .map_or(0, |kb| kb.trim().parse::<u64>().unwrap() * 1024)
+}
+
+fn unix_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn main() {
+    if std::env::var_os(CHILD).is_some() {
+        child();
+        return;
+    }
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let go = arg("--go-binary").expect("--go-binary PATH (cargo xtask bench-controller gives it)");
+    let objects = number("--objects", 10_000);
+    let runs = number("--runs", 1);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(harness(&go, objects, runs));
+}
+
+// ---------------------------------------------------------------------------------------
+// The child: Rudder's side.
+
+/// What the child's reconciles saw.
+struct Recorder {
+    run: String,
+    start: std::time::Instant,
+    cpu_start: u64,
+    objects: usize,
+    first: HashSet<String>,
+    first_done: bool,
+    last_seen: HashMap<String, String>,
+    samples: HashMap<String, Vec<Duration>>,
+}
+
+impl Recorder {
+    fn reconciled(&mut self, key: &str, sent: Option<&str>, now: u128) {
+        if !self.first_done {
+            self.first.insert(key.to_owned());
+            if self.first.len() == self.objects {
+                self.first_done = true;
+                println!("first-pass-ms {}", self.start.elapsed().as_millis());
+                println!("first-pass-cpu-ms {}", cpu_ms() - self.cpu_start);
+                println!("rss {}", rss_bytes());
+            }
+        }
+        let Some(sent) = sent else { return };
+        if self.last_seen.get(key).map(String::as_str) == Some(sent) {
+            return;
+        }
+        self.last_seen.insert(key.to_owned(), sent.to_owned());
+        let Some((tagged, nanos)) = sent.split_once(':') else {
+            return;
+        };
+        let Some((run, phase)) = tagged.split_once('.') else {
+            return;
+        };
+        if run != self.run {
+            return;
+        }
+        let Ok(at) = nanos.parse::<u128>() else {
+            return;
+        };
+        let took = Duration::from_nanos(now.saturating_sub(at) as u64);
+        let samples = self.samples.entry(phase.to_owned()).or_default();
+        samples.push(took);
+        if samples.len().is_multiple_of(100) {
+            println!("seen {phase} {}", samples.len());
+        }
+    }
+
+    fn report(&mut self) {
+        let mut phases: Vec<_> = self.samples.keys().cloned().collect();
+        phases.sort();
+        for phase in phases {
+            let s = self.samples.get_mut(&phase).unwrap();
+            s.sort();
+            let at = |p: f64| s[((s.len() - 1) as f64 * p).round() as usize].as_micros();
+            println!(
+                "latency {phase} {} {} {} {}",
+                s.len(),
+                at(0.5),
+                at(0.99),
+                s.last().unwrap().as_micros()
+            );
+        }
+        println!("steady-rss {}", rss_bytes());
+        println!("cpu-ms {}", cpu_ms() - self.cpu_start);
+        println!("done");
+    }
+}
+
+struct Probe {
+    tools: Tools,
+    recorder: Arc<Mutex<Recorder>>,
+}
+
+impl Reconciler for Probe {
+    type Error = rudder::client::ClientError;
+
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
+        let now = unix_nanos();
+        let Some(cm) = self.tools.get::<ConfigMap>(&request).await? else {
+            return Ok(Action::done());
+        };
+        let sent = cm
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION))
+            .map(String::as_str);
+        self.recorder
+            .lock()
+            .unwrap()
+            .reconciled(request.name(), sent, now);
+        Ok(Action::done())
+    }
+}
+
+fn child() {
+    let start = std::time::Instant::now();
+    let cpu_start = cpu_ms();
+    let kubeconfig = arg("-kubeconfig").unwrap();
+    let namespace = arg("-namespace").unwrap();
+    let objects = number("-objects", 0);
+    let workers = number("-workers", 1);
+    let run = arg("-run").unwrap_or_default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .unwrap();
+        let client = kube::Client::try_from(config).unwrap();
+        let manager = Arc::new(
+            Manager::builder(client)
+                .health_probe_address(None)
+                .metrics_address(None)
+                .cache(move |c| c.default_namespace(namespace))
+                .build()
+                .unwrap(),
+        );
+        let recorder = Arc::new(Mutex::new(Recorder {
+            run,
+            start,
+            cpu_start,
+            objects,
+            first: HashSet::new(),
+            first_done: false,
+            last_seen: HashMap::new(),
+            samples: HashMap::new(),
+        }));
+        rudder::new_controller(&manager)
+            .for_::<ConfigMap>()
+            .with_options(ControllerOptions::new().workers(workers))
+            .complete_with({
+                let recorder = Arc::clone(&recorder);
+                move |tools| Probe { tools, recorder }
+            })
+            .await
+            .unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                for line in std::io::stdin().lines() {
+                    if line.as_deref().is_ok_and(|l| l == "report") {
+                        recorder.lock().unwrap().report();
+                        break;
+                    }
+                }
+                stop.cancel();
+            }
+        });
+        manager.start(stop).await.unwrap();
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// The harness.
+
+/// A child process and the lines it prints.
+struct Side {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Side {
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// Lines until one starts with `prefix` (returned); the others go to `seen`.
+    fn until(&self, prefix: &str, within: Duration, seen: &mut Vec<String>) -> String {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no `{prefix}` line within {within:?}"));
+            if line.starts_with(prefix) {
+                return line;
+            }
+            seen.push(line);
+        }
+    }
+}
+
+/// What one side reported in one run.
+#[derive(Default, Clone)]
+struct Result_ {
+    first_pass_ms: f64,
+    first_pass_cpu_ms: f64,
+    rss: f64,
+    steady_rss: f64,
+    cpu_ms: f64,
+    /// phase -> (n, p50 µs, p99 µs, max µs)
+    latency: HashMap<String, (f64, f64, f64, f64)>,
+}
+
+fn value(line: &str) -> f64 {
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+async fn touch(api: &Api<ConfigMap>, name: &str, run: &str, phase: &str) {
+    let sent = format!("{run}.{phase}:{}", unix_nanos());
+    let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION: sent}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn one(
+    side: &str,
+    go: &str,
+    kubeconfig: &str,
+    api: &Api<ConfigMap>,
+    objects: usize,
+    workers: usize,
+    run: &str,
+) -> Result_ {
+    let mut command = if side == "Rudder" {
+        let mut c = Command::new(std::env::current_exe().unwrap());
+        c.env(CHILD, "1");
+        c
+    } else {
+        let mut c = Command::new(go);
+        c.env("GOMAXPROCS", "2");
+        c
+    };
+    command.args([
+        "-kubeconfig",
+        kubeconfig,
+        "-namespace",
+        NAMESPACE,
+        "-objects",
+        &objects.to_string(),
+        "-workers",
+        &workers.to_string(),
+        "-run",
+        run,
+    ]);
+    let mut child = Side::spawn(command);
+    let mut result = Result_::default();
+    let mut seen = Vec::new();
+    let wait = Duration::from_secs(600);
+    result.first_pass_ms = value(&child.until("first-pass-ms", wait, &mut seen));
+    result.first_pass_cpu_ms = value(&child.until("first-pass-cpu-ms", wait, &mut seen));
+    result.rss = value(&child.until("rss", wait, &mut seen));
+
+    // Idle: one update at a time, paced (the shape of the load, not a wait for a condition).
+    let step = objects / IDLE_UPDATES;
+    for i in 0..IDLE_UPDATES {
+        touch(api, &format!("cm-{}", i * step), run, "idle").await;
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    child.until(&format!("seen idle {IDLE_UPDATES}"), wait, &mut seen);
+
+    // Backlog: every object at once.
+    futures::stream::iter(0..objects)
+        .map(|i| async move { touch(api, &format!("cm-{i}"), run, "backlog").await })
+        .buffer_unordered(8)
+        .collect::<Vec<()>>()
+        .await;
+    let last = objects / 100 * 100;
+    child.until(&format!("seen backlog {last}"), wait, &mut seen);
+
+    writeln!(child.stdin, "report").unwrap();
+    loop {
+        let line = child.until("", wait, &mut seen);
+        let fields: Vec<&str> = line.split(' ').collect();
+        match fields.as_slice() {
+            ["latency", phase, n, p50, p99, max] => {
+                result.latency.insert(
+                    (*phase).to_owned(),
+                    (
+                        n.parse().unwrap(),
+                        p50.parse().unwrap(),
+                        p99.parse().unwrap(),
+                        max.parse().unwrap(),
+                    ),
+                );
+            }
+            ["steady-rss", v] => result.steady_rss = v.parse().unwrap(),
+            ["cpu-ms", v] => result.cpu_ms = v.parse().unwrap(),
+            ["done"] => break,
+            _ => {}
+        }
+    }
+    child.child.wait().unwrap();
+    result
+}
+
+async fn harness(go: &str, objects: usize, runs: usize) {
+    let env = rudder_envtest::TestEnv::start().await.unwrap();
+    let client = env.client().unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some(NAMESPACE.into()),
+                    ..ObjectMeta::default()
+                },
+                ..Namespace::default()
+            },
+        )
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    futures::stream::iter(0..objects)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let cm = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(format!("cm-{i}")),
+                        ..ObjectMeta::default()
+                    },
+                    data: Some([("v".to_owned(), "x".repeat(400))].into()),
+                    ..ConfigMap::default()
+                };
+                api.create(&PostParams::default(), &cm).await.unwrap();
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    let kubeconfig = env.kubeconfig_path().display().to_string();
+    let load = || {
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split(' ')
+            .next()
+            .unwrap_or("?")
+            .to_owned()
+    };
+    println!(
+        "controller first pass and latency, {objects} ConfigMaps, kube-apiserver {}",
+        env.version()
+    );
+    let mut id = 0;
+    for workers in [1, 4] {
+        for round in 0..runs {
+            let order: [&str; 2] = if (round + workers) % 2 == 0 {
+                ["Rudder", "controller-runtime"]
+            } else {
+                ["controller-runtime", "Rudder"]
+            };
+            let mut results = HashMap::new();
+            let before = load();
+            for side in order {
+                id += 1;
+                let run = format!("r{id}");
+                let result = one(side, go, &kubeconfig, &api, objects, workers, &run).await;
+                results.insert(side, result);
+            }
+            print_run(workers, round + 1, &order, &before, &load(), &results);
+        }
+    }
+    drop(env);
+}
+
+fn print_run(
+    workers: usize,
+    round: usize,
+    order: &[&str; 2],
+    before: &str,
+    after: &str,
+    results: &HashMap<&str, Result_>,
+) {
+    let (r, g) = (&results["Rudder"], &results["controller-runtime"]);
+    let lat = |x: &Result_, phase: &str, i: usize| -> f64 {
+        x.latency.get(phase).map_or(f64::NAN, |l| match i {
+            1 => l.1,
+            2 => l.2,
+            _ => l.3,
+        }) / 1000.0
+    };
+    println!();
+    println!(
+        "workers {workers}, run {round} (order {}, then {}; load {before} -> {after})",
+        order[0], order[1]
+    );
+    println!("| | Rudder | controller-runtime | Rudder / controller-runtime |");
+    println!("|---|---:|---:|---:|");
+    let row = |name: &str, a: f64, b: f64, unit: &str| {
+        println!("| {name} | {a:.1} {unit} | {b:.1} {unit} | {:.2}x |", a / b);
+    };
+    row(
+        "first pass",
+        r.first_pass_ms / 1000.0,
+        g.first_pass_ms / 1000.0,
+        "s",
+    );
+    row(
+        "first pass CPU",
+        r.first_pass_cpu_ms / 1000.0,
+        g.first_pass_cpu_ms / 1000.0,
+        "s",
+    );
+    row("RSS after the first pass", r.rss / 1e6, g.rss / 1e6, "MB");
+    row(
+        "RSS at the end",
+        r.steady_rss / 1e6,
+        g.steady_rss / 1e6,
+        "MB",
+    );
+    row(
+        "idle: update -> reconcile p50",
+        lat(r, "idle", 1),
+        lat(g, "idle", 1),
+        "ms",
+    );
+    row(
+        "idle: update -> reconcile p99",
+        lat(r, "idle", 2),
+        lat(g, "idle", 2),
+        "ms",
+    );
+    row(
+        "backlog: update -> reconcile p50",
+        lat(r, "backlog", 1),
+        lat(g, "backlog", 1),
+        "ms",
+    );
+    row(
+        "backlog: update -> reconcile p99",
+        lat(r, "backlog", 2),
+        lat(g, "backlog", 2),
+        "ms",
+    );
+    row("CPU, whole run", r.cpu_ms / 1000.0, g.cpu_ms / 1000.0, "s");
+}

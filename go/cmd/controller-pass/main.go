@@ -1,0 +1,216 @@
+// Command controller-pass runs a controller-runtime manager with one controller for the
+// ConfigMaps of a namespace (a reconcile that reads the object from the cache and does
+// nothing else) and reports what Rudder's controller bench compares (cargo xtask
+// bench-controller): the time from the start of the process to the end of the first pass
+// (every ConfigMap reconciled once), the CPU and RSS then, and the latency from an update to
+// the start of its reconcile.
+//
+// The bench writes each update with the annotation bench.rudder.dev/sent =
+// "<run>.<phase>:<unix nanoseconds>"; a reconcile that finds a value of its own -run it has
+// not seen for that object records now minus the time in it, under the phase (values of
+// other runs, left on the objects by earlier processes, are ignored). It prints, one per line:
+//
+//	first-pass-ms <ms>     from the start of main to the last first reconcile
+//	first-pass-cpu-ms <ms> CPU time (user and system, every thread) over the same span
+//	rss <bytes>            VmRSS right after the first pass
+//	seen <phase> <n>       every 100 samples of a phase, and at each multiple of -expect
+//
+// and, when a line "report" arrives on stdin:
+//
+//	latency <phase> <n> <p50 µs> <p99 µs> <max µs>
+//	steady-rss <bytes>
+//	cpu-ms <ms>
+//
+// then "done", and exits.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+const annotation = "bench.rudder.dev/sent"
+
+func status(field string) int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		panic(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				panic(err)
+			}
+			return kb * 1024
+		}
+	}
+	panic("no " + field)
+}
+
+func cpuMillis() int64 {
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		panic(err)
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return (utime + stime) * 10
+}
+
+type recorder struct {
+	mu        sync.Mutex
+	run       string
+	start     time.Time
+	cpuStart  int64
+	objects   int
+	first     map[string]struct{}
+	lastSeen  map[string]string
+	samples   map[string][]time.Duration
+	firstDone bool
+}
+
+func (r *recorder) reconcile(key string, sent string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.firstDone {
+		r.first[key] = struct{}{}
+		if len(r.first) == r.objects {
+			r.firstDone = true
+			fmt.Printf("first-pass-ms %d\n", time.Since(r.start).Milliseconds())
+			fmt.Printf("first-pass-cpu-ms %d\n", cpuMillis()-r.cpuStart)
+			fmt.Printf("rss %d\n", status("VmRSS"))
+		}
+	}
+	if sent == "" || r.lastSeen[key] == sent {
+		return
+	}
+	r.lastSeen[key] = sent
+	tagged, nanos, ok := strings.Cut(sent, ":")
+	if !ok {
+		return
+	}
+	run, phase, ok := strings.Cut(tagged, ".")
+	if !ok || run != r.run {
+		return
+	}
+	at, err := strconv.ParseInt(nanos, 10, 64)
+	if err != nil {
+		return
+	}
+	r.samples[phase] = append(r.samples[phase], now.Sub(time.Unix(0, at)))
+	if n := len(r.samples[phase]); n%100 == 0 {
+		fmt.Printf("seen %s %d\n", phase, n)
+	}
+}
+
+func (r *recorder) report() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	phases := make([]string, 0, len(r.samples))
+	for phase := range r.samples {
+		phases = append(phases, phase)
+	}
+	sort.Strings(phases)
+	for _, phase := range phases {
+		s := r.samples[phase]
+		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+		at := func(p float64) int64 { return s[int(float64(len(s)-1)*p+0.5)].Microseconds() }
+		fmt.Printf("latency %s %d %d %d %d\n", phase, len(s), at(0.5), at(0.99), s[len(s)-1].Microseconds())
+	}
+	fmt.Printf("steady-rss %d\n", status("VmRSS"))
+	fmt.Printf("cpu-ms %d\n", cpuMillis()-r.cpuStart)
+	fmt.Println("done")
+}
+
+func main() {
+	start := time.Now()
+	cpuStart := cpuMillis()
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file")
+	namespace := flag.String("namespace", "", "the ConfigMaps' namespace")
+	objects := flag.Int("objects", 0, "how many ConfigMaps the namespace holds")
+	workers := flag.Int("workers", 1, "MaxConcurrentReconciles")
+	run := flag.String("run", "", "the run whose updates are timed")
+	flag.Parse()
+	ctrl.SetLogger(logr.Discard())
+	config, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		panic(err)
+	}
+	// The defaults of a Kubebuilder operator's client, which a real operator raises; the
+	// bench's controller only reads, from its cache.
+	config.QPS = 20
+	config.Burst = 30
+	mgr, err := manager.New(config, manager.Options{
+		Scheme:                 scheme.Scheme,
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{*namespace: {}}},
+		Metrics:                server.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		LeaderElection:         false,
+	})
+	if err != nil {
+		panic(err)
+	}
+	rec := &recorder{
+		run:      *run,
+		start:    start,
+		cpuStart: cpuStart,
+		objects:  *objects,
+		first:    map[string]struct{}{},
+		lastSeen: map[string]string{},
+		samples:  map[string][]time.Duration{},
+	}
+	reader := mgr.GetClient()
+	err = ctrl.NewControllerManagedBy(mgr).
+		For(&corev1.ConfigMap{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: *workers}).
+		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+			now := time.Now()
+			var cm corev1.ConfigMap
+			if err := reader.Get(ctx, req.NamespacedName, &cm); err != nil {
+				return reconcile.Result{}, client.IgnoreNotFound(err)
+			}
+			rec.reconcile(req.String(), cm.Annotations[annotation], now)
+			return reconcile.Result{}, nil
+		}))
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		scanner := bufio.NewScanner(os.Stdin)
+		for scanner.Scan() {
+			if scanner.Text() == "report" {
+				rec.report()
+				cancel()
+				return
+			}
+		}
+		cancel()
+	}()
+	if err := mgr.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
