@@ -189,7 +189,9 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
     }
     println!();
     println!(
-        "wrk -t1 -c{} -d{}s --latency, POST of a {}-byte Pod AdmissionReview, {} CPUs:",
+        "wrk -t1 -c{} -d{}s --latency, POST of a {}-byte Pod AdmissionReview, {} CPUs \
+         (wrk on CPU {WRK_CPU}, each server on CPU {SERVER_CPU} when taskset is there); \
+         CPU µs/req is also the server's CPU ms per 1,000 reviews:",
         settings.connections,
         settings.duration,
         REVIEW.len(),
@@ -342,6 +344,51 @@ impl Server {
     }
 }
 
+/// The CPU wrk runs on, and the one each server runs on, when the machine has two or more
+/// and `taskset` is there: the load generator kept off the server's core, so that the
+/// server's figures are its own (on two cores, wrk and the server otherwise share both).
+const WRK_CPU: usize = 0;
+const SERVER_CPU: usize = 1;
+
+/// `command` run on CPU `cpu` alone (`taskset -c`), when pinning is possible; as it is
+/// otherwise. The process is the command's own (taskset execs it), so its pid, CPU time
+/// and exit status are the command's.
+fn pinned(command: Command, cpu: usize) -> Command {
+    static PIN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let pin = *PIN.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        let taskset = Command::new("taskset")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if cpus < 2 || !taskset {
+            println!(
+                "    not pinned: {cpus} CPU(s), taskset {}",
+                if taskset { "found" } else { "missing" }
+            );
+        }
+        cpus >= 2 && taskset
+    });
+    if !pin {
+        return command;
+    }
+    let mut wrapped = Command::new("taskset");
+    wrapped
+        .arg("-c")
+        .arg(cpu.to_string())
+        .arg(command.get_program())
+        .args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    wrapped
+}
+
 /// A server process, killed when dropped.
 struct Running(Child);
 
@@ -439,8 +486,7 @@ fn count_instructions(binary: &Path, dir: &Path, script: &Path) -> Result<(), St
 fn measure(server: &Server, dir: &Path, script: &Path, settings: &Settings) -> Result<Wrk, String> {
     let addr = free_port()?;
     let mut child = Running(
-        server
-            .command(addr, dir)
+        pinned(server.command(addr, dir), SERVER_CPU)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -452,7 +498,7 @@ fn measure(server: &Server, dir: &Path, script: &Path, settings: &Settings) -> R
     println!("    answer checked: uid echoed, allowed, a JSON patch adding the label");
     let url = format!("https://{addr}/mutate");
     let cpu_before = cpu_seconds(child.0.id());
-    let output = Command::new("wrk")
+    let output = pinned(Command::new("wrk"), WRK_CPU)
         .args([
             "-t1".to_owned(),
             format!("-c{}", settings.connections),

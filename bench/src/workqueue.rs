@@ -52,6 +52,16 @@ const SHAPES: &[(&str, &str)] = &[
         "add_after 1000 keys (1-10 µs, real clock), then drain; per key",
         "AddAfterDrain",
     ),
+    // controller-runtime takes the new key ahead of the backlog, as Rudder does; client-go,
+    // without priorities, does the same operations in FIFO order.
+    (
+        "10k keys waiting at low priority, add+get+done at normal priority",
+        "PriorityBacklog",
+    ),
+    (
+        "10k keys waiting at low priority, add+get+done at normal priority, strict priority",
+        "PriorityBacklog",
+    ),
 ];
 
 const HELP: &str = "usage: cargo xtask bench-workqueue [--runs N]";

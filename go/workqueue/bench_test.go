@@ -184,3 +184,52 @@ func BenchmarkAddAfterDrain(b *testing.B) {
 		perKey(b, start, keys)
 	})
 }
+
+// BenchmarkPriorityBacklog is a controller's restart: 10,000 keys of its initial list wait
+// at low priority, then per iteration a new key is added at the normal priority, taken and
+// done. controller-runtime's queue takes the new key ahead of the backlog (its initial-list
+// events are queued at LowPriority, as Rudder's are); client-go's has no priorities, so it
+// does the same operations in FIFO order (it takes the oldest waiting key; the backlog stays
+// 10,000 keys).
+func BenchmarkPriorityBacklog(b *testing.B) {
+	const backlog = 10000
+	// handler.LowPriority, which controller-runtime's event handlers give initial-list events.
+	low, normal := -100, 0
+	b.Run("client-go", func(b *testing.B) {
+		q := workqueue.NewTyped[int]()
+		defer q.ShutDown()
+		for k := 0; k < backlog; k++ {
+			q.Add(k)
+		}
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			q.Add(backlog + i)
+			item, _ := q.Get()
+			q.Done(item)
+		}
+		perKey(b, start, 1)
+	})
+	b.Run("controller-runtime", func(b *testing.B) {
+		q := priorityqueue.New("", func(o *priorityqueue.Opts[int]) {
+			o.RateLimiter = workqueue.DefaultTypedControllerRateLimiter[int]()
+		})
+		defer q.ShutDown()
+		q.AddWithOpts(priorityqueue.AddOpts{Priority: &low}, func() []int {
+			keys := make([]int, backlog)
+			for k := range keys {
+				keys[k] = k
+			}
+			return keys
+		}()...)
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			q.AddWithOpts(priorityqueue.AddOpts{Priority: &normal}, backlog+i)
+			item, _ := q.Get()
+			q.Done(item)
+		}
+		perKey(b, start, 1)
+		if n := q.Len(); n != backlog {
+			b.Fatalf("%d keys waiting after the run, not the backlog's %d", n, backlog)
+		}
+	})
+}

@@ -22,6 +22,10 @@
 //!   the latency of an update behind the rest of the backlog;
 //! - the child reports the percentiles, its `VmRSS` and its CPU, and exits.
 //!
+//! Meanwhile the harness watches the ConfigMaps itself and times each update to its watch
+//! event's arrival: the *floor*, what the API server and the watch take before any
+//! controller sees the change, measured in the same runs (printed per side).
+//!
 //! Without `--bench` in its arguments (as under `cargo test --benches`) it returns at once.
 #![allow(
     missing_docs,
@@ -325,6 +329,63 @@ struct Result_ {
     cpu_ms: f64,
     /// phase -> (n, p50 µs, p99 µs, max µs)
     latency: HashMap<String, (f64, f64, f64, f64)>,
+    /// phase -> (p50 µs, p99 µs) of the harness's own watch.
+    floor: HashMap<String, (f64, f64)>,
+    /// Updates per second the backlog phase sent.
+    backlog_rate: f64,
+}
+
+/// Times each update of `run` from its annotation to its arrival on a watch of the
+/// harness's own, per phase, until `stop`.
+fn watch_floor(
+    api: Api<ConfigMap>,
+    run: String,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<HashMap<String, Vec<Duration>>> {
+    tokio::spawn(async move {
+        let mut samples: HashMap<String, Vec<Duration>> = HashMap::new();
+        let mut last: HashMap<String, String> = HashMap::new();
+        let events = kube_runtime::watcher(api, kube_runtime::watcher::Config::default());
+        let mut events = std::pin::pin!(events);
+        loop {
+            let event = tokio::select! {
+                event = events.next() => event,
+                () = stop.cancelled() => return samples,
+            };
+            let now = unix_nanos();
+            let Some(Ok(kube_runtime::watcher::Event::Apply(cm))) = event else {
+                continue;
+            };
+            let Some(sent) = cm
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION))
+            else {
+                continue;
+            };
+            let name = cm.metadata.name.clone().unwrap_or_default();
+            if last.get(&name) == Some(sent) {
+                continue;
+            }
+            last.insert(name, sent.clone());
+            let Some((tagged, nanos)) = sent.split_once(':') else {
+                continue;
+            };
+            let Some((of, phase)) = tagged.split_once('.') else {
+                continue;
+            };
+            if of != run {
+                continue;
+            }
+            if let Ok(at) = nanos.parse::<u128>() {
+                samples
+                    .entry(phase.to_owned())
+                    .or_default()
+                    .push(Duration::from_nanos(now.saturating_sub(at) as u64));
+            }
+        }
+    })
 }
 
 fn value(line: &str) -> f64 {
@@ -377,6 +438,10 @@ async fn one(
     result.first_pass_ms = value(&child.until("first-pass-ms", wait, &mut seen));
     result.first_pass_cpu_ms = value(&child.until("first-pass-cpu-ms", wait, &mut seen));
     result.rss = value(&child.until("rss", wait, &mut seen));
+    let stop_floor = tokio_util::sync::CancellationToken::new();
+    let floor = watch_floor(api.clone(), run.to_owned(), stop_floor.clone());
+    // The floor's watch lists first; give it the moment it takes before timing updates.
+    tokio::time::sleep(Duration::from_secs(1)).await;
 
     // Idle: one update at a time, paced (the shape of the load, not a wait for a condition).
     let step = objects / IDLE_UPDATES;
@@ -387,11 +452,13 @@ async fn one(
     child.until(&format!("seen idle {IDLE_UPDATES}"), wait, &mut seen);
 
     // Backlog: every object at once.
+    let sending = std::time::Instant::now();
     futures::stream::iter(0..objects)
         .map(|i| async move { touch(api, &format!("cm-{i}"), run, "backlog").await })
         .buffer_unordered(8)
         .collect::<Vec<()>>()
         .await;
+    result.backlog_rate = objects as f64 / sending.elapsed().as_secs_f64();
     let last = objects / 100 * 100;
     child.until(&format!("seen backlog {last}"), wait, &mut seen);
 
@@ -418,6 +485,12 @@ async fn one(
         }
     }
     child.child.wait().unwrap();
+    stop_floor.cancel();
+    for (phase, mut s) in floor.await.unwrap() {
+        s.sort();
+        let at = |p: f64| s[((s.len() - 1) as f64 * p).round() as usize].as_micros() as f64;
+        result.floor.insert(phase, (at(0.5), at(0.99)));
+    }
     result
 }
 
@@ -517,6 +590,12 @@ fn print_run(
     let row = |name: &str, a: f64, b: f64, unit: &str| {
         println!("| {name} | {a:.1} {unit} | {b:.1} {unit} | {:.2}x |", a / b);
     };
+    let floor = |x: &Result_, phase: &str, p99: bool| -> f64 {
+        x.floor
+            .get(phase)
+            .map_or(f64::NAN, |f| if p99 { f.1 } else { f.0 })
+            / 1000.0
+    };
     row(
         "first pass",
         r.first_pass_ms / 1000.0,
@@ -536,29 +615,29 @@ fn print_run(
         g.steady_rss / 1e6,
         "MB",
     );
-    row(
-        "idle: update -> reconcile p50",
-        lat(r, "idle", 1),
-        lat(g, "idle", 1),
-        "ms",
-    );
-    row(
-        "idle: update -> reconcile p99",
-        lat(r, "idle", 2),
-        lat(g, "idle", 2),
-        "ms",
-    );
-    row(
-        "backlog: update -> reconcile p50",
-        lat(r, "backlog", 1),
-        lat(g, "backlog", 1),
-        "ms",
-    );
-    row(
-        "backlog: update -> reconcile p99",
-        lat(r, "backlog", 2),
-        lat(g, "backlog", 2),
-        "ms",
-    );
+    for phase in ["idle", "backlog"] {
+        if phase == "backlog" {
+            row(
+                "backlog: updates sent per second",
+                r.backlog_rate,
+                g.backlog_rate,
+                "/s",
+            );
+        }
+        for (p, i, p99) in [("p50", 1, false), ("p99", 2, true)] {
+            row(
+                &format!("{phase}: update -> the harness's watch event {p} (floor)"),
+                floor(r, phase, p99),
+                floor(g, phase, p99),
+                "ms",
+            );
+            row(
+                &format!("{phase}: update -> reconcile start {p}"),
+                lat(r, phase, i),
+                lat(g, phase, i),
+                "ms",
+            );
+        }
+    }
     row("CPU, whole run", r.cpu_ms / 1000.0, g.cpu_ms / 1000.0, "s");
 }

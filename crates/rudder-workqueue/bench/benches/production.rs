@@ -21,7 +21,7 @@ use criterion::{Criterion, Throughput};
 use futures::StreamExt;
 use futures::channel::mpsc;
 use kube_runtime::scheduler::{ScheduleRequest, scheduler};
-use rudder_workqueue::WorkQueue;
+use rudder_workqueue::{AddOptions, WorkQueue};
 use rudder_workqueue_bench::{
     KUBE, PER_PRODUCER, RUDDER, add_get_done, measure, producers_and_workers as round, table,
 };
@@ -221,6 +221,47 @@ fn producers_and_workers(c: &mut Criterion) {
     g.finish();
 }
 
+/// The keys of an initial list, waiting at low priority when the shape starts.
+const BACKLOG: u64 = 10_000;
+
+/// A controller's restart: 10,000 keys of its initial list wait at low priority (-100, as
+/// the `Kind` source queues them), then changes arrive: per iteration a new key is added at
+/// the normal priority (0), taken and done. With priorities the new key is the one taken,
+/// ahead of the backlog; client-go has none (it takes the oldest waiting key, and the new one
+/// joins the end), so its row is the same operations in FIFO order.
+fn priority_backlog(c: &mut Criterion) {
+    let rt = current_thread();
+    for (row, q) in [
+        (
+            "10k keys waiting at low priority, add+get+done at normal priority",
+            WorkQueue::<u64>::new(),
+        ),
+        (
+            "10k keys waiting at low priority, add+get+done at normal priority, strict priority",
+            strict_queue(),
+        ),
+    ] {
+        for k in 0..BACKLOG {
+            q.add_with(k, AddOptions::new().priority(-100));
+        }
+        let mut g = c.benchmark_group(row);
+        let next = Arc::new(std::sync::atomic::AtomicU64::new(BACKLOG));
+        measure(&mut g, row, RUDDER, 1, &rt, |iters| {
+            let (q, next) = (q.clone(), Arc::clone(&next));
+            async move {
+                for _ in 0..iters {
+                    let key = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    q.add_with(key, AddOptions::new().priority(0));
+                    let item = q.get().await.unwrap();
+                    black_box(item.key());
+                }
+            }
+        });
+        g.finish();
+        assert_eq!(q.len() as u64, BACKLOG, "the backlog was taken instead of the new keys");
+    }
+}
+
 /// A queue with strict priority (no ageing).
 fn strict_queue() -> WorkQueue<u64> {
     WorkQueue::builder().priority_aging(None).build()
@@ -237,6 +278,7 @@ fn main() {
     rate_limiting_cycle(&mut c);
     short_delays_real_clock(&mut c);
     producers_and_workers(&mut c);
+    priority_backlog(&mut c);
     c.final_summary();
     println!();
     print!("{}", table());
