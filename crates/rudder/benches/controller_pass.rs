@@ -588,7 +588,7 @@ fn print_run(
     println!("| | Rudder | controller-runtime | Rudder / controller-runtime |");
     println!("|---|---:|---:|---:|");
     let row = |name: &str, a: f64, b: f64, unit: &str| {
-        println!("| {name} | {a:.1} {unit} | {b:.1} {unit} | {:.2}x |", a / b);
+        println!("| {name} | {a:.2} {unit} | {b:.2} {unit} | {:.2}x |", a / b);
     };
     let floor = |x: &Result_, phase: &str, p99: bool| -> f64 {
         x.floor
