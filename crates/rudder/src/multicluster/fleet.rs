@@ -710,10 +710,11 @@ impl Engine {
                 let mut task = run.task;
                 let finished = match deadline {
                     Some(deadline) => {
-                        // A reconcile that ignores its context is aborted a moment after
-                        // the deadline, so a hand-off is never blocked forever.
-                        let outer = deadline + Duration::from_secs(1);
-                        tokio::time::timeout_at(outer, &mut task).await.is_ok()
+                        // The controller cancels its reconciles' contexts before the
+                        // deadline; one that ignores its context is aborted at it (the
+                        // deadline handed down, no timer of the fleet's own), so a hand-off
+                        // is never blocked forever.
+                        tokio::time::timeout_at(deadline, &mut task).await.is_ok()
                     }
                     None => {
                         let _ = (&mut task).await;

@@ -43,7 +43,8 @@
 //! cluster: a client for it (counted in `rest_client_requests_total` under its host, and
 //! watched for failures), a [`Cache`](crate::cache::Cache) of its own, and one instance of
 //! every fleet controller that serves it. It *disengages* a withdrawn one: its controllers
-//! stop (their reconciles get the manager's graceful-shutdown timeout), their queues and
+//! stop (their reconciles get the manager's graceful-shutdown timeout, and one still running
+//! at its end is aborted), their queues and
 //! queued keys are dropped, its informers stop and its cache's memory is freed; the other
 //! clusters are not touched. A cluster announced again with a new configuration (rotated
 //! credentials) is disengaged, then engaged with it.
