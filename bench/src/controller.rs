@@ -8,11 +8,6 @@
 //! `controller_pass` bench (`crates/rudder/benches/controller_pass.rs`), which creates the
 //! ConfigMaps once and runs both sides in turn.
 
-use std::fs;
-
-use crate::go::Go;
-use crate::{envtest, util};
-
 const USAGE: &str = "usage: cargo xtask bench-controller [--objects N] [--runs N]";
 
 /// Entry point for `cargo xtask bench-controller`.
@@ -32,35 +27,11 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
     }
-    let go = Go::find()?;
-    println!("{} for controller-runtime (go/go.mod)", go.version());
-    let dir = std::env::temp_dir().join(format!("rudder-bench-controller-{}", std::process::id()));
-    fs::create_dir_all(&dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
-    let binary = dir.join("controller-pass");
-    let result = util::step("build go/cmd/controller-pass", || {
-        go.build("controller-pass", &binary)
-    })
-    .and_then(|()| {
-        let assets = envtest::install(false)?;
-        util::step("controller bench", || {
-            util::run(
-                util::cargo()
-                    .args([
-                        "bench",
-                        "-p",
-                        "rudder",
-                        "--bench",
-                        "controller_pass",
-                        "--",
-                        "--bench",
-                        "--go-binary",
-                    ])
-                    .arg(&binary)
-                    .args(&passed)
-                    .env("RUDDER_ENVTEST_ASSETS", &assets),
-            )
-        })
-    });
-    let _ = fs::remove_dir_all(&dir);
-    result
+    crate::go_bench::run(
+        "controller-pass",
+        "controller-runtime",
+        "rudder",
+        "controller_pass",
+        &passed,
+    )
 }

@@ -14,10 +14,7 @@
 //! controller-runtime's cache synced at each, and the sync time and steady RSS drawn in
 //! `docs/informer-scaling.svg`.
 
-use std::fs;
-
-use crate::go::Go;
-use crate::{envtest, util};
+use crate::util;
 
 const USAGE: &str =
     "usage: cargo xtask bench-informers [--objects N[,N...]] [--runs N] [--settle SECONDS]";
@@ -55,35 +52,11 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
     }
-    let go = Go::find()?;
-    println!("{} for client-go (go/go.mod)", go.version());
-    let dir = std::env::temp_dir().join(format!("rudder-bench-informers-{}", std::process::id()));
-    fs::create_dir_all(&dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
-    let binary = dir.join("informer-rss");
-    let result = util::step("build go/cmd/informer-rss", || {
-        go.build("informer-rss", &binary)
-    })
-    .and_then(|()| {
-        let assets = envtest::install(false)?;
-        util::step("informer scale bench", || {
-            util::run(
-                util::cargo()
-                    .args([
-                        "bench",
-                        "-p",
-                        "rudder-cache",
-                        "--bench",
-                        "scale",
-                        "--",
-                        "--bench",
-                        "--go-binary",
-                    ])
-                    .arg(&binary)
-                    .args(&passed)
-                    .env("RUDDER_ENVTEST_ASSETS", &assets),
-            )
-        })
-    });
-    let _ = fs::remove_dir_all(&dir);
-    result
+    crate::go_bench::run(
+        "informer-rss",
+        "client-go",
+        "rudder-cache",
+        "scale",
+        &passed,
+    )
 }

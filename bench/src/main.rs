@@ -12,6 +12,7 @@
 mod controller;
 mod election;
 mod failover;
+mod go_bench;
 mod informers;
 mod report;
 mod webhook;

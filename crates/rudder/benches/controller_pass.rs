@@ -48,36 +48,17 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use rudder::prelude::*;
 
+mod common;
+use common::{arg, arg_value, cpu_time, rss_bytes};
+
+fn cpu_ms() -> u64 {
+    cpu_time().as_millis() as u64
+}
+
 const CHILD: &str = "RUDDER_CONTROLLER_PASS_CHILD";
 const NAMESPACE: &str = "controller-pass";
 const ANNOTATION: &str = "bench.rudder.dev/sent";
 const IDLE_UPDATES: usize = 200;
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-fn number(name: &str, default: usize) -> usize {
-    arg(name).map_or(default, |v| v.parse().unwrap())
-}
-
-fn cpu_ms() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
-}
-
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .map_or(0, |kb| kb.trim().parse::<u64>().unwrap() * 1024)
-}
 
 fn unix_nanos() -> u128 {
     SystemTime::now()
@@ -94,9 +75,10 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    let go = arg("--go-binary").expect("--go-binary PATH (cargo xtask bench-controller gives it)");
-    let objects = number("--objects", 10_000);
-    let runs = number("--runs", 1);
+    let go =
+        arg_value("--go-binary").expect("--go-binary PATH (cargo xtask bench-controller gives it)");
+    let objects = arg("--objects", 10_000);
+    let runs = arg("--runs", 1);
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -207,11 +189,11 @@ impl Reconciler for Probe {
 fn child() {
     let start = std::time::Instant::now();
     let cpu_start = cpu_ms();
-    let kubeconfig = arg("-kubeconfig").unwrap();
-    let namespace = arg("-namespace").unwrap();
-    let objects = number("-objects", 0);
-    let workers = number("-workers", 1);
-    let run = arg("-run").unwrap_or_default();
+    let kubeconfig = arg_value("-kubeconfig").unwrap();
+    let namespace = arg_value("-namespace").unwrap();
+    let objects = arg("-objects", 0);
+    let workers = arg("-workers", 1);
+    let run = arg_value("-run").unwrap_or_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

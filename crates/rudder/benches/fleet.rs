@@ -33,6 +33,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ObjectMeta, PostParams};
 use rudder::multicluster::{Announcer, Fleet, Provider};
 use rudder::prelude::*;
+
+mod common;
+use common::{arg, cpu_time, rss_bytes};
 use rudder_envtest::poll::until;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use tokio::time::Instant;
@@ -41,14 +44,6 @@ use tokio::time::Instant;
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 const NAMESPACE: &str = "fleet-bench";
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map_or(default, |v| v.parse().unwrap())
-}
 
 /// A provider the bench drives: it hands its announcer out when the fleet starts it.
 #[derive(Clone, Default)]
@@ -86,20 +81,6 @@ impl Reconciler for First {
             .or_insert_with(Instant::now);
         Ok(Action::done())
     }
-}
-
-fn cpu_time() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
-}
-
-fn rss_bytes() -> usize {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .map_or(0, |kb| kb.trim().parse::<usize>().unwrap() * 1024)
 }
 
 fn live_heap() -> isize {

@@ -53,6 +53,9 @@ use rudder::cache::writes::{Cached, Written};
 use rudder::client::{ClientError, set_controller_reference};
 use rudder::core::writes::{ObjectRef, WriteObserver, WriteScope};
 use rudder::prelude::*;
+
+mod common;
+use common::{arg, cpu_time};
 use rudder_envtest::{TestEnv, TestNamespace};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use tokio::sync::mpsc;
@@ -70,14 +73,6 @@ const SETTLE: Duration = Duration::from_millis(20);
 const PATIENCE: Duration = Duration::from_secs(60);
 const PENDING: usize = 100_000;
 const KEYS: usize = 10_000;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map_or(default, |v| v.parse().unwrap())
-}
 
 /// The `seq` the primary carries (0 if none).
 fn seq_of(cm: &ConfigMap) -> u64 {
@@ -145,13 +140,6 @@ impl Reconciler for Mirror {
         }
         Ok(Action::done())
     }
-}
-
-/// The process's CPU time so far, user and system, every thread: what getrusage adds up, at
-/// nanosecond resolution (`/proc/self/stat` counts 10 ms ticks).
-fn cpu_time() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
 /// One side's measured phase.

@@ -38,16 +38,11 @@ use rudder::cache::ListOptions;
 use rudder::manager::sharding::{ShardMode, ShardingConfig};
 use rudder::prelude::*;
 
+mod common;
+use common::arg;
+
 const CHILD: &str = "RUDDER_MEMORY_REPLICA";
 const SHARDS: usize = 9;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map_or(default, |v| v.parse().unwrap())
-}
 
 struct Noop(Arc<AtomicUsize>);
 

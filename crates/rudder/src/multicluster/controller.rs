@@ -178,7 +178,7 @@ impl<K: Typed> FleetControllerBuilder<'_, K> {
         make: impl Fn(Tools) -> R + Send + Sync + 'static,
     ) -> Result<()> {
         let name = self.name.unwrap_or_else(|| K::kind(&()).to_lowercase());
-        self.fleet.add_recipe(Arc::new(Recipe_ {
+        self.fleet.add_recipe(Arc::new(ControllerRecipe {
             name,
             filter: self.filter,
             watches: self.watches,
@@ -214,8 +214,7 @@ fn kind_watch<T: Typed, H: EventHandler<T> + 'static>(
     })
 }
 
-#[allow(non_camel_case_types)]
-struct Recipe_<R> {
+struct ControllerRecipe<R> {
     name: String,
     filter: Option<ClusterFilter>,
     watches: Vec<WatchFactory>,
@@ -227,7 +226,7 @@ struct Recipe_<R> {
 
 type SyncedSlot = Arc<Mutex<Option<Arc<dyn Fn() -> bool + Send + Sync>>>>;
 
-impl<R: Reconciler> Recipe for Recipe_<R> {
+impl<R: Reconciler> Recipe for ControllerRecipe<R> {
     fn name(&self) -> &str {
         &self.name
     }
