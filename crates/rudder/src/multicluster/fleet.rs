@@ -142,7 +142,7 @@ impl<'m> FleetBuilder<'m> {
     }
 
     /// Spreads the member clusters over the replicas of the operator with a ring of Leases
-    /// in the home cluster (see `rudder::sharding`): each cluster hashes to a shard, and a
+    /// in the home cluster (see `rudder::manager::sharding`): each cluster hashes to a shard, and a
     /// replica engages a cluster only while it holds that shard's Lease, with its
     /// controllers gated by that holding. A shard handed over is released only once the
     /// clusters it held here are disengaged (their reconciles ended), so no cluster is served

@@ -81,7 +81,7 @@
 //! # Several replicas
 //!
 //! [`FleetBuilder::sharded`] spreads clusters (not keys) over the operator's replicas with
-//! the Lease ring of `rudder::sharding`: each cluster hashes to a shard, a replica engages a
+//! the Lease ring of `rudder::manager::sharding`: each cluster hashes to a shard, a replica engages a
 //! cluster only while it holds its shard's Lease, and its instances take requests only while
 //! that holding is valid by the monotonic clock (so a frozen replica stops by itself). A
 //! shard moves only after the replica giving it up has disengaged its clusters, so no
