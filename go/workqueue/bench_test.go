@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,22 +55,46 @@ func each[T comparable](b *testing.B, body func(b *testing.B, lib library[T])) {
 	}
 }
 
-// perKey reports the time per key of a benchmark whose iterations handle `keys` keys each.
-func perKey(b *testing.B, start time.Time, keys int) {
-	b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N*keys), "ns/key")
+// meter is where a benchmark's measured part started: the wall clock and the process's CPU
+// time (user and system, every goroutine's, the queue's own background goroutines and the
+// garbage collector included).
+type meter struct {
+	wall time.Time
+	cpu  time.Duration
+}
+
+func startMeter() meter {
+	return meter{wall: time.Now(), cpu: processCPU()}
+}
+
+// processCPU is the CPU time the process has used so far (getrusage, microsecond resolution).
+func processCPU() time.Duration {
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		panic(err)
+	}
+	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
+}
+
+// perKey reports the wall time (ns/key) and the CPU time (cpu-ns/key) per key of a benchmark
+// whose iterations handle `keys` keys each.
+func (m meter) perKey(b *testing.B, keys int) {
+	n := float64(b.N * keys)
+	b.ReportMetric(float64(time.Since(m.wall).Nanoseconds())/n, "ns/key")
+	b.ReportMetric(float64((processCPU()-m.cpu).Nanoseconds())/n, "cpu-ns/key")
 }
 
 func BenchmarkCycleInt(b *testing.B) {
 	each(b, func(b *testing.B, lib library[int]) {
 		q := lib.plain()
 		defer q.ShutDown()
-		start := time.Now()
+		m := startMeter()
 		for i := 0; i < b.N; i++ {
 			q.Add(i & 63)
 			item, _ := q.Get()
 			q.Done(item)
 		}
-		perKey(b, start, 1)
+		m.perKey(b, 1)
 	})
 }
 
@@ -81,13 +106,13 @@ func BenchmarkCycleString(b *testing.B) {
 	each(b, func(b *testing.B, lib library[string]) {
 		q := lib.plain()
 		defer q.ShutDown()
-		start := time.Now()
+		m := startMeter()
 		for i := 0; i < b.N; i++ {
 			q.Add(keys[i&63])
 			item, _ := q.Get()
 			q.Done(item)
 		}
-		perKey(b, start, 1)
+		m.perKey(b, 1)
 	})
 }
 
@@ -98,11 +123,11 @@ func BenchmarkDedupHit(b *testing.B) {
 		for k := 0; k < 64; k++ {
 			q.Add(k)
 		}
-		start := time.Now()
+		m := startMeter()
 		for i := 0; i < b.N; i++ {
 			q.Add(i & 63)
 		}
-		perKey(b, start, 1)
+		m.perKey(b, 1)
 		// controller-runtime's queue takes adds into a buffer that a goroutine of its own
 		// merges; the 64 keys must be all it holds, or the adds were not dedup hits.
 		if n := q.Len(); n != 64 {
@@ -115,14 +140,14 @@ func BenchmarkRateLimitingCycle(b *testing.B) {
 	each(b, func(b *testing.B, lib library[int]) {
 		q := lib.rateLimiting()
 		defer q.ShutDown()
-		start := time.Now()
+		m := startMeter()
 		for i := 0; i < b.N; i++ {
 			q.Add(i & 63)
 			item, _ := q.Get()
 			q.Forget(item)
 			q.Done(item)
 		}
-		perKey(b, start, 1)
+		m.perKey(b, 1)
 	})
 }
 
@@ -130,7 +155,7 @@ func BenchmarkProducersWorkers(b *testing.B) {
 	const perProducer = 10000
 	const total = 2 * perProducer
 	each(b, func(b *testing.B, lib library[int]) {
-		start := time.Now()
+		m := startMeter()
 		for n := 0; n < b.N; n++ {
 			q := lib.plain()
 			var done int64
@@ -162,7 +187,7 @@ func BenchmarkProducersWorkers(b *testing.B) {
 			}
 			wg.Wait()
 		}
-		perKey(b, start, total)
+		m.perKey(b, total)
 	})
 }
 
@@ -171,7 +196,7 @@ func BenchmarkAddAfterDrain(b *testing.B) {
 	each(b, func(b *testing.B, lib library[int]) {
 		q := lib.delaying()
 		defer q.ShutDown()
-		start := time.Now()
+		m := startMeter()
 		for n := 0; n < b.N; n++ {
 			for k := 0; k < keys; k++ {
 				q.AddAfter(k, time.Duration(1+(k*7)%10)*time.Microsecond)
@@ -181,7 +206,7 @@ func BenchmarkAddAfterDrain(b *testing.B) {
 				q.Done(item)
 			}
 		}
-		perKey(b, start, keys)
+		m.perKey(b, keys)
 	})
 }
 
@@ -201,13 +226,13 @@ func BenchmarkPriorityBacklog(b *testing.B) {
 		for k := 0; k < backlog; k++ {
 			q.Add(k)
 		}
-		start := time.Now()
+		m := startMeter()
 		for i := 0; i < b.N; i++ {
 			q.Add(backlog + i)
 			item, _ := q.Get()
 			q.Done(item)
 		}
-		perKey(b, start, 1)
+		m.perKey(b, 1)
 	})
 	b.Run("controller-runtime", func(b *testing.B) {
 		q := priorityqueue.New("", func(o *priorityqueue.Opts[int]) {
@@ -221,13 +246,13 @@ func BenchmarkPriorityBacklog(b *testing.B) {
 			}
 			return keys
 		}()...)
-		start := time.Now()
+		m := startMeter()
 		for i := 0; i < b.N; i++ {
 			q.AddWithOpts(priorityqueue.AddOpts{Priority: &normal}, backlog+i)
 			item, _ := q.Get()
 			q.Done(item)
 		}
-		perKey(b, start, 1)
+		m.perKey(b, 1)
 		if n := q.Len(); n != backlog {
 			b.Fatalf("%d keys waiting after the run, not the backlog's %d", n, backlog)
 		}

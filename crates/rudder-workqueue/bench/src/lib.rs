@@ -1,7 +1,8 @@
 //! Timing helpers for the production-build benches of `rudder-workqueue` (see
 //! `benches/production.rs`): criterion runs each row, and every sample's time per operation
 //! is kept so that the table printed at the end gives medians and ratios in the format
-//! `cargo xtask bench-workqueue` reads (`| row | rudder ns/op | kube-runtime ns/op | ratio |`).
+//! `cargo xtask bench-workqueue` reads (`| row | rudder ns/op | kube-runtime ns/op | ratio |
+//! rudder CPU ns/op |`): the wall clock, and the process's CPU time over the same samples.
 //! The shapes the benches and the `profile` example share live here too, so that both run
 //! the same code.
 
@@ -9,7 +10,7 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use criterion::BenchmarkGroup;
 use criterion::measurement::WallTime;
@@ -23,9 +24,35 @@ pub const KUBE: &str = "kube-runtime";
 
 /// Per-sample nanoseconds per operation, by (row, side).
 static SAMPLES: Mutex<BTreeMap<(String, &'static str), Vec<f64>>> = Mutex::new(BTreeMap::new());
+/// Per-sample CPU nanoseconds per operation (every thread of the process), by (row, side).
+static CPU_SAMPLES: Mutex<BTreeMap<(String, &'static str), Vec<f64>>> =
+    Mutex::new(BTreeMap::new());
 
-/// Runs `body(iters)` on `rt` as criterion's sample, recording ns per `ops_per_iter`
-/// operations under (`row`, `side`).
+/// The CPU time the process has used so far, every thread's (user and system).
+pub fn process_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
+}
+
+fn record(
+    samples: &Mutex<BTreeMap<(String, &'static str), Vec<f64>>>,
+    row: &str,
+    side: &'static str,
+    per_op: f64,
+) {
+    samples
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .entry((row.to_owned(), side))
+        .or_default()
+        .push(per_op);
+}
+
+/// Runs `body(iters)` on `rt` as criterion's sample, recording wall and CPU ns per
+/// `ops_per_iter` operations under (`row`, `side`).
 pub fn measure<F, Fut>(
     g: &mut BenchmarkGroup<'_, WallTime>,
     row: &str,
@@ -39,16 +66,14 @@ pub fn measure<F, Fut>(
 {
     g.bench_function(side, |b| {
         b.iter_custom(|iters| {
+            let cpu = process_cpu();
             let start = Instant::now();
             rt.block_on(body(iters));
             let took = start.elapsed();
-            let per_op = took.as_nanos() as f64 / (iters * ops_per_iter) as f64;
-            SAMPLES
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .entry((row.to_owned(), side))
-                .or_default()
-                .push(per_op);
+            let cpu = process_cpu().saturating_sub(cpu);
+            let ops = (iters * ops_per_iter) as f64;
+            record(&SAMPLES, row, side, took.as_nanos() as f64 / ops);
+            record(&CPU_SAMPLES, row, side, cpu.as_nanos() as f64 / ops);
             took
         });
     });
@@ -59,9 +84,13 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// The table of medians: one line per row, in the order rows were first measured.
+/// The table of medians: one line per row, in the order rows were first measured; the last
+/// column is Rudder's CPU time per operation.
 pub fn table() -> String {
     let mut samples = SAMPLES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut cpu_samples = CPU_SAMPLES
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut rows: Vec<String> = Vec::new();
@@ -71,16 +100,21 @@ pub fn table() -> String {
         }
     }
     let mut out = String::from(
-        "| row | rudder ns/op | kube-runtime ns/op | kube-runtime / rudder |\n|---|---:|---:|---:|\n",
+        "| row | rudder ns/op | kube-runtime ns/op | kube-runtime / rudder | rudder CPU ns/op |\n\
+         |---|---:|---:|---:|---:|\n",
     );
     for row in rows {
         let r = samples.get_mut(&(row.clone(), RUDDER)).map(|v| median(v));
         let k = samples.get_mut(&(row.clone(), KUBE)).map(|v| median(v));
+        let cpu = cpu_samples
+            .get_mut(&(row.clone(), RUDDER))
+            .map_or_else(|| "-".to_owned(), |v| format!("{:.1}", median(v)));
         match (r, k) {
-            (Some(r), Some(k)) => {
-                out.push_str(&format!("| {row} | {r:.1} | {k:.1} | {:.2}x |\n", k / r))
-            }
-            (Some(r), None) => out.push_str(&format!("| {row} | {r:.1} | - | - |\n")),
+            (Some(r), Some(k)) => out.push_str(&format!(
+                "| {row} | {r:.1} | {k:.1} | {:.2}x | {cpu} |\n",
+                k / r
+            )),
+            (Some(r), None) => out.push_str(&format!("| {row} | {r:.1} | - | - | {cpu} |\n")),
             _ => {}
         }
     }
