@@ -22,6 +22,13 @@
 //!   the latency of an update behind the rest of the backlog;
 //! - the child reports the percentiles, its `VmRSS` and its CPU, and exits.
 //!
+//! Each child also registers an event handler of its own on the controller's informer
+//! (Rudder's `Informer::add_handler`, client-go's `AddEventHandler`) that notes when each
+//! update's watch event reaches the process; a reconcile of that value records its start
+//! minus that moment under `<phase>-own`: the controller's own share of the latency (its
+//! handler, queue and worker), with the API server and the watch left out. A reconcile that
+//! starts before the probe's handler has run records a negative value.
+//!
 //! Meanwhile the harness watches the ConfigMaps itself and times each update to its watch
 //! event's arrival: the *floor*, what the API server and the watch take before any
 //! controller sees the change, measured in the same runs (printed per side).
@@ -100,9 +107,67 @@ struct Recorder {
     first_done: bool,
     last_seen: HashMap<String, String>,
     samples: HashMap<String, Vec<Duration>>,
+    /// The controller's own share, by phase: reconcile start minus the probe's event, in
+    /// nanoseconds (negative when the reconcile started first).
+    own: HashMap<String, Vec<i64>>,
+    /// By object: its last timed update's value, and when its event and its reconcile's start
+    /// were seen, until both are.
+    pending: HashMap<String, Pending>,
+}
+
+/// One object's last timed update, waiting for its event and its reconcile.
+#[derive(Default)]
+struct Pending {
+    sent: String,
+    event: Option<u128>,
+    reconciled: Option<u128>,
 }
 
 impl Recorder {
+    /// The phase of a timed value of this run.
+    fn phase_of<'a>(&self, sent: &'a str) -> Option<&'a str> {
+        let (tagged, _) = sent.split_once(':')?;
+        let (run, phase) = tagged.split_once('.')?;
+        (run == self.run).then_some(phase)
+    }
+
+    /// Notes one side of an update's pairing (its event, or its reconcile's start) and
+    /// records the controller's own share once both are known.
+    fn pair(&mut self, key: &str, sent: &str, at: u128, event: bool) {
+        let Some(phase) = self.phase_of(sent).map(str::to_owned) else {
+            return;
+        };
+        let pending = self.pending.entry(key.to_owned()).or_default();
+        if pending.sent != sent {
+            *pending = Pending {
+                sent: sent.to_owned(),
+                ..Pending::default()
+            };
+        }
+        let side = if event {
+            &mut pending.event
+        } else {
+            &mut pending.reconciled
+        };
+        if side.is_some() {
+            return;
+        }
+        *side = Some(at);
+        if let (Some(event), Some(reconciled)) = (pending.event, pending.reconciled) {
+            self.pending.remove(key);
+            let own = i64::try_from(reconciled).unwrap() - i64::try_from(event).unwrap();
+            self.own
+                .entry(format!("{phase}-own"))
+                .or_default()
+                .push(own);
+        }
+    }
+
+    /// The probe handler's note of an update's watch event.
+    fn event(&mut self, key: &str, sent: &str, now: u128) {
+        self.pair(key, sent, now, true);
+    }
+
     fn reconciled(&mut self, key: &str, sent: Option<&str>, now: u128) {
         if !self.first_done {
             self.first.insert(key.to_owned());
@@ -118,6 +183,7 @@ impl Recorder {
             return;
         }
         self.last_seen.insert(key.to_owned(), sent.to_owned());
+        self.pair(key, sent, now, false);
         let Some((tagged, nanos)) = sent.split_once(':') else {
             return;
         };
@@ -151,6 +217,20 @@ impl Recorder {
                 at(0.5),
                 at(0.99),
                 s.last().unwrap().as_micros()
+            );
+        }
+        let mut phases: Vec<_> = self.own.keys().cloned().collect();
+        phases.sort();
+        for phase in phases {
+            let s = self.own.get_mut(&phase).unwrap();
+            s.sort_unstable();
+            let at = |p: f64| s[((s.len() - 1) as f64 * p).round() as usize] / 1000;
+            println!(
+                "latency {phase} {} {} {} {}",
+                s.len(),
+                at(0.5),
+                at(0.99),
+                s.last().unwrap() / 1000
             );
         }
         println!("steady-rss {}", rss_bytes());
@@ -223,7 +303,31 @@ fn child() {
             first_done: false,
             last_seen: HashMap::new(),
             samples: HashMap::new(),
+            own: HashMap::new(),
+            pending: HashMap::new(),
         }));
+        // The probe: a handler of its own on the informer the controller's watch shares.
+        manager
+            .cache()
+            .informer::<ConfigMap>()
+            .unwrap()
+            .add_handler({
+                let recorder = Arc::clone(&recorder);
+                move |event| {
+                    let now = unix_nanos();
+                    if let rudder::Event::Update { new, .. } = &event
+                        && let Some(sent) = new
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(ANNOTATION))
+                    {
+                        let name = new.metadata.name.as_deref().unwrap_or_default();
+                        recorder.lock().unwrap().event(name, sent, now);
+                    }
+                    async {}
+                }
+            });
         rudder::new_controller(&manager)
             .for_::<ConfigMap>()
             .with_options(ControllerOptions::new().workers(workers))
@@ -617,6 +721,12 @@ fn print_run(
                 &format!("{phase}: update -> reconcile start {p}"),
                 lat(r, phase, i),
                 lat(g, phase, i),
+                "ms",
+            );
+            row(
+                &format!("{phase}: watch event in the process -> reconcile start {p} (own share)"),
+                lat(r, &format!("{phase}-own"), i),
+                lat(g, &format!("{phase}-own"), i),
                 "ms",
             );
         }

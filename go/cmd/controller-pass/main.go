@@ -15,6 +15,12 @@
 //	rss <bytes>            VmRSS right after the first pass
 //	seen <phase> <n>       every 100 samples of a phase, and at each multiple of -expect
 //
+// Beside the controller, an event handler of its own on the same informer notes when each
+// update's watch event reaches the process (as a handler sees it); a reconcile of that value
+// then also records its start minus that moment under "<phase>-own": the controller's own
+// share of the latency (its handler, queue and worker), the API server and the watch left
+// out. A reconcile that starts before the probe's handler has run records a negative value.
+//
 // and, when a line "report" arrives on stdin:
 //
 //	latency <phase> <n> <p50 µs> <p99 µs> <max µs>
@@ -39,6 +45,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -88,6 +95,66 @@ type recorder struct {
 	lastSeen  map[string]string
 	samples   map[string][]time.Duration
 	firstDone bool
+	// By object: the value of its last timed update and when either side of the pairing
+	// (its watch event, its reconcile's start) was seen, until both are.
+	pending map[string]pending
+}
+
+// pending is one object's last timed update, waiting for its event and its reconcile.
+type pending struct {
+	sent       string
+	event      time.Time
+	reconciled time.Time
+}
+
+// phaseOf is the phase of a timed value of this run ("" if it is not one).
+func (r *recorder) phaseOf(sent string) string {
+	tagged, _, ok := strings.Cut(sent, ":")
+	if !ok {
+		return ""
+	}
+	run, phase, ok := strings.Cut(tagged, ".")
+	if !ok || run != r.run {
+		return ""
+	}
+	return phase
+}
+
+// pair notes one side of an update's pairing (the event, or the reconcile's start) and
+// records the controller's own share once both are known. Called with r.mu held.
+func (r *recorder) pair(key, sent string, at time.Time, event bool) {
+	phase := r.phaseOf(sent)
+	if phase == "" {
+		return
+	}
+	p := r.pending[key]
+	if p.sent != sent {
+		p = pending{sent: sent}
+	}
+	if event {
+		if !p.event.IsZero() {
+			return
+		}
+		p.event = at
+	} else {
+		if !p.reconciled.IsZero() {
+			return
+		}
+		p.reconciled = at
+	}
+	if !p.event.IsZero() && !p.reconciled.IsZero() {
+		r.samples[phase+"-own"] = append(r.samples[phase+"-own"], p.reconciled.Sub(p.event))
+		delete(r.pending, key)
+		return
+	}
+	r.pending[key] = p
+}
+
+// event is the probe handler's note of an update's watch event.
+func (r *recorder) event(key, sent string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pair(key, sent, now, true)
 }
 
 func (r *recorder) reconcile(key string, sent string, now time.Time) {
@@ -106,6 +173,7 @@ func (r *recorder) reconcile(key string, sent string, now time.Time) {
 		return
 	}
 	r.lastSeen[key] = sent
+	r.pair(key, sent, now, false)
 	tagged, nanos, ok := strings.Cut(sent, ":")
 	if !ok {
 		return
@@ -176,6 +244,22 @@ func main() {
 		first:    map[string]struct{}{},
 		lastSeen: map[string]string{},
 		samples:  map[string][]time.Duration{},
+		pending:  map[string]pending{},
+	}
+	// The probe: a handler of its own on the controller's informer (the cache has not started,
+	// so this returns at once; the informer is the one the controller's watch shares).
+	informer, err := mgr.GetCache().GetInformer(context.Background(), &corev1.ConfigMap{})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) {
+			now := time.Now()
+			cm := obj.(*corev1.ConfigMap)
+			rec.event(cm.Namespace+"/"+cm.Name, cm.Annotations[annotation], now)
+		},
+	}); err != nil {
+		panic(err)
 	}
 	reader := mgr.GetClient()
 	err = ctrl.NewControllerManagedBy(mgr).
