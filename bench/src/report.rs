@@ -12,3 +12,13 @@ pub(crate) fn range(values: &[f64], precision: usize, unit: &str) -> String {
         _ => "-".to_owned(),
     }
 }
+
+/// The 1-minute load average (from /proc/loadavg), when there is one.
+pub(crate) fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}

@@ -31,7 +31,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::go::Go;
-use crate::report::range;
+use crate::report::{self, range};
 use crate::util;
 
 const HELP: &str =
@@ -167,7 +167,7 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
             .map(|i| (run - 1 + i) % servers.len())
             .collect();
         let mut results: Vec<Option<Wrk>> = vec![None; servers.len()];
-        let load_before = load_average();
+        let load_before = report::load_average();
         for &index in &order {
             let server = &servers[index];
             let result = util::step(
@@ -184,7 +184,7 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
             order,
             results,
             load_before,
-            load_after: load_average(),
+            load_after: report::load_average(),
         });
     }
     println!();
@@ -888,16 +888,6 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
 fn clock_ticks() -> Option<f64> {
     let output = Command::new("getconf").arg("CLK_TCK").output().ok()?;
     String::from_utf8_lossy(&output.stdout).trim().parse().ok()
-}
-
-/// The 1-minute load average (from /proc/loadavg), when there is one.
-fn load_average() -> Option<f64> {
-    fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 struct Run {

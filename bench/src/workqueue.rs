@@ -101,6 +101,7 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
     );
     let mut results = Vec::new();
     for run in 1..=runs {
+        let load_before = report::load_average();
         let go_results = util::step(
             &format!("client-go and controller-runtime benchmarks, run {run}/{runs}"),
             || go_bench(&go),
@@ -122,8 +123,21 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
             production,
             paused,
             instructions,
+            load: (load_before, report::load_average()),
         });
     }
+    println!();
+    let loads: Vec<String> = results
+        .iter()
+        .map(|r| {
+            let show = |l: Option<f64>| l.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}"));
+            format!("{} -> {}", show(r.load.0), show(r.load.1))
+        })
+        .collect();
+    println!(
+        "Load (1-minute average) at each run's start and end: {}",
+        loads.join("; ")
+    );
     println!();
     println!("Rudder (production build, real clock) against client-go and controller-runtime:");
     println!();
@@ -371,6 +385,8 @@ struct Run {
     paused: RustRows,
     /// Rudder's instructions per single-task cycle.
     instructions: Instructions,
+    /// The 1-minute load average at the run's start and end.
+    load: (Option<f64>, Option<f64>),
 }
 
 /// Which of Rudder's benches a table shows.
@@ -658,6 +674,7 @@ mod tests {
                 ageing: 694.0,
                 strict: rudder,
             },
+            load: (None, None),
         };
         let runs = [run(300.0, 100.0), run(250.0, 125.0)];
         let out = table(&runs, Side::Production);

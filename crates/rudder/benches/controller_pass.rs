@@ -15,7 +15,9 @@
 //!   its default priority queue, GOMAXPROCS 2); both cache the namespace only, and each
 //!   reconcile reads its object from the cache and does nothing else;
 //! - the child reports the *first pass*: from the start of its `main` to the moment every
-//!   object has been reconciled once, the CPU over it, and `VmRSS` then;
+//!   object has been reconciled once, the CPU over it, and `VmRSS` then (with its anonymous
+//!   part, `RssAnon`, and the live heap: Rudder's child counts its allocations, Go's reports
+//!   `HeapAlloc`);
 //! - *idle*: 200 updates, one every 25 ms, each an annotation carrying the time it was sent;
 //!   the child times each from that moment to its reconcile's start;
 //! - *backlog*: every object updated at once (8 requests in flight), timed the same way:
@@ -56,7 +58,22 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use rudder::prelude::*;
 
 mod common;
-use common::{arg, arg_value, cpu_time, rss_bytes};
+use common::{arg, arg_value, cpu_time, rss_bytes, status_bytes};
+use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
+
+/// Counts the child's allocations, for its live heap beside its RSS (two relaxed atomic
+/// additions per allocation and free).
+#[global_allocator]
+static GLOBAL: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
+
+/// Bytes allocated and not yet freed.
+fn live_heap() -> u64 {
+    let stats = GLOBAL.stats();
+    // Reallocations count their net growth (negative when they shrink).
+    let live = stats.bytes_allocated as i128 + stats.bytes_reallocated as i128
+        - stats.bytes_deallocated as i128;
+    u64::try_from(live).unwrap_or(0)
+}
 
 fn cpu_ms() -> u64 {
     cpu_time().as_millis() as u64
@@ -176,6 +193,8 @@ impl Recorder {
                 println!("first-pass-ms {}", self.start.elapsed().as_millis());
                 println!("first-pass-cpu-ms {}", cpu_ms() - self.cpu_start);
                 println!("rss {}", rss_bytes());
+                println!("rss-anon {}", status_bytes("RssAnon"));
+                println!("heap {}", live_heap());
             }
         }
         let Some(sent) = sent else { return };
@@ -411,6 +430,11 @@ struct Result_ {
     first_pass_ms: f64,
     first_pass_cpu_ms: f64,
     rss: f64,
+    /// The anonymous part of `rss` (the heap, stacks; the rest is the binary's pages).
+    rss_anon: f64,
+    /// The live heap then: bytes allocated and not freed (Rust), the heap's objects
+    /// (Go's `HeapAlloc`).
+    heap: f64,
     steady_rss: f64,
     cpu_ms: f64,
     /// phase -> (n, p50 µs, p99 µs, max µs)
@@ -524,6 +548,8 @@ async fn one(
     result.first_pass_ms = value(&child.until("first-pass-ms", wait, &mut seen));
     result.first_pass_cpu_ms = value(&child.until("first-pass-cpu-ms", wait, &mut seen));
     result.rss = value(&child.until("rss", wait, &mut seen));
+    result.rss_anon = value(&child.until("rss-anon", wait, &mut seen));
+    result.heap = value(&child.until("heap", wait, &mut seen));
     let stop_floor = tokio_util::sync::CancellationToken::new();
     let floor = watch_floor(api.clone(), run.to_owned(), stop_floor.clone());
     // The floor's watch lists first; give it the moment it takes before timing updates.
@@ -696,6 +722,13 @@ fn print_run(
     );
     row("RSS after the first pass", r.rss / 1e6, g.rss / 1e6, "MB");
     row(
+        "  of which anonymous (heap, stacks)",
+        r.rss_anon / 1e6,
+        g.rss_anon / 1e6,
+        "MB",
+    );
+    row("live heap then", r.heap / 1e6, g.heap / 1e6, "MB");
+    row(
         "RSS at the end",
         r.steady_rss / 1e6,
         g.steady_rss / 1e6,
@@ -723,11 +756,20 @@ fn print_run(
                 lat(g, phase, i),
                 "ms",
             );
-            row(
-                &format!("{phase}: watch event in the process -> reconcile start {p} (own share)"),
-                lat(r, &format!("{phase}-own"), i),
-                lat(g, &format!("{phase}-own"), i),
-                "ms",
+            let (a, b) = (
+                lat(r, &format!("{phase}-own"), i) * 1000.0,
+                lat(g, &format!("{phase}-own"), i) * 1000.0,
+            );
+            // A negative figure (the reconcile started before the probe's handler ran) has
+            // no meaningful ratio.
+            let ratio = if a > 0.0 && b > 0.0 {
+                format!("{:.2}x", a / b)
+            } else {
+                "-".to_owned()
+            };
+            println!(
+                "| {phase}: watch event in the process -> reconcile start {p} (own share) \
+                 | {a:.0} µs | {b:.0} µs | {ratio} |"
             );
         }
     }

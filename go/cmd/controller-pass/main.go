@@ -13,6 +13,8 @@
 //	first-pass-ms <ms>     from the start of main to the last first reconcile
 //	first-pass-cpu-ms <ms> CPU time (user and system, every thread) over the same span
 //	rss <bytes>            VmRSS right after the first pass
+//	rss-anon <bytes>       its anonymous part (RssAnon: heap, stacks), the same moment
+//	heap <bytes>           the heap's objects then (runtime.MemStats.HeapAlloc)
 //	seen <phase> <n>       every 100 samples of a phase, and at each multiple of -expect
 //
 // Beside the controller, an event handler of its own on the same informer notes when each
@@ -36,6 +38,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -167,6 +170,10 @@ func (r *recorder) reconcile(key string, sent string, now time.Time) {
 			fmt.Printf("first-pass-ms %d\n", time.Since(r.start).Milliseconds())
 			fmt.Printf("first-pass-cpu-ms %d\n", cpuMillis()-r.cpuStart)
 			fmt.Printf("rss %d\n", status("VmRSS"))
+			fmt.Printf("rss-anon %d\n", status("RssAnon"))
+			var mem runtime.MemStats
+			runtime.ReadMemStats(&mem)
+			fmt.Printf("heap %d\n", mem.HeapAlloc)
 		}
 	}
 	if sent == "" || r.lastSeen[key] == sent {

@@ -26,10 +26,15 @@ pub(crate) fn cpu_time() -> Duration {
 
 /// The process's resident memory (`VmRSS`), in bytes.
 pub(crate) fn rss_bytes() -> u64 {
+    status_bytes("VmRSS")
+}
+
+/// A `kB` field of `/proc/self/status` (`VmRSS`, `RssAnon`, `RssFile`), in bytes.
+pub(crate) fn status_bytes(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .unwrap()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().strip_suffix("kB"))
         .map_or(0, |kb| kb.trim().parse::<u64>().unwrap() * 1024)
 }
