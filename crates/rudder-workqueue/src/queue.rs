@@ -207,14 +207,18 @@ where
     /// earliest ready time.
     pub fn add_with(&self, key: K, options: AddOptions) {
         let shared = &*self.shared;
-        let mut delay = options.after.unwrap_or(Duration::ZERO);
-        if options.rate_limited {
-            delay = delay.max(shared.limiter.when(&key));
-            if let Some(m) = &shared.metrics {
-                m.retry();
+        let delay = if options.after.is_none() && !options.rate_limited {
+            0
+        } else {
+            let mut delay = options.after.unwrap_or(Duration::ZERO);
+            if options.rate_limited {
+                delay = delay.max(shared.limiter.when(&key));
+                if let Some(m) = &shared.metrics {
+                    m.retry();
+                }
             }
-        }
-        let delay = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+            u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX)
+        };
         let hash = shared.hasher.hash_one(&key);
         let mut clock = Clock::new(shared);
         let predicted = shared.adds_need_time.load(Ordering::Relaxed);
@@ -509,7 +513,11 @@ impl<K> Shared<K> {
     #[inline]
     fn now(&self) -> Nanos {
         let since = Instant::now().saturating_duration_since(self.epoch);
-        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+        // In u64 (584 years from the epoch), not `as_nanos`' u128.
+        since
+            .as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(since.subsec_nanos()))
     }
 
     fn instant(&self, at: Nanos) -> Instant {
