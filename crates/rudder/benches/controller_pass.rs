@@ -16,8 +16,8 @@
 //!   reconcile reads its object from the cache and does nothing else;
 //! - the child reports the *first pass*: from the start of its `main` to the moment every
 //!   object has been reconciled once, the CPU over it, and `VmRSS` then (with its anonymous
-//!   part, `RssAnon`, and the live heap: Rudder's child counts its allocations, Go's reports
-//!   `HeapAlloc`);
+//!   part, `RssAnon`, and the live heap: glibc's `mallinfo2` in Rudder's child, `HeapAlloc`
+//!   in Go's, which includes garbage not yet collected);
 //! - *idle*: 200 updates, one every 25 ms, each an annotation carrying the time it was sent;
 //!   the child times each from that moment to its reconcile's start;
 //! - *backlog*: every object updated at once (8 requests in flight), timed the same way:
@@ -59,20 +59,41 @@ use rudder::prelude::*;
 
 mod common;
 use common::{arg, arg_value, cpu_time, rss_bytes, status_bytes};
-use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
+/// glibc's `struct mallinfo2` (glibc 2.33 and later).
+#[allow(
+    dead_code,
+    reason = "the layout is glibc's; two of its fields are read"
+)]
+#[repr(C)]
+struct Mallinfo2 {
+    arena: usize,
+    ordblks: usize,
+    smblks: usize,
+    hblks: usize,
+    hblkhd: usize,
+    usmblks: usize,
+    fsmblks: usize,
+    uordblks: usize,
+    fordblks: usize,
+    keepcost: usize,
+}
 
-/// Counts the child's allocations, for its live heap beside its RSS (two relaxed atomic
-/// additions per allocation and free).
-#[global_allocator]
-static GLOBAL: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
-
-/// Bytes allocated and not yet freed.
+/// Bytes the allocator has handed out and not had back, every arena's (glibc's
+/// `mallinfo2`: `uordblks`, plus `hblkhd` for the chunks it mapped on their own). Read once,
+/// it costs the allocations nothing (a counting global allocator's shared atomics slowed
+/// the first pass measurably on two threads).
+#[allow(
+    unsafe_code,
+    reason = "glibc's mallinfo2: the live heap without instrumenting every allocation"
+)]
 fn live_heap() -> u64 {
-    let stats = GLOBAL.stats();
-    // Reallocations count their net growth (negative when they shrink).
-    let live = stats.bytes_allocated as i128 + stats.bytes_reallocated as i128
-        - stats.bytes_deallocated as i128;
-    u64::try_from(live).unwrap_or(0)
+    unsafe extern "C" {
+        fn mallinfo2() -> Mallinfo2;
+    }
+    // SAFETY: `mallinfo2` takes no argument and returns a struct by value; it reads the
+    // allocator's statistics under each arena's lock, as an allocation would.
+    let info = unsafe { mallinfo2() };
+    (info.uordblks + info.hblkhd) as u64
 }
 
 fn cpu_ms() -> u64 {
@@ -432,8 +453,8 @@ struct Result_ {
     rss: f64,
     /// The anonymous part of `rss` (the heap, stacks; the rest is the binary's pages).
     rss_anon: f64,
-    /// The live heap then: bytes allocated and not freed (Rust), the heap's objects
-    /// (Go's `HeapAlloc`).
+    /// The live heap then: bytes allocated and not freed (Rust, glibc's `mallinfo2`), the
+    /// heap's objects (Go's `HeapAlloc`, which counts garbage not yet swept).
     heap: f64,
     steady_rss: f64,
     cpu_ms: f64,
