@@ -18,6 +18,10 @@
 //!   object has been reconciled once, the CPU over it, and `VmRSS` then (with its anonymous
 //!   part, `RssAnon`, and the live heap: glibc's `mallinfo2` in Rudder's child, `HeapAlloc`
 //!   in Go's, which includes garbage not yet collected);
+//! - *listing* (while the first pass runs): once the child's cache has synced (it prints
+//!   `synced`), the objects listed last, whose keys wait at the back of the initial list's
+//!   backlog at low priority, are updated one after another (at most 200) until the child
+//!   reports its first pass: the latency of a change behind that backlog;
 //! - *idle*: 200 updates, one every 25 ms, each an annotation carrying the time it was sent;
 //!   the child times each from that moment to its reconcile's start;
 //! - *backlog*: every object updated at once (8 requests in flight), timed the same way:
@@ -104,6 +108,8 @@ const CHILD: &str = "RUDDER_CONTROLLER_PASS_CHILD";
 const NAMESPACE: &str = "controller-pass";
 const ANNOTATION: &str = "bench.rudder.dev/sent";
 const IDLE_UPDATES: usize = 200;
+/// At most this many updates while the first pass runs.
+const LISTING_UPDATES: usize = 200;
 
 fn unix_nanos() -> u128 {
     SystemTime::now()
@@ -346,6 +352,18 @@ fn child() {
             own: HashMap::new(),
             pending: HashMap::new(),
         }));
+        // "synced" once the cache holds the list: the harness then updates objects while
+        // the first pass works through it.
+        let informer = manager.cache().informer::<ConfigMap>().unwrap();
+        tokio::spawn(async move {
+            if informer
+                .wait_for_sync(Duration::from_secs(600))
+                .await
+                .is_ok()
+            {
+                println!("synced");
+            }
+        });
         // The probe: a handler of its own on the informer the controller's watch shares.
         manager
             .cache()
@@ -402,6 +420,8 @@ struct Side {
     child: Child,
     stdin: ChildStdin,
     lines: mpsc::Receiver<String>,
+    /// Lines read ahead by [`Side::has_printed`], not yet consumed.
+    pending: std::collections::VecDeque<String>,
 }
 
 impl Side {
@@ -425,23 +445,43 @@ impl Side {
             child,
             stdin,
             lines,
+            pending: std::collections::VecDeque::new(),
         }
     }
 
     /// Lines until one starts with `prefix` (returned); the others go to `seen`.
-    fn until(&self, prefix: &str, within: Duration, seen: &mut Vec<String>) -> String {
+    fn until(&mut self, prefix: &str, within: Duration, seen: &mut Vec<String>) -> String {
+        self.until_any(&[prefix], within, seen)
+    }
+
+    /// Lines until one starts with one of `prefixes` (returned); the others go to `seen`.
+    fn until_any(&mut self, prefixes: &[&str], within: Duration, seen: &mut Vec<String>) -> String {
+        let prefix = prefixes.join("` or `");
         let deadline = std::time::Instant::now() + within;
         loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no `{prefix}` line within {within:?}"));
-            if line.starts_with(prefix) {
+            let line = match self.pending.pop_front() {
+                Some(line) => line,
+                None => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    self.lines
+                        .recv_timeout(left)
+                        .unwrap_or_else(|_| panic!("no `{prefix}` line within {within:?}"))
+                }
+            };
+            if prefixes.iter().any(|p| line.starts_with(p)) {
                 return line;
             }
             seen.push(line);
         }
+    }
+
+    /// Whether a line starting with `prefix` has arrived (without waiting; the lines read
+    /// stay for [`Side::until`]).
+    fn has_printed(&mut self, prefix: &str) -> bool {
+        while let Ok(line) = self.lines.try_recv() {
+            self.pending.push_back(line);
+        }
+        self.pending.iter().any(|l| l.starts_with(prefix))
     }
 }
 
@@ -562,19 +602,33 @@ async fn one(
         "-run",
         run,
     ]);
+    let stop_floor = tokio_util::sync::CancellationToken::new();
+    let floor = watch_floor(api.clone(), run.to_owned(), stop_floor.clone());
+    // The floor's watch lists first; give it the moment it takes before timing updates.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
     let mut child = Side::spawn(command);
     let mut result = Result_::default();
     let mut seen = Vec::new();
     let wait = Duration::from_secs(600);
+    // While the first pass runs: once the child's cache has synced, the objects listed last
+    // (queued last, at low priority) are updated one after another until the first pass
+    // ends: the latency of a change behind the initial list's backlog.
+    let synced = child.until_any(&["synced", "first-pass-ms"], wait, &mut seen);
+    if synced.starts_with("first-pass-ms") {
+        child.pending.push_front(synced); // no time to update anything
+    }
+    for i in 0..LISTING_UPDATES.min(objects) {
+        if child.has_printed("first-pass-ms") {
+            break;
+        }
+        touch(api, &format!("cm-{}", objects - 1 - i), run, "listing").await;
+    }
     result.first_pass_ms = value(&child.until("first-pass-ms", wait, &mut seen));
     result.first_pass_cpu_ms = value(&child.until("first-pass-cpu-ms", wait, &mut seen));
     result.rss = value(&child.until("rss", wait, &mut seen));
     result.rss_anon = value(&child.until("rss-anon", wait, &mut seen));
     result.heap = value(&child.until("heap", wait, &mut seen));
-    let stop_floor = tokio_util::sync::CancellationToken::new();
-    let floor = watch_floor(api.clone(), run.to_owned(), stop_floor.clone());
-    // The floor's watch lists first; give it the moment it takes before timing updates.
-    tokio::time::sleep(Duration::from_secs(1)).await;
 
     // Idle: one update at a time, paced (the shape of the load, not a wait for a condition).
     let step = objects / IDLE_UPDATES;
@@ -755,7 +809,13 @@ fn print_run(
         g.steady_rss / 1e6,
         "MB",
     );
-    for phase in ["idle", "backlog"] {
+    let timed = |x: &Result_| x.latency.get("listing").map_or(0.0, |l| l.0);
+    println!(
+        "| listing: updates timed while the first pass runs | {} | {} | - |",
+        timed(r),
+        timed(g)
+    );
+    for phase in ["listing", "idle", "backlog"] {
         if phase == "backlog" {
             row(
                 "backlog: updates sent per second",
