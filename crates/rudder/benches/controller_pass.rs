@@ -357,37 +357,30 @@ fn child() {
         // "synced" once the cache holds the list: the harness then updates objects while
         // the first pass works through it.
         let informer = manager.cache().informer::<ConfigMap>().unwrap();
+        let synced = informer.clone();
         tokio::spawn(async move {
-            if informer
-                .wait_for_sync(Duration::from_secs(600))
-                .await
-                .is_ok()
-            {
+            if synced.wait_for_sync(Duration::from_secs(600)).await.is_ok() {
                 println!("synced");
             }
         });
         // The probe: a handler of its own on the informer the controller's watch shares.
-        manager
-            .cache()
-            .informer::<ConfigMap>()
-            .unwrap()
-            .add_handler({
-                let recorder = Arc::clone(&recorder);
-                move |event| {
-                    let now = unix_nanos();
-                    if let rudder::Event::Update { new, .. } = &event
-                        && let Some(sent) = new
-                            .metadata
-                            .annotations
-                            .as_ref()
-                            .and_then(|a| a.get(ANNOTATION))
-                    {
-                        let name = new.metadata.name.as_deref().unwrap_or_default();
-                        recorder.lock().unwrap().event(name, sent, now);
-                    }
-                    async {}
+        informer.add_handler({
+            let recorder = Arc::clone(&recorder);
+            move |event| {
+                let now = unix_nanos();
+                if let rudder::Event::Update { new, .. } = &event
+                    && let Some(sent) = new
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(ANNOTATION))
+                {
+                    let name = new.metadata.name.as_deref().unwrap_or_default();
+                    recorder.lock().unwrap().event(name, sent, now);
                 }
-            });
+                async {}
+            }
+        });
         rudder::new_controller(&manager)
             .for_::<ConfigMap>()
             .with_options(ControllerOptions::new().workers(workers))
@@ -514,10 +507,12 @@ fn watch_floor(
     api: Api<ConfigMap>,
     run: String,
     stop: tokio_util::sync::CancellationToken,
+    listed: tokio::sync::oneshot::Sender<()>,
 ) -> tokio::task::JoinHandle<HashMap<String, Vec<Duration>>> {
     tokio::spawn(async move {
         let mut samples: HashMap<String, Vec<Duration>> = HashMap::new();
         let mut last: HashMap<String, String> = HashMap::new();
+        let mut listed = Some(listed);
         let events = kube_runtime::watcher(api, kube_runtime::watcher::Config::default());
         let mut events = std::pin::pin!(events);
         loop {
@@ -526,6 +521,11 @@ fn watch_floor(
                 () = stop.cancelled() => return samples,
             };
             let now = unix_nanos();
+            if let Some(Ok(kube_runtime::watcher::Event::InitDone)) = event
+                && let Some(listed) = listed.take()
+            {
+                let _ = listed.send(());
+            }
             let Some(Ok(kube_runtime::watcher::Event::Apply(cm))) = event else {
                 continue;
             };
@@ -605,9 +605,13 @@ async fn one(
         run,
     ]);
     let stop_floor = tokio_util::sync::CancellationToken::new();
-    let floor = watch_floor(api.clone(), run.to_owned(), stop_floor.clone());
-    // The floor's watch lists first; give it the moment it takes before timing updates.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (listed, floor_listed) = tokio::sync::oneshot::channel();
+    let floor = watch_floor(api.clone(), run.to_owned(), stop_floor.clone(), listed);
+    // The floor's watch lists first: no update is timed before it watches.
+    tokio::time::timeout(Duration::from_secs(120), floor_listed)
+        .await
+        .expect("the floor's watch listed the namespace within 2 minutes")
+        .expect("the floor's watch ended before it had listed");
 
     let mut child = Side::spawn(command);
     let mut result = Result_::default();
