@@ -204,13 +204,7 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
 
 /// Installs Debian's `wrk` when it is not on the PATH (needs root).
 fn ensure_wrk() -> Result<(), String> {
-    if Command::new("wrk")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-    {
+    if util::on_path("wrk") {
         return Ok(());
     }
     println!("wrk is not installed: installing it with `apt-get install -y wrk` (as root)");
@@ -357,12 +351,7 @@ fn pinned(command: Command, cpu: usize) -> Command {
     static PIN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let pin = *PIN.get_or_init(|| {
         let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-        let taskset = Command::new("taskset")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
+        let taskset = util::on_path("taskset");
         if cpus < 2 || !taskset {
             println!(
                 "    not pinned: {cpus} CPU(s), taskset {}",

@@ -100,7 +100,7 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
         "{} for client-go and controller-runtime (go/go.mod)",
         go.version()
     );
-    let callgrind = valgrind_found();
+    let callgrind = util::on_path("valgrind");
     if !callgrind {
         println!(
             "valgrind not found (Debian's `valgrind` package): instructions per cycle are not counted"
@@ -585,14 +585,6 @@ fn instructions_table(runs: &[Run]) -> String {
         out.push_str(&format!("| {} | {ageing} | {strict} |\n", i + 1));
     }
     out
-}
-
-/// Whether `valgrind` runs here.
-fn valgrind_found() -> bool {
-    std::process::Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 #[cfg(test)]

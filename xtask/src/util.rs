@@ -57,6 +57,18 @@ pub fn step<T>(name: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, S
     out
 }
 
+/// Whether `program` can be started from the PATH (run as `program --version`, its output
+/// discarded; some tools, wrk among them, exit non-zero after printing their version, so
+/// only starting counts).
+pub fn on_path(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok()
+}
+
 /// The `cargo` this task was started by, so nested runs use the same toolchain.
 pub fn cargo() -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
