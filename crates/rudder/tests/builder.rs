@@ -28,6 +28,22 @@ async fn next(seen: &mut mpsc::UnboundedReceiver<Request>) -> Request {
         .unwrap()
 }
 
+/// Waits until the manager's cache runs `informers` informers and each has stored its first
+/// list, so that what a test creates afterwards arrives by watch, in order and at normal
+/// priority (what a first list delivers is queued at low priority, behind watch events).
+async fn listed(m: &Manager, informers: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while m.cache().informer_count() < informers || !m.cache().has_synced() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {informers} informers started, synced: {}",
+            m.cache().informer_count(),
+            m.cache().has_synced()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 impl Reconciler for Recorder {
     type Error = std::convert::Infallible;
     async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
@@ -231,11 +247,12 @@ async fn global_predicates_filter_every_watch_and_tools_reach_the_reconciler() {
             .unwrap()
             .unwrap()
     };
+    // ConfigMaps and Secrets listed (empty): every create below arrives by watch, in order.
+    listed(&m, 2).await;
     let pp = PostParams::default();
     let cms = Api::<ConfigMap>::namespaced(ns.client(), ns.name());
     let mut created = Vec::new();
-    // "a-skip" comes first both in creation order (watch events) and in name order (a
-    // list, should the informer list after the creates).
+    // "a-skip" comes first in creation order, so first among the watch events.
     for (name, labels) in [
         ("a-skip", &[][..]),
         ("keep", &[("app", "keep")]),
@@ -338,6 +355,9 @@ async fn raw_sources_bypass_global_predicates() {
         .await
         .unwrap();
     let (stop, running) = start(&m);
+    // Listed first, so the ConfigMap's create arrives by watch at normal priority: were it
+    // listed, a request for it would be queued at low priority, behind the channel's.
+    listed(&m, 1).await;
     Api::<ConfigMap>::namespaced(ns.client(), ns.name())
         .create(
             &PostParams::default(),
@@ -539,11 +559,13 @@ async fn per_watch_predicates_compose_and_apply_to_their_watch() {
         .await
         .unwrap();
     let (stop, running) = start(&m);
+    // ConfigMaps and Secrets (one informer for both Secret watches) listed, empty.
+    listed(&m, 2).await;
     let pp = PostParams::default();
     let cms = Api::<ConfigMap>::namespaced(ns.client(), ns.name());
     let secrets = Api::<Secret>::namespaced(ns.client(), ns.name());
-    // Created in this order; one informer and one worker keep it. Each dropped event would
-    // have come before the next one that passes.
+    // Created in this order after the first lists, so they arrive by watch in this order; one
+    // worker keeps it. Each dropped event would have come before the next one that passes.
     for (name, labels) in [
         ("c-none", &[][..]),
         ("c-skip", &[("tier", "a"), ("skip", "yes")]),
