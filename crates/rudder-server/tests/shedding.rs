@@ -243,15 +243,20 @@ async fn at_the_cap_with_every_request_in_flight_a_client_waits_for_one_to_finis
     // One request finishes: its answer is delivered whole, then its connection, idle now,
     // gives its slot to the waiting client.
     gate.release_one();
-    let answers = futures::future::join_all(busy.iter_mut().map(|stream| async move {
-        tokio::time::timeout(Duration::from_millis(300), read_response(stream))
-            .await
-            .ok()
-            .flatten()
-    }))
-    .await;
-    let answered: Vec<_> = answers.into_iter().flatten().collect();
-    assert_eq!(answered, [(200, "through the gate".to_owned())]);
+    let reads = busy
+        .iter_mut()
+        .map(|stream| Box::pin(read_response(stream)));
+    let (answer, _, held) = tokio::time::timeout(WAIT, futures::future::select_all(reads))
+        .await
+        .expect("the released request answered");
+    assert_eq!(answer, Some((200, "through the gate".to_owned())));
+    for other in held {
+        let early = tokio::time::timeout(Duration::from_millis(300), other).await;
+        assert!(
+            early.is_err(),
+            "a request still at the gate answered: {early:?}"
+        );
+    }
     let answer = tokio::time::timeout(WAIT, read_response(&mut third))
         .await
         .expect("answered once a request finished");

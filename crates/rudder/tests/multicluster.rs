@@ -343,7 +343,9 @@ async fn a_fleet_follows_its_secrets_and_keeps_faults_in_their_cluster() {
     let (before, during) = (median(before), median(during));
     eprintln!("convergence p50 with c1 up {before:?}, with c1 down {during:?}");
     assert!(
-        during <= before * 2 + Duration::from_millis(250),
+        // A member that blocked the others would cost them its request timeout (seconds);
+        // the margin is for two busy cores running three API servers.
+        during <= before * 3 + Duration::from_secs(1),
         "the others slowed down while c1 was down: p50 {before:?} before, {during:?} during"
     );
     // It comes back, and its keys converge.

@@ -793,9 +793,10 @@ async fn hand_off(env: &TestEnv, read_your_writes: bool) -> (usize, usize) {
             })
             .await;
         } else {
-            // Its cache synced before the stamps, so only its (slow) watch brings them.
+            // Its cache synced before the stamps, so only its (slow) watch brings them. A
+            // cache with no informer yet counts as synced: wait for the ConfigMap one.
             eventually("b's cache synced", WAIT, async || {
-                m.cache().has_synced().then_some(())
+                (m.cache().informer_count() >= 1 && m.cache().has_synced()).then_some(())
             })
             .await;
         }

@@ -167,6 +167,11 @@ async fn a_managers_metrics_pass_promtool_and_have_every_dashboard_series() {
         manager.metrics_address()
     })
     .await;
+    // The metrics server starts before the webhook server, and the webhook fails closed.
+    eventually("the webhook server", WAIT, async || {
+        manager.webhook_address().await
+    })
+    .await;
 
     // A create goes through the webhook, then is reconciled by the leader.
     let created = Api::<ConfigMap>::namespaced(ns.client(), ns.name())
