@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
@@ -456,25 +456,29 @@ async fn four_workers_on_a_burst_keep_keys_exclusive_and_end_on_the_last_state()
 
 #[tokio::test]
 async fn stop_lets_in_flight_reconciles_finish_and_nothing_runs_after() {
+    /// Each reconcile holds until the test lets it through.
     struct Slow {
         started: mpsc::UnboundedSender<Request>,
+        gate: Arc<tokio::sync::Semaphore>,
         finished: Mutex<Vec<Request>>,
     }
     impl Reconciler for Slow {
         type Error = std::convert::Infallible;
         async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
             let _ = self.started.send(request.clone());
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            self.gate.acquire().await.unwrap().forget();
             self.finished.lock().unwrap().push(request);
             Ok(Action::done())
         }
     }
     let (ns, cache, token) = setup("stop").await;
     let (tx, mut started) = mpsc::unbounded_channel();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let c = Controller::builder(
         "stop",
         Slow {
             started: tx,
+            gate: Arc::clone(&gate),
             finished: Mutex::default(),
         },
     )
@@ -493,12 +497,16 @@ async fn stop_lets_in_flight_reconciles_finish_and_nothing_runs_after() {
     // Two reconciles in flight (two workers), the third waiting in the queue.
     next(&mut started).await;
     next(&mut started).await;
+    // Both finish the moment the stop is given: the workers must not take the third
+    // request then, even while the controller is still stopping its watches. (A permit
+    // for it too, so that a third reconcile would finish and be counted, not hang.)
     token.cancel();
+    gate.add_permits(3);
     running.await.unwrap();
     let finished = c.reconciler().finished.lock().unwrap().len();
     assert_eq!(
         finished, 2,
-        "both in-flight reconciles finished before run returned"
+        "the two in-flight reconciles finished before run returned, and no other started"
     );
     assert!(
         started.try_recv().is_err(),

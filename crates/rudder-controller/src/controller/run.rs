@@ -86,8 +86,9 @@ impl<R: Reconciler> Controller<R> {
             () = announce(&self.inner.name, gate) => {}
         }
         tracing::info!(controller = %self.inner.name, "stopping");
-        self.stop_watches().await;
+        // Workers first: none takes a request from here on, while the watches wind down.
         stopping.cancel();
+        self.stop_watches().await;
         ended.extend(self.join_workers(&shutdown, &mut workers).await);
         self.inner.queue.shutdown();
         for joined in ended {
