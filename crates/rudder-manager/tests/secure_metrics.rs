@@ -345,8 +345,13 @@ async fn a_burst_of_scrapes_costs_one_review_of_each_kind() {
          {concurrent:?}; after 1000 more in a row in {sequential_took:?}: {total:?}"
     );
     // One review of each kind, plus one more per 10 s the burst lasted (the cache's TTL).
-    let refreshes = usize::try_from((concurrent_took + sequential_took).as_secs() / 10).unwrap();
-    assert_eq!(concurrent, (1, 1), "single flight on a cold cache");
+    let refreshes = |took: Duration| usize::try_from(took.as_secs() / 10).unwrap();
+    let during_burst = 1 + refreshes(concurrent_took);
+    assert!(
+        (1..=during_burst).contains(&concurrent.0) && (1..=during_burst).contains(&concurrent.1),
+        "single flight on a cold cache: {concurrent:?} in {concurrent_took:?}"
+    );
+    let refreshes = refreshes(concurrent_took + sequential_took);
     assert!(
         total.0 <= 1 + refreshes && total.1 <= 1 + refreshes,
         "{total:?}"
