@@ -28,20 +28,16 @@ async fn next(seen: &mut mpsc::UnboundedReceiver<Request>) -> Request {
         .unwrap()
 }
 
-/// Waits until the manager's cache runs `informers` informers and each has stored its first
-/// list, so that what a test creates afterwards arrives by watch, in order and at normal
-/// priority (what a first list delivers is queued at low priority, behind watch events).
-async fn listed(m: &Manager, informers: usize) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while m.cache().informer_count() < informers || !m.cache().has_synced() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {informers} informers started, synced: {}",
-            m.cache().informer_count(),
-            m.cache().has_synced()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Waits until the controller runs and its sources have stored their first lists, so that
+/// what a test creates afterwards arrives by watch, in order and at normal priority (what a
+/// first list delivers is queued at low priority, behind watch events).
+async fn listed<R: Reconciler>(c: &Controller<R>) {
+    rudder_envtest::poll::until(
+        "the controller's first lists",
+        Duration::from_secs(30),
+        || c.has_synced(),
+    )
+    .await;
 }
 
 impl Reconciler for Recorder {
@@ -229,7 +225,7 @@ async fn global_predicates_filter_every_watch_and_tools_reach_the_reconciler() {
     let m = Arc::new(manager(&ns));
     let (tx, mut seen) = mpsc::unbounded_channel();
     let selector: kube::core::Selector = [("app", "keep")].into_iter().collect();
-    rudder::new_controller(&m)
+    let c = rudder::new_controller(&m)
         .for_::<ConfigMap>()
         .event_filter(rudder::handler::LabelSelectorPredicate::new(selector))
         .owns::<Secret>()
@@ -248,7 +244,7 @@ async fn global_predicates_filter_every_watch_and_tools_reach_the_reconciler() {
             .unwrap()
     };
     // ConfigMaps and Secrets listed (empty): every create below arrives by watch, in order.
-    listed(&m, 2).await;
+    listed(&c).await;
     let pp = PostParams::default();
     let cms = Api::<ConfigMap>::namespaced(ns.client(), ns.name());
     let mut created = Vec::new();
@@ -336,7 +332,7 @@ async fn raw_sources_bypass_global_predicates() {
     let (events, source) = rudder::handler::channel::<String>(8);
     let namespace = ns.name().to_owned();
     let (judged_tx, mut judged) = mpsc::unbounded_channel();
-    rudder::new_controller(&m)
+    let c = rudder::new_controller(&m)
         .for_::<ConfigMap>()
         // Drops every event of every object watch, saying which it judged...
         .event_filter(move |event: rudder::handler::MetaEvent<'_>| {
@@ -357,7 +353,7 @@ async fn raw_sources_bypass_global_predicates() {
     let (stop, running) = start(&m);
     // Listed first, so the ConfigMap's create arrives by watch at normal priority: were it
     // listed, a request for it would be queued at low priority, behind the channel's.
-    listed(&m, 1).await;
+    listed(&c).await;
     Api::<ConfigMap>::namespaced(ns.client(), ns.name())
         .create(
             &PostParams::default(),
@@ -535,7 +531,7 @@ async fn per_watch_predicates_compose_and_apply_to_their_watch() {
         LabelSelectorPredicate::new([(k, v)].into_iter().collect())
     };
     let namespace = ns.name().to_owned();
-    rudder::new_controller(&m)
+    let c = rudder::new_controller(&m)
         // Primary ConfigMaps labelled tier=a or tier=b, but not skip=yes.
         .for_with::<ConfigMap>(
             label("tier", "a")
@@ -559,8 +555,8 @@ async fn per_watch_predicates_compose_and_apply_to_their_watch() {
         .await
         .unwrap();
     let (stop, running) = start(&m);
-    // ConfigMaps and Secrets (one informer for both Secret watches) listed, empty.
-    listed(&m, 2).await;
+    // ConfigMaps and Secrets listed, empty.
+    listed(&c).await;
     let pp = PostParams::default();
     let cms = Api::<ConfigMap>::namespaced(ns.client(), ns.name());
     let secrets = Api::<Secret>::namespaced(ns.client(), ns.name());
