@@ -793,12 +793,10 @@ async fn hand_off(env: &TestEnv, read_your_writes: bool) -> (usize, usize) {
             })
             .await;
         } else {
-            // Its cache synced before the stamps, so only its (slow) watch brings them. A
-            // cache with no informer yet counts as synced: wait for the ConfigMap one.
-            eventually("b's cache synced", WAIT, async || {
-                (m.cache().informer_count() >= 1 && m.cache().has_synced()).then_some(())
-            })
-            .await;
+            // Its sources listed before the stamps, so only its (slow) watch brings them.
+            // (Not the cache's `has_synced`: it holds before any informer has started.)
+            rudder_envtest::poll::until("b's sources synced", WAIT, || controller.has_synced())
+                .await;
         }
         replicas.push((running, controller));
     }
@@ -855,10 +853,13 @@ async fn the_manager_finds_whether_resource_versions_compare() {
     let ns = env.namespace("ryw-order").await.unwrap();
     let m = support::manager(&ns);
     assert!(!m.cache().writes().is_comparable(), "opaque until started");
-    let (stop, task) = start(&m);
     let expected = env.version().minor >= 35;
-    eventually("the manager started", WAIT, async || {
-        (m.cache().has_synced() && m.cache().writes().is_comparable() == expected).then_some(())
+    // Told the opposite first, so that the answer is seen to come from the server on every
+    // version (the default, opaque, is already right before 1.35).
+    m.cache().writes().set_comparable(!expected);
+    let (stop, task) = start(&m);
+    rudder_envtest::poll::until("the manager asked the server's version", WAIT, || {
+        m.cache().writes().is_comparable() == expected
     })
     .await;
     eprintln!(
