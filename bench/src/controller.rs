@@ -30,7 +30,7 @@ pub(crate) fn run(args: &[&str]) -> Result<(), String> {
     crate::go_bench::run(
         "controller-pass",
         "controller-runtime",
-        "rudder",
+        "rudder-runtime",
         "controller_pass",
         &passed,
     )

@@ -34,12 +34,12 @@ pub(crate) fn run_ci(test_args: &[&str], commands: &[&str]) -> Result<(), String
         tls_by_feature,
     )?;
     step(
-        "cargo check -p rudder --no-default-features --features manager",
+        "cargo check -p rudder-runtime --no-default-features --features manager",
         || {
             sh(cargo().args([
                 "check",
                 "-p",
-                "rudder",
+                "rudder-runtime",
                 "--no-default-features",
                 "--features",
                 "manager",
@@ -197,7 +197,7 @@ fn tls_by_feature() -> Result<(), String> {
             .args([
                 "tree",
                 "-p",
-                "rudder",
+                "rudder-runtime",
                 "--no-default-features",
                 "--features",
             ])
@@ -381,7 +381,7 @@ mod tests {
     #[test]
     fn publishable_crates_are_those_not_saying_publish_false() {
         let crates = publishable(&xtask::util::workspace_root()).unwrap();
-        assert!(crates.contains(&"rudder".to_owned()), "{crates:?}");
+        assert!(crates.contains(&"rudder-runtime".to_owned()), "{crates:?}");
         assert!(crates.contains(&"cargo-rudder".to_owned()), "{crates:?}");
         let bench = "[package]\nname = \"b\"\npublish = false\n\n[dependencies]\n";
         assert!(!crate::manifests::parse(bench).unwrap().publish);

@@ -80,7 +80,7 @@ pub(crate) fn crate_graph(root: &Path) -> Result<String, String> {
          \x20   edge [color=\"#5b6b80\", arrowsize=0.7];\n",
     );
     for (name, manifest) in &manifests {
-        let fill = if name == "rudder" {
+        let fill = if name == "rudder-runtime" {
             ", fillcolor=\"#d6e4f7\""
         } else if !manifest.publish {
             ", fillcolor=\"#f2f2f2\""

@@ -39,13 +39,13 @@ Commands:
   help
       This text.
 
-SOURCE, where the generated code takes Rudder from (default: crates.io, rudder = \"0.1\"):
+SOURCE, where the generated code takes Rudder from (default: crates.io, rudder-runtime = \"0.1\"):
   --rudder-path DIR           a checkout of Rudder's repository, by path; `new` also
                               copies its Cargo.lock, so the project builds with the
                               versions Rudder is tested with
   --rudder-git URL            a git repository of Rudder
       [--rudder-rev REV]      at a branch, tag or commit
-For new-controller, SOURCE applies only when the workspace declares no `rudder` itself.
+For new-controller, SOURCE applies only when the workspace declares no `rudder-runtime` itself.
 
 NAME (and PATH's last part): lowercase letters, digits and single '-', at most 40, starting
 with a letter.";

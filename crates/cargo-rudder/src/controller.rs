@@ -94,7 +94,7 @@ pub fn new_controller(dir: &Path, options: &ControllerOptions) -> Result<PathBuf
 /// let workspace = "[workspace]\nmembers = [\"cron-tab\"]\n";
 /// let files = controller_files(&names, workspace, &ControllerOptions::default())?;
 /// let manifest = files.iter().find(|f| f.path.ends_with("Cargo.toml")).unwrap();
-/// assert!(manifest.text.contains("rudder = \"0.1\""));
+/// assert!(manifest.text.contains("rudder-runtime = \"0.1\""));
 /// # Ok::<(), cargo_rudder::Error>(())
 /// ```
 pub fn controller_files(
@@ -213,7 +213,7 @@ impl Inherits {
                         features.map(|f| f.split(',').collect()).unwrap_or_default();
                     if self.dependencies.contains(name) {
                         Some(inherited(name, &features))
-                    } else if name == "rudder" {
+                    } else if name == crate::source::PACKAGE {
                         Some(rudder.dependency(&features))
                     } else {
                         // A name the table lacks stays a placeholder, which fails the render.
@@ -254,7 +254,7 @@ version = \"0.1.0\"
 edition = \"2024\"
 
 [workspace.dependencies]
-rudder = { path = \"crates/rudder\" }
+rudder-runtime = { path = \"crates/rudder\" }
 kube = { version = \"5\", default-features = false }
 \"tokio\".workspace = true
 
@@ -274,7 +274,7 @@ unsafe_code = \"forbid\"
         );
         assert_eq!(
             inherits.dependencies.iter().collect::<Vec<_>>(),
-            ["kube", "rudder", "serde", "tokio"]
+            ["kube", "rudder-runtime", "serde", "tokio"]
         );
         assert!(inherits.lints);
         assert!(!Inherits::scan("[workspace]\n").lints);
@@ -288,8 +288,8 @@ unsafe_code = \"forbid\"
         for line in [
             "version.workspace = true",
             "edition.workspace = true",
-            "rudder.workspace = true",
-            "rudder = { workspace = true, features = [\"envtest\"] }",
+            "rudder-runtime.workspace = true",
+            "rudder-runtime = { workspace = true, features = [\"envtest\"] }",
             "kube = { workspace = true, features = [\"client\", \"derive\"] }",
             "k8s-openapi = { version = \"0.29\", default-features = false, features = [\"latest\"] }",
             "[lints]",

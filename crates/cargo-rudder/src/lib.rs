@@ -24,11 +24,14 @@
 //!
 //! # Where Rudder comes from
 //!
-//! A generated project depends on Rudder by version (`rudder = "0.1"`, this crate's own
-//! `MAJOR.MINOR`) unless told otherwise: [`RudderSource::Path`] (`--rudder-path DIR`) names
-//! a checkout of Rudder's repository, and the project starts from that checkout's
-//! `Cargo.lock`; [`RudderSource::Git`] (`--rudder-git URL [--rudder-rev REV]`) a git
-//! repository. Either way it is one line of the project's `Cargo.toml` to change later.
+//! A generated project depends on Rudder's facade by version (`rudder-runtime = "0.1"`, this
+//! crate's own `MAJOR.MINOR`; the package is `rudder-runtime` because the name `rudder` on
+//! crates.io is an unrelated crate's, and its library is `rudder`, so code writes
+//! `use rudder::...`) unless told otherwise: [`RudderSource::Path`] (`--rudder-path DIR`)
+//! names a checkout of Rudder's repository: the dependency stays written as published, a
+//! `[patch.crates-io]` section resolves it to the checkout, and the project starts from that
+//! checkout's `Cargo.lock`; [`RudderSource::Git`] (`--rudder-git URL [--rudder-rev REV]`) a
+//! git repository, named on the dependency line.
 //!
 //! # Which workspace a controller joins
 //!

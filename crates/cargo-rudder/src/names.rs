@@ -33,6 +33,7 @@ const TAKEN_KINDS: &[&str] = &[
 /// Package names a generated crate cannot take: Rudder's and the dependencies' it uses.
 const TAKEN_CRATES: &[&str] = &[
     "rudder",
+    "rudder-runtime",
     "kube",
     "kube-runtime",
     "k8s-openapi",

@@ -86,7 +86,7 @@ pub fn new_operator(path: &Path, options: &OperatorOptions) -> Result<PathBuf> {
 /// let names = Names::new("widget-operator", Some("Widget"), None)?;
 /// let files = operator_files(&names, &OperatorOptions::default())?;
 /// let workspace = files.iter().find(|f| f.path.ends_with("Cargo.toml")).unwrap();
-/// assert!(workspace.text.contains("rudder = \"0.1\""));
+/// assert!(workspace.text.contains("rudder-runtime = \"0.1\""));
 /// # Ok::<(), cargo_rudder::Error>(())
 /// ```
 pub fn operator_files(names: &Names, options: &OperatorOptions) -> Result<Vec<GeneratedFile>> {
@@ -116,7 +116,12 @@ pub fn operator_files(names: &Names, options: &OperatorOptions) -> Result<Vec<Ge
         templates.push(("operator/tests/webhook.rs", WEBHOOK_TEST_RS));
     }
     let deps: Vec<String> = DEPENDENCIES.iter().map(|dep| dep.line(&[])).collect();
-    let rudder = options.rudder.dependency(&[]);
+    let rudder = options.rudder.published().dependency(&[]);
+    let patch = options
+        .rudder
+        .patch()
+        .map(|patch| format!("\n{patch}"))
+        .unwrap_or_default();
     let switches = [
         ("webhook", options.webhook),
         ("multi_cluster", options.multi_cluster),
@@ -127,6 +132,7 @@ pub fn operator_files(names: &Names, options: &OperatorOptions) -> Result<Vec<Ge
             let text = names
                 .render(&sections(template, &switches))
                 .replace("{{rudder}}", &rudder)
+                .replace("{{patch}}", &patch)
                 .replace("{{deps}}", &deps.join("\n"));
             GeneratedFile::new(file, text)
         })

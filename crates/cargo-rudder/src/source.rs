@@ -2,24 +2,35 @@
 
 use std::path::{Path, PathBuf};
 
-/// Where the generated project's `rudder` dependency comes from.
+/// Where the generated project's Rudder dependency comes from.
 ///
-/// The default is crates.io at this scaffold's own version (`rudder = "0.1"`). To work on
-/// Rudder itself, point the project at a checkout ([`RudderSource::Path`]) or a git
-/// repository ([`RudderSource::Git`]); either one is the single line in the project's
-/// `Cargo.toml` to change later.
+/// Rudder's facade is published as the package `rudder-runtime` (the name
+/// `rudder` on crates.io belongs to an unrelated crate); its library is named `rudder`, so
+/// code writes `use rudder::prelude::*` whatever the source.
+///
+/// The default is crates.io at this scaffold's own version (`rudder-runtime = "0.1"`). To
+/// work on Rudder itself, point the project at a checkout ([`RudderSource::Path`]: the
+/// dependency stays written as published and a `[patch.crates-io]` section resolves it to the
+/// checkout, so removing that section is all it takes to move to the release) or a git
+/// repository ([`RudderSource::Git`]).
 ///
 /// ```
 /// use cargo_rudder::RudderSource;
 ///
-/// assert_eq!(RudderSource::default().dependency(&[]), r#"rudder = "0.1""#);
+/// assert_eq!(RudderSource::default().dependency(&[]), r#"rudder-runtime = "0.1""#);
 /// let git = RudderSource::Git {
 ///     url: "https://github.com/rudder-rs/rudder".into(),
 ///     rev: Some("main".into()),
 /// };
 /// assert_eq!(
 ///     git.dependency(&["envtest"]),
-///     r#"rudder = { git = "https://github.com/rudder-rs/rudder", rev = "main", features = ["envtest"] }"#
+///     r#"rudder-runtime = { git = "https://github.com/rudder-rs/rudder", rev = "main", features = ["envtest"] }"#
+/// );
+/// let path = RudderSource::Path("/src/rudder".into());
+/// assert_eq!(path.published().dependency(&[]), r#"rudder-runtime = "0.1""#);
+/// assert_eq!(
+///     path.patch().as_deref(),
+///     Some("[patch.crates-io]\nrudder-runtime = { path = \"/src/rudder/crates/rudder\" }\n")
 /// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +52,10 @@ pub enum RudderSource {
     },
 }
 
+/// The package name of Rudder's facade on crates.io; its library (what code imports) is
+/// `rudder`.
+pub(crate) const PACKAGE: &str = "rudder-runtime";
+
 impl Default for RudderSource {
     /// crates.io, at the `MAJOR.MINOR` of this scaffold's version (the two are released
     /// together).
@@ -52,11 +67,11 @@ impl Default for RudderSource {
 }
 
 impl RudderSource {
-    /// The `rudder = ...` line of a `Cargo.toml` for this source, with `features`.
+    /// The `rudder-runtime = ...` line of a `Cargo.toml` for this source, with `features`.
     pub fn dependency(&self, features: &[&str]) -> String {
         let mut fields = match self {
             Self::Version(version) if features.is_empty() => {
-                return format!("rudder = {}", toml_string(version));
+                return format!("{PACKAGE} = {}", toml_string(version));
             }
             Self::Version(version) => vec![format!("version = {}", toml_string(version))],
             Self::Path(root) => vec![format!(
@@ -74,7 +89,30 @@ impl RudderSource {
         if !features.is_empty() {
             fields.push(format!("features = {}", toml_list(features)));
         }
-        format!("rudder = {{ {} }}", fields.join(", "))
+        format!("{PACKAGE} = {{ {} }}", fields.join(", "))
+    }
+
+    /// The source the dependency line names as it will be once published: a checkout is
+    /// written as the release it is (this scaffold's `MAJOR.MINOR`) and resolved to the
+    /// checkout by [`patch`](Self::patch); the other sources are themselves.
+    pub fn published(&self) -> Self {
+        match self {
+            Self::Path(_) => Self::default(),
+            other => other.clone(),
+        }
+    }
+
+    /// The `[patch.crates-io]` section that resolves the published name to a checkout, for
+    /// [`RudderSource::Path`]; `None` for the other sources.
+    pub fn patch(&self) -> Option<String> {
+        let Self::Path(root) = self else {
+            return None;
+        };
+        let path = root.join("crates").join("rudder").display().to_string();
+        Some(format!(
+            "[patch.crates-io]\n{PACKAGE} = {{ path = {} }}\n",
+            toml_string(&path)
+        ))
     }
 
     /// The `Cargo.lock` a new project starts from: a checkout's own.
@@ -257,11 +295,11 @@ mod tests {
     fn sources_render_as_cargo_reads_them() {
         assert_eq!(
             RudderSource::Version("0.1".into()).dependency(&["envtest"]),
-            r#"rudder = { version = "0.1", features = ["envtest"] }"#
+            r#"rudder-runtime = { version = "0.1", features = ["envtest"] }"#
         );
         assert_eq!(
             RudderSource::Path("/src/rud\"der".into()).dependency(&[]),
-            r#"rudder = { path = "/src/rud\"der/crates/rudder" }"#
+            r#"rudder-runtime = { path = "/src/rud\"der/crates/rudder" }"#
         );
         assert_eq!(
             RudderSource::Git {
@@ -269,7 +307,7 @@ mod tests {
                 rev: None
             }
             .dependency(&[]),
-            r#"rudder = { git = "https://example.com/r.git" }"#
+            r#"rudder-runtime = { git = "https://example.com/r.git" }"#
         );
         assert_eq!(
             Dependency::named("kube").unwrap().line(&["client"]),

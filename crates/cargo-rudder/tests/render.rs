@@ -46,7 +46,7 @@ fn an_operator_by_version_names_rudders_release_and_no_lockfile() {
     let dir = new_operator(&temp.0.join("shop-op"), &OperatorOptions::default()).unwrap();
     let workspace = read(dir.join("Cargo.toml"));
     assert!(
-        workspace.lines().any(|l| l == "rudder = \"0.1\""),
+        workspace.lines().any(|l| l == "rudder-runtime = \"0.1\""),
         "{workspace}"
     );
     assert!(workspace.contains("kube = { version = \"5\", default-features = false }"));
@@ -77,11 +77,20 @@ fn an_operator_by_path_depends_on_the_checkout_and_starts_from_its_lockfile() {
     };
     let dir = new_operator(&temp.0.join("widgets"), &options).unwrap();
     let workspace = read(dir.join("Cargo.toml"));
+    // Written as published, resolved to the checkout by a patch.
+    assert!(
+        workspace.lines().any(|l| l == "rudder-runtime = \"0.1\""),
+        "{workspace}"
+    );
     let expected = format!(
-        "rudder = {{ path = \"{}/crates/rudder\" }}",
+        "rudder-runtime = {{ path = \"{}/crates/rudder\" }}",
         checkout().display()
     );
-    assert!(workspace.lines().any(|l| l == expected), "{workspace}");
+    let patch = workspace
+        .split("\n[patch.crates-io]\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no [patch.crates-io] in {workspace}"));
+    assert!(patch.lines().any(|l| l == expected), "{workspace}");
     assert_eq!(
         read(dir.join("Cargo.lock")),
         read(checkout().join("Cargo.lock"))
@@ -218,7 +227,7 @@ fn a_controller_joins_the_workspace_and_inherits_what_it_declares() {
         "name = \"cron-tab\"",
         "edition.workspace = true",
         "version = \"0.1.0\"",
-        "rudder = { git = \"https://github.com/rudder-rs/rudder\", rev = \"main\" }",
+        "rudder-runtime = { git = \"https://github.com/rudder-rs/rudder\", rev = \"main\" }",
         "tokio = { workspace = true, features = [\"rt-multi-thread\", \"macros\", \"time\"] }",
         "serde = { version = \"1\", features = [\"derive\"] }",
     ] {

@@ -3,7 +3,7 @@
 //! reconcile's start idle and under a backlog of every object, and the memory after sync.
 //!
 //! Run by `cargo xtask bench-controller [--objects N] [--runs N]`, which builds
-//! controller-runtime's side (`go/cmd/controller-pass`) and runs `cargo bench -p rudder
+//! controller-runtime's side (`go/cmd/controller-pass`) and runs `cargo bench -p rudder-runtime
 //! --bench controller_pass -- --bench --go-binary PATH` with `RUDDER_ENVTEST_ASSETS` set.
 //! One control plane, one namespace of `--objects` ConfigMaps (10,000 by default, 400-byte
 //! values, created once). Then for 1 and 4 workers, `--runs` times (default 1), each side in

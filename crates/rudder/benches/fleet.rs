@@ -2,7 +2,7 @@
 //! cluster with one watched kind, and the time from a provider announcing a cluster to its
 //! first reconcile.
 //!
-//! Run with `cargo bench -p rudder --bench fleet -- --bench [--clusters N] [--objects N]
+//! Run with `cargo bench -p rudder-runtime --bench fleet -- --bench [--clusters N] [--objects N]
 //! [--idle SECONDS]` with `RUDDER_ENVTEST_ASSETS` set. One control plane serves every member:
 //! the provider announces it N times (20 by default) under different names, one at a time,
 //! each announcement waiting for that cluster's first reconcile, so every member is a client,

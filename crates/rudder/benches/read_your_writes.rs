@@ -2,7 +2,7 @@
 //! the same controller with it on, side by side in one run, on a real API server over
 //! loopback (no watch-delaying proxy), and the memory a pending write holds.
 //!
-//! Run with `cargo bench -p rudder --bench read_your_writes -- --bench [--rounds N]
+//! Run with `cargo bench -p rudder-runtime --bench read_your_writes -- --bench [--rounds N]
 //! [--updates N]` with `RUDDER_ENVTEST_ASSETS` set. Measured:
 //!
 //! - **Update to reconcile start.** One primary ConfigMap and the Secret it controls, in a

@@ -2,7 +2,7 @@
 //! every object) against the label mode (each replica caches its shards), and one replica
 //! alone, each replica a process of its own so that its resident memory is its own.
 //!
-//! Run with `cargo bench -p rudder --bench sharded_memory -- --bench [--objects N]
+//! Run with `cargo bench -p rudder-runtime --bench sharded_memory -- --bench [--objects N]
 //! [--rounds N]` with `RUDDER_ENVTEST_ASSETS` set. One control plane and one namespace of
 //! ConfigMaps (3,000 by default, each with a 1 KiB value, created once) serve every run. A
 //! run starts R replicas (child processes of this binary, R = 1 or 3), each a manager with

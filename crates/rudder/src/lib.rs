@@ -126,7 +126,7 @@
 //! always rustls: an operator without webhooks that talks to its API server through OpenSSL
 //! turns the default features off and picks `manager` and `openssl-tls`, and compiles no
 //! rustls and no `ring`
-//! (`cargo tree -p rudder --no-default-features --features manager,openssl-tls -i rustls`
+//! (`cargo tree -p rudder-runtime --no-default-features --features manager,openssl-tls -i rustls`
 //! finds nothing; CI checks it).
 
 // Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
