@@ -2,6 +2,7 @@
 //! what the outcome asks for.
 
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -156,7 +157,7 @@ async fn process<R: Reconciler>(
     );
     inner.metrics().active_workers(1.0);
     let started = Instant::now();
-    let reconcile = inner.reconciler.reconcile(request.clone(), ctx);
+    let reconcile = boxed_reconcile(&inner.reconciler, request.clone(), ctx);
     let reconcile = match &inner.own_writes {
         Some(writes) => {
             let observer: Arc<dyn WriteObserver> = Arc::clone(writes) as _;
@@ -210,6 +211,23 @@ async fn process<R: Reconciler>(
     inner.metrics().reconciled(outcome.label());
     drop(item);
     drop(permit);
+}
+
+/// The reconciler's future for `request`, on the heap.
+///
+/// A user's reconcile future can be tens of kilobytes, and every layer `process` wraps it in
+/// (the write scope, `catch_unwind`, `instrument`, the timeout, `select!`) moves what it
+/// wraps; in a debug build each move is a stack slot of the poll frame, and with a 30 KB
+/// future that frame outgrew the 2 MiB stack of a tokio worker. Boxed here, in a frame of its
+/// own that is gone before the first poll, each layer moves a pointer and no frame of the
+/// worker grows with the reconciler.
+#[inline(never)]
+fn boxed_reconcile<R: Reconciler>(
+    reconciler: &R,
+    request: Request,
+    ctx: Context,
+) -> Pin<Box<impl Future<Output = Result<Action, R::Error>> + Send + use<'_, R>>> {
+    Box::pin(reconciler.reconcile(request, ctx))
 }
 
 /// Runs `reconcile`, cancelling its context (`cancel`) once `timeout` passes and then

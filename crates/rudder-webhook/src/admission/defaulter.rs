@@ -105,7 +105,8 @@ where
                 );
             }
         };
-        let warnings = match self.defaulter.default(&mut typed, request).await {
+        // Boxed: the defaulter's future is the user's, of any size (see `serve`).
+        let warnings = match Box::pin(self.defaulter.default(&mut typed, request)).await {
             Ok(warnings) => warnings,
             Err(denial) => return denial.into_response(request),
         };

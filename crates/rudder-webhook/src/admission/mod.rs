@@ -96,8 +96,10 @@ pub(crate) async fn serve<H: AdmissionHandler>(
     handler: Arc<H>,
     body: Bytes,
 ) -> Result<Bytes, Rejection> {
+    // The handler's future is the user's, of any size: boxed so that no frame of the
+    // server's grows with it (in a debug build every move of a future is a stack slot).
     answer(decode(&body), |request| async move {
-        handler.handle(request).await
+        Box::pin(handler.handle(request)).await
     })
     .await
 }

@@ -97,7 +97,8 @@ where
                     Ok(object) => Box::new(object),
                     Err(response) => return *response,
                 };
-                self.validator.validate_create(&object, request).await
+                // Boxed: the validator's future is the user's, of any size (see `serve`).
+                Box::pin(self.validator.validate_create(&object, request)).await
             }
             Operation::Update => {
                 let (Some(object), Some(old)) = (object, old) else {
@@ -111,7 +112,7 @@ where
                     Ok(object) => Box::new(object),
                     Err(response) => return *response,
                 };
-                self.validator.validate_update(&old, &new, request).await
+                Box::pin(self.validator.validate_update(&old, &new, request)).await
             }
             Operation::Delete => {
                 let Some(old) = old else {
@@ -121,7 +122,7 @@ where
                     Ok(object) => Box::new(object),
                     Err(response) => return *response,
                 };
-                self.validator.validate_delete(&old, request).await
+                Box::pin(self.validator.validate_delete(&old, request)).await
             }
             Operation::Connect => Ok(Vec::new()),
         };
