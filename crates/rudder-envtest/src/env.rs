@@ -98,7 +98,12 @@ impl TestEnvBuilder {
         self
     }
 
-    /// CRDs to install (and wait for) before `start` returns.
+    /// CRDs to install (and wait for) before `start` returns. They are established before
+    /// kube-controller-manager starts (with [`controller_manager`](Self::controller_manager)),
+    /// so its garbage collector knows their kinds from its first discovery and collects the
+    /// children of a deleted owner at once. A CRD installed later (`install_crds` on a
+    /// running control plane) is learnt at the collector's next discovery pass, up to 30 s
+    /// on: give the builder the CRDs a garbage-collection test relies on.
     pub fn crds(mut self, crds: impl IntoIterator<Item = CustomResourceDefinition>) -> Self {
         self.crds.extend(crds);
         self
@@ -529,15 +534,19 @@ impl TestEnv {
         });
         self.connect(&server, &files, opts.start_timeout).await?;
 
+        // The builder's CRDs are established before the controller manager starts: its
+        // garbage collector reads the served kinds from discovery when it starts and again
+        // only every 30 s, so an owner of a kind it has not yet seen is collected late (its
+        // children waited up to 40 s after the owner went when the CRDs came second).
+        if !opts.crds.is_empty() {
+            self.install_crds(opts.crds.iter().cloned()).await?;
+        }
         if let Some(cm_bin) = cm_bin {
             self.start_controller_manager(cm_bin, &logs, watchdog)?;
         }
         if let Some(bins) = node_bins {
             self.start_nodes(bins, opts.nodes, &logs, opts.start_timeout, watchdog)
                 .await?;
-        }
-        if !opts.crds.is_empty() {
-            self.install_crds(opts.crds.iter().cloned()).await?;
         }
         // A controller manager or scheduler that failed on its flags exits at once; say so
         // now rather than letting a cascade or scheduling test time out.
