@@ -88,6 +88,14 @@
 //! [`client::is_controlled_by`], [`client::apply`] (server-side apply with a field owner),
 //! and [`client::apply_crd`] (install a CRD at start and wait until it is served).
 //!
+//! # Status conditions
+//!
+//! [`conditions`] sets, finds and removes the `status.conditions` of an object by type, as
+//! apimachinery's `meta.SetStatusCondition` does (`lastTransitionTime` moves only when the
+//! status does, and the setter says whether anything changed), and gives a custom
+//! resource's `Vec<Condition>` its schema: a list map keyed by `type`
+//! ([`conditions::schema`], for `#[schemars(schema_with = ..)]`).
+//!
 //! # Deploying: manifests and least-privilege RBAC from the code
 //!
 //! The builders record what the operator needs from the cluster as they declare it:
@@ -119,6 +127,7 @@
 //! | `rustls-tls` | yes | TLS to the API server with rustls, `ring` as its crypto provider |
 //! | `envtest` | no | `rudder::envtest` (rudder-envtest): the test control plane, for dev-dependencies |
 //! | `openssl-tls` | no | TLS to the API server with OpenSSL (turn default features off to leave rustls out) |
+//! | `schemars` | yes | [`conditions::schema`], the schema of a custom resource's conditions (with schemars) |
 //!
 //! The library crates under the facade choose no TLS stack for the client, so an operator
 //! compiles only the one it picks here (or on `kube` itself); with neither, only `http://` API
@@ -135,6 +144,7 @@
 #[cfg(feature = "manager")]
 mod builder;
 pub mod client;
+pub mod conditions;
 #[cfg(feature = "webhook")]
 #[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub mod manifests;
