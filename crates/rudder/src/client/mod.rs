@@ -97,9 +97,11 @@ impl ClientError {
 pub enum Operation {
     /// The object did not exist and was created.
     Created,
-    /// The object existed and was changed.
+    /// The object existed and was changed: the server stored a new version.
     Updated,
-    /// The object existed and the mutation changed nothing: nothing was written.
+    /// The object existed and the mutation changed nothing: nothing was written, or the
+    /// write changed nothing once the server had applied its defaults (its resourceVersion
+    /// is the one read).
     Unchanged,
 }
 
@@ -208,6 +210,21 @@ fn mutated<K: Resource>(
 /// not; it may fail (return [`ClientError::mutate`] of your error, or a helper's error such
 /// as [`set_controller_reference`]'s), and then nothing is written. Changing the name or
 /// namespace is [`ClientError::Renamed`].
+///
+/// # When it writes, and what it reports
+///
+/// The mutated object is compared with the one read, as JSON. Equal: no request,
+/// [`Operation::Unchanged`]. Different: the replace is sent, and the API server applies its
+/// defaults to it and stores nothing if the result is the object it has. That is the case
+/// when the mutation only leaves out fields the server defaults (it rebuilds a
+/// Deployment's `spec` without `strategy`, or a container without
+/// `terminationMessagePath`): the resourceVersion stays, no watch event is sent, and the
+/// result is [`Operation::Unchanged`] too, told by the resourceVersion of the answer.
+/// [`Operation::Updated`] means the server stored a new version.
+///
+/// Such a mutation still costs a request on every call. To save it, set the fields this
+/// writer owns on the object read (`spec.replicas = ..`) instead of replacing the structs
+/// that hold defaulted fields.
 pub async fn create_or_update<K>(
     api: &Api<K>,
     name: &str,
@@ -216,30 +233,30 @@ pub async fn create_or_update<K>(
 where
     K: Resource + Clone + Default + Serialize + DeserializeOwned + Debug,
 {
-    match api.get_opt(name).await? {
-        None => {
-            let mut object = K::default();
-            object.meta_mut().name = Some(name.to_owned());
-            // As the server will have it, so a mutation that sets the namespace is no rename.
-            object.meta_mut().namespace = api.namespace().map(str::to_owned);
-            mutated(&mut object, mutate)?;
-            let created = api.create(&PostParams::default(), &object).await?;
-            Ok((created, Operation::Created))
-        }
-        Some(current) => {
-            let mut object = current.clone();
-            mutated(&mut object, mutate)?;
-            if serde_json::to_value(&object)? == serde_json::to_value(&current)? {
-                return Ok((current, Operation::Unchanged));
-            }
-            let updated = api.replace(name, &PostParams::default(), &object).await?;
-            Ok((updated, Operation::Updated))
-        }
-    }
+    // Only what the write needs is held across its await (a Deployment is kilobytes, and a
+    // reconciler's future carries this one).
+    let Some(current) = api.get_opt(name).await? else {
+        return create(api, name, mutate).await;
+    };
+    let (object, read) = match mutate_read(current, mutate)? {
+        Mutation::Unchanged(current) => return Ok((current, Operation::Unchanged)),
+        Mutation::Changed { object, read, .. } => (object, read),
+    };
+    let updated = api.replace(name, &PostParams::default(), &object).await?;
+    let operation = written(read, &updated);
+    Ok((updated, operation))
 }
 
 /// Like [`create_or_update`], but writes an existing object with a JSON merge patch of only
-/// what `mutate` changed, so fields other writers own are left alone.
+/// what `mutate` changed, so fields other writers own are left alone. The patch is not
+/// conditional on the resourceVersion read.
+///
+/// It writes and reports as [`create_or_update`] does: no request when the mutation
+/// changed nothing as JSON; otherwise the patch, which the API server stores only if it
+/// changes the object after the server's defaulting. A mutation that only leaves out
+/// defaulted fields (a Deployment's `spec.strategy`, a container's
+/// `terminationMessagePath`) sends a patch that changes nothing: the resourceVersion stays
+/// and the result is [`Operation::Unchanged`].
 pub async fn create_or_patch<K>(
     api: &Api<K>,
     name: &str,
@@ -248,21 +265,82 @@ pub async fn create_or_patch<K>(
 where
     K: Resource + Clone + Default + Serialize + DeserializeOwned + Debug,
 {
-    match api.get_opt(name).await? {
-        None => create_or_update(api, name, mutate).await,
-        Some(current) => {
-            let mut object = current.clone();
-            mutated(&mut object, mutate)?;
-            let before = serde_json::to_value(&current)?;
-            let after = serde_json::to_value(&object)?;
-            let Some(diff) = merge_patch(&before, &after) else {
-                return Ok((current, Operation::Unchanged));
-            };
-            let patched = api
-                .patch(name, &PatchParams::default(), &Patch::Merge(&diff))
-                .await?;
-            Ok((patched, Operation::Updated))
-        }
+    let Some(current) = api.get_opt(name).await? else {
+        return create(api, name, mutate).await;
+    };
+    let (diff, read) = match mutate_read(current, mutate)? {
+        Mutation::Unchanged(current) => return Ok((current, Operation::Unchanged)),
+        Mutation::Changed { diff, read, .. } => (diff, read),
+    };
+    let patched = api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&diff))
+        .await?;
+    let operation = written(read, &patched);
+    Ok((patched, operation))
+}
+
+/// Creates `name` from a default object (in `api`'s namespace) that `mutate` fills.
+async fn create<K>(
+    api: &Api<K>,
+    name: &str,
+    mutate: impl FnOnce(&mut K) -> Result<(), ClientError>,
+) -> Result<(K, Operation), ClientError>
+where
+    K: Resource + Clone + Default + Serialize + DeserializeOwned + Debug,
+{
+    let mut object = K::default();
+    object.meta_mut().name = Some(name.to_owned());
+    // As the server will have it, so a mutation that sets the namespace is no rename.
+    object.meta_mut().namespace = api.namespace().map(str::to_owned);
+    mutated(&mut object, mutate)?;
+    let created = api.create(&PostParams::default(), &object).await?;
+    Ok((created, Operation::Created))
+}
+
+/// What a mutation made of an object read.
+enum Mutation<K> {
+    /// Nothing, as JSON: the object as read.
+    Unchanged(K),
+    /// A changed copy, the merge patch from the object read to it, and the resourceVersion
+    /// read.
+    Changed {
+        object: K,
+        diff: Value,
+        read: Option<String>,
+    },
+}
+
+/// Applies `mutate` to a copy of `current` and compares the two as JSON (equal when their
+/// merge patch is empty).
+fn mutate_read<K>(
+    current: K,
+    mutate: impl FnOnce(&mut K) -> Result<(), ClientError>,
+) -> Result<Mutation<K>, ClientError>
+where
+    K: Resource + Clone + Serialize,
+{
+    let mut object = current.clone();
+    mutated(&mut object, mutate)?;
+    let before = serde_json::to_value(&current)?;
+    let after = serde_json::to_value(&object)?;
+    let Some(diff) = merge_patch(&before, &after) else {
+        return Ok(Mutation::Unchanged(current));
+    };
+    Ok(Mutation::Changed {
+        read: current.meta().resource_version.clone(),
+        object,
+        diff,
+    })
+}
+
+/// Whether a write of the version `read` that answered `answer` stored a new version: the
+/// API server stores nothing, and keeps the resourceVersion, when a write changes nothing
+/// after its defaulting. A write that raced another one, or an answer without a
+/// resourceVersion, counts as an update.
+fn written<K: Resource>(read: Option<String>, answer: &K) -> Operation {
+    match (read, &answer.meta().resource_version) {
+        (Some(read), Some(stored)) if read == *stored => Operation::Unchanged,
+        _ => Operation::Updated,
     }
 }
 

@@ -164,11 +164,19 @@ impl Client {
         Ok(self.remember(updated))
     }
 
-    /// Replaces `object`'s status, conditional on the resourceVersion it carries.
+    /// Replaces `object`'s status (the status subresource) with the status it carries,
+    /// conditional on the resourceVersion it carries: controller-runtime's
+    /// `Status().Update`, and the way to write a status computed from a read.
+    ///
+    /// The status is written as it is: a field it leaves out (`None`, or an empty list that
+    /// its type skips when serializing) is cleared on the server, which a merge patch
+    /// ([`patch_status`](Self::patch_status)) would leave as it was. The rest of `object`
+    /// (spec, labels) is not written.
     ///
     /// # Errors
     ///
-    /// As [`update`](Self::update).
+    /// As [`update`](Self::update): a conflict if the object changed since it was read
+    /// (read it again and recompute the status).
     pub async fn update_status<K: Typed + Serialize>(&self, object: &K) -> Result<K, ClientError> {
         let updated = self
             .api_for(object)
@@ -196,10 +204,26 @@ impl Client {
         Ok(self.remember(patched))
     }
 
-    /// Writes `status` as `object`'s status (a merge patch of the status subresource),
-    /// conditional on the resourceVersion `object` carries, so a status computed from a
-    /// stale read is refused rather than written over a newer one. Returns the object as
-    /// written.
+    /// Merges `status` into `object`'s status (a JSON merge patch of the status
+    /// subresource), conditional on the resourceVersion `object` carries, so a status
+    /// computed from a stale read is refused rather than written over a newer one. Returns
+    /// the object as written.
+    ///
+    /// # A merge patch never clears a field it leaves out
+    ///
+    /// Only the fields `status` serializes are written. A field it skips when empty
+    /// (`#[serde(skip_serializing_if = "Option::is_none")]` on a `None`, or
+    /// `skip_serializing_if = "Vec::is_empty"` on an empty list, as most status types and
+    /// kube's derive have it) is not in the patch, so **the server keeps its old value**:
+    /// clearing an error message, or removing the last condition, this way silently does
+    /// nothing, on every reconcile. A list that is in the patch replaces the stored list
+    /// whole, entries other writers set included.
+    ///
+    /// To write a status as computed, use [`update_status`](Self::update_status) (a
+    /// replace, conditional the same way), or [`apply_status`](Self::apply_status)
+    /// (server-side apply, which removes what this field manager applied before and no
+    /// longer applies). `patch_status` is for setting fields, or for clearing one that
+    /// `status` serializes as `null`.
     ///
     /// # Errors
     ///
@@ -241,7 +265,11 @@ impl Client {
     }
 
     /// Server-side applies `object`'s status (the status subresource), as
-    /// [`apply`](Self::apply).
+    /// [`apply`](Self::apply): `object` names the object and holds the status fields this
+    /// controller owns (build it anew rather than sending back a read: a read carries
+    /// `managedFields` and a resourceVersion). A field this field manager applied before and
+    /// leaves out now is removed; fields other managers own are left alone. Not conditional
+    /// on a resourceVersion.
     ///
     /// # Errors
     ///
