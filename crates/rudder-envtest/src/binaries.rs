@@ -2,17 +2,14 @@
 //! `PATH`) and reading the API server's version.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
-use crate::error::{Error, Result};
+pub use rudder_envtest_setup::{ASSETS_ENV, Version, cache_dir};
 
-/// The environment variable naming a directory that holds `kube-apiserver` and `etcd` (and,
-/// optionally, `kube-controller-manager`). It is searched first.
-pub const ASSETS_ENV: &str = "RUDDER_ENVTEST_ASSETS";
+use crate::error::{Error, Result};
 
 /// The API server binary's file name.
 pub(crate) const KUBE_APISERVER: &str = "kube-apiserver";
@@ -26,65 +23,6 @@ pub(crate) const KUBE_SCHEDULER: &str = "kube-scheduler";
 pub(crate) const KWOK: &str = "kwok";
 /// KWOK's stages (how nodes and Pods move through their lifecycle), beside its binary.
 pub(crate) const KWOK_STAGES: &str = "kwok-stages.yaml";
-
-/// The directory `cargo xtask envtest install` puts binaries under, one sub-directory per
-/// Kubernetes version (`v1.37.2/`): `$XDG_CACHE_HOME/rudder/envtest`, or
-/// `$HOME/.cache/rudder/envtest` when `XDG_CACHE_HOME` is unset.
-pub fn cache_dir() -> Option<PathBuf> {
-    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
-        Some(xdg) => PathBuf::from(xdg),
-        None => PathBuf::from(std::env::var_os("HOME").filter(|v| !v.is_empty())?).join(".cache"),
-    };
-    Some(base.join("rudder").join("envtest"))
-}
-
-/// A Kubernetes version as `kube-apiserver --version` reports it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Version {
-    /// The major version (1).
-    pub major: u32,
-    /// The minor version (20 for v1.20.2).
-    pub minor: u32,
-    /// The patch version (2 for v1.20.2).
-    pub patch: u32,
-    /// The version text as reported, for example `v1.20.2`.
-    pub text: String,
-}
-
-impl Version {
-    /// Parses `v1.20.2`, `Kubernetes v1.20.2` or `v1.31.0-alpha.1+abc`.
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        let word = text
-            .split_whitespace()
-            .find(|w| w.starts_with('v') && w[1..].starts_with(|c: char| c.is_ascii_digit()))?;
-        let core = word[1..]
-            .split(['-', '+'])
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        let mut parts = core.split('.').map(str::parse::<u32>);
-        let major = parts.next()?.ok()?;
-        let minor = parts.next()?.ok()?;
-        let patch = parts.next().unwrap_or(Ok(0)).ok()?;
-        Some(Self {
-            major,
-            minor,
-            patch,
-            text: word.to_owned(),
-        })
-    }
-
-    /// Whether this version is at least `major.minor`.
-    pub(crate) fn at_least(&self, major: u32, minor: u32) -> bool {
-        (self.major, self.minor) >= (major, minor)
-    }
-}
-
-impl fmt::Display for Version {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
-    }
-}
 
 /// Finds `name` in `explicit` (a builder override), then `$RUDDER_ENVTEST_ASSETS`, then the
 /// install cache (newest version first), then `PATH`.
@@ -209,34 +147,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_versions_as_kube_apiserver_prints_them() {
-        let v = Version::parse("Kubernetes v1.20.2\n").unwrap();
-        assert_eq!((v.major, v.minor, v.patch), (1, 20, 2));
-        assert_eq!(v.to_string(), "v1.20.2");
-        let v = Version::parse("Kubernetes v1.31.0-alpha.1+abc").unwrap();
-        assert_eq!((v.major, v.minor, v.patch), (1, 31, 0));
-        assert!(v.at_least(1, 24));
-        assert!(!Version::parse("v1.20.2").unwrap().at_least(1, 24));
-        assert!(Version::parse("Kubernetes").is_none());
-        assert!(Version::parse("vx.1").is_none());
-    }
-
-    #[test]
     fn cache_scan_skips_partial_and_unversioned_directories() {
         let cache = std::env::temp_dir().join(format!("envtest-cache-{}", std::process::id()));
-        for d in ["v1.20.2", "v1.21.0.partial", "build", "from-path"] {
+        // `.partial`: an install in progress, the xtask's or rudder-envtest-setup's.
+        for d in [
+            "v1.20.2",
+            "v1.21.0.partial",
+            "v1.21.0.4242-0.partial",
+            "build",
+            "from-path",
+        ] {
             std::fs::create_dir_all(cache.join(d)).unwrap();
         }
         let found = cached_versions(&cache);
         std::fs::remove_dir_all(&cache).unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].0.text, "v1.20.2");
-    }
-
-    #[test]
-    fn newer_versions_sort_first() {
-        let a = Version::parse("v1.20.2").unwrap();
-        let b = Version::parse("v1.9.0").unwrap();
-        assert!(a > b);
     }
 }

@@ -8,10 +8,12 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum Error {
     /// A binary was in none of the searched places. Retrying does not help: install it with
-    /// `cargo xtask envtest install`, or point `RUDDER_ENVTEST_ASSETS` at official binaries.
+    /// `cargo rudder envtest use` (or `cargo xtask envtest install` in Rudder's repository),
+    /// or point `RUDDER_ENVTEST_ASSETS` at official binaries.
     #[error(
-        "could not find `{binary}` (searched {searched}); run `cargo xtask envtest install`, \
-         or set RUDDER_ENVTEST_ASSETS to a directory holding kube-apiserver and etcd"
+        "could not find `{binary}` (searched {searched}); run `cargo rudder envtest use` \
+         (in Rudder's repository, `cargo xtask envtest install`), or set RUDDER_ENVTEST_ASSETS \
+         to a directory holding kube-apiserver and etcd"
     )]
     BinaryNotFound {
         /// The binary's file name.

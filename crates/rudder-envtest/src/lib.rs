@@ -42,12 +42,29 @@
 //! 3. the install cache, [`cache_dir`]`/v<version>/`, newest version first;
 //! 4. `PATH`.
 //!
-//! `cargo xtask envtest install [--version X.Y.Z]` fills the cache: it builds kube-apiserver,
-//! kube-controller-manager and kube-scheduler of a current release (1.37.2 by default) as Go
-//! modules with the machine's Go, etcd 3.6 and KWOK the same way, so any machine with Go 1.26
-//! and the Go module proxy can run every test. Elsewhere, put official binaries of any
-//! version from 1.20 on in a directory and point `RUDDER_ENVTEST_ASSETS` at it. A missing
-//! binary is [`Error::BinaryNotFound`], whose message says both.
+//! Outside Rudder's repository, `cargo rudder envtest use [VERSION]` (from `cargo install
+//! cargo-rudder`) fills the cache: it downloads the release's official binaries (the envtest
+//! archives `setup-envtest` uses, Kubernetes' release downloads, KWOK's release), verifies
+//! their SHA-512 and installs them as `v<version>/`, so tests find them with nothing set.
+//! [`setup`] is the same code as a library, for a test harness or a build step:
+//!
+//! ```no_run
+//! # fn demo() -> Result<(), rudder_envtest::setup::Error> {
+//! use rudder_envtest::setup::Installer;
+//!
+//! let installed = Installer::new()?.ensure(&"1.37.x".parse()?)?;
+//! println!("{} in {}", installed.version, installed.dir.display());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! In Rudder's repository, `cargo xtask envtest install [--version X.Y.Z]` fills the same
+//! cache by building kube-apiserver, kube-controller-manager and kube-scheduler of a current
+//! release (1.37.2 by default) as Go modules with the machine's Go, etcd 3.6 and KWOK the
+//! same way, so any machine with Go 1.26 and the Go module proxy can run every test. Or put
+//! official binaries of any version from 1.20 on in a directory and point
+//! `RUDDER_ENVTEST_ASSETS` at it. A missing binary is [`Error::BinaryNotFound`], whose
+//! message says how to get it.
 //!
 //! # What runs
 //!
@@ -283,6 +300,17 @@ pub mod tls;
 mod users;
 mod watch_delay;
 mod webhook;
+
+/// Downloading a control plane: finds a Kubernetes release in controller-tools' envtest
+/// index, downloads and verifies it with kube-controller-manager, kube-scheduler and KWOK,
+/// and installs it where [`TestEnv`] looks ([`cache_dir`]). The `rudder-envtest-setup`
+/// crate, which `cargo rudder envtest` runs too; its docs say what is verified and how.
+pub mod setup {
+    pub use rudder_envtest_setup::{
+        Component, DEFAULT_INDEX_URL, DEFAULT_KWOK_URL, DEFAULT_RELEASE_URL, Error, Installed,
+        Installer, KWOK_VERSION, Listed, Platform, Progress, Result, Selector,
+    };
+}
 
 pub use apply::APPLY_FIELD_MANAGER;
 pub use binaries::{ASSETS_ENV, Version, cache_dir};
