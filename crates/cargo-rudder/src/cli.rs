@@ -36,6 +36,26 @@ Commands:
       inherits what the workspace declares (package fields, dependencies, lints) and states
       the rest; `cargo new` adds it to the workspace's members if no glob covers it.
 
+  envtest use [VERSION] [-p path|env] [--with LIST] [--offline] [MIRRORS] [--dir DIR]
+      A control plane for rudder-envtest's tests, by download: the newest Kubernetes
+      release VERSION matches (1.37.2; 1.37 or 1.37.x for its newest patch; default the
+      newest of all) from controller-tools' envtest index (kube-apiserver, etcd, kubectl),
+      kube-controller-manager and kube-scheduler from Kubernetes' release downloads, KWOK
+      from its GitHub release, each checked against its published SHA-512 (KWOK publishes
+      none) and installed as a whole in ~/.cache/rudder/envtest/vX.Y.Z/ (under
+      $XDG_CACHE_HOME if set), where tests find it. Prints that directory, or with -p env
+      `export RUDDER_ENVTEST_ASSETS=DIR` to pin a test run to it. --with LIST: the extra
+      binaries, from controller-manager,scheduler,kwok (default all; none for the API
+      server and etcd alone). --offline downloads nothing: the newest installed match, or
+      an error.
+
+  envtest list [-i] [MIRRORS] [--dir DIR]
+      The releases the index has for this platform, those installed with their directory;
+      with -i (--installed), only those installed, without reading the index.
+
+  envtest cleanup [VERSION] [--dir DIR]
+      Removes the installed releases VERSION matches (default: all of them).
+
   help
       This text.
 
@@ -46,6 +66,15 @@ SOURCE, where the generated code takes Rudder from (default: crates.io, rudder-r
   --rudder-git URL            a git repository of Rudder
       [--rudder-rev REV]      at a branch, tag or commit
 For new-controller, SOURCE applies only when the workspace declares no `rudder-runtime` itself.
+
+MIRRORS, for envtest (default: the upstream sites):
+  --index-url URL             an envtest-releases.yaml in controller-tools' layout; its
+                              selfLinks say where each archive is
+  --release-url URL           Kubernetes' release layout: URL/vX.Y.Z/bin/OS/ARCH/NAME and
+                              NAME.sha512 beside it
+  --kwok-url URL              KWOK's release layout: URL/vX.Y.Z/kwok-OS-ARCH
+--dir DIR installs under DIR/vX.Y.Z/ instead; tests find it there through
+RUDDER_ENVTEST_ASSETS (-p env).
 
 NAME (and PATH's last part): lowercase letters, digits and single '-', at most 40, starting
 with a letter.";
@@ -61,6 +90,12 @@ pub fn run(args: &[String]) -> Result<String> {
     let Some((command, rest)) = args.split_first() else {
         return Ok(HELP.to_owned());
     };
+    if command == "envtest" {
+        if rest.iter().any(|a| a == "--help" || a == "-h") {
+            return Ok(HELP.to_owned());
+        }
+        return crate::envtest::run(rest);
+    }
     let parsed = Parsed::parse(rest)?;
     if parsed.help {
         return Ok(HELP.to_owned());

@@ -33,6 +33,10 @@ pub enum Error {
         /// Its exit status and what it printed to stderr, or why it could not start.
         detail: String,
     },
+    /// `cargo rudder envtest` could not find, download, verify or install a control plane;
+    /// the inner error says which and whether retrying may help.
+    #[error(transparent)]
+    Envtest(#[from] rudder_envtest_setup::Error),
     /// A template kept a `{{...}}` placeholder no value was given for: a bug in the
     /// templates, not in the input.
     #[error("template left a placeholder in {}: {rest}", path.display())]

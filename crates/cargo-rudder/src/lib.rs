@@ -22,6 +22,15 @@
 //! # Ok::<(), cargo_rudder::Error>(())
 //! ```
 //!
+//! # A test control plane
+//!
+//! `cargo rudder envtest use [VERSION]` downloads the control plane rudder-envtest runs
+//! (kube-apiserver, etcd, kube-controller-manager, kube-scheduler, KWOK), checks each file
+//! against its published SHA-512 (KWOK publishes none) and installs it where the tests look
+//! (`~/.cache/rudder/envtest/vX.Y.Z/`); `envtest list` and `envtest cleanup` show and remove
+//! installs. The library behind them is `rudder-envtest-setup` (re-exported as
+//! `rudder_envtest::setup`).
+//!
 //! # Where Rudder comes from
 //!
 //! A generated project depends on Rudder's facade by version (`rudder-runtime = "0.1"`, this
@@ -52,6 +61,7 @@
 
 mod cli;
 mod controller;
+mod envtest;
 mod error;
 mod names;
 mod operator;
