@@ -320,6 +320,13 @@ impl Installer {
             self.fetch(*component, version, scratch.path())?;
         }
         let target = self.dir.join(&version.text);
+        if target.exists() && !installed_at(&self.dir, version)? {
+            // A directory of that name without the API server and etcd (emptied by hand,
+            // say) is not an install: it goes, through a scratch directory of its own.
+            let trash = Scratch::new(&self.dir, version)?;
+            let aside = trash.path().join("replaced");
+            fs::rename(&target, &aside).map_err(|e| Error::io("move aside", &target, e))?;
+        }
         if let Err(e) = scratch.commit(&target) {
             // Another process may have installed it meanwhile: use that one, completed.
             return match cache::installed(&self.dir)?
@@ -431,6 +438,13 @@ fn parse_checksum(text: &str, url: &str) -> Result<String> {
             found: cut(text.trim()),
         })
     }
+}
+
+/// Whether `root` holds an install of `version` (with the API server and etcd).
+fn installed_at(root: &Path, version: &Version) -> Result<bool> {
+    Ok(cache::installed(root)?
+        .iter()
+        .any(|i| same_release(&i.version, version)))
 }
 
 /// The files the components of `missing` would add, for an error message.

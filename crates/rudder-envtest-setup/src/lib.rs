@@ -53,7 +53,8 @@
 //! full disk: the error is returned and the scratch directory removed. A component added
 //! to an existing install is verified in a scratch directory too, then renamed in, its
 //! binary last. Two processes installing the same release at once both succeed; the second
-//! uses the first's directory.
+//! uses the first's directory. A directory of a release's name that lacks kube-apiserver or
+//! etcd is not an install: a complete one replaces it.
 //!
 //! # Mirrors and offline machines
 //!
