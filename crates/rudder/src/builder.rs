@@ -27,6 +27,15 @@ use rudder_manager::sharding::{Ring, ShardMode, ShardingConfig};
 
 use crate::{Error, Result, Tools};
 
+mod order;
+
+use order::{
+    CompleteAfterFor, CompleteWithAfterFor, EventFilterAfterFor, ForOnce, NamedAfterFor,
+    OwnsAfterFor, OwnsWithAfterFor, PermissionsAfterFor, ShardedAfterFor, WatchesAfterFor,
+    WatchesKindAfterFor, WatchesKindWithAfterFor, WatchesRawAfterFor, WatchesWithAfterFor,
+    WithOptionsAfterFor,
+};
+
 type ServedCheck = Box<dyn FnOnce(Client) -> BoxFuture<'static, Result<()>> + Send>;
 
 /// A watch waiting for what is known only at `complete`: the builder's global predicates,
@@ -63,8 +72,22 @@ pub fn new_controller(manager: &Manager) -> ControllerBuilder<'_, ()> {
     }
 }
 
-/// A controller being declared; `K` is its primary type once [`for_`](Self::for_) is called
-/// (a builder without one has no `complete`, so forgetting it does not compile).
+/// A controller being declared; `K` is its primary type once [`for_`](Self::for_) is called.
+///
+/// # Order
+///
+/// [`for_`](Self::for_) (or [`for_with`](Self::for_with)) comes first, once; every other
+/// method needs the primary type. The compiler checks the order: a builder without a primary
+/// type is a `ControllerBuilder<'_, ()>`, whose methods other than `for_` ask of `()` a trait
+/// it lacks, so calling one, or `complete`, before `for_` fails to compile with the fix as
+/// its message:
+///
+/// ```text
+/// error[E0277]: call `.for_::<K>()` first: `owns` needs the controller's primary type
+/// ```
+///
+/// and a second `for_` with "the controller's primary type is already `ConfigMap`: call
+/// `for_` or `for_with` once".
 pub struct ControllerBuilder<'m, K> {
     manager: &'m Manager,
     name: Option<String>,
@@ -88,22 +111,28 @@ impl<K> std::fmt::Debug for ControllerBuilder<'_, K> {
     }
 }
 
-impl<'m> ControllerBuilder<'m, ()> {
+impl<'m, K> ControllerBuilder<'m, K> {
     /// The primary type: its objects are reconciled, each event queueing the object itself.
-    pub fn for_<K: Typed>(self) -> ControllerBuilder<'m, K> {
-        self.primary::<K>().watch_primary(None)
+    pub fn for_<P: Typed>(self) -> ControllerBuilder<'m, P>
+    where
+        K: ForOnce,
+    {
+        self.primary::<P>().watch_primary(None)
     }
 
     /// [`for_`](Self::for_) with a predicate on the primary type's events (compose several
     /// with [`Compose`](rudder_handler::Compose): `a.and(b)`, `a.or(b)`, `a.not()`).
-    pub fn for_with<K: Typed>(
+    pub fn for_with<P: Typed>(
         self,
-        predicate: impl Predicate<K> + 'static,
-    ) -> ControllerBuilder<'m, K> {
-        self.primary::<K>().watch_primary(Some(Box::new(predicate)))
+        predicate: impl Predicate<P> + 'static,
+    ) -> ControllerBuilder<'m, P>
+    where
+        K: ForOnce,
+    {
+        self.primary::<P>().watch_primary(Some(Box::new(predicate)))
     }
 
-    fn primary<K>(self) -> ControllerBuilder<'m, K> {
+    fn primary<P>(self) -> ControllerBuilder<'m, P> {
         ControllerBuilder {
             manager: self.manager,
             name: self.name,
@@ -119,7 +148,10 @@ impl<'m> ControllerBuilder<'m, ()> {
     }
 }
 
-impl<'m, K: Typed> ControllerBuilder<'m, K> {
+// Each method asks `K` for its own marker trait, implemented by every `Typed` type but not by
+// `()`, for a message that names the method and the fix when it is called before `for_`
+// (`order`).
+impl<K> ControllerBuilder<'_, K> {
     /// Objects of type `O` that the primary type owns (controller owner reference): their
     /// events queue their owner.
     ///
@@ -127,18 +159,27 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// it), and to update the primary's `finalizers` subresource, which the API server's
     /// `OwnerReferencesPermissionEnforcement` admission asks of whoever sets
     /// `blockOwnerDeletion` (as [`set_controller_reference`](crate::client::set_controller_reference) does).
-    pub fn owns<O: Typed>(self) -> Self {
+    pub fn owns<O: Typed>(self) -> Self
+    where
+        K: OwnsAfterFor,
+    {
         self.owned::<O>()
             .watch_kind::<O, _>(EnqueueOwner::<K>::new(), None)
     }
 
     /// [`owns`](Self::owns) with a predicate on the owned type's events.
-    pub fn owns_with<O: Typed>(self, predicate: impl Predicate<O> + 'static) -> Self {
+    pub fn owns_with<O: Typed>(self, predicate: impl Predicate<O> + 'static) -> Self
+    where
+        K: OwnsWithAfterFor,
+    {
         self.owned::<O>()
             .watch_kind::<O, _>(EnqueueOwner::<K>::new(), Some(Box::new(predicate)))
     }
 
-    fn owned<O: Typed>(mut self) -> Self {
+    fn owned<O: Typed>(mut self) -> Self
+    where
+        K: Typed,
+    {
         self.permissions = std::mem::take(&mut self.permissions)
             .verbs::<O>(Verb::WRITE)
             .subresource::<K>("finalizers", [Verb::Update]);
@@ -176,7 +217,10 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn permissions(mut self, permissions: Permissions) -> Self {
+    pub fn permissions(mut self, permissions: Permissions) -> Self
+    where
+        K: PermissionsAfterFor,
+    {
         self.permissions = std::mem::take(&mut self.permissions).and(permissions);
         self
     }
@@ -187,6 +231,7 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// the API server serves `T`.
     pub fn watches_kind<T, H>(self, handler: H) -> Self
     where
+        K: WatchesKindAfterFor,
         T: Typed,
         H: EventHandler<T> + 'static,
     {
@@ -196,6 +241,7 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// [`watches_kind`](Self::watches_kind) with a predicate on `T`'s events.
     pub fn watches_kind_with<T, H>(self, handler: H, predicate: impl Predicate<T> + 'static) -> Self
     where
+        K: WatchesKindWithAfterFor,
         T: Typed,
         H: EventHandler<T> + 'static,
     {
@@ -209,6 +255,7 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// the source needs permission to read: declare it with [`permissions`](Self::permissions).
     pub fn watches<T, H>(mut self, source: impl Source<T>, handler: H) -> Self
     where
+        K: WatchesAfterFor,
         T: Resource + Send + Sync + 'static,
         H: EventHandler<T> + 'static,
     {
@@ -225,6 +272,7 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         predicate: impl Predicate<T> + 'static,
     ) -> Self
     where
+        K: WatchesWithAfterFor,
         T: Resource + Send + Sync + 'static,
         H: EventHandler<T> + 'static,
     {
@@ -237,6 +285,7 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// metadata, do not apply (controller-runtime's `WatchesRawSource`).
     pub fn watches_raw<T, H>(mut self, source: impl Source<T>, handler: H) -> Self
     where
+        K: WatchesRawAfterFor,
         T: Send + Sync + 'static,
         H: EventHandler<T> + 'static,
     {
@@ -251,20 +300,29 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// `WithEventFilter`). It runs before each watch's own predicate; an event must pass all
     /// of them. Any of the built-in predicates will do, or a closure over a
     /// [`MetaEvent`](rudder_handler::MetaEvent).
-    pub fn event_filter(mut self, predicate: impl MetaPredicate + 'static) -> Self {
+    pub fn event_filter(mut self, predicate: impl MetaPredicate + 'static) -> Self
+    where
+        K: EventFilterAfterFor,
+    {
         self.global.push(Arc::new(predicate));
         self
     }
 
     /// The controller's name (default: the primary kind, lowercased); unique in the process.
-    pub fn named(mut self, name: impl Into<String>) -> Self {
+    pub fn named(mut self, name: impl Into<String>) -> Self
+    where
+        K: NamedAfterFor,
+    {
         self.name = Some(name.into());
         self
     }
 
     /// How the controller runs: workers, timeouts, the retry rate limiter
     /// (controller-runtime's `WithOptions`).
-    pub fn with_options(mut self, options: Options) -> Self {
+    pub fn with_options(mut self, options: Options) -> Self
+    where
+        K: WithOptionsAfterFor,
+    {
         self.options = options;
         self
     }
@@ -284,7 +342,10 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     ///
     /// Records the permissions the ring's Leases need: get, list, watch, create and update on
     /// `leases` in the ring's namespace; in label mode also `patch` on the primary type.
-    pub fn sharded(mut self, config: ShardingConfig) -> Self {
+    pub fn sharded(mut self, config: ShardingConfig) -> Self
+    where
+        K: ShardedAfterFor,
+    {
         self.sharding = Some(config);
         self
     }
@@ -298,7 +359,10 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     /// [`watches_kind`](Self::watches_kind) (a CRD not installed), [`Error::Controller`]
     /// for a duplicate or empty name, [`Error::Sharding`] for a ring's invalid Lease
     /// timings. Nothing is left behind by a failure.
-    pub async fn complete<R: Reconciler>(self, reconciler: R) -> Result<Controller<R>> {
+    pub async fn complete<R: Reconciler>(self, reconciler: R) -> Result<Controller<R>>
+    where
+        K: CompleteAfterFor,
+    {
         self.finish(|_| reconciler, false).await
     }
 
@@ -315,7 +379,10 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
     pub async fn complete_with<R: Reconciler>(
         self,
         make: impl FnOnce(Tools) -> R,
-    ) -> Result<Controller<R>> {
+    ) -> Result<Controller<R>>
+    where
+        K: CompleteWithAfterFor,
+    {
         self.finish(make, true).await
     }
 
@@ -323,7 +390,10 @@ impl<'m, K: Typed> ControllerBuilder<'m, K> {
         mut self,
         make: impl FnOnce(Tools) -> R,
         events: bool,
-    ) -> Result<Controller<R>> {
+    ) -> Result<Controller<R>>
+    where
+        K: Typed,
+    {
         let client = self.manager.client().clone();
         // A manager that only renders manifests has no API server to ask.
         if !self.manager.is_render_only() {
