@@ -62,6 +62,7 @@ fn controller(name: &str, kind: Option<&str>, group: Option<&str>) -> Result<Pat
     let options = ControllerOptions {
         kind: kind.map(str::to_owned),
         group: group.map(str::to_owned),
+        version: None,
         rudder: this_checkout(),
     };
     let dir = workspace_root().join("examples").join(name);

@@ -74,5 +74,23 @@ pub fn cargo() -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(workspace_root());
+    for (key, _) in std::env::vars_os() {
+        if key.to_str().is_some_and(set_by_cargo_run) {
+            cmd.env_remove(key);
+        }
+    }
     cmd
+}
+
+/// Whether `key` is one of the variables `cargo run` sets for the xtask binary itself
+/// (`CARGO_PKG_*`, `CARGO_MANIFEST_*`, ...). Passed on to an inner cargo, they differ from a
+/// plain cargo's environment, and build scripts that watch them (ring's) rerun: the
+/// dependencies of every crate were rebuilt on each switch between `cargo xtask` and `cargo`.
+fn set_by_cargo_run(key: &str) -> bool {
+    key.starts_with("CARGO_PKG_")
+        || key.starts_with("CARGO_MANIFEST_")
+        || matches!(
+            key,
+            "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "CARGO_RUSTC_CURRENT_DIR"
+        )
 }

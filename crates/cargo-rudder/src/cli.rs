@@ -15,10 +15,12 @@ cargo rudder <command>
 Scaffolds for operators on Rudder, a controller runtime for Kubernetes.
 
 Commands:
-  new PATH [--kind KIND] [--group GROUP] [--webhook | --multi-cluster] [SOURCE]
+  new PATH [--kind KIND] [--group GROUP] [--version VERSION] [--webhook | --multi-cluster]
+      [SOURCE]
       A Cargo workspace at PATH (which must not exist) for an operator of your own: the
       crate operator/ (a custom resource KIND, default the last part of PATH in PascalCase,
-      in API group GROUP, default NAME.example.com; its reconciler; a manager with probes,
+      in API group GROUP, default NAME.example.com, version VERSION, default v1, with a
+      sample in config/samples/; its reconciler; a manager with probes,
       metrics and leader election; the manifests it renders), xtask/ (cargo xtask test |
       manifests | run), a README and a test against a real API server. With --webhook, also
       a defaulting and a validating webhook for KIND (operator/src/webhook.rs), served with
@@ -29,7 +31,8 @@ Commands:
       under `kubeconfig`, in the namespace the operator's --fleet-namespace names (default
       its own) of the cluster it runs in; each member needs the CRD installed.
 
-  new-controller NAME [--kind KIND] [--group GROUP] [--workspace DIR] [SOURCE]
+  new-controller NAME [--kind KIND] [--group GROUP] [--version VERSION] [--workspace DIR]
+      [SOURCE]
       A controller crate NAME in the workspace that encloses the current directory (or
       DIR), at its root's NAME/: a custom resource KIND in API group GROUP (defaults as
       above), a reconciler, an operator binary and a test against a real API server. It
@@ -107,6 +110,7 @@ pub fn run(args: &[String]) -> Result<String> {
             let options = OperatorOptions {
                 kind: parsed.kind.clone(),
                 group: parsed.group.clone(),
+                version: parsed.version.clone(),
                 webhook: parsed.webhook,
                 multi_cluster: parsed.multi_cluster,
                 rudder: parsed.source()?,
@@ -130,6 +134,7 @@ pub fn run(args: &[String]) -> Result<String> {
             let options = ControllerOptions {
                 kind: parsed.kind.clone(),
                 group: parsed.group.clone(),
+                version: parsed.version.clone(),
                 rudder: parsed.source()?,
             };
             let dir = new_controller(&root.join(name), &options)?;
@@ -154,6 +159,7 @@ struct Parsed {
     positional: Vec<String>,
     kind: Option<String>,
     group: Option<String>,
+    version: Option<String>,
     webhook: bool,
     multi_cluster: bool,
     workspace: Option<PathBuf>,
@@ -185,6 +191,7 @@ impl Parsed {
                 "--multi-cluster" => parsed.multi_cluster = true,
                 "--kind" => parsed.kind = Some(value()?),
                 "--group" => parsed.group = Some(value()?),
+                "--version" => parsed.version = Some(value()?),
                 "--workspace" => parsed.workspace = Some(value()?.into()),
                 "--rudder-path" => parsed.rudder_path = Some(value()?.into()),
                 "--rudder-git" => parsed.rudder_git = Some(value()?),

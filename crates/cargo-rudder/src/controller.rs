@@ -27,6 +27,8 @@ pub struct ControllerOptions {
     pub kind: Option<String>,
     /// The custom resource's API group; by default `NAME.example.com`.
     pub group: Option<String>,
+    /// The custom resource's API version; by default `v1` (see [`Names::with_version`]).
+    pub version: Option<String>,
     /// Where the crate takes Rudder from when the workspace declares no `rudder` in its
     /// `[workspace.dependencies]` (when it does, the crate inherits that).
     pub rudder: RudderSource,
@@ -51,7 +53,10 @@ pub fn new_controller(dir: &Path, options: &ControllerOptions) -> Result<PathBuf
             dir.display()
         )));
     };
-    let names = Names::new(name, options.kind.as_deref(), options.group.as_deref())?;
+    let mut names = Names::new(name, options.kind.as_deref(), options.group.as_deref())?;
+    if let Some(version) = &options.version {
+        names = names.with_version(version)?;
+    }
     let options = &ControllerOptions {
         rudder: options.rudder.resolved()?,
         ..options.clone()

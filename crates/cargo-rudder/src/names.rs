@@ -30,6 +30,9 @@ const TAKEN_KINDS: &[&str] = &[
     "Tools",
 ];
 
+/// The custom resource's API version unless one is chosen.
+const DEFAULT_VERSION: &str = "v1";
+
 /// Package names a generated crate cannot take: Rudder's and the dependencies' it uses.
 const TAKEN_CRATES: &[&str] = &[
     "rudder",
@@ -49,13 +52,15 @@ const TAKEN_CRATES: &[&str] = &[
 ];
 
 /// The names of one scaffold: its package, the crate as Rust names it, the custom
-/// resource's kind and its API group.
+/// resource's kind, its API group and its API version.
 ///
 /// ```
 /// let names = cargo_rudder::Names::new("cron-tab", None, None)?;
 /// assert_eq!(names.krate(), "cron_tab");
 /// assert_eq!(names.kind(), "CronTab");
 /// assert_eq!(names.group(), "cron-tab.example.com");
+/// assert_eq!(names.version(), "v1");
+/// assert_eq!(names.with_version("v1alpha1")?.version(), "v1alpha1");
 /// # Ok::<(), cargo_rudder::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +69,7 @@ pub struct Names {
     krate: String,
     kind: String,
     group: String,
+    version: String,
 }
 
 impl Names {
@@ -133,7 +139,34 @@ impl Names {
             krate: name.replace('-', "_"),
             kind,
             group,
+            version: DEFAULT_VERSION.to_owned(),
         })
+    }
+
+    /// These names with the custom resource's API version `version` instead of `v1`. Fails
+    /// with [`Error::Invalid`] unless it has the form Kubernetes orders versions by: `v`, a
+    /// number, and optionally `alpha` or `beta` and a number (`v1`, `v2beta1`, `v1alpha3`).
+    pub fn with_version(mut self, version: &str) -> Result<Self> {
+        let valid = version.strip_prefix('v').is_some_and(|rest| {
+            let (major, pre) = match rest.find(|c: char| !c.is_ascii_digit()) {
+                Some(at) => rest.split_at(at),
+                None => (rest, ""),
+            };
+            let pre_ok = pre.is_empty()
+                || ["alpha", "beta"].iter().any(|stage| {
+                    pre.strip_prefix(stage).is_some_and(|n| {
+                        !n.is_empty() && !n.starts_with('0') && n.chars().all(|c| c.is_ascii_digit())
+                    })
+                });
+            !major.is_empty() && !major.starts_with('0') && pre_ok
+        });
+        if !valid {
+            return Err(Error::Invalid(format!(
+                "bad API version {version:?}: use v1, v2beta1, v1alpha1 and the like"
+            )));
+        }
+        self.version = version.to_owned();
+        Ok(self)
     }
 
     /// The package's name: `cron-tab`.
@@ -156,13 +189,22 @@ impl Names {
         &self.group
     }
 
-    /// `template` with `{{name}}`, `{{crate}}`, `{{Kind}}` and `{{group}}` filled in.
+    /// The custom resource's API version: `v1` unless [`with_version`](Self::with_version)
+    /// chose another.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// `template` with `{{name}}`, `{{crate}}`, `{{Kind}}`, `{{kind}}` (lowercase),
+    /// `{{group}}` and `{{version}}` filled in.
     pub(crate) fn render(&self, template: &str) -> String {
         template
             .replace("{{name}}", &self.name)
             .replace("{{crate}}", &self.krate)
             .replace("{{Kind}}", &self.kind)
+            .replace("{{kind}}", &self.kind.to_ascii_lowercase())
             .replace("{{group}}", &self.group)
+            .replace("{{version}}", &self.version)
     }
 }
 
@@ -182,8 +224,15 @@ mod tests {
                 krate: "cron_tab".into(),
                 kind: "CronTab".into(),
                 group: "cron-tab.example.com".into(),
+                version: "v1".into(),
             }
         );
+        for good in ["v1", "v2", "v1alpha1", "v2beta3", "v10beta12"] {
+            assert_eq!(names.clone().with_version(good).unwrap().version(), good);
+        }
+        for bad in ["", "1", "v", "v0", "v01", "v1gamma1", "v1alpha", "v1alpha0", "V1", "v1-beta1"] {
+            assert!(names.clone().with_version(bad).is_err(), "{bad:?}");
+        }
         let named = Names::new("db", Some("Database"), Some("data.acme.io")).unwrap();
         assert_eq!((named.kind(), named.group()), ("Database", "data.acme.io"));
         for bad in ["", "Cron", "9lives", "a_b", "tab-", "a--b", &"x".repeat(41)] {

@@ -23,6 +23,7 @@ const XTASK_CARGO: &str = include_str!("../templates/operator/xtask-Cargo.toml.t
 const XTASK_MAIN: &str = include_str!("../templates/operator/xtask-main.rs.tmpl");
 const WEBHOOK_RS: &str = include_str!("../templates/operator/webhook.rs.tmpl");
 const WEBHOOK_TEST_RS: &str = include_str!("../templates/operator/webhook-test.rs.tmpl");
+const SAMPLE: &str = include_str!("../templates/operator/sample.yaml.tmpl");
 
 /// What [`new_operator`] makes, beyond the project's name.
 #[derive(Debug, Clone, Default)]
@@ -31,6 +32,8 @@ pub struct OperatorOptions {
     pub kind: Option<String>,
     /// The custom resource's API group; by default `NAME.example.com`.
     pub group: Option<String>,
+    /// The custom resource's API version; by default `v1` (see [`Names::with_version`]).
+    pub version: Option<String>,
     /// Also a defaulting and a validating webhook for the kind, with the certificates the
     /// operator makes itself when deployed, and a test of them called by the API server.
     pub webhook: bool,
@@ -60,7 +63,10 @@ pub fn new_operator(path: &Path, options: &OperatorOptions) -> Result<PathBuf> {
             path.display()
         ))
     })?;
-    let names = Names::new(name, options.kind.as_deref(), options.group.as_deref())?;
+    let mut names = Names::new(name, options.kind.as_deref(), options.group.as_deref())?;
+    if let Some(version) = &options.version {
+        names = names.with_version(version)?;
+    }
     let options = OperatorOptions {
         rudder: options.rudder.resolved()?,
         ..options.clone()
@@ -110,13 +116,19 @@ pub fn operator_files(names: &Names, options: &OperatorOptions) -> Result<Vec<Ge
         ("operator/tests/operator.rs", TEST_RS),
         ("xtask/Cargo.toml", XTASK_CARGO),
         ("xtask/src/main.rs", XTASK_MAIN),
+        ("config/samples/{{kind}}.yaml", SAMPLE),
     ];
     if options.webhook {
         templates.push(("operator/src/webhook.rs", WEBHOOK_RS));
         templates.push(("operator/tests/webhook.rs", WEBHOOK_TEST_RS));
     }
     let deps: Vec<String> = DEPENDENCIES.iter().map(|dep| dep.line(&[])).collect();
-    let rudder = options.rudder.published().dependency(&[]);
+    let published = options.rudder.published();
+    let rudder = format!(
+        "{}\n{}",
+        published.dependency(&[]),
+        published.setup_dependency()
+    );
     let patch = options
         .rudder
         .patch()
@@ -134,7 +146,7 @@ pub fn operator_files(names: &Names, options: &OperatorOptions) -> Result<Vec<Ge
                 .replace("{{rudder}}", &rudder)
                 .replace("{{patch}}", &patch)
                 .replace("{{deps}}", &deps.join("\n"));
-            GeneratedFile::new(file, text)
+            GeneratedFile::new(names.render(file), text)
         })
         .collect()
 }

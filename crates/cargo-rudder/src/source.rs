@@ -30,7 +30,11 @@ use std::path::{Path, PathBuf};
 /// assert_eq!(path.published().dependency(&[]), r#"rudder-runtime = "0.1""#);
 /// assert_eq!(
 ///     path.patch().as_deref(),
-///     Some("[patch.crates-io]\nrudder-runtime = { path = \"/src/rudder/crates/rudder\" }\n")
+///     Some(
+///         "[patch.crates-io]\n\
+///          rudder-runtime = { path = \"/src/rudder/crates/rudder\" }\n\
+///          rudder-envtest-setup = { path = \"/src/rudder/crates/rudder-envtest-setup\" }\n"
+///     )
 /// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +60,16 @@ pub enum RudderSource {
 /// `rudder`.
 pub(crate) const PACKAGE: &str = "rudder-runtime";
 
+/// The package that downloads the test control plane.
+const SETUP_PACKAGE: &str = "rudder-envtest-setup";
+
+/// The directory of `package` in a checkout of Rudder at `root` (the facade's directory is
+/// `crates/rudder`, the others' their package name).
+fn crate_dir(root: &Path, package: &str) -> PathBuf {
+    let dir = if package == PACKAGE { "rudder" } else { package };
+    root.join("crates").join(dir)
+}
+
 impl Default for RudderSource {
     /// crates.io, at the `MAJOR.MINOR` of this scaffold's version (the two are released
     /// together).
@@ -69,14 +83,25 @@ impl Default for RudderSource {
 impl RudderSource {
     /// The `rudder-runtime = ...` line of a `Cargo.toml` for this source, with `features`.
     pub fn dependency(&self, features: &[&str]) -> String {
+        self.line(PACKAGE, features)
+    }
+
+    /// The `rudder-envtest-setup = ...` line: the crate a generated xtask downloads the test
+    /// control plane with.
+    pub(crate) fn setup_dependency(&self) -> String {
+        self.line(SETUP_PACKAGE, &[])
+    }
+
+    /// The line of `package`, one of Rudder's crates, for this source.
+    fn line(&self, package: &str, features: &[&str]) -> String {
         let mut fields = match self {
             Self::Version(version) if features.is_empty() => {
-                return format!("{PACKAGE} = {}", toml_string(version));
+                return format!("{package} = {}", toml_string(version));
             }
             Self::Version(version) => vec![format!("version = {}", toml_string(version))],
             Self::Path(root) => vec![format!(
                 "path = {}",
-                toml_string(&root.join("crates").join("rudder").display().to_string())
+                toml_string(&crate_dir(root, package).display().to_string())
             )],
             Self::Git { url, rev } => {
                 let mut fields = vec![format!("git = {}", toml_string(url))];
@@ -89,7 +114,7 @@ impl RudderSource {
         if !features.is_empty() {
             fields.push(format!("features = {}", toml_list(features)));
         }
-        format!("{PACKAGE} = {{ {} }}", fields.join(", "))
+        format!("{package} = {{ {} }}", fields.join(", "))
     }
 
     /// The source the dependency line names as it will be once published: a checkout is
@@ -108,11 +133,12 @@ impl RudderSource {
         let Self::Path(root) = self else {
             return None;
         };
-        let path = root.join("crates").join("rudder").display().to_string();
-        Some(format!(
-            "[patch.crates-io]\n{PACKAGE} = {{ path = {} }}\n",
-            toml_string(&path)
-        ))
+        let mut section = "[patch.crates-io]\n".to_owned();
+        for package in [PACKAGE, SETUP_PACKAGE] {
+            let path = crate_dir(root, package).display().to_string();
+            section.push_str(&format!("{package} = {{ path = {} }}\n", toml_string(&path)));
+        }
+        Some(section)
     }
 
     /// The `Cargo.lock` a new project starts from: a checkout's own.
@@ -201,6 +227,18 @@ pub(crate) const DEPENDENCIES: &[Dependency] = &[
         version: "0.7",
         default_features: false,
         features: &[],
+    },
+    Dependency {
+        name: "tracing",
+        version: "0.1",
+        default_features: false,
+        features: &["std"],
+    },
+    Dependency {
+        name: "tracing-subscriber",
+        version: "0.3",
+        default_features: false,
+        features: &["registry", "std"],
     },
 ];
 

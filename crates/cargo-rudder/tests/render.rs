@@ -129,7 +129,7 @@ fn multi_cluster_runs_the_controller_over_a_fleet_of_kubeconfig_secrets() {
         "KubeconfigSecrets::new(fleet_namespace)",
         "pub fleet_namespace: Option<String>,",
         "pub fn add_controller(fleet: &Fleet) -> Result<(), rudder::Error>",
-        "cluster: ctx.cluster().map(str::to_owned),",
+        "status.cluster = ctx.cluster().map(str::to_owned);",
     ] {
         assert!(lib.contains(expected), "{expected:?} in\n{lib}");
     }
