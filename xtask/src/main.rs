@@ -12,6 +12,7 @@ mod commands;
 mod demo;
 mod diagrams;
 mod manifests;
+mod mirror;
 mod scaffold;
 mod tidy;
 

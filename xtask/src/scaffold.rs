@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cargo_rudder::{ControllerOptions, OperatorOptions, RudderSource};
+use xtask::versions::DEFAULT_KUBERNETES;
+
+use crate::mirror::Mirror;
 
 use xtask::util::{run as sh, workspace_root};
 
@@ -129,7 +132,39 @@ pub(crate) fn operator_ci_check(assets: &Path) -> Result<(), String> {
         "kind: Deployment",
     ];
     let plain_options = OperatorOptions::default();
-    check_project(&parent.join("ci-operator"), &plain_options, assets, &plain)?;
+    // As a user outside this repository runs it: no RUDDER_ENVTEST_ASSETS, an empty cache,
+    // the control plane downloaded and verified by the project's own xtask, here from a
+    // mirror in the upstream layouts made from this machine's binaries.
+    let mirror = Mirror::start(
+        assets,
+        &format!("v{DEFAULT_KUBERNETES}"),
+        &parent.join("mirror"),
+    )?;
+    let cache = parent.join("cache");
+    check_project(
+        &parent.join("ci-operator"),
+        &plain_options,
+        ControlPlane::Downloaded {
+            mirror: &mirror,
+            cache: &cache,
+        },
+        &plain,
+    )?;
+    let installed = cache
+        .join("rudder")
+        .join("envtest")
+        .join(format!("v{DEFAULT_KUBERNETES}"));
+    for binary in ["kube-apiserver", "etcd", "kube-controller-manager"] {
+        if !installed.join(binary).is_file() {
+            return Err(format!(
+                "the scaffolded operator's tests passed, but {} was not downloaded into {}",
+                binary,
+                installed.display()
+            ));
+        }
+    }
+    drop(mirror);
+    let assets = ControlPlane::Assets(assets);
     let webhooks = [
         &plain[..],
         &[
@@ -173,13 +208,23 @@ pub(crate) fn operator_ci_check(assets: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Where a scaffolded project's tests take their control plane from.
+#[derive(Clone, Copy)]
+enum ControlPlane<'a> {
+    /// The binaries in this directory (`RUDDER_ENVTEST_ASSETS`).
+    Assets(&'a Path),
+    /// Downloaded by the project's `cargo xtask test` from `mirror` into `cache` (its
+    /// `XDG_CACHE_HOME`), as a user's first run downloads it from the upstream hosts.
+    Downloaded { mirror: &'a Mirror, cache: &'a Path },
+}
+
 /// Scaffolds one project at `path` with `options` (its switches: `webhook`,
-/// `multi_cluster`, ...; Rudder is always this checkout), runs its tests and checks its
-/// manifests hold `expected`.
+/// `multi_cluster`, ...; Rudder is always this checkout), runs its tests on `plane` and
+/// checks its manifests hold `expected`.
 fn check_project(
     path: &Path,
     options: &OperatorOptions,
-    assets: &Path,
+    plane: ControlPlane<'_>,
     expected: &[&str],
 ) -> Result<(), String> {
     let options = OperatorOptions {
@@ -190,8 +235,19 @@ fn check_project(
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| workspace_root().join("target"), PathBuf::from);
     let with_env = |mut cmd: Command| {
-        cmd.env("CARGO_TARGET_DIR", &target)
-            .env("RUDDER_ENVTEST_ASSETS", assets);
+        cmd.env("CARGO_TARGET_DIR", &target);
+        match plane {
+            ControlPlane::Assets(assets) => {
+                cmd.env("RUDDER_ENVTEST_ASSETS", assets);
+            }
+            ControlPlane::Downloaded { mirror, cache } => {
+                cmd.env_remove("RUDDER_ENVTEST_ASSETS")
+                    .env("XDG_CACHE_HOME", cache)
+                    .env("RUDDER_ENVTEST_INDEX_URL", mirror.index_url())
+                    .env("RUDDER_ENVTEST_RELEASE_URL", mirror.release_url())
+                    .env("RUDDER_ENVTEST_KWOK_URL", mirror.kwok_url());
+            }
+        }
         cmd
     };
     sh(with_env(project_cargo(&dir)).args(["xtask", "test"]))?;
