@@ -19,11 +19,16 @@
 //! and its waiters wait out their bound. The manager sets the mode from the server's
 //! version as it starts ([`WriteTracker::set_comparable`]); until then it is the second.
 //!
+//! Observers are told outside the tracker's lock, in the order it decided under it: what a
+//! call decides is queued under the lock and told after it is released, by one thread at a
+//! time, so an observer may call back into the tracker (see [`WriteObserver`]).
+//!
 //! With nothing pending, an informer's event costs one atomic load here.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rudder_core::Request;
@@ -154,6 +159,8 @@ pub struct WriteTracker {
     comparable: AtomicBool,
     /// Woken whenever a pending write is reached or forgotten.
     changed: Notify,
+    /// Woken whenever notices were told ([`State::told`] moved).
+    told: Condvar,
 }
 
 #[derive(Default)]
@@ -161,6 +168,38 @@ struct State {
     pending: HashMap<ObjectRef, Pending>,
     echoes: HashMap<ObjectRef, Echo>,
     next_sweep: Option<Instant>,
+    /// What to tell observers, in the order decided under the lock; told once it is released.
+    outbox: VecDeque<Notice>,
+    /// Whether a thread is telling the outbox's notices now (it tells all queued meanwhile).
+    telling: bool,
+    /// How many notices were ever queued, and told: a caller waits until its own are told.
+    queued: u64,
+    told: u64,
+}
+
+/// One call to make on an observer, decided under the tracker's lock.
+enum Notice {
+    Wrote(Arc<dyn WriteObserver>, Request, ObjectRef, String),
+    Written(Arc<dyn WriteObserver>, Request, ObjectRef),
+    Reached(Arc<dyn WriteObserver>, Request, ObjectRef),
+}
+
+impl Notice {
+    fn tell(self) {
+        match self {
+            Self::Wrote(observer, key, object, resource_version) => {
+                observer.wrote(&key, &object, &resource_version);
+            }
+            Self::Written(observer, key, object) => observer.written(&key, &object),
+            Self::Reached(observer, key, object) => observer.reached(&key, &object),
+        }
+    }
+}
+
+thread_local! {
+    /// Whether this thread is telling some tracker's observers: a call made from inside an
+    /// observer never waits for notices to be told (it may be what tells them).
+    static TELLING: Cell<bool> = const { Cell::new(false) };
 }
 
 struct Pending {
@@ -209,6 +248,7 @@ impl WriteTracker {
             tracked: AtomicUsize::new(0),
             comparable: AtomicBool::new(false),
             changed: Notify::new(),
+            told: Condvar::new(),
         }
     }
 
@@ -250,9 +290,15 @@ impl WriteTracker {
             resource_version, ..
         } = &written
         {
-            scope
-                .observer()
-                .wrote(scope.key(), &object, resource_version);
+            queue(
+                &mut state,
+                Notice::Wrote(
+                    Arc::clone(scope.observer()),
+                    scope.key().clone(),
+                    object.clone(),
+                    resource_version.clone(),
+                ),
+            );
         }
         let comparable = self.is_comparable();
         let expires = now + (scope.wait() * 2).max(MIN_RETENTION);
@@ -313,10 +359,18 @@ impl WriteTracker {
                 }
                 self.count(&state);
             }
+            self.tell(state);
             return false;
         }
         let waiter = (Arc::clone(scope.observer()), scope.key().clone());
-        scope.observer().written(scope.key(), &object);
+        queue(
+            &mut state,
+            Notice::Written(
+                Arc::clone(scope.observer()),
+                scope.key().clone(),
+                object.clone(),
+            ),
+        );
         match state.pending.get_mut(&object) {
             Some(pending) => {
                 // A later write of the same object: the newer version is what to reach.
@@ -344,6 +398,7 @@ impl WriteTracker {
             }
         }
         self.count(&state);
+        self.tell(state);
         true
     }
 
@@ -380,7 +435,10 @@ impl WriteTracker {
             return;
         };
         for (observer, key) in &pending.waiters {
-            observer.reached(key, &object);
+            queue(
+                &mut state,
+                Notice::Reached(Arc::clone(observer), key.clone(), object.clone()),
+            );
         }
         if echo {
             let of = match (pending.written, seen) {
@@ -410,7 +468,7 @@ impl WriteTracker {
             );
         }
         self.count(&state);
-        drop(state);
+        self.tell(state);
         self.changed.notify_waiters();
     }
 
@@ -542,15 +600,23 @@ impl WriteTracker {
         // A write given up on is done with for its waiters too: their keys' own bounds passed
         // long before (the retention is twice the longest), so this only frees what a key
         // never taken again would hold.
+        let mut forgotten_writes = Vec::new();
         state.pending.retain(|object, p| {
             let keep = p.expires > now;
             if !keep {
                 for (observer, key) in &p.waiters {
-                    observer.reached(key, object);
+                    forgotten_writes.push(Notice::Reached(
+                        Arc::clone(observer),
+                        key.clone(),
+                        object.clone(),
+                    ));
                 }
             }
             keep
         });
+        for notice in forgotten_writes {
+            queue(state, notice);
+        }
         state.echoes.retain(|_, e| e.expires > now);
         let forgotten = before - state.pending.len();
         if forgotten > 0 {
@@ -563,9 +629,90 @@ impl WriteTracker {
         self.count(state);
     }
 
+    /// Releases the lock (`state`), then tells the observers what was queued: this thread
+    /// tells them unless another does already; then it waits until that one has told this
+    /// call's notices too, unless it is itself inside an observer (whose own call goes on
+    /// telling once the observer returns).
+    fn tell<'a>(&'a self, mut state: MutexGuard<'a, State>) {
+        let mine = state.queued;
+        if state.telling {
+            if TELLING.get() {
+                return;
+            }
+            while state.telling && state.told < mine {
+                state = self
+                    .told
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            if state.told >= mine {
+                return;
+            }
+        }
+        let mut teller = Teller::new(self);
+        state.telling = true;
+        loop {
+            let batch: Vec<Notice> = state.outbox.drain(..).collect();
+            if batch.is_empty() {
+                break;
+            }
+            let count = batch.len() as u64;
+            drop(state);
+            for notice in batch {
+                notice.tell();
+            }
+            state = self.state.lock_unpoisoned();
+            state.told += count;
+            self.told.notify_all();
+        }
+        teller.done(state);
+    }
+
     fn count(&self, state: &State) {
         self.tracked
             .store(state.pending.len() + state.echoes.len(), Ordering::Release);
+    }
+}
+
+/// Queues `notice` to be told once the lock is released ([`WriteTracker::tell`]).
+fn queue(state: &mut State, notice: Notice) {
+    state.outbox.push_back(notice);
+    state.queued += 1;
+}
+
+/// The telling role of one thread for one tracker: marks the thread as telling, and gives the
+/// role back even if an observer panics (another caller then tells what is left).
+struct Teller<'t> {
+    tracker: &'t WriteTracker,
+    was_telling: bool,
+    done: bool,
+}
+
+impl<'t> Teller<'t> {
+    fn new(tracker: &'t WriteTracker) -> Self {
+        Self {
+            tracker,
+            was_telling: TELLING.replace(true),
+            done: false,
+        }
+    }
+
+    /// Gives the role back, with the lock held (`state`), once the outbox is empty.
+    fn done(&mut self, mut state: MutexGuard<'_, State>) {
+        state.telling = false;
+        self.done = true;
+        drop(state);
+        self.tracker.told.notify_all();
+    }
+}
+
+impl Drop for Teller<'_> {
+    fn drop(&mut self) {
+        TELLING.set(self.was_telling);
+        if !self.done {
+            self.tracker.state.lock_unpoisoned().telling = false;
+            self.tracker.told.notify_all();
+        }
     }
 }
 
@@ -746,6 +893,93 @@ mod tests {
         assert!(
             !tracker.take_echo(&child, Some("10"), Some("u1"), false, &observer),
             "taken once"
+        );
+    }
+
+    /// Records, from inside each `written`, a write of `<object>-echo` by the same key, and
+    /// reads what is pending: an observer calling back into its tracker.
+    struct Reentrant {
+        tracker: Arc<WriteTracker>,
+        me: std::sync::OnceLock<std::sync::Weak<Reentrant>>,
+        log: Mutex<Vec<String>>,
+    }
+
+    impl WriteObserver for Reentrant {
+        fn written(&self, key: &Request, object: &ObjectRef) {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("written {}", object.name));
+            if object.name.ends_with("-echo") {
+                return;
+            }
+            let me: Arc<dyn WriteObserver> = self.me.get().unwrap().upgrade().unwrap();
+            let scope = WriteScope::new(me, key.clone(), Duration::from_secs(5));
+            let echo = ObjectRef::new(
+                "",
+                "configmaps",
+                Some("ns"),
+                &format!("{}-echo", object.name),
+            );
+            assert!(
+                self.tracker
+                    .record(echo, version("20"), &scope, || Cached::Absent)
+            );
+            assert_eq!(self.tracker.pending(), 2);
+        }
+
+        fn reached(&self, _: &Request, object: &ObjectRef) {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("reached {}", object.name));
+            // Reads under no lock of the tracker's.
+            let _ = self.tracker.pending();
+        }
+    }
+
+    #[test]
+    fn an_observer_may_call_back_into_its_tracker() {
+        let tracker = Arc::new(WriteTracker::new());
+        let observer = Arc::new(Reentrant {
+            tracker: Arc::clone(&tracker),
+            me: std::sync::OnceLock::new(),
+            log: Mutex::default(),
+        });
+        observer.me.set(Arc::downgrade(&observer)).unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        // On a thread of its own, so that a deadlock fails the test at the timeout below
+        // instead of hanging it; a deadlocked thread cannot be joined, so it is not.
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "a deadlocked thread cannot be joined: the channel's timeout fails the test"
+        )]
+        std::thread::spawn({
+            let (tracker, observer) = (Arc::clone(&tracker), Arc::clone(&observer));
+            move || {
+                let key = Request::namespaced("ns", "owner");
+                let scope = WriteScope::new(observer, key, Duration::from_secs(5));
+                let child = ObjectRef::new("", "configmaps", Some("ns"), "child");
+                let pending = tracker.record(child, version("10"), &scope, || Cached::Absent);
+                tracker.observed("", "configmaps", Some("ns"), "child", present("10"));
+                tracker.observed("", "configmaps", Some("ns"), "child-echo", present("20"));
+                let _ = done.send(pending);
+            }
+        });
+        let pending = finished
+            .recv_timeout(Duration::from_secs(10))
+            .expect("an observer calling back into its tracker deadlocked it");
+        assert!(pending);
+        assert_eq!(tracker.pending(), 0);
+        assert_eq!(
+            *observer.log.lock().unwrap(),
+            [
+                "written child",
+                // Told once the observer's own call returned.
+                "written child-echo",
+                "reached child",
+                "reached child-echo",
+            ]
         );
     }
 

@@ -119,10 +119,12 @@ pub struct RecentWrite {
 /// Told about the writes made while reconciling a key, and when the cache has reached each:
 /// a controller, which holds a key back until the cache has caught up with it.
 ///
-/// Both calls come from the cache's write tracker, under its lock, in order for one
-/// (key, object): `written` first, then at most one `reached` per `written` (also when the
-/// tracker forgets a write never delivered, past its retention, which is longer than any
-/// waiting key's bound). They must be quick and must not call back into the tracker.
+/// Both calls come from the cache's write tracker, in the order it decided them under its
+/// lock but made after releasing it, in order for one (key, object): `written` first, then
+/// at most one `reached` per `written` (also when the tracker forgets a write never
+/// delivered, past its retention, which is longer than any waiting key's bound). They must
+/// be quick. They may call back into the tracker: what such a call decides is told after
+/// the call being made returns.
 pub trait WriteObserver: Send + Sync {
     /// `object` was written while reconciling `key`, and the cache has not seen it yet.
     fn written(&self, key: &Request, object: &ObjectRef);
