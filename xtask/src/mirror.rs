@@ -37,6 +37,10 @@ impl Mirror {
             .map_err(|e| format!("the mirror's address: {e}"))?;
         write(assets, version, dir, &format!("http://{addr}"))?;
         let stop = Arc::new(AtomicBool::new(false));
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: the mirror joins the accepting thread on drop, which joins the threads answering"
+        )]
         let accept = {
             let (stop, root) = (Arc::clone(&stop), dir.to_path_buf());
             std::thread::spawn(move || {

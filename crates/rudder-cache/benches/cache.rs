@@ -12,6 +12,11 @@
 //! informer starts (client built, one request made) to the synced store, divided by 10,000;
 //! beside it Rudder's own estimate of what it holds (`InformerStats::bytes_held`). Set
 //! `RUDDER_CACHE_BENCH_RSS_ONLY=1` to measure only that table.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benches may spawn: the bench owns its tasks"
+)]
 #![allow(
     missing_docs,
     clippy::unwrap_used,

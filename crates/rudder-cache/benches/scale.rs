@@ -12,6 +12,11 @@
 //! this; directly: `cargo bench -p rudder-cache --bench scale -- --bench [--objects N]
 //! [--runs N] [--settle S] [--go-binary PATH]` (without `--go-binary`, no client-go rows).
 //! It needs the envtest binaries, as the tests do.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benches may spawn: the bench owns its tasks"
+)]
 #![allow(
     missing_docs,
     clippy::unwrap_used,

@@ -231,6 +231,15 @@
 //! whose last handle and last `subscribe` stream are dropped stops by itself (its tasks end
 //! shortly after, unwaited); a cache holds a handle to each of its informers.
 
+// Unit tests may spawn: the test is the owner. The library build keeps clippy's
+// `disallowed_methods` (clippy.toml: a spawn is owned by whoever joins it).
+#![cfg_attr(
+    test,
+    allow(
+        clippy::disallowed_methods,
+        reason = "unit tests may spawn: the test owns its tasks"
+    )
+)]
 // Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -255,7 +264,7 @@ pub use cache::{
 pub use error::{Error, IndexError, Result, SyncError};
 pub use informer::{
     DEFAULT_INITIAL_EVENTS_BOUND, DEFAULT_RESYNC, DEFAULT_STREAMING_RETRY, Event, EventStream,
-    Informer, InformerBuilder, InformerStats, ListStrategy,
+    Informer, InformerBuilder, InformerStats, ListStrategy, Refusal,
 };
 pub use lenient::{Lenient, Malformed};
 pub use store::{IndexFn, NAMESPACE_INDEX, ObjectKey, Store};

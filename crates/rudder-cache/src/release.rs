@@ -20,6 +20,12 @@ pub(crate) fn give_back_freed_memory() {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             // Detached: nothing waits for it, and a runtime shutting down may drop it.
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "not owned, by design: called from the drop of a store's last handle, \
+                          which leaves no owner to join it; a few milliseconds of malloc_trim \
+                          holding no state, that a runtime shutting down may skip"
+            )]
             drop(runtime.spawn_blocking(trim));
         }
         Err(_) => {

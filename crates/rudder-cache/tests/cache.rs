@@ -1,6 +1,10 @@
 //! The cache against a real API server: one watch per type and scope, the reader, indexes,
 //! metadata-only and dynamic informers, removal and shutdown.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -10,6 +10,11 @@
 //!   it, p50 and p99: with the queue idle (sequential updates), and while the controller works
 //!   through a backlog of the 5k listed objects (2 ms each, one worker on both sides; an
 //!   update every 20 ms, each measured to the first reconcile that sees it or a later one).
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benches may spawn: the bench owns its tasks"
+)]
 #![allow(
     missing_docs,
     clippy::unwrap_used,

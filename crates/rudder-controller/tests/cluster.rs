@@ -1,5 +1,10 @@
 //! The whole path against a real API server (rudder-envtest): informer-backed sources, event
 //! handlers and predicates feeding a controller.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::borrow::Cow;

@@ -2,6 +2,11 @@
 //!
 //! These use channel sources, which need no API server; the informer-backed sources are
 //! tested with rudder-cache against rudder-envtest.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{HashMap, HashSet};

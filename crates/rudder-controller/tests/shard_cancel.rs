@@ -1,6 +1,11 @@
 //! A sharded controller's reconcile whose shard holding passes while it runs is cancelled
 //! (another replica may start the key from then on); one whose holding is renewed, or whose
 //! shard is handed off cleanly (closed, then drained), runs to its end. On paused time.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

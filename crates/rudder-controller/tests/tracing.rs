@@ -1,5 +1,10 @@
 //! Each reconcile runs inside a `reconcile` span carrying the controller, the request and the
 //! reconcile id.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};

@@ -131,6 +131,16 @@
 //! [`ErrorChain`] displays an error with its sources; [`panic_message`] reads a caught
 //! panic; [`sync`] recovers std locks from poisoning, and says once why that is right.
 
+// Unit tests may spawn: the test is the owner. The library build keeps clippy's
+// `disallowed_methods` (clippy.toml: a spawn is owned by whoever joins it).
+#![cfg_attr(
+    test,
+    allow(
+        clippy::disallowed_methods,
+        reason = "unit tests may spawn: the test owns its tasks"
+    )
+)]
+
 mod error;
 mod event;
 mod gate;

@@ -280,6 +280,16 @@
 //! | `rustls-tls` | yes | the clients' TLS to the control plane with rustls and `ring` |
 //! | `openssl-tls` | no | the clients' TLS with OpenSSL instead (turn default features off so as not to compile both) |
 
+// Unit tests may spawn: the test is the owner. The library build keeps clippy's
+// `disallowed_methods` (clippy.toml: a spawn is owned by whoever joins it).
+#![cfg_attr(
+    test,
+    allow(
+        clippy::disallowed_methods,
+        reason = "unit tests may spawn: the test owns its tasks"
+    )
+)]
+
 mod apply;
 mod binaries;
 mod certs;

@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::env::TestEnv;
 use crate::error::{Error, Result};
@@ -85,6 +86,9 @@ pub struct WatchDelay {
     client: kube::Client,
     control: Arc<Control>,
     _stop: DropGuard,
+    /// The accepting task, which owns the connections' (and they their watches'): aborted,
+    /// with all of them, when the proxy is dropped.
+    _serve: AbortOnDropHandle<()>,
 }
 
 impl std::fmt::Debug for WatchDelay {
@@ -139,7 +143,15 @@ impl WatchDelay {
             watches: AtomicU64::new(0),
             stop: stop.clone(),
         });
-        tokio::spawn(serve(listener, Arc::clone(&control), upstream));
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: the proxy holds it, aborted when it is dropped"
+        )]
+        let serve = AbortOnDropHandle::new(tokio::spawn(serve(
+            listener,
+            Arc::clone(&control),
+            upstream,
+        )));
         tracing::debug!(%addr, ?delay, "watch-delay proxy listening");
         Ok(Self {
             addr,
@@ -147,6 +159,7 @@ impl WatchDelay {
             client,
             control,
             _stop: stop.drop_guard(),
+            _serve: serve,
         })
     }
 
@@ -398,10 +411,12 @@ fn is_watch(query: Option<&str>) -> bool {
     })
 }
 
-/// The body of a delayed watch: the lines its forwarding task releases.
+/// The body of a delayed watch: the lines its forwarding task releases. The task is the
+/// body's: aborted when the body is dropped (its client gone, or its connection closed).
 #[derive(Debug)]
 struct LineBody {
     lines: mpsc::Receiver<Result<Bytes, kube::Error>>,
+    _forwarding: AbortOnDropHandle<()>,
 }
 
 impl LineBody {
@@ -413,9 +428,41 @@ impl LineBody {
         // A few lines in flight: the task holds the rest, with their release times.
         let (lines, receiver) = mpsc::channel(16);
         // Counted here, not in the task, so a watch is open as soon as its answer is.
+        let open = OpenWatch::new(control);
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: the body holds it, aborted when the body is dropped"
+        )]
+        let forwarding = tokio::spawn(forward_lines(open, upstream, lines));
+        Self {
+            lines: receiver,
+            _forwarding: AbortOnDropHandle::new(forwarding),
+        }
+    }
+}
+
+/// A watch counted open, and the lines it holds: both uncounted when it is dropped, at the
+/// end of its forwarding or with its task aborted.
+struct OpenWatch {
+    control: Arc<Control>,
+    queue: VecDeque<Held>,
+}
+
+impl OpenWatch {
+    fn new(control: Arc<Control>) -> Self {
         control.watches.fetch_add(1, Ordering::SeqCst);
-        tokio::spawn(forward_lines(control, upstream, lines));
-        Self { lines: receiver }
+        Self {
+            control,
+            queue: VecDeque::new(),
+        }
+    }
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        let held = self.queue.len() as u64;
+        self.control.held.fetch_sub(held, Ordering::SeqCst);
+        self.control.watches.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -443,15 +490,16 @@ struct Held {
 /// the API server ends the watch (and every held line has gone), the client hangs up, or the
 /// proxy is dropped; then closes the watch counted by [`LineBody::start`].
 async fn forward_lines<B>(
-    control: Arc<Control>,
+    mut open: OpenWatch,
     mut upstream: B,
     lines: mpsc::Sender<Result<Bytes, kube::Error>>,
 ) where
     B: Body<Data = Bytes, Error = kube::Error> + Unpin,
 {
+    let control = Arc::clone(&open.control);
     let mut settings = control.settings.subscribe();
     let mut splitter = LineSplitter::default();
-    let mut queue: VecDeque<Held> = VecDeque::new();
+    let queue = &mut open.queue;
     let mut upstream_open = true;
     // An error that broke the API server's stream, passed on once the lines before it left.
     let mut broken = None;
@@ -506,8 +554,8 @@ async fn forward_lines<B>(
             changed = settings.changed() => if changed.is_err() { break },
         }
     }
-    control.held.fetch_sub(queue.len() as u64, Ordering::SeqCst);
-    control.watches.fetch_sub(1, Ordering::SeqCst);
+    // Closed before the body ends (`lines` is dropped after it).
+    drop(open);
 }
 
 /// Cuts a byte stream into lines, each with its `\n`, however the stream's chunks fall.

@@ -1,5 +1,10 @@
 //! A control plane's whole life: start, use (namespaces, ConfigMaps, server-side apply, watch,
 //! CRDs and custom objects), stop, and nothing left behind, also after a panic.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

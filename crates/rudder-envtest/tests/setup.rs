@@ -3,6 +3,11 @@
 //! made by the test: from this machine's binaries for a good install that a control plane
 //! then starts from, found through the install cache alone; from small stand-ins for each
 //! failure, which must be a clear error that leaves nothing installed.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;

@@ -1,6 +1,11 @@
 //! [`WatchDelay`] against the real API server: a watch through it sees each write its delay
 //! late, a stall holds events until resumed, and everything else (reads, errors) passes at
 //! once.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::collections::BTreeMap;

@@ -1,6 +1,11 @@
 //! Webhooks installed by rudder-envtest, called by the real API server over HTTPS: a tiny
 //! test-only webhook server here (tokio-rustls and hyper, with the PEMs envtest hands out)
 //! answers admission and conversion reviews.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;

@@ -1,4 +1,8 @@
 //! Event handlers and sources: which requests land on the queue, at what priority.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;

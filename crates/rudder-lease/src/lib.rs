@@ -48,6 +48,16 @@
 //! `leader_election_master_status{name}` and the ring's `rudder_shard_*` series; the
 //! descriptions and the one histogram's buckets are in [`metrics`].
 
+// Unit tests may spawn: the test is the owner. The library build keeps clippy's
+// `disallowed_methods` (clippy.toml: a spawn is owned by whoever joins it).
+#![cfg_attr(
+    test,
+    allow(
+        clippy::disallowed_methods,
+        reason = "unit tests may spawn: the test owns its tasks"
+    )
+)]
+
 pub mod leader_election;
 pub mod metrics;
 pub mod sharding;

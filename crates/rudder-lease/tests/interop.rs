@@ -7,6 +7,11 @@
 //! client-go's candidate is `go/cmd/elector` in the repository's Go module, on the client-go
 //! that `go/go.mod` pins, built with the machine's Go (see `support/candidates.rs`); without
 //! Go the test fails and says so.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 #[path = "support/candidates.rs"]

@@ -1,5 +1,10 @@
 //! Leader election against a real API server: one leader, handover with and without release,
 //! a Lease written as client-go writes it, renewal and loss, the status metric.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;

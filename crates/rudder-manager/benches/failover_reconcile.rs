@@ -11,6 +11,11 @@
 //! release is sent), the new leader holding the Lease (its validity starts), and its first
 //! reconcile. Modes alternate round by round. Without `--bench` in its arguments (as under
 //! `cargo test --benches`) it returns at once.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benches may spawn: the bench owns its tasks"
+)]
 #![allow(
     missing_docs,
     clippy::unwrap_used,

@@ -7,6 +7,11 @@
 //! 10 s, retry period 2 s) unless `--scaled` is given (3 s, 2 s, 0.5 s), and `--rounds N`
 //! (default 3) handovers of each kind. Without `--bench` in its arguments (as under
 //! `cargo test --benches`) it returns at once.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benches may spawn: the bench owns its tasks"
+)]
 #![allow(
     missing_docs,
     clippy::unwrap_used,

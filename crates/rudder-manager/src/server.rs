@@ -14,10 +14,11 @@ use hyper::body::Bytes;
 use metrics_exporter_prometheus::PrometheusHandle;
 use rudder_server::{BindError, Body, Options, Server, ServerHandle};
 
+use rudder_server::StopReport;
 #[cfg(feature = "webhook")]
 use rudder_webhook::{CertificateStore, FileWatcher, Tls};
 #[cfg(feature = "webhook")]
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 #[cfg(feature = "webhook")]
 use crate::authz::{MetricsCertificate, SecureMetrics};
@@ -58,29 +59,73 @@ pub(crate) enum Routes {
     },
 }
 
+/// A server the manager runs, with the certificate watcher it owns (secure metrics from
+/// files): [`stop`](Self::stop) stops the server, then the watcher, and joins it. Dropped
+/// without `stop`, both end at once.
+pub(crate) struct Served {
+    handle: ServerHandle,
+    #[cfg(feature = "webhook")]
+    watcher: Option<Watcher>,
+}
+
+/// A certificate file watcher's task and the guard that stops it.
+#[cfg(feature = "webhook")]
+struct Watcher {
+    stop: DropGuard,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Served {
+    fn new(handle: ServerHandle) -> Self {
+        Self {
+            handle,
+            #[cfg(feature = "webhook")]
+            watcher: None,
+        }
+    }
+
+    /// The address served.
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.handle.local_addr()
+    }
+
+    /// Stops the server (see [`ServerHandle::stop`]), then its certificate watcher, which
+    /// ends at once on its signal, and joins it.
+    pub(crate) async fn stop(self, deadline: Option<tokio::time::Instant>) -> StopReport {
+        let report = self.handle.stop(deadline).await;
+        #[cfg(feature = "webhook")]
+        if let Some(Watcher { stop, task }) = self.watcher {
+            drop(stop);
+            // A panic in the poll loop has nothing to hand on.
+            let _ = task.await;
+        }
+        report
+    }
+}
+
 /// Binds `addr` and serves `routes` with rudder-server's default limits.
-pub(crate) async fn serve(addr: SocketAddr, routes: Routes) -> std::io::Result<ServerHandle> {
+pub(crate) async fn serve(addr: SocketAddr, routes: Routes) -> std::io::Result<Served> {
     let server = Server::bind(Options::new(addr))
         .await
         .map_err(|error| match error {
             BindError::Bind { source, .. } => source,
             other => std::io::Error::other(other),
         })?;
-    Ok(server.serve(routes))
+    Ok(Served::new(server.serve(routes)))
 }
 
 /// Binds `addr` and serves `routes` over HTTPS with `secure`'s certificate, behind its
 /// filter (reviews made with `client`).
 ///
-/// A file source's watcher runs while the server does: the filter's clones hold a guard
-/// that stops it when the server, stopped, drops the last of them.
+/// A file source's watcher runs while the server does, owned by the [`Served`] returned:
+/// stopped and joined after the server.
 #[cfg(feature = "webhook")]
 pub(crate) async fn serve_secure(
     addr: SocketAddr,
     routes: Routes,
     secure: &SecureMetrics,
     client: kube::Client,
-) -> Result<ServerHandle, SecureMetricsError> {
+) -> Result<Served, SecureMetricsError> {
     let (store, watcher) = match &secure.certificate {
         MetricsCertificate::Store(store) => {
             if store.current().is_none() {
@@ -106,38 +151,22 @@ pub(crate) async fn serve_secure(
             BindError::Bind { source, .. } => SecureMetricsError::Bind(source),
             other => SecureMetricsError::Bind(std::io::Error::other(other)),
         })?;
-    let stop = CancellationToken::new();
-    if let Some(watcher) = watcher {
-        tokio::spawn(watcher.run(secure.cert_poll_period, stop.clone()));
-    }
-    let guarded = Guarded {
-        routes,
-        _watcher: Arc::new(stop.drop_guard()),
-    };
-    Ok(server.serve_with(tls, secure.filter(client, guarded)))
-}
-
-/// The routes, holding the certificate watcher's stop guard.
-#[cfg(feature = "webhook")]
-#[derive(Clone)]
-struct Guarded {
-    routes: Routes,
-    _watcher: Arc<tokio_util::sync::DropGuard>,
-}
-
-#[cfg(feature = "webhook")]
-impl tower_service::Service<Request<Body>> for Guarded {
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Response<Full<Bytes>>, Infallible>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.routes.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        self.routes.call(request)
-    }
+    let watcher = watcher.map(|watcher| {
+        let stop = CancellationToken::new();
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: Served::stop joins it after the server stops"
+        )]
+        let task = tokio::spawn(watcher.run(secure.cert_poll_period, stop.clone()));
+        Watcher {
+            stop: stop.drop_guard(),
+            task,
+        }
+    });
+    Ok(Served {
+        handle: server.serve_with(tls, secure.filter(client, routes)),
+        watcher,
+    })
 }
 
 impl tower_service::Service<Request<Body>> for Routes {

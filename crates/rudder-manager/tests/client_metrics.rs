@@ -1,6 +1,11 @@
 //! `rest_client_requests_total` on a real API server: every request of an instrumented
 //! client counted by its answer's code and its method, errors unchanged, and a manager's own
 //! requests (cache, leader election) counted in its `/metrics`.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "support/fixtures.rs"]

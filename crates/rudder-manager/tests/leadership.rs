@@ -1,5 +1,10 @@
 //! Two managers on one lease: only the leader runs its controller, and hand-overs happen as
 //! configured.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 #[path = "support/fixtures.rs"]

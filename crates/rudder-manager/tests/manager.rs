@@ -1,4 +1,8 @@
 //! The manager against a real API server: probes, metrics, start and stop, failures.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;

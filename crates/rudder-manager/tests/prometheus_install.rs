@@ -2,6 +2,11 @@
 //! the same moment (managers built in parallel, tests in one process). A test binary of its
 //! own: nothing else in the process installs a recorder first.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
+
 use std::sync::{Arc, Barrier};
 use std::thread;
 

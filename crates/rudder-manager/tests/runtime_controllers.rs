@@ -1,5 +1,10 @@
 //! Controllers added to and removed from a running manager, and the informers that come and
 //! go with them.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;

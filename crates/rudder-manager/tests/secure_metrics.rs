@@ -1,5 +1,10 @@
 //! Secure metrics against a real API server: HTTPS, bearer tokens reviewed by the API server
 //! (TokenReview, SubjectAccessReview), cached decisions, and bad clients.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::net::SocketAddr;

@@ -1,4 +1,8 @@
 //! The manager's probe server under bad clients: idle and garbage connections slow nobody.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;

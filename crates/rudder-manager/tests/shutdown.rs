@@ -2,6 +2,11 @@
 //! controllers, which cancel their reconciles' contexts in time; what is left at the deadline
 //! is named. On paused time, with no API server (nothing here makes a request: no informer,
 //! no servers, no leader election), so every duration is exact.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;

@@ -2,6 +2,11 @@
 //! its controllers' caches synced and queues filled but reconciles nothing; a leader whose
 //! renewals fail stops reconciling at the renew deadline; a leader frozen (SIGSTOP) past its
 //! lease and resumed starts no reconcile and ends with `LeadershipLost`.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 #[path = "support/fixtures.rs"]

@@ -142,6 +142,10 @@ impl Server {
             stop: accepting.clone(),
         };
         tracing::info!(addr = %self.addr, "serving");
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: `ServerHandle::stop` joins it (a dropped handle ends it at once)"
+        )]
         let task = tokio::spawn(accept_loop.run());
         ServerHandle {
             addr: self.addr,

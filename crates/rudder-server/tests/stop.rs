@@ -1,4 +1,8 @@
 //! Graceful stop: requests in flight finish before the caller's deadline, and are cut at it.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;

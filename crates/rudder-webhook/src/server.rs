@@ -224,6 +224,10 @@ impl WebhookServer {
             .await
             .map_err(StartError::Bind)?;
         let addr = server.local_addr();
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: `RunningWebhookServer::stop` joins it"
+        )]
         let watcher = watcher.map(|watcher| {
             tokio::spawn(watcher.run(options.cert_poll_period, stop_watcher.clone()))
         });

@@ -1,5 +1,10 @@
 //! Certificates: hot reload by a Secret-volume symlink swap under load, a bad new pair kept
 //! out and counted, start errors naming the files, and the readiness check.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -1,6 +1,11 @@
 //! HTTP/2 is opt-in: offered by ALPN and served, streams multiplexed on one connection, when
 //! the options ask for it; HTTP/1.1 only otherwise. Idle HTTP/2 connections are closed and a
 //! stop lets a request in flight finish.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![cfg(feature = "http2")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,6 +1,11 @@
 //! Bad clients do not stop good ones: garbage TLS bytes, many idle connections and
 //! oversized bodies, all while normal requests keep being answered; and a property test of
 //! review decoding (arbitrary bytes and arbitrary JSON: no panic, a well-formed answer).
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

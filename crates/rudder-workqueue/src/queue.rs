@@ -151,6 +151,10 @@ where
             updater: Mutex::new(None),
         });
         if has_metrics && let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "owned: the queue holds the handle and aborts it when dropped (the task holds only a Weak)"
+            )]
             let task = runtime.spawn(update_unfinished_work(Arc::downgrade(&shared)));
             *shared.updater.lock() = Some(task);
         }

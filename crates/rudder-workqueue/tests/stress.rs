@@ -1,5 +1,10 @@
 //! Multi-threaded stress: producers and workers on several runtime threads, checking that no
 //! key is ever processed by two workers at once and that no add is lost.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;

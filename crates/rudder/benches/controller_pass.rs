@@ -40,6 +40,11 @@
 //! controller sees the change, measured in the same runs (printed per side).
 //!
 //! Without `--bench` in its arguments (as under `cargo test --benches`) it returns at once.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benches may spawn: the bench owns its tasks"
+)]
 #![allow(
     missing_docs,
     clippy::unwrap_used,

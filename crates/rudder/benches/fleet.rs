@@ -14,6 +14,11 @@
 //! `--idle` seconds (30 by default) idle, once with none engaged and once with N, the
 //! difference per cluster and minute. The tokio runtime is a current-thread one, as in the other benches.
 //! Without `--bench` in its arguments (as under `cargo test --benches`) it returns at once.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benches may spawn: the bench owns its tasks"
+)]
 #![allow(
     missing_docs,
     clippy::unwrap_used,

@@ -31,6 +31,11 @@
 //! its counters alike. Without `--bench` in its
 //! arguments (as under `cargo test --benches`) it measures the memory row on 1,000 writes and
 //! returns.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benches may spawn: the bench owns its tasks"
+)]
 #![allow(
     missing_docs,
     clippy::unwrap_used,

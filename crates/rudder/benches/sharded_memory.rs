@@ -16,6 +16,11 @@
 //! x3 restarted (the objects already labelled: the steady state), repeated `--rounds` times
 //! (default 1); the table gives the median per replica over replicas and rounds. Without
 //! `--bench` in its arguments (as under `cargo test --benches`) it returns at once.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benches may spawn: the bench owns its tasks"
+)]
 #![allow(
     missing_docs,
     clippy::unwrap_used,

@@ -138,6 +138,15 @@
 //! (`cargo tree -p rudder-runtime --no-default-features --features manager,openssl-tls -i rustls`
 //! finds nothing; CI checks it).
 
+// Unit tests may spawn: the test is the owner. The library build keeps clippy's
+// `disallowed_methods` (clippy.toml: a spawn is owned by whoever joins it).
+#![cfg_attr(
+    test,
+    allow(
+        clippy::disallowed_methods,
+        reason = "unit tests may spawn: the test owns its tasks"
+    )
+)]
 // Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

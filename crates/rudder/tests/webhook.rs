@@ -1,5 +1,10 @@
 //! Webhooks declared with `rudder::new_webhook`, served by the manager over HTTPS and called
 //! by a real API server (rudder-envtest installs the configurations the facade renders).
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;

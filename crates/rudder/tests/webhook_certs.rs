@@ -2,6 +2,11 @@
 //! Secret, injects the CA into a configuration installed with an empty `caBundle`, and the
 //! API server then calls the webhook; replicas share one CA; an overwritten bundle is put
 //! back; a renewal under load fails no admission call.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{Ipv4Addr, SocketAddr};

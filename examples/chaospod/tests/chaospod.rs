@@ -1,5 +1,10 @@
 //! The ChaosPod controller end to end on a real API server: it creates the Pod it owns,
 //! deletes it on schedule, creates the next one, and keeps the status.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

@@ -1,5 +1,10 @@
 //! The demo binary against a cluster given by `--kubeconfig` (here the test control plane),
 //! as a user would run it: it must exit 0, narrate, summarise and clean up its namespace.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;

@@ -7,6 +7,11 @@
 //! `forbidden` error in its log and no API request answered 403 in its `/metrics`
 //! (`rest_client_requests_total{code="403"}`); then each rule removed in turn makes the
 //! scenario meet one, seen in the log and in the metrics alike.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 mod support;

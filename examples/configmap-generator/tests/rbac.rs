@@ -7,6 +7,11 @@
 //! then, for each rule of that Role, the same flow with that rule removed meets a
 //! `forbidden` error, seen in the log and in the metrics alike, so every rule is needed, not
 //! just sufficient.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::net::SocketAddr;

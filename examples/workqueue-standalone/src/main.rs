@@ -5,6 +5,10 @@
 //! jobs jump the line. The output shows each job running once per batch of submissions, never
 //! on two workers at once, and the retries spacing out.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "examples may spawn: the example owns its tasks"
+)]
 // An example reports to its terminal.
 #![allow(clippy::print_stdout)]
 

@@ -73,6 +73,10 @@ where
         } = *self;
         let started = source.start()?;
         let mut events = started.events;
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: the controller keeps the handle and its run joins it (stop_watches)"
+        )]
         let task = tokio::spawn(async move {
             loop {
                 let event = tokio::select! {

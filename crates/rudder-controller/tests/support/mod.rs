@@ -1,4 +1,8 @@
 //! Helpers shared by the gated-controller tests (leader_gate.rs, shard_cancel.rs).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 
 use std::sync::Arc;
 

@@ -83,6 +83,10 @@ impl Cleanup {
         let cleanup = self.clone();
         // The caller's runtime may be single-threaded, shutting down or absent: a runtime of
         // our own on a thread of our own works in every case.
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: joined right here, for a drop that has no runtime to wait on"
+        )]
         let deleted = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

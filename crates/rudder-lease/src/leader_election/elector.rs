@@ -188,6 +188,10 @@ impl LeaderElection {
         // The series exists from the first campaign on, at 0 while this candidate waits.
         shared.report_status();
         let free = Arc::new(Notify::new());
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: `acquire` holds it (AbortOnDropHandle), aborted when it returns"
+        )]
         let _watch = shared.config.watch().then(|| {
             AbortOnDropHandle::new(tokio::spawn(watch_for_free(
                 Arc::clone(shared),
@@ -255,6 +259,10 @@ impl LeaderElection {
             }
         }));
         let renewing = keep_leading(Arc::clone(shared), acquired, cancel, lost.clone());
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: `Leadership` holds the handle: `finished` joins it, a drop aborts it"
+        )]
         let task = tokio::spawn(async move {
             let _on_panic = on_panic;
             renewing.await

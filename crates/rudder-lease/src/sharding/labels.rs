@@ -136,6 +136,10 @@ impl<K: Typed> Source<K> for LabelSharded<K> {
             .collect::<Result<_, _>>()?;
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let current = Arc::clone(&self.current);
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: the events stream holds it (AbortOnDropHandle), and the controller's watch task owns the stream and is joined"
+        )]
         let task = tokio::spawn(self.run(base, unlabelled, events_tx));
         let events: BoxStream<'static, Event<K>> = futures::stream::unfold(
             (events_rx, AbortOnDropHandle::new(task)),
@@ -187,6 +191,10 @@ impl<K: Typed> LabelSharded<K> {
             "Total number of failed patches of an object's shard label, by ring."
         );
         let (to_label, labelling) = mpsc::unbounded_channel::<ToLabel>();
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: `run` holds it (AbortOnDropHandle), aborted when `run` ends"
+        )]
         let labeller = AbortOnDropHandle::new(tokio::spawn(label_objects::<K>(
             self.client.clone(),
             self.label.clone(),
@@ -308,6 +316,10 @@ impl<K: Typed> LabelSharded<K> {
             self.current
                 .lock_unpoisoned()
                 .insert(shard, informers.clone());
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "owned: `run` holds each forwarder (AbortOnDropHandle) in `forwarders`, aborted when its shard goes or `run` ends"
+            )]
             let tasks = scopes(shard)
                 .into_iter()
                 .zip(&informers)

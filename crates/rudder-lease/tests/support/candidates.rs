@@ -14,6 +14,11 @@
 //! `valid <ns> <sent ns>` whenever its validity moves: the instant until which it may start
 //! leader work, and when the write that gave it was sent. A `release` line on stdin stops
 //! leading and releases the Lease.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(dead_code)]
 
 use std::collections::hash_map::DefaultHasher;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use rudder_controller::LeaderGate;
 use rudder_core::sync::LockExt;
-use rudder_server::ServerHandle;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -15,7 +14,7 @@ use super::group::{Ended, Group};
 use super::{Error, GracefulShutdown, Late, Manager};
 use crate::leader_election::{Error as ElectionError, Leadership};
 use crate::runnable::Runnable;
-use crate::server::{Routes, serve};
+use crate::server::{Routes, Served, serve};
 
 /// Runnables, boxed.
 type Runnables = Vec<Box<dyn Runnable>>;
@@ -92,7 +91,7 @@ impl Manager {
     async fn run(
         &self,
         cancel: &CancellationToken,
-        servers: &mut Vec<ServerHandle>,
+        servers: &mut Vec<Served>,
     ) -> Result<(), Error> {
         self.raise_fd_limit_if_configured();
         self.serve_health_probes(servers).await?;
@@ -153,7 +152,7 @@ impl Manager {
     }
 
     /// Serves `/healthz` and `/readyz`, if they have an address.
-    async fn serve_health_probes(&self, servers: &mut Vec<ServerHandle>) -> Result<(), Error> {
+    async fn serve_health_probes(&self, servers: &mut Vec<Served>) -> Result<(), Error> {
         let Some(addr) = self.health_address else {
             return Ok(());
         };
@@ -166,7 +165,7 @@ impl Manager {
 
     /// Serves `/metrics` and the extra handlers (over HTTPS with secure metrics), if they
     /// have an address and a recorder.
-    async fn serve_metrics(&self, servers: &mut Vec<ServerHandle>) -> Result<(), Error> {
+    async fn serve_metrics(&self, servers: &mut Vec<Served>) -> Result<(), Error> {
         let (Some(addr), Some(handle)) = (self.metrics_address, self.metrics.clone()) else {
             return Ok(());
         };
@@ -180,7 +179,7 @@ impl Manager {
             .serve_metrics(addr, routes.clone(), &self.client)
             .await;
         #[cfg(not(feature = "webhook"))]
-        let secure: Option<Result<ServerHandle, Error>> = None;
+        let secure: Option<Result<Served, Error>> = None;
         let server = match secure {
             Some(served) => served?,
             None => listen("metrics", addr, routes).await?,
@@ -368,11 +367,7 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 /// Starts a server, naming it in the error if its address is unavailable.
-async fn listen(
-    what: &'static str,
-    addr: SocketAddr,
-    routes: Routes,
-) -> Result<ServerHandle, Error> {
+async fn listen(what: &'static str, addr: SocketAddr, routes: Routes) -> Result<Served, Error> {
     serve(addr, routes)
         .await
         .map_err(|source| Error::Bind { what, addr, source })

@@ -10,6 +10,10 @@ impl Manager {
     pub async fn start_until_signal(&self) -> Result<(), Error> {
         use tokio::signal::unix::{SignalKind, signal};
         let cancel = CancellationToken::new();
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: aborted and joined below, once the manager has stopped"
+        )]
         let watcher = match (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
@@ -23,6 +27,8 @@ impl Manager {
         let result = self.start(cancel).await;
         if let Some(watcher) = watcher {
             watcher.abort();
+            // Joined: it ends at the abort (its panic, were there one, has nothing to hand on).
+            let _ = watcher.await;
         }
         result
     }

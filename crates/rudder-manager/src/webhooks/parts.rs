@@ -5,14 +5,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use rudder_core::sync::LockExt;
-use rudder_server::ServerHandle;
 use rudder_webhook::manifest::Registration;
 use rudder_webhook::{RunningWebhookServer, WebhookServer};
 
 use crate::authz::SecureMetrics;
 use crate::health::{HealthChecks, Probe, check};
 use crate::manager::{BuildError, Error};
-use crate::server::{Routes, serve_secure};
+use crate::server::{Routes, Served, serve_secure};
 
 /// What the builder collects for the TLS parts.
 #[derive(Default)]
@@ -97,7 +96,7 @@ impl Parts {
         addr: SocketAddr,
         routes: Routes,
         client: &kube::Client,
-    ) -> Option<Result<ServerHandle, Error>> {
+    ) -> Option<Result<Served, Error>> {
         let secure = self.secure_metrics.as_ref()?;
         Some(
             serve_secure(addr, routes, secure, client.clone())

@@ -6,6 +6,11 @@
 //! Included with `#[path = "support/fixtures.rs"] mod fixtures;` (tests) or
 //! `#[path = "../tests/support/fixtures.rs"] mod fixtures;` (benches): each binary uses only
 //! part of it.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(dead_code, clippy::unwrap_used, clippy::print_stdout)]
 
 use std::io::{BufRead, BufReader};

@@ -1,6 +1,11 @@
 //! What the webhook tests share: test certificates (a CA and serving pairs, written the
 //! way a Secret volume lays them out), HTTPS clients trusting the test CA, a metrics
 //! recorder, polling, and a handler that admits everything.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(
     dead_code,
     unreachable_pub,

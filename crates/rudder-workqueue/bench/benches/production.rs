@@ -10,6 +10,8 @@
 //!
 //! The row names are the link to client-go's benchmarks: keep them in step with
 //! `bench/src/workqueue.rs`.
+#![allow(clippy::disallowed_methods, reason = "benches may spawn: the bench owns its tasks")]
+
 #![allow(missing_docs, clippy::unwrap_used, clippy::print_stdout)]
 
 use std::hint::black_box;

@@ -15,6 +15,8 @@
 //! two-thread runtime until N keys are done; `workers-clock` the same with one clock read per
 //! add, which is what Rudder's ageing costs an add. Each prints nanoseconds per key (the
 //! whole run's wall time: alternate runs with `profile` to compare them).
+#![allow(clippy::disallowed_methods, reason = "examples may spawn: the example owns its tasks")]
+
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use std::collections::VecDeque;

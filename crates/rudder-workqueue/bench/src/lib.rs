@@ -5,6 +5,7 @@
 //! rudder CPU ns/op |`): the wall clock, and the process's CPU time over the same samples.
 //! The shapes the benches and the `profile` example share live here too, so that both run
 //! the same code.
+#![allow(clippy::disallowed_methods, reason = "benches may spawn: the bench owns its tasks")]
 
 use std::collections::BTreeMap;
 use std::hint::black_box;

@@ -2,6 +2,11 @@
 //! ring's configuration with short Lease timings, running a manager, a defaulter and a
 //! validator, a plain HTTP GET, an object's field managers, and [`gizmo`], a kind in two
 //! versions for the conversion tests.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub(crate) mod gizmo;

@@ -8,6 +8,11 @@
 //! with the manager's own `/metrics` lines, and shuts down.
 //! It exits non-zero if the controller did not do its job (every ChaosPod stopped and
 //! restarted at least once when the run is long enough).
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "examples may spawn: the example owns its tasks"
+)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::{HashMap, HashSet};

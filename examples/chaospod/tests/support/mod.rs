@@ -1,6 +1,11 @@
 //! What chaospod's tests share: ChaosPods of the pause image, the rendered webhook
 //! configurations created as they are, and running a manager. Each test binary uses only
 //! part of it.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::sync::Arc;

@@ -1,5 +1,10 @@
 //! What configmap-generator's tests share: a manager confined to the test's namespace, and
 //! running it in the background.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::sync::Arc;
