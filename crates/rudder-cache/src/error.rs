@@ -36,15 +36,27 @@ pub enum IndexError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SyncError {
-    /// The first list did not finish in time: the API server is slow or unreachable, the
-    /// resource does not exist, or access is denied (the informer's log says which). The
-    /// informer keeps trying, so waiting again may succeed.
+    /// The first list did not finish in time: the API server is slow or unreachable, or the
+    /// resource does not exist (the informer's log says which). The informer keeps trying,
+    /// so waiting again may succeed.
     #[error("informer for {resource} did not sync within {timeout:?}")]
     Timeout {
         /// What the informer watches.
         resource: String,
         /// How long was waited.
         timeout: Duration,
+    },
+    /// The API server refused the informer's list or watch (401 Unauthorized, 403
+    /// Forbidden) before its first list was stored: the identity the client acts as may not
+    /// list and watch the resource there. Waiting again helps only once its RBAC grants
+    /// `list` and `watch` (the informer keeps retrying in the background, with backoff).
+    #[error("the API server refused the list or watch of the informer for {resource}")]
+    Refused {
+        /// What the informer watches.
+        resource: String,
+        /// The API server's answer.
+        #[source]
+        refusal: crate::Refusal,
     },
     /// The informer was stopped before it synced; retrying does not help.
     #[error("informer for {resource} stopped before it synced")]

@@ -7,6 +7,10 @@
 
 /// `rudder_cache_watch_errors_total{resource}`: watch and list errors (each retried).
 pub const WATCH_ERRORS_TOTAL: &str = "rudder_cache_watch_errors_total";
+/// `rudder_cache_watch_refusals_total{resource, code}`: lists and watches the API server
+/// refused with 401 Unauthorized or 403 Forbidden (`code`), each also a watch error; a
+/// streak of them is logged once.
+pub const WATCH_REFUSALS_TOTAL: &str = "rudder_cache_watch_refusals_total";
 /// `rudder_cache_malformed_objects_total{resource}`: objects that did not decode, skipped.
 pub const MALFORMED_OBJECTS_TOTAL: &str = "rudder_cache_malformed_objects_total";
 /// `rudder_cache_panics_total{resource, function}`: panics caught in an index function, a
@@ -37,6 +41,11 @@ pub fn describe() {
     metrics::describe_counter!(
         WATCH_ERRORS_TOTAL,
         "Total number of watch and list errors of an informer, by resource (each is retried)."
+    );
+    metrics::describe_counter!(
+        WATCH_REFUSALS_TOTAL,
+        "Total number of lists and watches of an informer the API server refused with 401 or \
+         403, by resource and code (each also a watch error)."
     );
     metrics::describe_counter!(
         MALFORMED_OBJECTS_TOTAL,

@@ -37,10 +37,24 @@ impl LogCapture {
 
     /// The lines written so far that mention `forbidden` (in any case), oldest first.
     pub fn forbidden_lines(&self) -> Vec<String> {
+        self.lines_containing("forbidden")
+    }
+
+    /// The lines written so far that contain `needle` (in any case), oldest first: to count
+    /// how often something was logged.
+    pub fn lines_containing(&self, needle: &str) -> Vec<String> {
+        let needle = needle.to_lowercase();
+        self.lines()
+            .into_iter()
+            .filter(|line| line.to_lowercase().contains(&needle))
+            .collect()
+    }
+
+    /// Every line written so far, oldest first.
+    pub fn lines(&self) -> Vec<String> {
         self.buffer
             .lock_unpoisoned()
             .lines()
-            .filter(|line| line.to_lowercase().contains("forbidden"))
             .map(str::to_owned)
             .collect()
     }

@@ -193,9 +193,21 @@ where
                 // probe above reads the current ones.
                 let informers = current.lock_unpoisoned().clone();
                 for informer in informers {
-                    // Stopped informers never sync: wait forever rather than claim so.
-                    if informer.wait_for_sync(Duration::MAX).await.is_err() {
-                        std::future::pending::<()>().await;
+                    loop {
+                        match informer.wait_for_sync(Duration::MAX).await {
+                            Ok(()) => break,
+                            // Refused (RBAC): the informer retries in the background, and
+                            // syncs once its list is allowed; the controller's sync timeout
+                            // bounds the wait, and the cache has logged the refusal.
+                            Err(rudder_cache::SyncError::Refused { .. }) => {
+                                informer.wait_until_allowed().await;
+                                if informer.is_stopped() {
+                                    std::future::pending::<()>().await;
+                                }
+                            }
+                            // Stopped informers never sync: wait forever rather than claim so.
+                            Err(_) => std::future::pending::<()>().await,
+                        }
                     }
                 }
             })

@@ -302,7 +302,8 @@ impl Cache {
     /// # Errors
     ///
     /// [`SyncError::CacheTimeout`] with how many had not synced when the time ran out;
-    /// [`SyncError::Stopped`] if an informer was stopped first.
+    /// [`SyncError::Refused`] as soon as the API server refuses an informer's list or watch
+    /// (401, 403) before it synced; [`SyncError::Stopped`] if an informer was stopped first.
     pub async fn wait_for_sync(&self, timeout: Duration) -> std::result::Result<(), SyncError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
@@ -312,17 +313,16 @@ impl Cache {
                 let waits: Vec<_> = slots.values().map(|slot| (slot.wait)(left)).collect();
                 (slots.len(), waits)
             };
-            for result in futures::future::join_all(waits).await {
-                match result {
-                    Ok(()) => {}
-                    Err(SyncError::Timeout { .. }) => {
-                        return Err(SyncError::CacheTimeout {
-                            unsynced: self.unsynced_count(),
-                            timeout,
-                        });
-                    }
-                    Err(other) => return Err(other),
+            // The first failure ends the wait: a refused informer fails it at once.
+            match futures::future::try_join_all(waits).await {
+                Ok(_) => {}
+                Err(SyncError::Timeout { .. }) => {
+                    return Err(SyncError::CacheTimeout {
+                        unsynced: self.unsynced_count(),
+                        timeout,
+                    });
                 }
+                Err(other) => return Err(other),
             }
             // Informers started while we waited must sync too.
             if self.informer_count() == count {

@@ -9,6 +9,11 @@
 //! consistent read). This client drops `resourceVersion=0` from a watch that asks for initial
 //! events, so the cache's informers sync on a state at least as new as their start, as a
 //! paginated list (which reads the latest state) does.
+//!
+//! It also hands a 401 or 403 answer over as an error holding a
+//! [`Refusal`](crate::Refusal) rather than as an API error, so that kube-runtime's watcher,
+//! which logs each API error of those codes at `warn` with a debug dump, reports it at
+//! `debug` and the informer's own line is the one at `warn` (see `informer/refusal.rs`).
 
 use std::task::{Context, Poll};
 
@@ -20,7 +25,12 @@ use kube::client::Body;
 /// `client`, with streaming lists asking for the most recent state: a watch that asks for
 /// initial events (`sendInitialEvents=true`) is sent without `resourceVersion=0`, so the
 /// server answers once its watch cache has caught up with the latest write, as for
-/// client-go's reflector. Every other request goes through unchanged. The cache's informers
+/// client-go's reflector. A 401 Unauthorized or 403 Forbidden answer comes back as a
+/// [`kube::Error::Service`] holding a [`Refusal`](crate::Refusal) (the answer's code,
+/// reason and message) instead of a [`kube::Error::Api`]: an informer reports it once per
+/// streak and to whoever waits for its sync ([`SyncError::Refused`](crate::SyncError::Refused)),
+/// where kube-runtime's watcher would log each one at `warn` as well. Every other request and
+/// answer goes through unchanged. The cache's informers
 /// watch through such a client; build the `Api` of an informer of your own
 /// ([`Informer::builder`](crate::Informer::builder)) on one for the same guarantee: it never
 /// syncs without an object written before it started. Needs a Tokio runtime
@@ -62,7 +72,12 @@ impl tower_service::Service<Request<Body>> for MostRecent {
             *request.uri_mut() = uri;
         }
         let inner = self.inner.clone();
-        Box::pin(async move { inner.send(request).await })
+        Box::pin(async move {
+            let response = inner.send(request).await?;
+            crate::Refusal::from_response(response)
+                .await
+                .map_err(|refusal| kube::Error::Service(Box::new(refusal)))
+        })
     }
 }
 

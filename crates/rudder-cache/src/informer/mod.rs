@@ -3,7 +3,8 @@
 //! `builder.rs` holds the options and how the watch stream is made, `list_strategy.rs` how it
 //! lists (streaming, or paginated when the server refuses), `watch_task.rs` the watch task
 //! (applying events to the store, relists, resync, errors and panics), `subscribers.rs` the
-//! events and the per-subscriber queues.
+//! events and the per-subscriber queues, `refusal.rs` a list or watch the API server refused
+//! (401, 403).
 
 use std::fmt::{self, Debug};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,11 +23,13 @@ use crate::store::{ObjectKey, Store};
 mod builder;
 mod footprint;
 mod list_strategy;
+mod refusal;
 mod subscribers;
 mod watch_task;
 
 pub use builder::InformerBuilder;
 pub use list_strategy::{DEFAULT_INITIAL_EVENTS_BOUND, DEFAULT_STREAMING_RETRY, ListStrategy};
+pub use refusal::Refusal;
 pub use rudder_core::Event;
 pub use subscribers::EventStream;
 #[cfg(test)]
@@ -43,9 +46,16 @@ pub struct InformerStats {
     /// was logged at `warn` and skipped (and, with the `metrics` feature, counted in
     /// `rudder_cache_malformed_objects_total`).
     pub malformed_objects: u64,
-    /// Other errors from the watch (failed lists, failed or broken watches), each logged and
-    /// followed by kube-runtime's default backoff.
+    /// Other errors from the watch (failed lists, failed or broken watches), each followed
+    /// by kube-runtime's default backoff. Each is logged, except a refusal that continues a
+    /// streak of them (see [`refusals`](Self::refusals)).
     pub watch_errors: u64,
+    /// Lists and watches the API server refused with 401 Unauthorized or 403 Forbidden
+    /// ([`Refusal`]), each also one of [`watch_errors`](Self::watch_errors). A streak of them
+    /// is logged once, at `warn`, when it begins, and once at `info` when a list or watch is
+    /// allowed again; with the `metrics` feature each is counted in
+    /// `rudder_cache_watch_refusals_total` (labels `resource`, `code`).
+    pub refusals: u64,
     /// Lists after the first one (a watch that could not be resumed, e.g. 410 Gone).
     pub relists: u64,
     /// Resyncs done.
@@ -143,16 +153,30 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
 
     /// Waits until the first list has been stored, at most `timeout`.
     ///
+    /// A list or watch the API server refuses (401, 403) ends the wait at once: RBAC that
+    /// does not let this identity list and watch the resource is no delay to sit out. The
+    /// informer keeps retrying in the background with backoff, so a wait after the RBAC is
+    /// granted (and the next list allowed) succeeds.
+    ///
     /// # Errors
     ///
-    /// [`SyncError::Timeout`] if the time ran out, [`SyncError::Stopped`] if the informer
-    /// was stopped before it synced, [`SyncError::Failed`] if its watch failed.
+    /// [`SyncError::Refused`] if the API server refused the list or watch before the first
+    /// list was stored (at once, when it is refused already), [`SyncError::Timeout`] if the
+    /// time ran out, [`SyncError::Stopped`] if the informer was stopped before it synced,
+    /// [`SyncError::Failed`] if its watch failed.
     pub async fn wait_for_sync(&self, timeout: Duration) -> Result<(), SyncError> {
         let mut synced = self.shared.synced.subscribe();
+        let mut refused = self.shared.refused.subscribe();
         let wait = async {
             tokio::select! {
-                res = synced.wait_for(|s| *s) => res.is_ok(),
-                () = self.shared.token.cancelled() => *self.shared.synced.borrow(),
+                biased;
+                res = synced.wait_for(|s| *s) => Waited::Synced(res.is_ok()),
+                () = self.shared.token.cancelled() => Waited::Synced(*self.shared.synced.borrow()),
+                refusal = refused.wait_for(Option::is_some) => match refusal {
+                    Ok(refusal) => Waited::Refused(refusal.clone()),
+                    // The sender lives in `shared`, which this handle holds.
+                    Err(_) => Waited::Synced(false),
+                },
             }
         };
         let outcome = tokio::time::timeout(timeout, wait).await;
@@ -163,14 +187,34 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
             });
         }
         match outcome {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(SyncError::Stopped {
+            Ok(Waited::Synced(true)) => Ok(()),
+            Ok(Waited::Synced(false)) => Err(SyncError::Stopped {
                 resource: self.shared.resource.clone(),
             }),
-            Err(_) => Err(SyncError::Timeout {
+            Ok(Waited::Refused(Some(refusal))) => Err(SyncError::Refused {
+                resource: self.shared.resource.clone(),
+                refusal,
+            }),
+            Ok(Waited::Refused(None)) | Err(_) => Err(SyncError::Timeout {
                 resource: self.shared.resource.clone(),
                 timeout,
             }),
+        }
+    }
+
+    /// The API server's refusal of the informer's last list or watch, while it lasts: from
+    /// a 401 or 403 answer until a list or watch is allowed again.
+    pub fn refusal(&self) -> Option<Refusal> {
+        self.shared.refused.borrow().clone()
+    }
+
+    /// Waits until the informer's list and watch are no longer refused ([`refusal`](Self::refusal)
+    /// is `None`: at once when they are not), or the informer stops.
+    pub async fn wait_until_allowed(&self) {
+        let mut refused = self.shared.refused.subscribe();
+        tokio::select! {
+            _ = refused.wait_for(Option::is_none) => {}
+            () = self.shared.token.cancelled() => {}
         }
     }
 
@@ -200,6 +244,7 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
             sync_duration: self.shared.footprint.sync_duration(),
             malformed_objects: s.malformed.load(Ordering::Relaxed),
             watch_errors: s.errors.load(Ordering::Relaxed),
+            refusals: s.refusals.load(Ordering::Relaxed),
             relists: s.relists.load(Ordering::Relaxed),
             resyncs: s.resyncs.load(Ordering::Relaxed),
             panics: s.panics.load(Ordering::Relaxed),
@@ -224,10 +269,19 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
     }
 }
 
+/// What a wait for the first list saw first.
+enum Waited {
+    /// The list is in (`true`), or the informer stopped without it (`false`).
+    Synced(bool),
+    /// A list or watch was refused.
+    Refused(Option<Refusal>),
+}
+
 #[derive(Default)]
 pub(crate) struct Stats {
     pub(crate) malformed: AtomicU64,
     pub(crate) errors: AtomicU64,
+    pub(crate) refusals: AtomicU64,
     pub(crate) relists: AtomicU64,
     pub(crate) resyncs: AtomicU64,
     pub(crate) panics: AtomicU64,
@@ -265,6 +319,9 @@ pub(crate) struct Shared<K> {
     /// of the store and its later events neither overlap nor leave a gap.
     pub(crate) subscribers: Mutex<Vec<mpsc::UnboundedSender<Event<K>>>>,
     pub(crate) synced: watch::Sender<bool>,
+    /// The API server's refusal of the last list or watch, from a 401 or 403 answer until
+    /// a list or watch is allowed again.
+    pub(crate) refused: watch::Sender<Option<Refusal>>,
     /// Cleared when the watch task ends, for any reason.
     pub(crate) running: AtomicBool,
     /// Set when the watch task ended by a panic.

@@ -21,7 +21,7 @@ use tokio_util::task::TaskTracker;
 use rudder_core::Event;
 
 use super::subscribers::send;
-use super::{Informer, Shared, Stats, count_panic, record_panic};
+use super::{Informer, Refusal, Shared, Stats, count_panic, record_panic};
 use crate::lenient::{Lenient, Malformed};
 use crate::store::{Applied, IndexPanic, ObjectKey, Store};
 use crate::transform::Transform;
@@ -49,6 +49,7 @@ where
     S: Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send + 'static,
 {
     let (synced, _) = watch::channel(false);
+    let (refused, _) = watch::channel(None);
     let super::Described { resource, cluster } = described.into();
     let shared = Arc::new(Shared {
         resource,
@@ -56,6 +57,7 @@ where
         store: Store::new(),
         subscribers: Mutex::new(Vec::new()),
         synced,
+        refused,
         running: AtomicBool::new(true),
         failed: AtomicBool::new(false),
         stats: Stats::default(),
@@ -163,11 +165,16 @@ pub(crate) async fn run<K, S>(
         let Some(item) = item else { break };
         match item {
             Ok(event) => {
+                // Something was listed or watched: whatever refused it before allows it now.
+                allowed(&watch.shared);
                 let list_ended = matches!(event, watcher::Event::InitDone);
                 watch.apply(event);
                 watch.publish(list_ended);
             }
-            Err(err) => record_error(&watch.shared, &err),
+            Err(err) => match Refusal::of_watch_error(&err) {
+                Some(refusal) => record_refusal(&watch.shared, refusal),
+                None => record_error(&watch.shared, &err),
+            },
         }
     }
 }
@@ -539,6 +546,46 @@ fn record_error<K>(shared: &Shared<K>, err: &watcher::Error) {
         metrics::counter!(crate::metrics::WATCH_ERRORS_TOTAL, shared.labels()).increment(1);
         tracing::warn!(resource = %shared.resource, error = %err, "watch error; retrying with backoff");
     }
+}
+
+/// A list or watch refused (401, 403): counted every time, as a watch error and as a
+/// refusal, and told to whoever waits for the sync; logged at `warn` only when it begins a
+/// streak of refusals, at `debug` while the streak goes on (each retry after the watcher's
+/// backoff would otherwise log again, for as long as the RBAC is missing).
+fn record_refusal<K>(shared: &Shared<K>, refusal: Refusal) {
+    shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+    shared.stats.refusals.fetch_add(1, Ordering::Relaxed);
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!(crate::metrics::WATCH_ERRORS_TOTAL, shared.labels()).increment(1);
+        let mut labels = shared.labels();
+        labels.push(metrics::Label::new("code", refusal.code.to_string()));
+        metrics::counter!(crate::metrics::WATCH_REFUSALS_TOTAL, labels).increment(1);
+    }
+    let begins = shared.refused.borrow().is_none();
+    if begins {
+        tracing::warn!(
+            resource = %shared.resource,
+            code = refusal.code,
+            error = %refusal.message,
+            "the API server refuses to list or watch the resource: this identity's RBAC lacks \
+             list or watch on it here (or its credentials were refused); reads that wait for \
+             this informer fail until it is allowed; retrying with backoff, logged again when \
+             allowed"
+        );
+    } else {
+        tracing::debug!(resource = %shared.resource, code = refusal.code, error = %refusal.message, "still refused");
+    }
+    shared.refused.send_replace(Some(refusal));
+}
+
+/// A list or watch went through: a streak of refusals, if any, has ended (logged once).
+fn allowed<K>(shared: &Shared<K>) {
+    if shared.refused.borrow().is_none() {
+        return;
+    }
+    shared.refused.send_replace(None);
+    tracing::info!(resource = %shared.resource, "the API server allows listing and watching the resource again");
 }
 
 /// Whether a watcher error is an object that did not decode. kube-client reports a watch
