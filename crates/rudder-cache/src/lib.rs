@@ -220,7 +220,7 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | `metrics` | `rudder_cache_watch_errors_total` and `rudder_cache_malformed_objects_total` counters (label `resource`), and `rudder_cache_panics_total` (labels `resource`, `function`: `index`, `transform` or `handler`), through the `metrics` crate; their names and descriptions in `metrics` |
+//! | `metrics` | `rudder_cache_watch_errors_total` and `rudder_cache_malformed_objects_total` counters (label `resource`), and `rudder_cache_panics_total` (labels `resource`, `function`: `index`, `transform` or `handler`), through the `metrics` crate; their names and descriptions in `metrics`; on in every manager (rudder-manager enables it) |
 //!
 //! # Shutdown
 //!

@@ -228,6 +228,9 @@ async fn a_managers_metrics_pass_promtool_and_have_every_dashboard_series() {
         ("workqueue_unfinished_work_seconds", &queue),
         ("workqueue_longest_running_processor_seconds", &queue),
         ("workqueue_retries_total", &queue),
+        // The cache's own, on in every manager (rudder-manager turns on rudder-cache's
+        // `metrics`): this test runs with the default features, as an operator is built.
+        ("rudder_cache_objects", &[("resource", "")]),
         (
             "rest_client_requests_total",
             &[("code", "200"), ("method", "GET"), ("host", "")],
