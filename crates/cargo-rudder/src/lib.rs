@@ -1,7 +1,9 @@
 //! Scaffolds for operators on Rudder: the library behind the `cargo rudder` command, which
 //! Rudder's own `cargo xtask new-operator` and `new-controller` call too.
 //!
-//! Install the command with `cargo install cargo-rudder`; then `cargo rudder new PATH`
+//! Install the command with `cargo install --git https://github.com/rudder-rs/rudder
+//! cargo-rudder` (`cargo install cargo-rudder` once 0.1.0 is published); then
+//! `cargo rudder new PATH`
 //! makes a standalone workspace for an operator (see [`new_operator`]) and
 //! `cargo rudder new-controller NAME` adds a controller crate to a workspace (see
 //! [`new_controller`]). From a program, render the files without writing anything:

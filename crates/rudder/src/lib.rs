@@ -110,8 +110,8 @@
 //! bindings, the Deployment (probes, metrics and webhook ports, a termination grace period
 //! longer than the graceful shutdown, requests and a memory limit), the metrics Service, a
 //! NetworkPolicy admitting only the webhook and metrics ports, the webhook Service and
-//! configurations; `to_yaml` gives them to `kubectl apply -f -`. `cargo xtask new-operator` scaffolds a project that
-//! does all this; `docs/deploying-an-operator.md` walks through it.
+//! configurations; `to_yaml` gives them to `kubectl apply -f -`. `cargo rudder new` (the
+//! `cargo-rudder` command) scaffolds a project that does all this; `docs/deploying-an-operator.md` walks through it.
 //!
 //! # Features
 //!
