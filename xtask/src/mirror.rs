@@ -113,8 +113,8 @@ fn write(assets: &Path, version: &str, dir: &Path, base: &str) -> Result<(), Str
     let archive = format!("envtest-{version}-{os}-{arch}.tar.gz");
     fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let archive_path = dir.join(&archive);
-    let file = fs::File::create(&archive_path)
-        .map_err(|e| format!("{}: {e}", archive_path.display()))?;
+    let file =
+        fs::File::create(&archive_path).map_err(|e| format!("{}: {e}", archive_path.display()))?;
     let mut tar = tar::Builder::new(GzEncoder::new(file, Compression::fast()));
     for name in ["etcd", "kube-apiserver", "kubectl"] {
         let source = assets.join(name);
@@ -135,7 +135,12 @@ fn write(assets: &Path, version: &str, dir: &Path, base: &str) -> Result<(), Str
     );
     let index_path = dir.join("envtest-releases.yaml");
     fs::write(&index_path, index).map_err(|e| format!("{}: {e}", index_path.display()))?;
-    let release = dir.join("release").join(version).join("bin").join(os).join(arch);
+    let release = dir
+        .join("release")
+        .join(version)
+        .join("bin")
+        .join(os)
+        .join(arch);
     fs::create_dir_all(&release).map_err(|e| format!("{}: {e}", release.display()))?;
     for name in ["kube-controller-manager", "kube-scheduler"] {
         let target = release.join(name);
@@ -167,7 +172,11 @@ fn answer(stream: TcpStream, root: &Path) {
     if reader.read_line(&mut line).unwrap_or(0) == 0 {
         return;
     }
-    let path = line.split_whitespace().nth(1).unwrap_or_default().to_owned();
+    let path = line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {

@@ -91,6 +91,9 @@ fn set_by_cargo_run(key: &str) -> bool {
         || key.starts_with("CARGO_MANIFEST_")
         || matches!(
             key,
-            "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "CARGO_RUSTC_CURRENT_DIR"
+            "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_RUSTC_CURRENT_DIR"
         )
 }

@@ -155,7 +155,9 @@ impl Names {
             let pre_ok = pre.is_empty()
                 || ["alpha", "beta"].iter().any(|stage| {
                     pre.strip_prefix(stage).is_some_and(|n| {
-                        !n.is_empty() && !n.starts_with('0') && n.chars().all(|c| c.is_ascii_digit())
+                        !n.is_empty()
+                            && !n.starts_with('0')
+                            && n.chars().all(|c| c.is_ascii_digit())
                     })
                 });
             !major.is_empty() && !major.starts_with('0') && pre_ok
@@ -230,7 +232,9 @@ mod tests {
         for good in ["v1", "v2", "v1alpha1", "v2beta3", "v10beta12"] {
             assert_eq!(names.clone().with_version(good).unwrap().version(), good);
         }
-        for bad in ["", "1", "v", "v0", "v01", "v1gamma1", "v1alpha", "v1alpha0", "V1", "v1-beta1"] {
+        for bad in [
+            "", "1", "v", "v0", "v01", "v1gamma1", "v1alpha", "v1alpha0", "V1", "v1-beta1",
+        ] {
             assert!(names.clone().with_version(bad).is_err(), "{bad:?}");
         }
         let named = Names::new("db", Some("Database"), Some("data.acme.io")).unwrap();

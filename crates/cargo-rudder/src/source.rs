@@ -66,7 +66,11 @@ const SETUP_PACKAGE: &str = "rudder-envtest-setup";
 /// The directory of `package` in a checkout of Rudder at `root` (the facade's directory is
 /// `crates/rudder`, the others' their package name).
 fn crate_dir(root: &Path, package: &str) -> PathBuf {
-    let dir = if package == PACKAGE { "rudder" } else { package };
+    let dir = if package == PACKAGE {
+        "rudder"
+    } else {
+        package
+    };
     root.join("crates").join(dir)
 }
 
@@ -136,7 +140,10 @@ impl RudderSource {
         let mut section = "[patch.crates-io]\n".to_owned();
         for package in [PACKAGE, SETUP_PACKAGE] {
             let path = crate_dir(root, package).display().to_string();
-            section.push_str(&format!("{package} = {{ path = {} }}\n", toml_string(&path)));
+            section.push_str(&format!(
+                "{package} = {{ path = {} }}\n",
+                toml_string(&path)
+            ));
         }
         Some(section)
     }
