@@ -132,9 +132,30 @@ pub(crate) fn operator_ci_check(assets: &Path) -> Result<(), String> {
         "kind: Deployment",
     ];
     let plain_options = OperatorOptions::default();
-    // As a user outside this repository runs it: no RUDDER_ENVTEST_ASSETS, an empty cache,
-    // the control plane downloaded and verified by the project's own xtask, here from a
-    // mirror in the upstream layouts made from this machine's binaries.
+    check_project(
+        &parent.join("ci-operator"),
+        &plain_options,
+        ControlPlane::Assets(assets),
+        &plain,
+    )?;
+    let webhooks = [
+        &plain[..],
+        &[
+            "kind: Service",
+            "kind: MutatingWebhookConfiguration",
+            "kind: ValidatingWebhookConfiguration",
+            "- secrets",
+        ],
+    ]
+    .concat();
+    let webhook_options = OperatorOptions {
+        webhook: true,
+        ..OperatorOptions::default()
+    };
+    // The memcached-shaped operator with its webhooks, as a user outside this repository
+    // runs it: no RUDDER_ENVTEST_ASSETS, an empty cache, the control plane downloaded and
+    // verified by the project's own xtask, here from a mirror in the upstream layouts made
+    // from this machine's binaries.
     let mirror = Mirror::start(
         assets,
         &format!("v{DEFAULT_KUBERNETES}"),
@@ -142,13 +163,13 @@ pub(crate) fn operator_ci_check(assets: &Path) -> Result<(), String> {
     )?;
     let cache = parent.join("cache");
     check_project(
-        &parent.join("ci-operator"),
-        &plain_options,
+        &parent.join("ci-webhook-operator"),
+        &webhook_options,
         ControlPlane::Downloaded {
             mirror: &mirror,
             cache: &cache,
         },
-        &plain,
+        &webhooks,
     )?;
     let installed = cache
         .join("rudder")
@@ -165,26 +186,6 @@ pub(crate) fn operator_ci_check(assets: &Path) -> Result<(), String> {
     }
     drop(mirror);
     let assets = ControlPlane::Assets(assets);
-    let webhooks = [
-        &plain[..],
-        &[
-            "kind: Service",
-            "kind: MutatingWebhookConfiguration",
-            "kind: ValidatingWebhookConfiguration",
-            "- secrets",
-        ],
-    ]
-    .concat();
-    let webhook_options = OperatorOptions {
-        webhook: true,
-        ..OperatorOptions::default()
-    };
-    check_project(
-        &parent.join("ci-webhook-operator"),
-        &webhook_options,
-        assets,
-        &webhooks,
-    )?;
     // The fleet's home cluster: reading the kubeconfig Secrets (a Role, not a ClusterRole:
     // the controller's own RBAC is the members' kubeconfigs' business).
     let fleet = [
