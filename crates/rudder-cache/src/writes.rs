@@ -919,7 +919,7 @@ mod tests {
                 "",
                 "configmaps",
                 Some("ns"),
-                &format!("{}-echo", object.name),
+                format!("{}-echo", object.name),
             );
             assert!(
                 self.tracker
