@@ -86,6 +86,12 @@ impl Cluster {
         self.inner.health.state()
     }
 
+    /// Records a request that got no answer in time (the fleet's probe, past its timeout): a
+    /// failure like a refused connection, since no answer reaches the health layer.
+    pub(crate) fn record_unanswered(&self) {
+        self.inner.health.record(ClusterHealth::Unreachable);
+    }
+
     /// Cancelled when the cluster is stopped (disengaged).
     pub(crate) fn stopped(&self) -> CancellationToken {
         self.inner.token.clone()
@@ -173,9 +179,10 @@ impl Health {
         ClusterHealth::from_u8(self.state.load(Ordering::Relaxed))
     }
 
-    /// Records one answer: counts a failure, and logs a change of state (once, not per
-    /// request, so a cluster that is down does not flood the log).
-    fn record(&self, now: ClusterHealth) {
+    /// Records one answer (or a request unanswered in time): counts a failure, and logs
+    /// when the cluster starts failing and when it answers again (once per streak, not per
+    /// request nor per change of reason, so a cluster that is down does not flood the log).
+    pub(crate) fn record(&self, now: ClusterHealth) {
         let cluster = self.cluster.to_string();
         if let Some(reason) = now.reason() {
             metrics::counter!(REQUEST_FAILURES_TOTAL, "cluster" => cluster.clone(), "reason" => reason)
@@ -185,18 +192,24 @@ impl Health {
         if before == now {
             return;
         }
-        metrics::gauge!(CLUSTER_HEALTHY, "cluster" => cluster.clone())
-            .set(if now.reason().is_none() { 1.0 } else { 0.0 });
-        match now.reason() {
-            Some(reason) => tracing::warn!(
+        metrics::gauge!(CLUSTER_HEALTHY, "cluster" => cluster.clone()).set(if now.is_failing() {
+            0.0
+        } else {
+            1.0
+        });
+        match (before.reason(), now.reason()) {
+            (None, Some(reason)) => tracing::warn!(
                 cluster = %cluster,
                 reason,
                 "a member cluster's API server is failing; only its own keys are affected"
             ),
-            None if before != ClusterHealth::Unknown => {
+            (Some(was), Some(reason)) => {
+                tracing::debug!(cluster = %cluster, was, reason, "a failing member cluster's API server fails otherwise");
+            }
+            (Some(_), None) => {
                 tracing::info!(cluster = %cluster, "a member cluster's API server answers again");
             }
-            None => {}
+            (None, None) => {}
         }
     }
 }

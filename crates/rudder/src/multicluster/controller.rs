@@ -252,10 +252,10 @@ impl<R: Reconciler> Recipe for ControllerRecipe<R> {
             gate,
             slot: Arc::clone(&slot),
         };
-        let task = tokio::spawn(instance.supervise(shutdown.clone()));
+        let run = Box::pin(instance.supervise(shutdown.clone()));
         Running {
             shutdown,
-            task,
+            run,
             synced: Arc::new(move || {
                 slot.lock_unpoisoned()
                     .as_ref()

@@ -16,7 +16,7 @@ use rudder_manager::client_metrics::{host_of, instrument};
 use rudder_manager::sharding::{Ring, ShardingConfig};
 use rudder_manager::{GracefulShutdown, Manager, Runnable};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
 
 use super::cluster::{Cluster, Health, watch_health};
@@ -42,10 +42,12 @@ pub(crate) trait Recipe: Send + Sync + 'static {
     fn start(&self, cluster: &Cluster, gate: LeaderGate) -> Running;
 }
 
-/// One controller running in one cluster.
+/// One controller started in one cluster: the engine spawns `run` into the cluster's
+/// engagement, which joins it when the cluster is disengaged.
 pub(crate) struct Running {
     pub(crate) shutdown: Shutdown,
-    pub(crate) task: JoinHandle<()>,
+    /// Runs the controller (made again after an error) until `shutdown` fires.
+    pub(crate) run: BoxFuture<'static, ()>,
     /// Whether its sources have synced (the controller of the moment, across restarts).
     pub(crate) synced: SyncedProbe,
 }
@@ -75,6 +77,7 @@ struct Inner {
     home: kube::Client,
     cache_options: Option<CacheOptions>,
     probe_every: Duration,
+    probe_timeout: Duration,
     events_in_members: bool,
     /// How long a disengaged cluster's controllers get to finish their reconciles.
     disengage_grace: Option<Duration>,
@@ -96,11 +99,21 @@ pub struct FleetBuilder<'m> {
     sharding: Option<ShardingConfig>,
     cache_options: Option<CacheOptions>,
     probe_every: Duration,
+    probe_timeout: Duration,
     events_in_members: bool,
 }
 
 /// How often an engaged cluster's API server is asked for its version by default.
 pub const DEFAULT_PROBE_PERIOD: Duration = Duration::from_secs(10);
+
+/// How long a probe waits for its answer by default ([`FleetBuilder::probe_timeout`]).
+const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// At most this much of the time left when a cluster is disengaged is kept between its
+/// controllers' deadline and the fleet's own: a controller still running at its deadline is
+/// aborted then, and its abort joined and its cache stopped before the fleet's deadline, so
+/// that the manager never has to abort the fleet to end its stop.
+const JOIN_MARGIN: Duration = Duration::from_secs(1);
 
 impl fmt::Debug for FleetBuilder<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -178,6 +191,17 @@ impl<'m> FleetBuilder<'m> {
         self
     }
 
+    /// How long a probe ([`probe_every`](Self::probe_every)) waits for its answer (default
+    /// 5 s; at least 100 ms). A probe not answered in time is a failure, as a refused
+    /// connection is: the cluster is `Unreachable` and counted with `reason="unreachable"`.
+    /// So an API server that accepts connections but no longer answers (a frozen process, a
+    /// network that drops packets) is seen failing within a period plus this timeout.
+    #[must_use]
+    pub fn probe_timeout(mut self, timeout: Duration) -> Self {
+        self.probe_timeout = timeout.max(Duration::from_millis(100));
+        self
+    }
+
     /// Records the controllers' Events in the member cluster of the object they are about,
     /// instead of the home cluster (the default: a member's credentials may not allow it,
     /// and the object's namespace may not exist at home). The member's kubeconfig identity
@@ -219,6 +243,7 @@ impl<'m> FleetBuilder<'m> {
                 home,
                 cache_options: self.cache_options,
                 probe_every: self.probe_every,
+                probe_timeout: self.probe_timeout,
                 events_in_members: self.events_in_members,
                 disengage_grace,
                 recipes: Mutex::new(Vec::new()),
@@ -264,6 +289,7 @@ impl Fleet {
             sharding: None,
             cache_options: None,
             probe_every: DEFAULT_PROBE_PERIOD,
+            probe_timeout: DEFAULT_PROBE_TIMEOUT,
             events_in_members: false,
         }
     }
@@ -399,11 +425,16 @@ struct Wanted {
     announced: Instant,
 }
 
-/// A cluster engaged here.
+/// A cluster engaged here, and the tasks it owns: its controllers in `instances`, its
+/// probe and (sharded) the holder of its shard's permit in `tasks`; its disengagement joins
+/// both.
 struct Engagement {
     generation: u64,
     cluster: Cluster,
-    running: Vec<Running>,
+    /// Each controller's stop, and whether it synced.
+    running: Vec<(Shutdown, SyncedProbe)>,
+    instances: JoinSet<()>,
+    tasks: JoinSet<()>,
     /// The names of the controllers in `running`.
     running_names: HashSet<String>,
     /// With sharding: dropping it lets the ring release the cluster's shard.
@@ -413,12 +444,24 @@ struct Engagement {
     synced_once: bool,
 }
 
-enum Ended {
-    /// A cluster's disengagement finished.
-    Disengaged(String),
-    /// The holding of a cluster's shard passed (a frozen or cut-off replica).
-    Lost(String, u64),
+impl Engagement {
+    /// Starts `recipe` in the cluster: its controller's task is the engagement's.
+    fn start(&mut self, recipe: &dyn Recipe) -> SyncedProbe {
+        let Running {
+            shutdown,
+            run,
+            synced,
+        } = recipe.start(&self.cluster, self.gate.clone());
+        self.instances.spawn(run);
+        self.running_names.insert(recipe.name().to_owned());
+        self.running.push((shutdown, Arc::clone(&synced)));
+        synced
+    }
 }
+
+/// The holding of a cluster's shard passed (a frozen or cut-off replica): its name and the
+/// generation engaged.
+struct Lost(String, u64);
 
 struct Engine {
     fleet: Fleet,
@@ -426,39 +469,41 @@ struct Engine {
     gate: LeaderGate,
     wanted: HashMap<String, Wanted>,
     engaged: HashMap<String, Engagement>,
-    stopping: HashSet<String>,
+    /// The disengagements under way (each returns its cluster's name), and which cluster each
+    /// task stops: a cluster is engaged again only once its last engagement ended.
+    disengaging: JoinSet<String>,
+    stopping: HashMap<tokio::task::Id, String>,
     next_generation: u64,
-    ended_tx: mpsc::UnboundedSender<Ended>,
-    ended_rx: mpsc::UnboundedReceiver<Ended>,
+    lost_tx: mpsc::UnboundedSender<Lost>,
+    lost_rx: mpsc::UnboundedReceiver<Lost>,
 }
 
 impl Engine {
     fn new(runnable: FleetRunnable) -> Self {
-        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let (lost_tx, lost_rx) = mpsc::unbounded_channel();
         Self {
             fleet: runnable.fleet,
             providers: runnable.providers,
             gate: runnable.gate,
             wanted: HashMap::new(),
             engaged: HashMap::new(),
-            stopping: HashSet::new(),
+            disengaging: JoinSet::new(),
+            stopping: HashMap::new(),
             next_generation: 0,
-            ended_tx,
-            ended_rx,
+            lost_tx,
+            lost_rx,
         }
     }
 
+    /// Runs the fleet until `shutdown`, then disengages every cluster with its deadline and
+    /// joins everything it started (disengagements, providers) before returning.
     async fn run(&mut self, shutdown: Shutdown) {
         metrics::describe();
         let (announce_tx, mut announcements) = mpsc::unbounded_channel();
-        let mut providers = Vec::new();
+        let mut providers = JoinSet::new();
         for provider in &self.providers {
             let announcer = Announcer::new(announce_tx.clone(), &provider.name());
-            providers.push(tokio::spawn(supervise(
-                Arc::clone(provider),
-                announcer,
-                shutdown.clone(),
-            )));
+            providers.spawn(supervise(Arc::clone(provider), announcer, shutdown.clone()));
         }
         drop(announce_tx);
         let mut added = self.fleet.inner.added_rx.lock_unpoisoned().take();
@@ -476,7 +521,12 @@ impl Engine {
                 _ = shutdown.stopped() => break,
                 Some(announcement) = announcements.recv() => self.announced(announcement),
                 Some(recipe) = recv(&mut added) => self.recipe_added(&recipe),
-                Some(ended) = self.ended_rx.recv() => self.ended(ended),
+                Some(done) = self.disengaging.join_next_with_id() => {
+                    if let Some(name) = self.disengaged(done) {
+                        self.converge(&name);
+                    }
+                }
+                Some(lost) = self.lost_rx.recv() => self.lost(lost),
                 Some(_) = recv(&mut opened) => self.converge_all(),
                 _ = tick.tick() => {
                     self.converge_all();
@@ -484,22 +534,19 @@ impl Engine {
                 }
             }
         }
-        // Stop every cluster with the manager's deadline, then the providers.
+        // Stop every cluster with the manager's deadline, then the providers (stopped by
+        // the same shutdown). Each disengagement ends by the deadline (what still runs at its
+        // controllers' deadline is aborted), so the engine ends by it too, with nothing of
+        // its own left running.
         let names: Vec<String> = self.engaged.keys().cloned().collect();
         for name in names {
             self.disengage(&name, shutdown.deadline());
         }
-        while !self.stopping.is_empty() {
-            match self.ended_rx.recv().await {
-                Some(Ended::Disengaged(name)) => {
-                    self.stopping.remove(&name);
-                }
-                Some(Ended::Lost(..)) => {}
-                None => break,
-            }
+        while let Some(done) = self.disengaging.join_next_with_id().await {
+            self.disengaged(done);
         }
-        for provider in providers {
-            let _ = provider.await;
+        while let Some(ended) = providers.join_next().await {
+            log_panic(ended, "a cluster provider");
         }
     }
 
@@ -536,35 +583,43 @@ impl Engine {
             if !recipe.serves(name) || engagement.running_names.contains(recipe.name()) {
                 continue;
             }
-            engagement.running_names.insert(recipe.name().to_owned());
-            let running = recipe.start(&engagement.cluster, engagement.gate.clone());
+            let synced = engagement.start(recipe.as_ref());
             self.fleet
                 .inner
                 .engaged
                 .lock_unpoisoned()
                 .entry(name.clone())
-                .and_modify(|(_, synced)| synced.push(Arc::clone(&running.synced)));
-            engagement.running.push(running);
+                .and_modify(|(_, all)| all.push(synced));
         }
     }
 
-    fn ended(&mut self, ended: Ended) {
-        match ended {
-            Ended::Disengaged(name) => {
-                self.stopping.remove(&name);
-                self.converge(&name);
-            }
-            Ended::Lost(name, generation) => {
-                if self
-                    .engaged
-                    .get(&name)
-                    .is_some_and(|e| e.generation == generation)
-                {
-                    tracing::warn!(cluster = %name, "this replica's hold on a member cluster's shard passed; disengaging it");
-                    self.disengage(&name, Some(Instant::now()));
-                }
-            }
+    /// A disengagement ended: the name of the cluster it stopped, which may be engaged again.
+    fn disengaged(&mut self, done: Result<(tokio::task::Id, String), JoinError>) -> Option<String> {
+        let id = match &done {
+            Ok((id, _)) => *id,
+            Err(error) => error.id(),
+        };
+        let name = self.stopping.remove(&id);
+        if let Err(error) = done {
+            log_panic::<()>(Err(error), "a member cluster's disengagement");
         }
+        name
+    }
+
+    fn lost(&mut self, Lost(name, generation): Lost) {
+        if self
+            .engaged
+            .get(&name)
+            .is_some_and(|e| e.generation == generation)
+        {
+            tracing::warn!(cluster = %name, "this replica's hold on a member cluster's shard passed; disengaging it");
+            self.disengage(&name, Some(Instant::now()));
+        }
+    }
+
+    /// Whether a disengagement of `name` is under way.
+    fn is_stopping(&self, name: &str) -> bool {
+        self.stopping.values().any(|n| n == name)
     }
 
     fn converge_all(&mut self) {
@@ -600,7 +655,7 @@ impl Engine {
                 let grace = self.fleet.inner.disengage_grace;
                 self.disengage(name, grace.map(|g| Instant::now() + g));
             }
-            (None, Some(_)) if !self.stopping.contains(name) => self.engage(name),
+            (None, Some(_)) if !self.is_stopping(name) => self.engage(name),
             (None, _) => {}
         }
     }
@@ -639,100 +694,68 @@ impl Engine {
             health,
             |client, token| fleet.cache_for(&cluster_name, client, token),
         );
-        tokio::spawn(probe(cluster.clone(), self.fleet.inner.probe_every));
-        let recipes: Vec<Arc<dyn Recipe>> = self.fleet.inner.recipes.lock_unpoisoned().clone();
-        let mut running = Vec::new();
-        let mut running_names = HashSet::new();
-        for recipe in recipes.iter().filter(|r| r.serves(name)) {
-            running_names.insert(recipe.name().to_owned());
-            running.push(recipe.start(&cluster, gate.clone()));
-        }
+        let mut tasks = JoinSet::new();
+        tasks.spawn(probe(
+            cluster.clone(),
+            self.fleet.inner.probe_every,
+            self.fleet.inner.probe_timeout,
+        ));
         let release = permit.map(|permit| {
             let (release, released) = oneshot::channel();
-            tokio::spawn(hold(
+            tasks.spawn(hold(
                 permit,
                 released,
-                self.ended_tx.clone(),
+                self.lost_tx.clone(),
                 name.to_owned(),
                 generation,
             ));
             release
         });
-        let synced: Vec<_> = running.iter().map(|r| Arc::clone(&r.synced)).collect();
+        let mut engagement = Engagement {
+            generation,
+            cluster: cluster.clone(),
+            running: Vec::new(),
+            instances: JoinSet::new(),
+            tasks,
+            running_names: HashSet::new(),
+            release,
+            gate,
+            announced,
+            synced_once: false,
+        };
+        let recipes: Vec<Arc<dyn Recipe>> = self.fleet.inner.recipes.lock_unpoisoned().clone();
+        let synced: Vec<SyncedProbe> = recipes
+            .iter()
+            .filter(|r| r.serves(name))
+            .map(|recipe| engagement.start(recipe.as_ref()))
+            .collect();
+        let controllers = synced.len();
         self.fleet
             .inner
             .engaged
             .lock_unpoisoned()
-            .insert(name.to_owned(), (cluster.clone(), synced));
+            .insert(name.to_owned(), (cluster, synced));
         metrics::gauge_set_cluster(CLUSTER_ENGAGED, name, 1.0);
         metrics::gauge_set_cluster(CLUSTER_SYNCED, name, 0.0);
-        tracing::info!(cluster = %name, controllers = running.len(), "member cluster engaged");
-        self.engaged.insert(
-            name.to_owned(),
-            Engagement {
-                generation,
-                cluster,
-                running,
-                running_names,
-                release,
-                gate,
-                announced,
-                synced_once: false,
-            },
-        );
+        tracing::info!(cluster = %name, controllers, "member cluster engaged");
+        self.engaged.insert(name.to_owned(), engagement);
         metrics::gauge_set(CLUSTERS_ENGAGED, self.engaged.len() as f64);
     }
 
-    /// Stops `name`'s controllers (their reconciles get until `deadline`), then its cache,
-    /// then releases its shard; reports [`Ended::Disengaged`] when done.
+    /// Stops `name`'s controllers (their reconciles get until about `deadline`), then its
+    /// cache and probe, then releases its shard, in a disengagement the engine joins.
     fn disengage(&mut self, name: &str, deadline: Option<Instant>) {
         let Some(engagement) = self.engaged.remove(name) else {
             return;
         };
         self.fleet.inner.engaged.lock_unpoisoned().remove(name);
-        self.stopping.insert(name.to_owned());
         metrics::gauge_set_cluster(CLUSTER_ENGAGED, name, 0.0);
         metrics::gauge_set_cluster(CLUSTER_SYNCED, name, 0.0);
         metrics::gauge_set(CLUSTERS_ENGAGED, self.engaged.len() as f64);
-        let ended = self.ended_tx.clone();
-        let name = name.to_owned();
-        tokio::spawn(async move {
-            let Engagement {
-                cluster,
-                running,
-                release,
-                ..
-            } = engagement;
-            for run in &running {
-                run.shutdown.stop(deadline);
-            }
-            for run in running {
-                let mut task = run.task;
-                let finished = match deadline {
-                    Some(deadline) => {
-                        // The controller cancels its reconciles' contexts before the
-                        // deadline; one that ignores its context is aborted at it (the
-                        // deadline handed down, no timer of the fleet's own), so a hand-off
-                        // is never blocked forever.
-                        tokio::time::timeout_at(deadline, &mut task).await.is_ok()
-                    }
-                    None => {
-                        let _ = (&mut task).await;
-                        true
-                    }
-                };
-                if !finished {
-                    tracing::warn!(cluster = %name, "a member cluster's controller did not stop by its deadline; aborted");
-                    task.abort();
-                    let _ = task.await;
-                }
-            }
-            cluster.stop().await;
-            drop(cluster);
-            drop(release);
-            tracing::info!(cluster = %name, "member cluster disengaged");
-            let _ = ended.send(Ended::Disengaged(name));
-        });
+        let task = self
+            .disengaging
+            .spawn(disengagement(engagement, name.to_owned(), deadline));
+        self.stopping.insert(task.id(), name.to_owned());
     }
 
     fn refresh_synced(&mut self) {
@@ -740,7 +763,7 @@ impl Engine {
             if engagement.synced_once {
                 continue;
             }
-            if engagement.running.iter().all(|r| (r.synced)()) {
+            if engagement.running.iter().all(|(_, synced)| synced()) {
                 engagement.synced_once = true;
                 metrics::gauge_set_cluster(CLUSTER_SYNCED, name, 1.0);
                 let took = engagement.announced.elapsed();
@@ -751,18 +774,88 @@ impl Engine {
     }
 }
 
-/// Asks `cluster`'s API server for its version every `period` (its health layer records
-/// the answer) until the cluster is stopped.
-async fn probe(cluster: Cluster, period: Duration) {
+/// Ends `engagement`: its controllers are told to stop by a deadline a little before
+/// `deadline` ([`JOIN_MARGIN`]) and aborted at it if still running, each abort joined; then
+/// its cache and probe stop and its shard's permit is let go of. Returns the cluster's name.
+async fn disengagement(engagement: Engagement, name: String, deadline: Option<Instant>) -> String {
+    let Engagement {
+        cluster,
+        running,
+        mut instances,
+        mut tasks,
+        release,
+        ..
+    } = engagement;
+    let instances_by = deadline.map(|deadline| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        deadline - (left / 4).min(JOIN_MARGIN)
+    });
+    for (shutdown, _) in &running {
+        shutdown.stop(instances_by);
+    }
+    let stopped = match instances_by {
+        // The controllers cancel their reconciles' contexts before their deadline; one that
+        // ignores its context is aborted at it (derived from the deadline handed down, no
+        // timer of the fleet's own), so a stop or a hand-off is never blocked forever.
+        Some(at) => tokio::time::timeout_at(at, join_all(&mut instances, &name))
+            .await
+            .is_ok(),
+        None => {
+            join_all(&mut instances, &name).await;
+            true
+        }
+    };
+    if !stopped {
+        tracing::warn!(cluster = %name, "a member cluster's controller did not stop by its deadline; aborted");
+        instances.abort_all();
+        join_all(&mut instances, &name).await;
+    }
+    // Cancels the probe too; the holder of the shard's permit lets go of it once `release`
+    // is dropped.
+    cluster.stop().await;
+    drop(release);
+    join_all(&mut tasks, &name).await;
+    tracing::info!(cluster = %name, "member cluster disengaged");
+    name
+}
+
+/// Joins every task of `set`, logging a panic (an abort is expected).
+async fn join_all(set: &mut JoinSet<()>, cluster: &str) {
+    while let Some(ended) = set.join_next().await {
+        if let Err(error) = ended
+            && error.is_panic()
+        {
+            tracing::error!(cluster = %cluster, panic = %rudder_core::panic_message(&*error.into_panic()), "a task of a member cluster panicked");
+        }
+    }
+}
+
+/// Logs how `what` ended if it panicked.
+fn log_panic<T>(ended: Result<T, JoinError>, what: &str) {
+    if let Err(error) = ended
+        && error.is_panic()
+    {
+        tracing::error!(panic = %rudder_core::panic_message(&*error.into_panic()), "{what} panicked");
+    }
+}
+
+/// Asks `cluster`'s API server for its version every `period` until the cluster is stopped.
+/// Its health layer records each answer; a probe not answered within `timeout` is recorded
+/// here, as a failure like a refused connection, since no answer reaches that layer.
+async fn probe(cluster: Cluster, period: Duration, timeout: Duration) {
     let stopped = cluster.stopped();
     loop {
         tokio::select! {
             () = tokio::time::sleep(period) => {}
             () = stopped.cancelled() => return,
         }
-        let ask = cluster.kube().apiserver_version();
+        let ask = tokio::time::timeout(timeout, cluster.kube().apiserver_version());
         tokio::select! {
-            _ = tokio::time::timeout(period.max(Duration::from_secs(5)), ask) => {}
+            answered = ask => {
+                if answered.is_err() {
+                    cluster.record_unanswered();
+                }
+            }
             () = stopped.cancelled() => return,
         }
     }
@@ -776,18 +869,18 @@ async fn recv<T>(rx: &mut Option<mpsc::UnboundedReceiver<T>>) -> Option<T> {
 }
 
 /// Holds a cluster's shard permit until `released` fires (the cluster is disengaged) and
-/// reports [`Ended::Lost`] if the holding passes first.
+/// reports [`Lost`] if the holding passes first.
 async fn hold(
     mut permit: ShardPermit,
     mut released: oneshot::Receiver<()>,
-    ended: mpsc::UnboundedSender<Ended>,
+    lost: mpsc::UnboundedSender<Lost>,
     name: String,
     generation: u64,
 ) {
     tokio::select! {
         _ = &mut released => {}
         () = permit.lost() => {
-            let _ = ended.send(Ended::Lost(name, generation));
+            let _ = lost.send(Lost(name, generation));
             // Kept until the disengagement lets go of it: the ring's drain waits for it.
             let _ = released.await;
         }
