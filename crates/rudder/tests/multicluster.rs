@@ -1,6 +1,7 @@
 //! A fleet over three real control planes in one process: clusters that join and leave as
-//! kubeconfig Secrets come and go, a member's API server killed and restarted, a member's
-//! credentials revoked, and two replicas sharing the clusters without overlap.
+//! kubeconfig Secrets come and go, a member's API server killed and restarted, frozen and
+//! thawed, a member's credentials revoked, two replicas sharing the clusters without
+//! overlap, and a stop that leaves nothing of the fleet running.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 mod support;
@@ -650,4 +651,271 @@ async fn owned_objects_map_to_their_owner_in_their_own_cluster_and_a_subset_is_s
     assert_eq!(counts.lock().unwrap().get("m0"), None);
     running.0.cancel();
     running.1.await.unwrap().unwrap();
+}
+
+/// The member frozen by [`a_member_that_stops_answering_is_unhealthy_until_it_answers_again`]
+/// (metrics and the log are the process's: the name keeps its series and lines apart).
+const FROZEN: &str = "frozen-member";
+
+/// Sends `signal` (`STOP`, `CONT`) to `env`'s API server.
+fn signal_apiserver(env: &TestEnv, signal: &str) {
+    let (_, pid) = env
+        .pids()
+        .into_iter()
+        .find(|(name, _)| *name == "kube-apiserver")
+        .expect("the control plane runs an API server");
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid}: {status}");
+}
+
+/// The value of `name{cluster="<cluster>", ..labels}` on the page at `metrics`, if scraped.
+async fn cluster_sample(
+    metrics: std::net::SocketAddr,
+    name: &str,
+    cluster: &str,
+    labels: &[(&str, &str)],
+) -> Option<f64> {
+    let page = rudder_envtest::least_privilege::scrape(metrics)
+        .await
+        .ok()?;
+    rudder_envtest::metrics::samples(&page, name)
+        .into_iter()
+        .find(|(have, _)| {
+            rudder_envtest::metrics::has_label(have, "cluster", cluster)
+                && labels
+                    .iter()
+                    .all(|(label, value)| rudder_envtest::metrics::has_label(have, label, value))
+        })
+        .map(|(_, value)| value)
+}
+
+/// The lines logged about [`FROZEN`] that contain `message`.
+fn logged_about_frozen(log: &rudder_envtest::least_privilege::LogCapture, message: &str) -> usize {
+    log.lines_containing(message)
+        .iter()
+        .filter(|line| line.contains(&format!("cluster={FROZEN}")))
+        .count()
+}
+
+#[tokio::test]
+async fn a_member_that_stops_answering_is_unhealthy_until_it_answers_again() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let log = rudder_envtest::least_privilege::LogCapture::global();
+    let (home, member) = tokio::join!(TestEnv::start(), TestEnv::start());
+    let (home, member) = (home.unwrap(), member.unwrap());
+    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let manager = Arc::new(
+        Manager::builder(home.client().unwrap())
+            .health_probe_address(None)
+            .metrics_address(Some(loopback))
+            .build()
+            .unwrap(),
+    );
+    let fleet = Fleet::builder(&manager)
+        .provider(StaticClusters::new().with(FROZEN, member.config().clone()))
+        .probe_every(Duration::from_millis(200))
+        .probe_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let running = support::start(&manager);
+    let metrics = eventually("the metrics server", WITHIN, async || {
+        manager.metrics_address()
+    })
+    .await;
+    let healthy =
+        async || cluster_sample(metrics, "rudder_fleet_cluster_healthy", FROZEN, &[]).await;
+    eventually("the member answering", WITHIN, async || {
+        (healthy().await == Some(1.0)).then_some(())
+    })
+    .await;
+    let unanswered = async || {
+        cluster_sample(
+            metrics,
+            "rudder_fleet_cluster_request_failures_total",
+            FROZEN,
+            &[("reason", "unreachable")],
+        )
+        .await
+        .unwrap_or(0.0)
+    };
+    let before = unanswered().await;
+
+    // Frozen: it accepts connections and answers nothing. Each probe times out, and that
+    // is a failure like any other.
+    signal_apiserver(&member, "STOP");
+    eventually("the frozen member unhealthy", WITHIN, async || {
+        (healthy().await == Some(0.0)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        fleet.cluster(FROZEN).unwrap().health(),
+        ClusterHealth::Unreachable
+    );
+    // Three more probes unanswered, counted: still one warn line for the streak.
+    eventually("unanswered probes counted", WITHIN, async || {
+        (unanswered().await >= before + 3.0).then_some(())
+    })
+    .await;
+    const FAILING: &str = "API server is failing";
+    assert_eq!(
+        logged_about_frozen(log, FAILING),
+        1,
+        "one warn line per streak:\n{}",
+        log.lines().join("\n")
+    );
+
+    // Thawed: it answers again, and says so once.
+    signal_apiserver(&member, "CONT");
+    eventually("the member answering again", WITHIN, async || {
+        (healthy().await == Some(1.0)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        fleet.cluster(FROZEN).unwrap().health(),
+        ClusterHealth::Healthy
+    );
+    assert_eq!(logged_about_frozen(log, "answers again"), 1);
+    assert_eq!(logged_about_frozen(log, FAILING), 1);
+
+    running.0.cancel();
+    running.1.await.unwrap().unwrap();
+    member.stop().unwrap();
+    home.stop().unwrap();
+}
+
+/// Announces its clusters, then waits for its stop, holding `alive` all along.
+struct Members {
+    clusters: Vec<(String, kube::Config)>,
+    alive: Arc<()>,
+}
+
+impl rudder::multicluster::Provider for Members {
+    fn name(&self) -> String {
+        "members".into()
+    }
+
+    fn run(
+        &self,
+        announcer: rudder::multicluster::Announcer,
+        shutdown: rudder::manager::Shutdown,
+    ) -> futures::future::BoxFuture<'static, Result<(), rudder::manager::BoxError>> {
+        let alive = Arc::clone(&self.alive);
+        let clusters = self.clusters.clone();
+        Box::pin(async move {
+            let _alive = alive;
+            for (name, config) in clusters {
+                announcer.engage(name, config);
+            }
+            shutdown.stopped().await;
+            Ok(())
+        })
+    }
+}
+
+/// Notes the clusters it reconciled in and holds `alive` while it runs; `stubborn`, it never
+/// returns and ignores its context's cancellation.
+struct Holds {
+    alive: Arc<()>,
+    started: Arc<Mutex<std::collections::BTreeSet<String>>>,
+    stubborn: bool,
+}
+
+impl Reconciler for Holds {
+    type Error = std::convert::Infallible;
+
+    async fn reconcile(&self, _: Request, ctx: Context) -> Result<Action, Self::Error> {
+        let _alive = Arc::clone(&self.alive);
+        self.started
+            .lock()
+            .unwrap()
+            .insert(ctx.cluster().unwrap().to_owned());
+        if self.stubborn {
+            std::future::pending::<()>().await;
+        }
+        Ok(Action::done())
+    }
+}
+
+#[tokio::test]
+async fn a_stopped_fleet_leaves_no_task_running() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let env = TestEnv::start().await.unwrap();
+    let client = env.client().unwrap();
+    create_namespace(&client, WORK).await;
+    put(&client, "held", 1).await;
+    for stubborn in [false, true] {
+        let manager = Arc::new(
+            Manager::builder(client.clone())
+                .health_probe_address(None)
+                .metrics_address(None)
+                .graceful_shutdown(rudder::manager::GracefulShutdown::After(
+                    Duration::from_secs(2),
+                ))
+                .build()
+                .unwrap(),
+        );
+        // One control plane announced as two members: each has its own client, cache,
+        // probe and controller.
+        let names = ["m0", "m1"];
+        let alive = Arc::new(());
+        let fleet = Fleet::builder(&manager)
+            .provider(Members {
+                clusters: names
+                    .iter()
+                    .map(|name| ((*name).to_owned(), env.config().clone()))
+                    .collect(),
+                alive: Arc::clone(&alive),
+            })
+            .cache(|cache| cache.default_namespace(WORK))
+            .probe_every(Duration::from_millis(200))
+            .build()
+            .unwrap();
+        let started: Arc<Mutex<std::collections::BTreeSet<String>>> = Arc::default();
+        fleet
+            .new_controller()
+            .for_::<ConfigMap>()
+            .named("holds")
+            .complete_with({
+                // The fleet keeps the factory: it holds `alive` weakly, its reconcilers
+                // strongly.
+                let (alive, started) = (Arc::downgrade(&alive), Arc::clone(&started));
+                move |_| Holds {
+                    alive: alive.upgrade().unwrap(),
+                    started: Arc::clone(&started),
+                    stubborn,
+                }
+            })
+            .unwrap();
+        let running = support::start(&manager);
+        until("both members reconciled", WITHIN, || {
+            started.lock().unwrap().len() == names.len()
+        })
+        .await;
+        // Each member's cache lives as long as anything of its cluster runs: its probe, its
+        // controller, its disengagement.
+        let caches: Vec<std::sync::Weak<_>> = names
+            .iter()
+            .map(|name| Arc::downgrade(fleet.cluster(name).unwrap().cache().writes()))
+            .collect();
+
+        running.0.cancel();
+        running.1.await.unwrap().unwrap();
+        assert!(fleet.engaged().is_empty());
+        assert_eq!(
+            Arc::strong_count(&alive),
+            1,
+            "a provider, controller or reconcile of the fleet outlived the manager's stop (stubborn: {stubborn})"
+        );
+        for (name, cache) in names.iter().zip(&caches) {
+            assert!(
+                cache.upgrade().is_none(),
+                "a task of {name} outlived the manager's stop (stubborn: {stubborn})"
+            );
+        }
+    }
+    env.stop().unwrap();
 }
