@@ -102,15 +102,9 @@
 //!
 //! The controllers' and queues' own metrics (`controller_runtime_reconcile_total`,
 //! `workqueue_depth`, `rudder_controller_write_wait_seconds`, ...) carry a `cluster` label
-//! for the instances of a fleet, and so do a member cache's (`rudder_cache_*`, with
-//! rudder-cache's `metrics` feature). A failure
+//! for the instances of a fleet, and so do a member cache's (`rudder_cache_*`). A failure
 //! state change of a member (failing, answering again) is logged once at warn or info, not
 //! per request. See `docs/multicluster.md`.
-
-#![allow(
-    clippy::disallowed_methods,
-    reason = "sites reviewed separately: the fleet engine's tasks"
-)]
 
 mod cluster;
 mod controller;
