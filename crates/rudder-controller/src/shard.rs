@@ -5,6 +5,7 @@
 //! other side, which opens and closes shards as it holds their Leases (the ring: membership,
 //! assignment, label mode's source), is `rudder_lease::sharding`, a crate above this one.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -49,7 +50,8 @@ pub enum KeyAffinity {
 /// A key taken while its shard is not open is dropped, not reconciled: whoever owns the shard
 /// reconciles it. When a shard opens, the gate reports it to the controller (once), which
 /// queues every key of the shard from its cache (its *resync*), so keys dropped before the
-/// opening are not lost.
+/// opening are not lost. Whatever else follows which shards are held (the facade's fleet)
+/// subscribes to [`held`](Self::held), told of every opening and closing.
 ///
 /// Cloning gives another handle on the same gate.
 #[derive(Clone)]
@@ -63,12 +65,23 @@ struct Shared {
     slots: Vec<Mutex<Slot>>,
     /// Wakes [`ShardGate::drained`] when a permit is dropped.
     released: Notify,
-    /// Shards opened, for the controller's resync.
-    opened_tx: mpsc::UnboundedSender<usize>,
-    opened_rx: Mutex<Option<mpsc::UnboundedReceiver<usize>>>,
+    /// Shards opened, for the controller's resync: `None` until [`ShardGate::take_opened`],
+    /// so that openings nobody takes are not kept.
+    opened: Mutex<Opened>,
+    /// The shards opened and not closed since; every [`ShardGate::open`] and
+    /// [`ShardGate::close`] notifies its receivers.
+    held: watch::Sender<BTreeSet<usize>>,
     keys: Mutex<Option<KeyLister>>,
     /// Keys dropped at take time because their shard was not open here.
     dropped: AtomicUsize,
+}
+
+/// Who is told of openings through [`ShardGate::take_opened`].
+enum Opened {
+    /// Nobody took the stream yet.
+    Untaken,
+    /// Taken: its sender (sends fail, harmlessly, once the receiver is gone).
+    Taken(mpsc::UnboundedSender<usize>),
 }
 
 #[derive(Default)]
@@ -95,15 +108,14 @@ impl ShardGate {
     /// hashed, so that rings spread keys differently) by `affinity`; every shard closed.
     pub fn new(shards: usize, seed: u64, affinity: KeyAffinity) -> Self {
         let shards = shards.max(1);
-        let (opened_tx, opened_rx) = mpsc::unbounded_channel();
         Self {
             shared: Arc::new(Shared {
                 seed,
                 affinity,
                 slots: (0..shards).map(|_| Mutex::default()).collect(),
                 released: Notify::new(),
-                opened_tx,
-                opened_rx: Mutex::new(Some(opened_rx)),
+                opened: Mutex::new(Opened::Untaken),
+                held: watch::Sender::new(BTreeSet::new()),
                 keys: Mutex::new(None),
                 dropped: AtomicUsize::new(0),
             }),
@@ -146,8 +158,14 @@ impl ShardGate {
             return;
         };
         slot.lock_unpoisoned().validity = Some(LeaderGate::new(validity));
-        // The receiver may be gone (no controller): nothing to resync then.
-        let _ = self.shared.opened_tx.send(shard);
+        if let Opened::Taken(opened) = &*self.shared.opened.lock_unpoisoned() {
+            // The receiver may be gone (the controller stopped): nothing to resync then.
+            let _ = opened.send(shard);
+        }
+        // Notified even when already held (opened again with a new validity).
+        self.shared.held.send_modify(|held| {
+            held.insert(shard);
+        });
     }
 
     /// Closes `shard`: from now on none of its keys is admitted. Reconciles already running
@@ -155,7 +173,20 @@ impl ShardGate {
     pub fn close(&self, shard: usize) {
         if let Some(slot) = self.shared.slots.get(shard) {
             slot.lock_unpoisoned().validity = None;
+            self.shared
+                .held
+                .send_if_modified(|held| held.remove(&shard));
         }
+    }
+
+    /// The shards opened and not closed since, as a `watch`: it changes at every
+    /// [`open`](Self::open) and [`close`](Self::close), so a subscriber learns of a shard
+    /// handed over in either direction as it happens (the facade's fleet engages and
+    /// disengages the clusters of a shard on it). A shard whose validity passed without a
+    /// close is still in the set; [`is_open`](Self::is_open) and [`admit`](Self::admit) say
+    /// whether it admits keys now (and [`ShardPermit::lost`] tells a permit's holder).
+    pub fn held(&self) -> watch::Receiver<BTreeSet<usize>> {
+        self.shared.held.subscribe()
     }
 
     /// Waits until no reconcile of a key of `shard` is running. Call after
@@ -250,11 +281,21 @@ impl ShardGate {
         )
     }
 
-    /// The stream of opened shards (each shard's number as it opens); only the first caller
-    /// gets it: the controller the gate is set on (for its resync), or whatever else follows
-    /// the gate (the facade's fleet, which engages the clusters of a shard as it opens).
+    /// The stream of opened shards: the shards open at this call, then each shard's number
+    /// as it opens. Only the first caller gets it: the controller the gate is set on (for
+    /// its resync). Openings are kept only once it is taken. To follow closings too,
+    /// subscribe to [`held`](Self::held).
     pub fn take_opened(&self) -> Option<mpsc::UnboundedReceiver<usize>> {
-        self.shared.opened_rx.lock_unpoisoned().take()
+        let mut opened = self.shared.opened.lock_unpoisoned();
+        if let Opened::Taken(_) = &*opened {
+            return None;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        for shard in self.open_shards() {
+            let _ = tx.send(shard);
+        }
+        *opened = Opened::Taken(tx);
+        Some(rx)
     }
 }
 
@@ -383,6 +424,7 @@ mod tests {
         gate.open(shard, rx);
         let mut opened = gate.take_opened().unwrap();
         assert_eq!(opened.try_recv().unwrap(), shard);
+        assert!(gate.take_opened().is_none(), "taken once");
         let permit = gate.admit(&key).expect("open");
         assert_eq!(permit.shard(), shard);
         assert_eq!(gate.in_flight(shard), 1);
@@ -395,6 +437,28 @@ mod tests {
         gate.close(shard);
         assert!(gate.admit(&key).is_none());
         assert_eq!(gate.dropped(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_reports_every_opening_and_closing() {
+        let gate = ShardGate::new(4, 0, KeyAffinity::Name);
+        let mut held = gate.held();
+        assert!(held.borrow_and_update().is_empty());
+        let (_validity, rx) = watch::channel(Some(Instant::now() + Duration::from_secs(3)));
+        gate.open(2, rx.clone());
+        assert!(held.has_changed().unwrap());
+        assert_eq!(*held.borrow_and_update(), BTreeSet::from([2]));
+        gate.open(1, rx.clone());
+        gate.close(2);
+        assert!(held.has_changed().unwrap());
+        assert_eq!(*held.borrow_and_update(), BTreeSet::from([1]));
+        // Opened again (a new holding): told, though the set is the same.
+        gate.open(1, rx);
+        assert!(held.has_changed().unwrap());
+        assert_eq!(*held.borrow_and_update(), BTreeSet::from([1]));
+        // Closing a shard not held changes nothing.
+        gate.close(3);
+        assert!(!held.has_changed().unwrap());
     }
 
     #[tokio::test(start_paused = true)]

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use rudder_handler::Queue;
+use rudder_handler::{Queue, Synced};
 use rudder_workqueue::rate_limiter::default_controller_rate_limiter;
 use tokio_util::sync::CancellationToken;
 
@@ -94,6 +94,7 @@ impl<R: Reconciler> Builder<R> {
                 shard: Mutex::new(None),
                 own_writes,
                 filter_own_echoes,
+                synced: Synced::new(),
             }),
         })
     }

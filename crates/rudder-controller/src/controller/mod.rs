@@ -91,6 +91,8 @@ struct Inner<R> {
     /// `None` when it is off.
     own_writes: Option<Arc<OwnWrites>>,
     filter_own_echoes: bool,
+    /// Turned on by `run` once the watches it started have synced.
+    synced: Synced,
 }
 
 impl<R> Drop for Inner<R> {
@@ -276,6 +278,13 @@ impl<R: Reconciler> Controller<R> {
             let scope = WriteScope::new(Arc::clone(&observer), write.key.clone(), own.timeout());
             record(&scope, write);
         }
+    }
+
+    /// A signal that turns on once [`run_until`](Self::run_until) has started the watches
+    /// and they have synced (as its workers start), and stays on: what a caller awaits
+    /// ([`Synced::wait`]) to learn, without polling, that the controller caught up.
+    pub fn synced(&self) -> Synced {
+        self.inner.synced.clone()
     }
 
     /// Whether every source has synced.

@@ -71,11 +71,12 @@ impl<R: Reconciler> Controller<R> {
         if !self.wait_for_sync(&synced, &shutdown).await? {
             return Ok(());
         }
+        self.inner.synced.mark();
         let stopping = CancellationToken::new();
         // Owned here: if `run` is dropped (its task aborted), the workers are aborted with it
         // and the watches stop, so nothing of the controller outlives it.
         let _watches = StopOnDrop(self.inner.stop_sources.clone());
-        let mut workers = self.start_workers(&gate, shard.as_ref(), &stopping);
+        let mut workers = self.start_workers(&gate, shard.as_ref(), &stopping, &shutdown);
         // Queues the keys of each shard as it opens; after the sync, so the cache lists
         // them all. Aborted with `run` (a `JoinSet` aborts its tasks when dropped).
         let _resyncs = start_resync(shard.as_ref(), &self.inner.queue);
@@ -159,12 +160,15 @@ impl<R: Reconciler> Controller<R> {
     }
 
     /// Spawns the workers, each taking requests while `gate` (and `shard`) admit them,
-    /// until `stopping`.
+    /// until `stopping`. Each is tracked on `shutdown`: if `run` is aborted at the deadline
+    /// (a reconcile ignoring its context), the set drops and aborts them, and whoever
+    /// aborted `run` joins them through `shutdown`.
     fn start_workers(
         &self,
         gate: &LeaderGate,
         shard: Option<&ShardGate>,
         stopping: &CancellationToken,
+        shutdown: &Shutdown,
     ) -> JoinSet<()> {
         let inner = &self.inner;
         if gate.is_open() {
@@ -176,12 +180,12 @@ impl<R: Reconciler> Controller<R> {
         inner.metrics().set_max_concurrent(inner.workers);
         let mut workers = JoinSet::new();
         for _ in 0..inner.workers {
-            workers.spawn(worker(
+            workers.spawn(shutdown.track(worker(
                 Arc::clone(inner),
                 gate.clone(),
                 shard.cloned(),
                 stopping.clone(),
-            ));
+            )));
         }
         workers
     }
