@@ -1,9 +1,12 @@
 //! [`Shutdown`]: a stop signal that carries the deadline the stop must meet.
 
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TrackedFuture;
 
 /// A stop signal with its deadline, handed down from whoever stops (the manager) to what it
 /// stops (controllers, runnables), so one deadline governs one stop and no layer below runs
@@ -12,6 +15,10 @@ use tokio_util::sync::CancellationToken;
 /// [`stop`](Self::stop) records the deadline, then fires the signal; [`stopped`](Self::stopped)
 /// waits for the signal and answers the deadline: `Some(instant)` (finish by then) or `None`
 /// (take as long as needed). Cloning gives another handle to the same signal.
+///
+/// A runnable still running at the deadline is aborted by whoever stops it; the tasks it
+/// spawned (in a `JoinSet` it owns, aborted when the runnable is dropped) are joined with it
+/// when they were [`track`](Self::track)ed: see [`tracked_ended`](Self::tracked_ended).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -30,6 +37,8 @@ use tokio_util::sync::CancellationToken;
 pub struct Shutdown {
     token: CancellationToken,
     deadline: Arc<OnceLock<Option<Instant>>>,
+    /// The runnable's tasks, joined by whoever aborts it.
+    tasks: TaskTracker,
 }
 
 impl Shutdown {
@@ -47,6 +56,7 @@ impl Shutdown {
         Self {
             token,
             deadline: Arc::default(),
+            tasks: TaskTracker::new(),
         }
     }
 
@@ -83,5 +93,22 @@ impl Shutdown {
     /// that take a token.
     pub fn token(&self) -> &CancellationToken {
         &self.token
+    }
+
+    /// Tracks `future`, the body of a task the runnable spawns, so that
+    /// [`tracked_ended`](Self::tracked_ended) waits for it. Track only what is aborted when
+    /// the runnable is dropped (a task in a `JoinSet` the runnable owns): an aborted runnable
+    /// cannot join its own tasks, so whoever aborted it does, through this signal.
+    pub fn track<F: Future>(&self, future: F) -> TrackedFuture<F> {
+        self.tasks.track_future(future)
+    }
+
+    /// Waits until every future [`track`](Self::track)ed on this signal has ended (completed
+    /// or been dropped with its aborted task). Whoever aborts a runnable at the deadline
+    /// awaits this after joining the runnable's own task, so nothing the runnable spawned
+    /// runs once its stop has returned.
+    pub async fn tracked_ended(&self) {
+        self.tasks.close();
+        self.tasks.wait().await;
     }
 }

@@ -152,7 +152,8 @@ impl Group {
                 *failure = Some(error);
             }
         }
-        let mut left: Vec<String> = self.members.drain().map(|(_, m)| m.name).collect();
+        let (mut left, stops): (Vec<String>, Vec<Shutdown>) =
+            self.members.drain().map(|(_, m)| (m.name, m.stop)).unzip();
         left.sort();
         tracing::warn!(
             left = %left.join(", "),
@@ -160,6 +161,11 @@ impl Group {
         );
         self.set.abort_all();
         while self.set.join_next().await.is_some() {}
+        // What they spawned was aborted with them (their sets dropped), and is joined here:
+        // an aborted runnable cannot join its own tasks.
+        for stop in stops {
+            stop.tracked_ended().await;
+        }
         left
     }
 }
