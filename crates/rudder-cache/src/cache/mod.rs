@@ -359,6 +359,8 @@ impl Cache {
         drop(informers);
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
+        // Its request buffer's task ends once the informers' clones are gone too.
+        self.inner.informer_client.lock_unpoisoned().take();
     }
 
     /// Replaces the scopes `K` is read from: from now on [`get`](Self::get),

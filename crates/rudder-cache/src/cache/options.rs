@@ -149,7 +149,7 @@ impl CacheBuilder {
                 token: token.child_token(),
                 tracker: TaskTracker::new(),
                 writes: Arc::new(WriteTracker::new()),
-                informer_client: std::sync::OnceLock::new(),
+                informer_client: Mutex::new(None),
             }),
         }
     }

@@ -109,15 +109,22 @@ pub(crate) struct Inner {
     /// Writes made through this cache's clients that its informers have not delivered yet.
     pub(crate) writes: Arc<WriteTracker>,
     /// `client` with streaming lists asking for the most recent state, made when the first
-    /// informer starts (a Tokio runtime is there by then; building the cache needs none).
-    pub(crate) informer_client: std::sync::OnceLock<Client>,
+    /// informer starts (a Tokio runtime is there by then; building the cache needs none),
+    /// and dropped when the cache stops: its request buffer is a task, which ends with the
+    /// last clone, so a stopped cache leaves none running.
+    pub(crate) informer_client: Mutex<Option<Client>>,
 }
 
 impl Inner {
-    /// The client informers watch with (see `most_recent.rs`).
+    /// The client informers watch with (see `most_recent.rs`); once the cache has stopped,
+    /// the plain client, so that no new buffer task outlives the stop.
     pub(crate) fn informer_client(&self) -> Client {
-        self.informer_client
-            .get_or_init(|| super::most_recent::most_recent(self.client.clone()))
+        let mut slot = self.informer_client.lock_unpoisoned();
+        if self.token.is_cancelled() {
+            *slot = None;
+            return self.client.clone();
+        }
+        slot.get_or_insert_with(|| super::most_recent::most_recent(self.client.clone()))
             .clone()
     }
 
