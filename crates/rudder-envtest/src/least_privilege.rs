@@ -9,7 +9,8 @@
 //! ended and [`FlowRun`] adds the 403s its metrics counted; [`TestNamespace::wait_for_rule`]
 //! waits until a rule's grant (or its removal) reached the authorizer;
 //! [`TestNamespace::unneeded_rules`] takes the granted [roles](GrantedRole) apart rule by rule
-//! and says which rules a flow did not show to be needed (in the log and the metrics).
+//! ([`TestNamespace::unneeded_verbs`]: verb by verb) and says which rules a flow did not show
+//! to be needed (in the log and the metrics).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -293,7 +294,8 @@ impl TestNamespace {
 }
 
 /// A role granted to the user under test (already applied, with its binding), whose rules
-/// [`TestNamespace::unneeded_rules`] takes away one at a time.
+/// [`TestNamespace::unneeded_rules`] takes away one at a time ([`TestNamespace::unneeded_verbs`]:
+/// one verb at a time).
 #[derive(Clone, Debug)]
 pub enum GrantedRole {
     /// A Role, in its own namespace.
@@ -356,29 +358,127 @@ impl TestNamespace {
         &self,
         user: &TestUser,
         roles: &[GrantedRole],
+        flow: impl AsyncFnMut(&str) -> FlowRun,
+    ) -> Result<Vec<String>> {
+        let removals = roles.iter().flat_map(|role| {
+            let rules = role.rules();
+            (0..rules.len()).map(move |index| {
+                let rule = rules[index].clone();
+                let mut without = rules.clone();
+                without.remove(index);
+                Removal {
+                    what: describe_rule(&rule),
+                    role: role.clone(),
+                    without,
+                    probe: rule,
+                }
+            })
+        });
+        self.unneeded(user, removals.collect(), flow).await
+    }
+
+    /// [`unneeded_rules`](Self::unneeded_rules) one verb at a time: for each rule of `roles`,
+    /// each resource it names and each of its verbs, the flow runs without that verb on that
+    /// resource (the rest of the rule kept), and a verb is shown needed when the flow then
+    /// meets a `forbidden` error that the operator's metrics counted too. A rule that grants
+    /// several verbs (or resources) together hides a verb the code never uses behind the
+    /// ones it does; this finds it. Returns each verb not shown needed, as `"[group]
+    /// resource verb: run"`.
+    ///
+    /// # Errors
+    ///
+    /// As [`unneeded_rules`](Self::unneeded_rules).
+    pub async fn unneeded_verbs(
+        &self,
+        user: &TestUser,
+        roles: &[GrantedRole],
+        flow: impl AsyncFnMut(&str) -> FlowRun,
+    ) -> Result<Vec<String>> {
+        let mut removals = Vec::new();
+        for role in roles {
+            let rules = role.rules();
+            for (index, rule) in rules.iter().enumerate() {
+                let resources = rule.resources.clone().unwrap_or_default();
+                for resource in &resources {
+                    for verb in &rule.verbs {
+                        let mut without = rules.clone();
+                        without.remove(index);
+                        // The rule's other resources keep every verb; this one loses one.
+                        let others: Vec<String> = resources
+                            .iter()
+                            .filter(|r| *r != resource)
+                            .cloned()
+                            .collect();
+                        if !others.is_empty() {
+                            without.push(PolicyRule {
+                                resources: Some(others),
+                                ..rule.clone()
+                            });
+                        }
+                        let fewer: Vec<String> =
+                            rule.verbs.iter().filter(|v| *v != verb).cloned().collect();
+                        if !fewer.is_empty() {
+                            without.push(PolicyRule {
+                                resources: Some(vec![resource.clone()]),
+                                verbs: fewer,
+                                ..rule.clone()
+                            });
+                        }
+                        let probe = PolicyRule {
+                            resources: Some(vec![resource.clone()]),
+                            verbs: vec![verb.clone()],
+                            ..rule.clone()
+                        };
+                        removals.push(Removal {
+                            what: format!(
+                                "{:?} {resource} {verb}",
+                                rule.api_groups.as_deref().unwrap_or_default()
+                            ),
+                            role: role.clone(),
+                            without,
+                            probe,
+                        });
+                    }
+                }
+            }
+        }
+        self.unneeded(user, removals, flow).await
+    }
+
+    /// Runs `flow` once per removal, with the removal's role patched to its rules without
+    /// what it takes away (and the authorizer waited for), then puts the role back; returns
+    /// the removals the flow did not show to be needed.
+    async fn unneeded(
+        &self,
+        user: &TestUser,
+        removals: Vec<Removal>,
         mut flow: impl AsyncFnMut(&str) -> FlowRun,
     ) -> Result<Vec<String>> {
         let client = self.client();
         let mut unneeded = Vec::new();
-        let mut run = 0;
-        for role in roles {
-            let rules = role.rules();
-            for (index, rule) in rules.iter().enumerate() {
-                let mut without = rules.clone();
-                without.remove(index);
-                role.set_rules(&client, &without).await?;
-                self.wait_for_rule(user, rule, false).await?;
-                run += 1;
-                let ran = flow(&format!("without-{run}")).await;
-                if !ran.is_forbidden_everywhere() {
-                    unneeded.push(format!("{}: {ran}", describe_rule(rule)));
-                }
-                role.set_rules(&client, &rules).await?;
-                self.wait_for_rule(user, rule, true).await?;
+        for (run, removal) in removals.into_iter().enumerate() {
+            let rules = removal.role.rules();
+            removal.role.set_rules(&client, &removal.without).await?;
+            self.wait_for_rule(user, &removal.probe, false).await?;
+            let ran = flow(&format!("without-{}", run + 1)).await;
+            if !ran.is_forbidden_everywhere() {
+                unneeded.push(format!("{}: {ran}", removal.what));
             }
+            removal.role.set_rules(&client, &rules).await?;
+            self.wait_for_rule(user, &removal.probe, true).await?;
         }
         Ok(unneeded)
     }
+}
+
+/// One thing taken away from a granted role for a run: `what` (for messages), the role's
+/// rules `without` it, and a rule whose first verb on its first resource the authorizer
+/// must refuse once it is gone.
+struct Removal {
+    what: String,
+    role: GrantedRole,
+    without: Vec<PolicyRule>,
+    probe: PolicyRule,
 }
 
 #[cfg(test)]
