@@ -38,10 +38,25 @@ pub enum Verb {
 }
 
 impl Verb {
-    /// What an informer and a reader need: get, list, watch.
+    /// What an informer needs, and so every read from the cache: list (its paginated lists,
+    /// on a server without streaming lists or after falling back to pages) and watch (its
+    /// watch, and its streaming lists). It never gets one object.
+    pub const INFORMER: [Verb; 2] = [Verb::List, Verb::Watch];
+    /// Get, list, watch: an informer's verbs and a `get` from the API server (an `Api::get`,
+    /// or [`CREATE_OR_PATCH`](Self::CREATE_OR_PATCH)'s read).
     pub const READ: [Verb; 3] = [Verb::Get, Verb::List, Verb::Watch];
     /// Every write to an object: create, update, patch, delete.
     pub const WRITE: [Verb; 4] = [Verb::Create, Verb::Update, Verb::Patch, Verb::Delete];
+    /// What `create_or_patch` of the `rudder` client needs: a get of the object from the API
+    /// server, then a create (when it is missing) or a merge patch. A server-side `apply`
+    /// needs [`APPLY`](Self::APPLY), a subset. What the controller builder's `owns` records
+    /// on an owned type besides its informer's verbs.
+    pub const CREATE_OR_PATCH: [Verb; 3] = [Verb::Get, Verb::Create, Verb::Patch];
+    /// What `create_or_update` needs: a get, then a create or a replace (`update`).
+    pub const CREATE_OR_UPDATE: [Verb; 3] = [Verb::Get, Verb::Create, Verb::Update];
+    /// What a server-side apply needs: a patch, which creates the object when it is missing
+    /// (and then needs `create` too).
+    pub const APPLY: [Verb; 2] = [Verb::Create, Verb::Patch];
 
     /// The verb as RBAC spells it.
     pub fn as_str(self) -> &'static str {
@@ -137,10 +152,19 @@ impl Permissions {
         self.typed::<K>("", verbs)
     }
 
-    /// Get, list and watch on `K` (what an informer needs).
+    /// Get, list and watch on `K` ([`Verb::READ`]): an informer's verbs, and gets from the
+    /// API server.
     #[must_use]
     pub fn read<K: Typed>(self) -> Self {
         self.verbs::<K>(Verb::READ)
+    }
+
+    /// List and watch on `K` ([`Verb::INFORMER`]): what the cache's informer of `K` needs,
+    /// and so every read of `K` from the cache. What the controller builder records for each
+    /// type it watches or reads.
+    #[must_use]
+    pub fn informer<K: Typed>(self) -> Self {
+        self.verbs::<K>(Verb::INFORMER)
     }
 
     /// `verbs` on the subresource `sub` of `K` (`status`, `finalizers`, `scale`), where the

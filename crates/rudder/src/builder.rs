@@ -18,7 +18,7 @@ use rudder_controller::{Controller, KeyLister, Options, Reconciler, WatchSpec};
 use rudder_core::writes::WriteObserver;
 use rudder_handler::{
     DropOwnEchoes, EnqueueObject, EnqueueOwner, EventHandler, Kind, MetaPredicate, MetaPredicates,
-    Predicate, Request, Source,
+    Predicate, Queue, Request, Source,
 };
 use rudder_manager::Manager;
 use rudder_manager::rbac::{Permissions, Verb};
@@ -31,9 +31,9 @@ mod order;
 
 use order::{
     CompleteAfterFor, CompleteWithAfterFor, EventFilterAfterFor, ForOnce, NamedAfterFor,
-    OwnsAfterFor, OwnsWithAfterFor, PermissionsAfterFor, ShardedAfterFor, WatchesAfterFor,
-    WatchesKindAfterFor, WatchesKindWithAfterFor, WatchesRawAfterFor, WatchesWithAfterFor,
-    WithOptionsAfterFor,
+    OwnsAfterFor, OwnsWithAfterFor, OwnsWritesAfterFor, PermissionsAfterFor, ReadsAfterFor,
+    ShardedAfterFor, WatchesAfterFor, WatchesKindAfterFor, WatchesKindWithAfterFor,
+    WatchesRawAfterFor, WatchesWithAfterFor, WithOptionsAfterFor,
 };
 
 type ServedCheck = Box<dyn FnOnce(Client) -> BoxFuture<'static, Result<()>> + Send>;
@@ -113,6 +113,10 @@ impl<K> std::fmt::Debug for ControllerBuilder<'_, K> {
 
 impl<'m, K> ControllerBuilder<'m, K> {
     /// The primary type: its objects are reconciled, each event queueing the object itself.
+    ///
+    /// Records list and watch on `P` ([`Verb::INFORMER`]): what the cache's informer of
+    /// `P` needs, and so every read of it through the client. Writes to it (a finalizer's
+    /// patch, its status) are declared with [`permissions`](ControllerBuilder::permissions).
     pub fn for_<P: Typed>(self) -> ControllerBuilder<'m, P>
     where
         K: ForOnce,
@@ -155,40 +159,142 @@ impl<K> ControllerBuilder<'_, K> {
     /// Objects of type `O` that the primary type owns (controller owner reference): their
     /// events queue their owner.
     ///
-    /// Records the permissions to create, update, patch and delete `O` (besides reading
-    /// it), and to update the primary's `finalizers` subresource, which the API server's
-    /// `OwnerReferencesPermissionEnforcement` admission asks of whoever sets
-    /// `blockOwnerDeletion` (as [`set_controller_reference`](crate::client::set_controller_reference) does).
+    /// # Permissions
+    ///
+    /// Records exactly what watching and keeping an owned object with the client's helpers
+    /// need, so that every verb rendered is one the code uses:
+    ///
+    /// - list and watch on `O` ([`Verb::INFORMER`]): the cache's informer of `O`;
+    /// - get, create and patch on `O` ([`Verb::CREATE_OR_PATCH`]): what
+    ///   [`Client::create_or_patch`](crate::client::Client::create_or_patch) sends (a get, then
+    ///   a create or a merge patch); [`Client::apply`](crate::client::Client::apply) and
+    ///   [`Client::create`](crate::client::Client::create) need a subset;
+    /// - update on the primary's `finalizers` subresource, which the API server's
+    ///   `OwnerReferencesPermissionEnforcement` admission asks of whoever writes an object
+    ///   with `blockOwnerDeletion` (as [`set_controller_reference`](crate::client::set_controller_reference)
+    ///   sets it).
+    ///
+    /// Not update nor delete: a reconciler that replaces or deletes what it owns
+    /// (`create_or_update`, `update`, `delete`), or writes it with fewer verbs, says which
+    /// with [`owns_writes`](Self::owns_writes) instead.
     pub fn owns<O: Typed>(self) -> Self
     where
         K: OwnsAfterFor,
     {
-        self.owned::<O>()
+        self.owned::<O>(Verb::CREATE_OR_PATCH)
             .watch_kind::<O, _>(EnqueueOwner::<K>::new(), None)
     }
 
-    /// [`owns`](Self::owns) with a predicate on the owned type's events.
+    /// [`owns`](Self::owns) with a predicate on the owned type's events; records the same
+    /// permissions.
     pub fn owns_with<O: Typed>(self, predicate: impl Predicate<O> + 'static) -> Self
     where
         K: OwnsWithAfterFor,
     {
-        self.owned::<O>()
+        self.owned::<O>(Verb::CREATE_OR_PATCH)
             .watch_kind::<O, _>(EnqueueOwner::<K>::new(), Some(Box::new(predicate)))
     }
 
-    fn owned<O: Typed>(mut self) -> Self
+    /// [`owns`](Self::owns), with the reconciler writing `O` with exactly `writes` (in place
+    /// of `owns`' get, create and patch). Records list and watch on `O` (its informer),
+    /// `writes` on `O`, and, when `writes` holds a verb that writes an owner reference
+    /// (create, update or patch), update on the primary's `finalizers` subresource (see
+    /// [`owns`](Self::owns)).
+    ///
+    /// What the [client](crate::client::Client)'s calls send:
+    ///
+    /// | call | verbs on `O` |
+    /// |---|---|
+    /// | `create` | create |
+    /// | `create_or_patch` | get, create, patch ([`Verb::CREATE_OR_PATCH`]) |
+    /// | `create_or_update` | get, create, update ([`Verb::CREATE_OR_UPDATE`]) |
+    /// | `apply` | create, patch ([`Verb::APPLY`]) |
+    /// | `patch`, `add_finalizer`, `remove_finalizer` | patch |
+    /// | `update` | update |
+    /// | `delete` | delete |
+    /// | `get`, `list` | none beyond the informer's: they read the cache |
+    ///
+    /// ```no_run
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    /// # use rudder::prelude::*;
+    /// # use rudder::rbac::Verb;
+    /// # struct R;
+    /// # impl Reconciler for R {
+    /// #     type Error = std::convert::Infallible;
+    /// #     async fn reconcile(&self, _: Request, _: Context) -> Result<Action, Self::Error> { Ok(Action::done()) }
+    /// # }
+    /// # async fn demo(manager: &Manager) -> rudder::Result<()> {
+    /// rudder::new_controller(manager)
+    ///     .for_::<ConfigMap>()
+    ///     // The reconciler creates its Pods, and deletes them: nothing else.
+    ///     .owns_writes::<Pod>([Verb::Create, Verb::Delete])
+    ///     .complete(R)
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn owns_writes<O: Typed>(self, writes: impl IntoIterator<Item = Verb>) -> Self
+    where
+        K: OwnsWritesAfterFor,
+    {
+        self.owned::<O>(writes)
+            .watch_kind::<O, _>(EnqueueOwner::<K>::new(), None)
+    }
+
+    /// Records `writes` on the owned type `O`, and what setting an owner reference on it
+    /// asks of the primary when `writes` can set one.
+    fn owned<O: Typed>(mut self, writes: impl IntoIterator<Item = Verb>) -> Self
     where
         K: Typed,
     {
-        self.permissions = std::mem::take(&mut self.permissions)
-            .verbs::<O>(Verb::WRITE)
-            .subresource::<K>("finalizers", [Verb::Update]);
+        let writes: Vec<Verb> = writes.into_iter().collect();
+        let references = writes
+            .iter()
+            .any(|verb| matches!(verb, Verb::Create | Verb::Update | Verb::Patch));
+        let mut permissions = std::mem::take(&mut self.permissions).verbs::<O>(writes);
+        if references {
+            permissions = permissions.subresource::<K>("finalizers", [Verb::Update]);
+        }
+        self.permissions = permissions;
         self
     }
 
-    /// Permissions the reconciler needs beyond what the builder sees (it records reading
-    /// every watched type, writing owned ones, and Events about the primary when the
-    /// reconciler is made with [`complete_with`](Self::complete_with)): writes to the
+    /// A type the reconciler reads through the client ([`Client::get`](crate::client::Client::get),
+    /// [`Client::list`](crate::client::Client::list), [`Tools::get`]) without its events
+    /// queueing anything. Records list and watch on `T` ([`Verb::INFORMER`]: what the cache's
+    /// informer of `T`, and so every read of it, needs), and starts that informer with the
+    /// controller, shared with every other reader of `T`: it has synced before the first
+    /// reconcile. Like [`for_`](ControllerBuilder::for_), `complete` checks that the API
+    /// server serves `T`.
+    ///
+    /// A type read through the client that no declaration covers (this one,
+    /// [`for_`](ControllerBuilder::for_), [`owns`](Self::owns),
+    /// [`watches_kind`](Self::watches_kind), or [`permissions`](Self::permissions) with
+    /// [`Permissions::informer`]) is a read the rendered RBAC does not allow: it fails at
+    /// once with [`ClientError::Undeclared`](crate::client::ClientError::Undeclared) (see
+    /// [`ManagerBuilder::require_declared_reads`](rudder_manager::ManagerBuilder::require_declared_reads)).
+    pub fn reads<T: Typed>(mut self) -> Self
+    where
+        K: ReadsAfterFor,
+    {
+        self.served
+            .push(Box::new(|client| Box::pin(served::<T>(client))));
+        self.permissions = std::mem::take(&mut self.permissions).informer::<T>();
+        let source = Kind::<T>::from_cache(self.manager.cache());
+        // Its events are nobody's business: the watch is there for the informer and its sync.
+        let spec = WatchSpec::new(
+            source,
+            |_: &rudder_handler::Event<T>, _: &Queue| {},
+            Vec::new(),
+        );
+        self.watches.push(Box::new(move |_: &Complete| spec));
+        self
+    }
+
+    /// Permissions the reconciler needs beyond what the builder sees (it records list and
+    /// watch on every watched or read type, what [`owns`](Self::owns) and
+    /// [`owns_writes`](Self::owns_writes) say of owned ones, and Events about the primary
+    /// when the reconciler is made with [`complete_with`](Self::complete_with)): writes to the
     /// primary, its status or finalizers, other objects it reads or writes directly. They
     /// end up in the operator's generated Role or ClusterRole
     /// ([`Manager::permissions`](rudder_manager::Manager::permissions),
@@ -228,7 +334,7 @@ impl<K> ControllerBuilder<'_, K> {
     /// Objects of type `T` from the manager's shared cache, through `handler` (for example
     /// [`EnqueueMapped`](rudder_handler::EnqueueMapped) to queue related objects). Like
     /// [`for_`](ControllerBuilder::for_) and [`owns`](Self::owns), `complete` checks that
-    /// the API server serves `T`.
+    /// the API server serves `T`. Records list and watch on `T` ([`Verb::INFORMER`]).
     pub fn watches_kind<T, H>(self, handler: H) -> Self
     where
         K: WatchesKindAfterFor,
@@ -480,7 +586,7 @@ impl<K: Typed> ControllerBuilder<'_, K> {
     fn watch_primary(mut self, predicate: Option<Box<dyn Predicate<K>>>) -> Self {
         self.served
             .push(Box::new(|client| Box::pin(served::<K>(client))));
-        self.permissions = std::mem::take(&mut self.permissions).read::<K>();
+        self.permissions = std::mem::take(&mut self.permissions).informer::<K>();
         let cache = self.manager.cache().clone();
         let client = self.manager.client().clone();
         self.primary = Some(Box::new(move |labelled: Option<&Ring>| match labelled {
@@ -508,7 +614,7 @@ impl<K> ControllerBuilder<'_, K> {
     ) -> Self {
         self.served
             .push(Box::new(|client| Box::pin(served::<T>(client))));
-        self.permissions = std::mem::take(&mut self.permissions).read::<T>();
+        self.permissions = std::mem::take(&mut self.permissions).informer::<T>();
         let source = Kind::<T>::from_cache(self.manager.cache());
         self.watches.push(pending_typed(source, handler, predicate));
         self

@@ -67,18 +67,23 @@ impl std::fmt::Debug for Tools {
 impl Tools {
     /// Tools from `manager` for the controller named `controller`, which is the event
     /// reporter's name (controller-runtime's `GetEventRecorderFor`), with `$HOSTNAME` as its
-    /// instance, and the client's field manager for server-side applies.
+    /// instance, and the client's field manager for server-side applies. The client refuses
+    /// reads of types the manager's RBAC does not cover ([`Manager::declared_reads`]).
     pub fn new(manager: &Manager, controller: &str) -> Self {
         let reporter = Reporter {
             controller: controller.to_owned(),
             instance: std::env::var("HOSTNAME").ok(),
         };
+        let mut client = Client::new(
+            manager.client().clone(),
+            manager.cache().clone(),
+            controller,
+        );
+        if let Some(declared) = manager.declared_reads() {
+            client = client.with_declared_reads(declared);
+        }
         Self {
-            client: Client::new(
-                manager.client().clone(),
-                manager.cache().clone(),
-                controller,
-            ),
+            client,
             recorder: Recorder::new(manager.client().clone(), reporter),
             controller: controller.into(),
             cluster: None,
@@ -88,7 +93,8 @@ impl Tools {
     /// Tools for the controller named `controller` serving the member cluster `cluster` of a
     /// [fleet](crate::multicluster): the typed client reads that cluster's cache and writes
     /// to its API server; the event recorder writes with `events` (the home cluster's client
-    /// by default, the member's with `FleetBuilder::events_in_members`).
+    /// by default, the member's with `FleetBuilder::events_in_members`). A member's RBAC is
+    /// not rendered by the manager, so its reads are not checked against declarations.
     pub fn for_cluster(
         cluster: &crate::multicluster::Cluster,
         events: &kube::Client,
@@ -141,7 +147,9 @@ impl Tools {
     ///
     /// # Errors
     ///
-    /// The cache's: the type's informer could not be made, or the namespace is not cached.
+    /// As [`Client::get`](crate::client::Client::get): the cache's (the type's informer
+    /// could not be made or was refused, or the namespace is not cached), or
+    /// [`ClientError::Undeclared`] for a type no declaration covers.
     pub async fn get<K: Typed>(&self, request: &Request) -> Result<Option<Arc<K>>, ClientError> {
         self.client.get::<K>(request).await
     }

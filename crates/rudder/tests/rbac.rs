@@ -48,15 +48,27 @@ async fn each_declaration_records_its_permissions_where_the_cache_watches() {
         .unwrap();
     let rules = manager.permissions();
     let apps = RuleScope::Namespace("apps".into());
-    for verb in Verb::READ {
+    // Every watched type: what its informer needs, list and watch; no get.
+    for verb in Verb::INFORMER {
         assert!(rules.allows(&apps, "", "configmaps", verb));
         assert!(rules.allows(&apps, "", "pods", verb));
         // Namespaces are cluster-scoped: read cluster-wide.
         assert!(rules.allows(&RuleScope::Cluster, "", "namespaces", verb));
         assert!(rules.allows(&apps, "", "secrets", verb));
     }
-    for verb in Verb::WRITE {
+    for resource in ["configmaps", "secrets"] {
+        assert!(!rules.allows(&apps, "", resource, Verb::Get), "{resource}");
+    }
+    assert!(!rules.allows(&RuleScope::Cluster, "", "namespaces", Verb::Get));
+    // An owned type: what create_or_patch sends, get, create and patch; not update nor
+    // delete, which the reconciler declares when it uses them.
+    for verb in Verb::CREATE_OR_PATCH {
         assert!(rules.allows(&apps, "", "pods", verb), "{verb}");
+    }
+    for verb in [Verb::Update, Verb::Delete, Verb::DeleteCollection] {
+        assert!(!rules.allows(&apps, "", "pods", verb), "{verb}");
+    }
+    for verb in Verb::WRITE {
         assert!(!rules.allows(&apps, "", "configmaps", verb), "{verb}");
     }
     assert!(rules.allows(&apps, "", "configmaps/finalizers", Verb::Update));
@@ -109,4 +121,101 @@ async fn complete_without_tools_records_no_events_and_a_failed_build_records_not
             .permissions()
             .allows(&RuleScope::Cluster, "", "pods", Verb::Get)
     );
+}
+
+#[tokio::test]
+async fn owns_writes_records_exactly_its_verbs_and_reads_records_the_informers() {
+    let manager = manager(Some("apps"));
+    rudder::new_controller(&manager)
+        .for_::<ConfigMap>()
+        .owns_writes::<Pod>([Verb::Create, Verb::Delete])
+        .reads::<Secret>()
+        .named("creates-and-deletes")
+        .complete(Noop)
+        .await
+        .unwrap();
+    let rules = manager.permissions();
+    let apps = RuleScope::Namespace("apps".into());
+    for verb in [Verb::List, Verb::Watch, Verb::Create, Verb::Delete] {
+        assert!(rules.allows(&apps, "", "pods", verb), "{verb}");
+    }
+    for verb in [Verb::Get, Verb::Patch, Verb::Update] {
+        assert!(!rules.allows(&apps, "", "pods", verb), "{verb}");
+    }
+    // A create sets the owner reference: the primary's finalizers, for blockOwnerDeletion.
+    assert!(rules.allows(&apps, "", "configmaps/finalizers", Verb::Update));
+    for verb in Verb::INFORMER {
+        assert!(rules.allows(&apps, "", "secrets", verb));
+    }
+    assert!(!rules.allows(&apps, "", "secrets", Verb::Get));
+
+    // Owned objects only deleted (made by someone else): no owner reference is written, so
+    // nothing on the primary's finalizers.
+    let manager = self::manager(Some("apps"));
+    rudder::new_controller(&manager)
+        .for_::<ConfigMap>()
+        .owns_writes::<Pod>([Verb::Delete])
+        .named("only-deletes")
+        .complete(Noop)
+        .await
+        .unwrap();
+    let rules = manager.permissions();
+    assert!(rules.allows(&apps, "", "pods", Verb::Delete));
+    assert!(!rules.allows(&apps, "", "configmaps/finalizers", Verb::Update));
+}
+
+#[tokio::test]
+async fn a_read_is_declared_where_the_cache_reads_it_and_named_when_it_is_not() {
+    let manager = Manager::builder(offline_client().unwrap())
+        .health_probe_address(None)
+        .metrics_address(None)
+        .cache(|c| c.default_namespace("apps"))
+        .leader_election(LeaderElectionConfig::new("apps", "lease"))
+        .build()
+        .unwrap();
+    rudder::new_controller(&manager)
+        .for_::<ConfigMap>()
+        .reads::<Namespace>()
+        .permissions(Permissions::new().informer::<PartialObjectMeta<Pod>>())
+        .named("reads")
+        .complete(Noop)
+        .await
+        .unwrap_err(); // Not served: the offline client reaches no API server.
+    // A failed complete records nothing; record what a working one would have.
+    manager.record_permissions(
+        &Permissions::new()
+            .informer::<ConfigMap>()
+            .informer::<Namespace>()
+            .informer::<Pod>(),
+    );
+    let declared = manager.declared_reads().unwrap();
+    declared.check::<ConfigMap>(Some("apps")).unwrap();
+    declared.check::<ConfigMap>(None).unwrap();
+    declared.check::<Namespace>(None).unwrap();
+    declared
+        .check::<PartialObjectMeta<Pod>>(Some("apps"))
+        .unwrap();
+    let undeclared = declared.check::<Secret>(Some("apps")).unwrap_err();
+    assert_eq!(undeclared.kind, "Secret");
+    assert_eq!(undeclared.missing, Verb::INFORMER);
+    let message = undeclared.to_string();
+    assert!(message.contains(".reads::<Secret>()"), "{message}");
+    assert!(
+        message.contains("require_declared_reads(false)"),
+        "{message}"
+    );
+    // The manager's own rules count too: its election lists and watches its Lease.
+    declared
+        .check::<k8s_openapi::api::coordination::v1::Lease>(Some("apps"))
+        .unwrap();
+
+    // Opted out (RBAC by hand), or only rendering: no check.
+    let by_hand = Manager::builder(offline_client().unwrap())
+        .health_probe_address(None)
+        .metrics_address(None)
+        .require_declared_reads(false)
+        .build()
+        .unwrap();
+    assert!(by_hand.declared_reads().is_none());
+    assert!(self::manager(None).declared_reads().is_none());
 }

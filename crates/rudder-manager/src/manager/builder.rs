@@ -43,6 +43,7 @@ pub struct ManagerBuilder {
     #[cfg(feature = "webhook")]
     pub(crate) tls: crate::webhooks::Declared,
     render_only: bool,
+    require_declared_reads: bool,
 }
 
 impl std::fmt::Debug for ManagerBuilder {
@@ -161,6 +162,21 @@ impl ManagerBuilder {
         self
     }
 
+    /// Whether a controller's typed client (the `rudder` facade's `Tools::client`) refuses
+    /// a read from the cache of a type that no declaration covers (default `true`). Reads
+    /// start informers on demand, at run time, after the RBAC was rendered from what the
+    /// builders recorded; an informer of a type nothing declared has no rule in that RBAC,
+    /// and the API server refuses it in a cluster (403) while the test cluster's admin reads
+    /// it fine. With the check, such a read fails at once with an error naming the
+    /// declaration to add (`reads::<K>()` on the controller, see
+    /// [`rbac::Undeclared`](crate::rbac::Undeclared)), wherever the operator runs. Turn it
+    /// off for an operator whose RBAC is written by hand rather than rendered
+    /// ([`Manager::declared_reads`] is `None` then).
+    pub fn require_declared_reads(mut self, require: bool) -> Self {
+        self.require_declared_reads = require;
+        self
+    }
+
     /// Runs leader-only runnables (controllers) only while this replica holds the Lease
     /// `config` names; without this, every replica runs them.
     ///
@@ -256,7 +272,8 @@ impl ManagerBuilder {
         Ok(Manager {
             #[cfg(feature = "webhook")]
             tls,
-            permissions: Mutex::default(),
+            permissions: Arc::default(),
+            require_declared_reads: self.require_declared_reads,
             render_only: self.render_only,
             extra: Arc::new(self.extra),
             raise_fd_limit: self.raise_fd_limit,
@@ -384,6 +401,7 @@ impl Manager {
             #[cfg(feature = "webhook")]
             tls: crate::webhooks::Declared::default(),
             render_only: false,
+            require_declared_reads: true,
         }
     }
 }

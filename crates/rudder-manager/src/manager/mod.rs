@@ -34,7 +34,7 @@ pub use options::{
 
 use crate::health::HealthChecks;
 use crate::leader_election::LeaderElection;
-use crate::rbac::{Permissions, Rules};
+use crate::rbac::{DeclaredReads, Permissions, Rules};
 use crate::runnable::Runnable;
 
 type SyncProbes = Arc<Mutex<Vec<(String, Box<dyn Fn() -> bool + Send + Sync>)>>>;
@@ -68,7 +68,8 @@ pub struct Manager {
     pub(crate) tls: crate::webhooks::Parts,
     extra: Arc<Vec<(String, ExtraHandler)>>,
     raise_fd_limit: bool,
-    permissions: Mutex<Rules>,
+    permissions: Arc<Mutex<Rules>>,
+    require_declared_reads: bool,
     render_only: bool,
     cache_sync_timeout: Duration,
     warm_standby: bool,
@@ -131,14 +132,35 @@ impl Manager {
     /// update on the kinds of the configured injection targets).
     pub fn permissions(&self) -> Rules {
         let mut rules = self.permissions.lock_unpoisoned().clone();
-        rules.merge(&crate::rbac::manager_rules(
+        rules.merge(&self.own_rules());
+        rules
+    }
+
+    /// The check of cached reads against [`permissions`](Self::permissions) that the
+    /// `rudder` typed client of each controller makes before a read starts an informer; `None`
+    /// when the manager was built with
+    /// [`require_declared_reads(false)`](ManagerBuilder::require_declared_reads) or
+    /// [`render_only`](ManagerBuilder::render_only).
+    pub fn declared_reads(&self) -> Option<DeclaredReads> {
+        (self.require_declared_reads && !self.render_only).then(|| {
+            DeclaredReads::new(
+                Arc::clone(&self.permissions),
+                self.own_rules(),
+                self.cache.clone(),
+            )
+        })
+    }
+
+    /// The manager's own rules: its Lease, secure metrics' reviews, the self-signed
+    /// certificates.
+    fn own_rules(&self) -> Rules {
+        crate::rbac::manager_rules(
             self.election.as_ref().map(LeaderElection::config),
             #[cfg(feature = "webhook")]
             self.tls.has_secure_metrics(),
             #[cfg(feature = "webhook")]
             self.tls.certificates_config(),
-        ));
-        rules
+        )
     }
 
     /// Whether the manager was built with [`ManagerBuilder::render_only`].

@@ -37,6 +37,12 @@ after_for! {
     /// The primary type, for [`owns_with`](super::ControllerBuilder::owns_with).
     OwnsWithAfterFor =>
         "call `.for_::<K>()` first: `owns_with` needs the controller's primary type";
+    /// The primary type, for [`owns_writes`](super::ControllerBuilder::owns_writes).
+    OwnsWritesAfterFor =>
+        "call `.for_::<K>()` first: `owns_writes` needs the controller's primary type";
+    /// The primary type, for [`reads`](super::ControllerBuilder::reads).
+    ReadsAfterFor =>
+        "call `.for_::<K>()` first: `reads` comes after the controller's primary type";
     /// The primary type, for [`permissions`](super::ControllerBuilder::permissions).
     PermissionsAfterFor =>
         "call `.for_::<K>()` first: `permissions` comes after the controller's primary type";

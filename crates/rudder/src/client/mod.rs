@@ -46,6 +46,16 @@ pub enum ClientError {
     #[cfg(feature = "cache")]
     #[error("cannot read from the cache")]
     Cache(#[from] rudder_cache::Error),
+    /// A read from the cache of a type no declaration covers, refused before it started an
+    /// informer: the operator's rendered RBAC would not let that informer list and watch it
+    /// (the message names the declaration to add, `.reads::<K>()` on the controller). Only
+    /// a controller's client checks ([`Tools::client`](crate::Tools::client), unless the
+    /// manager was built with
+    /// [`require_declared_reads(false)`](rudder_manager::ManagerBuilder::require_declared_reads));
+    /// retrying does not help until the type is declared.
+    #[cfg(feature = "manager")]
+    #[error(transparent)]
+    Undeclared(#[from] rudder_manager::rbac::Undeclared),
     /// The object could not be turned into JSON (to compare or patch it).
     #[error("cannot serialize the object")]
     Json(#[from] serde_json::Error),

@@ -49,6 +49,9 @@ pub struct Client {
     kube: kube::Client,
     cache: Cache,
     field_manager: Arc<str>,
+    /// What reads must be declared against (a controller's client, from its manager).
+    #[cfg(feature = "manager")]
+    declared: Option<rudder_manager::rbac::DeclaredReads>,
 }
 
 impl Debug for Client {
@@ -67,7 +70,31 @@ impl Client {
             kube,
             cache,
             field_manager: field_manager.into(),
+            #[cfg(feature = "manager")]
+            declared: None,
         }
+    }
+
+    /// This client, refusing reads from the cache that `declared` does not cover
+    /// ([`ClientError::Undeclared`]) before they start an informer: what a controller's
+    /// client does with its manager's [`Manager::declared_reads`](rudder_manager::Manager::declared_reads).
+    #[cfg(feature = "manager")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
+    #[must_use]
+    pub fn with_declared_reads(mut self, declared: rudder_manager::rbac::DeclaredReads) -> Self {
+        self.declared = Some(declared);
+        self
+    }
+
+    /// Refuses a read of `K` in `namespace` that no declaration covers.
+    fn check_declared<K: Typed>(&self, namespace: Option<&str>) -> Result<(), ClientError> {
+        #[cfg(feature = "manager")]
+        if let Some(declared) = &self.declared {
+            declared.check::<K>(namespace)?;
+        }
+        #[cfg(not(feature = "manager"))]
+        let _ = namespace;
+        Ok(())
     }
 
     /// The underlying kube client, for what this one does not cover (subresources such as
@@ -102,9 +129,13 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`ClientError::Cache`]: the informer could not be made or did not sync, or the
-    /// namespace is not cached.
+    /// [`ClientError::Cache`]: the informer could not be made or did not sync, the API
+    /// server refused its list or watch ([`SyncError::Refused`](rudder_cache::SyncError::Refused),
+    /// at once), or the namespace is not cached. For a controller's client,
+    /// [`ClientError::Undeclared`] when no declaration covers reading `K` (declare it with
+    /// the controller builder's `reads::<K>()`).
     pub async fn get<K: Typed>(&self, request: &Request) -> Result<Option<Arc<K>>, ClientError> {
+        self.check_declared::<K>(request.namespace())?;
         if let Some(scope) = WriteScope::current() {
             let object = object_ref::<K>(request.namespace(), request.name());
             if !self.cache.writes().wait_for_object(&object, &scope).await {
@@ -123,6 +154,7 @@ impl Client {
     ///
     /// As [`get`](Self::get).
     pub async fn list<K: Typed>(&self, options: &ListOptions) -> Result<Vec<Arc<K>>, ClientError> {
+        self.check_declared::<K>(options.namespace.as_deref())?;
         if let Some(scope) = WriteScope::current() {
             let writes = self.cache.writes();
             let (group, resource) = (K::group(&()), K::plural(&()));
