@@ -333,8 +333,8 @@ pub enum Error {
     /// A fleet's controller could not be added: its name is taken in the fleet
     /// ([`multicluster`]).
     #[cfg(feature = "manager")]
-    #[error("{0}")]
-    Fleet(String),
+    #[error("cannot add the controller to the fleet")]
+    Fleet(#[source] multicluster::FleetError),
 }
 
 /// The result of the builder API.

@@ -1,17 +1,18 @@
 //! [`FleetControllerBuilder`]: a controller declared once and run in every member cluster.
 
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rudder_cache::{Typed, WriteTracker};
 use rudder_controller::{Controller, LeaderGate, Options, Reconciler, WatchSpec};
-use rudder_core::sync::LockExt;
 use rudder_core::writes::WriteObserver;
-use rudder_core::{Event, Shutdown};
+use rudder_core::{Event, Shutdown, Synced};
 use rudder_handler::{DropOwnEchoes, EnqueueObject, EnqueueOwner, EventHandler, Kind, Predicate};
+use tokio::sync::watch;
 
 use super::cluster::Cluster;
+use super::error::FleetError;
 use super::fleet::{Fleet, Recipe, Running};
 use super::metrics::CONTROLLER_RESTARTS_TOTAL;
 use crate::{Result, Tools};
@@ -172,7 +173,8 @@ impl<K: Typed> FleetControllerBuilder<'_, K> {
     ///
     /// # Errors
     ///
-    /// [`Error::Fleet`](crate::Error::Fleet) if the fleet has a controller of that name.
+    /// [`Error::Fleet`](crate::Error::Fleet) ([`FleetError::DuplicateController`]) if the
+    /// fleet has a controller of that name.
     pub fn complete_with<R: Reconciler>(
         self,
         make: impl Fn(Tools) -> R + Send + Sync + 'static,
@@ -224,8 +226,6 @@ struct ControllerRecipe<R> {
     events_in_members: bool,
 }
 
-type SyncedSlot = Arc<Mutex<Option<Arc<dyn Fn() -> bool + Send + Sync>>>>;
-
 impl<R: Reconciler> Recipe for ControllerRecipe<R> {
     fn name(&self) -> &str {
         &self.name
@@ -237,7 +237,8 @@ impl<R: Reconciler> Recipe for ControllerRecipe<R> {
 
     fn start(&self, cluster: &Cluster, gate: LeaderGate) -> Running {
         let shutdown = Shutdown::new();
-        let slot: SyncedSlot = Arc::new(Mutex::new(None));
+        // On while the instance of the moment has synced; off while it is (re)built.
+        let synced = Arc::new(watch::Sender::new(false));
         let instance = Instance {
             name: self.name.clone(),
             cluster: cluster.clone(),
@@ -250,17 +251,23 @@ impl<R: Reconciler> Recipe for ControllerRecipe<R> {
                 self.home.clone()
             },
             gate,
-            slot: Arc::clone(&slot),
+            synced: Arc::clone(&synced),
         };
         let run = Box::pin(instance.supervise(shutdown.clone()));
+        let is_synced = Arc::clone(&synced);
         Running {
             shutdown,
             run,
-            synced: Arc::new(move || {
-                slot.lock_unpoisoned()
-                    .as_ref()
-                    .is_some_and(|synced| synced())
-            }),
+            synced: Synced::from_fn(
+                move || *is_synced.borrow(),
+                move || {
+                    let mut on = synced.subscribe();
+                    Box::pin(async move {
+                        // The sender lives in this closure, so the channel stays open.
+                        let _ = on.wait_for(|synced| *synced).await;
+                    })
+                },
+            ),
         }
     }
 }
@@ -275,11 +282,12 @@ struct Instance<R> {
     /// Where its Events are recorded.
     events: kube::Client,
     gate: LeaderGate,
-    slot: SyncedSlot,
+    /// On once the instance of the moment synced.
+    synced: Arc<watch::Sender<bool>>,
 }
 
 impl<R: Reconciler> Instance<R> {
-    fn build(&self) -> Result<Controller<R>, String> {
+    fn build(&self) -> Result<Controller<R>, FleetError> {
         let options = (self.options)()
             .cluster(self.cluster.name_arc())
             // The fleet keeps names unique; an instance being replaced may still hold its
@@ -289,10 +297,10 @@ impl<R: Reconciler> Instance<R> {
         let controller = Controller::builder(self.name.clone(), (self.make)(tools))
             .options(options)
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(FleetError::Build)?;
         controller
             .set_leader_gate(self.gate.clone())
-            .map_err(|e| e.to_string())?;
+            .map_err(FleetError::Setup)?;
         let echoes: Echoes = controller
             .filters_own_echoes()
             .then(|| controller.write_observer())
@@ -301,7 +309,7 @@ impl<R: Reconciler> Instance<R> {
         for watch in &self.watches {
             controller
                 .add_watch(watch(&self.cluster, &echoes))
-                .map_err(|e| e.to_string())?;
+                .map_err(FleetError::Setup)?;
         }
         Ok(controller)
     }
@@ -312,16 +320,23 @@ impl<R: Reconciler> Instance<R> {
         loop {
             let error = match self.build() {
                 Ok(controller) => {
-                    let probe = controller.clone();
-                    *self.slot.lock_unpoisoned() = Some(Arc::new(move || probe.has_synced()));
-                    let ran = controller.run_until(shutdown.clone()).await;
-                    *self.slot.lock_unpoisoned() = None;
+                    let synced = controller.synced();
+                    let run = controller.run_until(shutdown.clone());
+                    let mut run = std::pin::pin!(run);
+                    let ran = tokio::select! {
+                        ran = &mut run => ran,
+                        () = synced.wait() => {
+                            self.synced.send_replace(true);
+                            run.await
+                        }
+                    };
+                    self.synced.send_replace(false);
                     match ran {
                         Ok(()) => return,
                         Err(error) => rudder_core::ErrorChain(&error).to_string(),
                     }
                 }
-                Err(error) => error,
+                Err(error) => rudder_core::ErrorChain(&error).to_string(),
             };
             if shutdown.is_stopped() {
                 return;

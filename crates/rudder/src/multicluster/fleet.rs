@@ -1,25 +1,27 @@
 //! [`Fleet`]: member clusters engaged and disengaged as providers announce them, and the
 //! controllers that serve each one.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rudder_cache::{Cache, CacheBuilder};
-use rudder_controller::{LeaderGate, ShardGate, ShardPermit};
+use rudder_controller::{LeaderGate, ShardPermit};
 use rudder_core::sync::LockExt;
-use rudder_core::{BoxError, Shutdown};
+use rudder_core::{BoxError, Shutdown, Synced};
 use rudder_handler::Request;
 use rudder_manager::client_metrics::{host_of, instrument};
 use rudder_manager::sharding::{Ring, ShardingConfig};
 use rudder_manager::{GracefulShutdown, Manager, Runnable};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
 
 use super::cluster::{Cluster, Health, watch_health};
+use super::decide::{self, Action, Inputs, Shards};
+use super::error::FleetError;
 use super::metrics::{self, CLUSTER_ENGAGED, CLUSTER_SYNCED, CLUSTERS_ENGAGED, ENGAGE_SECONDS};
 use super::provider::{Announcement, Announcer, Provider};
 use crate::{Error, Result};
@@ -27,9 +29,6 @@ use crate::{Error, Result};
 /// How a member cluster's cache is built from its client (the fleet's default: a cache of
 /// every namespace, as the manager's).
 type CacheOptions = Arc<dyn Fn(CacheBuilder) -> CacheBuilder + Send + Sync>;
-
-/// Whether one controller of a cluster has synced.
-pub(crate) type SyncedProbe = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// A controller of the fleet, started once in each cluster it serves.
 pub(crate) trait Recipe: Send + Sync + 'static {
@@ -49,7 +48,18 @@ pub(crate) struct Running {
     /// Runs the controller (made again after an error) until `shutdown` fires.
     pub(crate) run: BoxFuture<'static, ()>,
     /// Whether its sources have synced (the controller of the moment, across restarts).
-    pub(crate) synced: SyncedProbe,
+    pub(crate) synced: Synced,
+}
+
+/// The members engaged on this replica, as the engine last published them.
+type Members = Arc<BTreeMap<String, Member>>;
+
+/// One engaged member in the published snapshot.
+#[derive(Clone)]
+struct Member {
+    cluster: Cluster,
+    /// Each of its controllers' sync signal.
+    synced: Vec<Synced>,
 }
 
 /// A manager's member clusters: providers announce them, the fleet engages each (a client,
@@ -85,10 +95,12 @@ struct Inner {
     /// To the running fleet: a recipe added after start.
     added: mpsc::UnboundedSender<Arc<dyn Recipe>>,
     added_rx: Mutex<Option<mpsc::UnboundedReceiver<Arc<dyn Recipe>>>>,
-    /// The clusters engaged now, for [`Fleet::cluster`] and [`Fleet::engaged`].
-    engaged: Mutex<HashMap<String, (Cluster, Vec<SyncedProbe>)>>,
+    /// The clusters engaged now, written by the engine only (after each engagement and
+    /// disengagement), read by [`Fleet::cluster`], [`Fleet::engaged`], [`Fleet::has_synced`]
+    /// and the ring's key lister.
+    members: watch::Sender<Members>,
     /// With sharding: the ring's gate (which shards, so which clusters, are held here).
-    shards: Option<ShardGate>,
+    shards: Option<rudder_controller::ShardGate>,
 }
 
 /// Builds a [`Fleet`] on a manager: [`Fleet::builder`].
@@ -249,7 +261,7 @@ impl<'m> FleetBuilder<'m> {
                 recipes: Mutex::new(Vec::new()),
                 added,
                 added_rx: Mutex::new(Some(added_rx)),
-                engaged: Mutex::new(HashMap::new()),
+                members: watch::Sender::new(Arc::default()),
                 shards: ring.as_ref().map(Ring::gate),
             }),
         };
@@ -311,34 +323,27 @@ impl Fleet {
 
     /// The names of the clusters engaged on this replica now, sorted.
     pub fn engaged(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .inner
-            .engaged
-            .lock_unpoisoned()
-            .keys()
-            .cloned()
-            .collect();
-        names.sort();
-        names
+        self.members().keys().cloned().collect()
     }
 
     /// The cluster `name`, if it is engaged on this replica.
     pub fn cluster(&self, name: &str) -> Option<Cluster> {
-        self.inner
-            .engaged
-            .lock_unpoisoned()
+        self.members()
             .get(name)
-            .map(|(cluster, _)| cluster.clone())
+            .map(|member| member.cluster.clone())
     }
 
     /// Whether every controller of the engaged cluster `name` has synced (`false` if it is
     /// not engaged here).
     pub fn has_synced(&self, name: &str) -> bool {
-        self.inner
-            .engaged
-            .lock_unpoisoned()
+        self.members()
             .get(name)
-            .is_some_and(|(_, synced)| synced.iter().all(|s| s()))
+            .is_some_and(|member| member.synced.iter().all(Synced::is_synced))
+    }
+
+    /// The engine's last published snapshot of the members.
+    fn members(&self) -> Members {
+        Arc::clone(&self.inner.members.borrow())
     }
 
     /// Adds a controller to run in every cluster it serves: before the fleet starts, or
@@ -346,10 +351,9 @@ impl Fleet {
     pub(crate) fn add_recipe(&self, recipe: Arc<dyn Recipe>) -> Result<()> {
         let mut recipes = self.inner.recipes.lock_unpoisoned();
         if recipes.iter().any(|r| r.name() == recipe.name()) {
-            return Err(Error::Fleet(format!(
-                "the fleet already has a controller named {:?}",
-                recipe.name()
-            )));
+            return Err(Error::Fleet(FleetError::DuplicateController {
+                name: recipe.name().to_owned(),
+            }));
         }
         recipes.push(Arc::clone(&recipe));
         drop(recipes);
@@ -426,13 +430,13 @@ struct Wanted {
 }
 
 /// A cluster engaged here, and the tasks it owns: its controllers in `instances`, its
-/// probe and (sharded) the holder of its shard's permit in `tasks`; its disengagement joins
-/// both.
+/// probe, the waiter that reports it synced and (sharded) the holder of its shard's permit
+/// in `tasks`; its disengagement joins both.
 struct Engagement {
     generation: u64,
     cluster: Cluster,
     /// Each controller's stop, and whether it synced.
-    running: Vec<(Shutdown, SyncedProbe)>,
+    running: Vec<(Shutdown, Synced)>,
     instances: JoinSet<()>,
     tasks: JoinSet<()>,
     /// The names of the controllers in `running`.
@@ -446,7 +450,7 @@ struct Engagement {
 
 impl Engagement {
     /// Starts `recipe` in the cluster: its controller's task is the engagement's.
-    fn start(&mut self, recipe: &dyn Recipe) -> SyncedProbe {
+    fn start(&mut self, recipe: &dyn Recipe) {
         let Running {
             shutdown,
             run,
@@ -454,8 +458,32 @@ impl Engagement {
         } = recipe.start(&self.cluster, self.gate.clone());
         self.instances.spawn(run);
         self.running_names.insert(recipe.name().to_owned());
-        self.running.push((shutdown, Arc::clone(&synced)));
-        synced
+        self.running.push((shutdown, synced));
+    }
+
+    /// Its controllers' sync signals.
+    fn synced(&self) -> Vec<Synced> {
+        self.running
+            .iter()
+            .map(|(_, synced)| synced.clone())
+            .collect()
+    }
+
+    /// Reports to the engine, through `tx`, once every controller started so far has
+    /// synced (a task of the engagement, ended by its disengagement if that comes first).
+    fn report_synced(&mut self, name: &str, tx: &mpsc::UnboundedSender<SyncedNow>) {
+        let synced = self.synced();
+        let stopped = self.cluster.stopped();
+        let report = SyncedNow(name.to_owned(), self.generation);
+        let tx = tx.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                _ = futures::future::join_all(synced.iter().map(Synced::wait)) => {
+                    let _ = tx.send(report);
+                }
+                () = stopped.cancelled() => {}
+            }
+        });
     }
 }
 
@@ -463,40 +491,59 @@ impl Engagement {
 /// generation engaged.
 struct Lost(String, u64);
 
+/// Every controller of a cluster's engagement (its name and generation) has synced.
+struct SyncedNow(String, u64);
+
 struct Engine {
     fleet: Fleet,
     providers: Vec<Arc<dyn Provider>>,
     gate: LeaderGate,
-    wanted: HashMap<String, Wanted>,
-    engaged: HashMap<String, Engagement>,
+    wanted: BTreeMap<String, Wanted>,
+    engaged: BTreeMap<String, Engagement>,
     /// The disengagements under way (each returns its cluster's name), and which cluster each
     /// task stops: a cluster is engaged again only once its last engagement ended.
     disengaging: JoinSet<String>,
     stopping: HashMap<tokio::task::Id, String>,
     next_generation: u64,
+    /// Sharded: the shards held here, as the ring's gate publishes them.
+    held: Option<watch::Receiver<BTreeSet<usize>>>,
     lost_tx: mpsc::UnboundedSender<Lost>,
     lost_rx: mpsc::UnboundedReceiver<Lost>,
+    synced_tx: mpsc::UnboundedSender<SyncedNow>,
+    synced_rx: mpsc::UnboundedReceiver<SyncedNow>,
 }
 
 impl Engine {
     fn new(runnable: FleetRunnable) -> Self {
         let (lost_tx, lost_rx) = mpsc::unbounded_channel();
+        let (synced_tx, synced_rx) = mpsc::unbounded_channel();
+        let held = runnable
+            .fleet
+            .inner
+            .shards
+            .as_ref()
+            .map(rudder_controller::ShardGate::held);
         Self {
             fleet: runnable.fleet,
             providers: runnable.providers,
             gate: runnable.gate,
-            wanted: HashMap::new(),
-            engaged: HashMap::new(),
+            wanted: BTreeMap::new(),
+            engaged: BTreeMap::new(),
             disengaging: JoinSet::new(),
             stopping: HashMap::new(),
             next_generation: 0,
+            held,
             lost_tx,
             lost_rx,
+            synced_tx,
+            synced_rx,
         }
     }
 
     /// Runs the fleet until `shutdown`, then disengages every cluster with its deadline and
-    /// joins everything it started (disengagements, providers) before returning.
+    /// joins everything it started (disengagements, providers) before returning. It acts
+    /// only when told: an announcement, a controller added, a shard opened or closed, a
+    /// disengagement ended, a holding lost, a member synced; it keeps no timer of its own.
     async fn run(&mut self, shutdown: Shutdown) {
         metrics::describe();
         let (announce_tx, mut announcements) = mpsc::unbounded_channel();
@@ -507,15 +554,8 @@ impl Engine {
         }
         drop(announce_tx);
         let mut added = self.fleet.inner.added_rx.lock_unpoisoned().take();
-        let mut opened = self
-            .fleet
-            .inner
-            .shards
-            .as_ref()
-            .and_then(ShardGate::take_opened);
-        let mut tick = tokio::time::interval(Duration::from_millis(250));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        metrics::gauge_set(CLUSTERS_ENGAGED, 0.0);
+        let mut held = self.held.clone();
+        self.publish();
         loop {
             tokio::select! {
                 _ = shutdown.stopped() => break,
@@ -527,11 +567,8 @@ impl Engine {
                     }
                 }
                 Some(lost) = self.lost_rx.recv() => self.lost(lost),
-                Some(_) = recv(&mut opened) => self.converge_all(),
-                _ = tick.tick() => {
-                    self.converge_all();
-                    self.refresh_synced();
-                }
+                Some(synced) = self.synced_rx.recv() => self.synced(synced),
+                true = changed(&mut held) => self.converge_all(),
             }
         }
         // Stop every cluster with the manager's deadline, then the providers (stopped by
@@ -578,18 +615,22 @@ impl Engine {
     }
 
     fn recipe_added(&mut self, recipe: &Arc<dyn Recipe>) {
+        let mut changed = false;
         for (name, engagement) in &mut self.engaged {
             // A recipe known at start was started with the cluster already.
             if !recipe.serves(name) || engagement.running_names.contains(recipe.name()) {
                 continue;
             }
-            let synced = engagement.start(recipe.as_ref());
-            self.fleet
-                .inner
-                .engaged
-                .lock_unpoisoned()
-                .entry(name.clone())
-                .and_modify(|(_, all)| all.push(synced));
+            engagement.start(recipe.as_ref());
+            if !engagement.synced_once {
+                // The waiter started before counts without this controller; this one
+                // waits for all of them.
+                engagement.report_synced(name, &self.synced_tx);
+            }
+            changed = true;
+        }
+        if changed {
+            self.publish();
         }
     }
 
@@ -617,47 +658,102 @@ impl Engine {
         }
     }
 
-    /// Whether a disengagement of `name` is under way.
-    fn is_stopping(&self, name: &str) -> bool {
-        self.stopping.values().any(|n| n == name)
+    /// Every controller of an engagement synced (as far as its waiter knew): counted once
+    /// per engagement, with the time from its announcement.
+    fn synced(&mut self, SyncedNow(name, generation): SyncedNow) {
+        let Some(engagement) = self
+            .engaged
+            .get_mut(&name)
+            .filter(|e| e.generation == generation && !e.synced_once)
+        else {
+            return;
+        };
+        // A controller added after this report's waiter started has a waiter of its own.
+        if !engagement.running.iter().all(|(_, s)| s.is_synced()) {
+            return;
+        }
+        engagement.synced_once = true;
+        let took = engagement.announced.elapsed();
+        metrics::gauge_set_cluster(CLUSTER_SYNCED, &name, 1.0);
+        metrics::gauge_set_cluster(ENGAGE_SECONDS, &name, took.as_secs_f64());
+        tracing::info!(cluster = %name, took_ms = took.as_millis() as u64, "member cluster synced");
     }
 
+    /// Carries out what [`decide`](decide::decide) says for every member.
     fn converge_all(&mut self) {
-        let names: HashSet<String> = self
+        let actions = self.decide(None);
+        self.act(actions);
+    }
+
+    /// Carries out what [`decide`](decide::decide) says for `name`.
+    fn converge(&mut self, name: &str) {
+        let actions = self.decide(Some(name));
+        self.act(actions);
+    }
+
+    /// The decision's inputs, for `only` one member or all of them, and its actions.
+    fn decide(&self, only: Option<&str>) -> Vec<Action> {
+        let of_interest = |name: &str| only.is_none_or(|only| only == name);
+        let wanted: BTreeMap<String, u64> = self
             .wanted
-            .keys()
-            .chain(self.engaged.keys())
+            .iter()
+            .filter(|(name, _)| of_interest(name))
+            .map(|(name, wanted)| (name.clone(), wanted.generation))
+            .collect();
+        let engaged: BTreeMap<String, u64> = self
+            .engaged
+            .iter()
+            .filter(|(name, _)| of_interest(name))
+            .map(|(name, engagement)| (name.clone(), engagement.generation))
+            .collect();
+        let stopping: BTreeSet<String> = self
+            .stopping
+            .values()
+            .filter(|name| of_interest(name))
             .cloned()
             .collect();
-        for name in names {
-            self.converge(&name);
-        }
+        let gate = self.fleet.inner.shards.as_ref();
+        let shard_of = |name: &str| gate.map_or(0, |gate| gate.shard_of(&Request::cluster(name)));
+        let held = self.held.as_ref().map(|held| held.borrow().clone());
+        decide::decide(&Inputs {
+            wanted: &wanted,
+            engaged: &engaged,
+            stopping: &stopping,
+            shards: held.as_ref().map(|held| Shards {
+                held,
+                shard_of: &shard_of,
+            }),
+        })
     }
 
-    /// Whether the shard of `name` is held here (always, unsharded).
-    fn holds(&self, name: &str) -> bool {
-        match &self.fleet.inner.shards {
-            None => true,
-            Some(gate) => gate.is_open(gate.shard_of(&Request::cluster(name))),
-        }
-    }
-
-    /// Engages or disengages `name` as what is wanted and held says.
-    fn converge(&mut self, name: &str) {
-        let want = self
-            .wanted
-            .get(name)
-            .filter(|_| self.holds(name))
-            .map(|w| w.generation);
-        match (self.engaged.get(name).map(|e| e.generation), want) {
-            (Some(have), Some(want)) if have == want => {}
-            (Some(_), _) => {
-                let grace = self.fleet.inner.disengage_grace;
-                self.disengage(name, grace.map(|g| Instant::now() + g));
+    fn act(&mut self, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::Engage(name) => self.engage(&name),
+                // A replaced cluster is engaged again when its disengagement has ended.
+                Action::Disengage(name) | Action::Replace(name) => {
+                    let grace = self.fleet.inner.disengage_grace;
+                    self.disengage(&name, grace.map(|g| Instant::now() + g));
+                }
             }
-            (None, Some(_)) if !self.is_stopping(name) => self.engage(name),
-            (None, _) => {}
         }
+    }
+
+    /// Publishes the members engaged now: the one snapshot every reader of the fleet uses.
+    fn publish(&self) {
+        let members: BTreeMap<String, Member> = self
+            .engaged
+            .iter()
+            .map(|(name, engagement)| {
+                let member = Member {
+                    cluster: engagement.cluster.clone(),
+                    synced: engagement.synced(),
+                };
+                (name.clone(), member)
+            })
+            .collect();
+        metrics::gauge_set(CLUSTERS_ENGAGED, members.len() as f64);
+        self.fleet.inner.members.send_replace(Arc::new(members));
     }
 
     fn engage(&mut self, name: &str) {
@@ -668,6 +764,8 @@ impl Engine {
         let announced = wanted.announced;
         let permit = match &self.fleet.inner.shards {
             None => None,
+            // Held, but its validity passed: the ring closes it (a change of `held`) and
+            // opens it again once it holds the Lease anew.
             Some(gate) => match gate.admit(&Request::cluster(name)) {
                 Some(permit) => Some(permit),
                 None => return,
@@ -713,7 +811,7 @@ impl Engine {
         });
         let mut engagement = Engagement {
             generation,
-            cluster: cluster.clone(),
+            cluster,
             running: Vec::new(),
             instances: JoinSet::new(),
             tasks,
@@ -724,22 +822,16 @@ impl Engine {
             synced_once: false,
         };
         let recipes: Vec<Arc<dyn Recipe>> = self.fleet.inner.recipes.lock_unpoisoned().clone();
-        let synced: Vec<SyncedProbe> = recipes
-            .iter()
-            .filter(|r| r.serves(name))
-            .map(|recipe| engagement.start(recipe.as_ref()))
-            .collect();
-        let controllers = synced.len();
-        self.fleet
-            .inner
-            .engaged
-            .lock_unpoisoned()
-            .insert(name.to_owned(), (cluster, synced));
+        for recipe in recipes.iter().filter(|r| r.serves(name)) {
+            engagement.start(recipe.as_ref());
+        }
+        engagement.report_synced(name, &self.synced_tx);
+        let controllers = engagement.running.len();
         metrics::gauge_set_cluster(CLUSTER_ENGAGED, name, 1.0);
         metrics::gauge_set_cluster(CLUSTER_SYNCED, name, 0.0);
         tracing::info!(cluster = %name, controllers, "member cluster engaged");
         self.engaged.insert(name.to_owned(), engagement);
-        metrics::gauge_set(CLUSTERS_ENGAGED, self.engaged.len() as f64);
+        self.publish();
     }
 
     /// Stops `name`'s controllers (their reconciles get until about `deadline`), then its
@@ -748,29 +840,13 @@ impl Engine {
         let Some(engagement) = self.engaged.remove(name) else {
             return;
         };
-        self.fleet.inner.engaged.lock_unpoisoned().remove(name);
+        self.publish();
         metrics::gauge_set_cluster(CLUSTER_ENGAGED, name, 0.0);
         metrics::gauge_set_cluster(CLUSTER_SYNCED, name, 0.0);
-        metrics::gauge_set(CLUSTERS_ENGAGED, self.engaged.len() as f64);
         let task = self
             .disengaging
             .spawn(disengagement(engagement, name.to_owned(), deadline));
         self.stopping.insert(task.id(), name.to_owned());
-    }
-
-    fn refresh_synced(&mut self) {
-        for (name, engagement) in &mut self.engaged {
-            if engagement.synced_once {
-                continue;
-            }
-            if engagement.running.iter().all(|(_, synced)| synced()) {
-                engagement.synced_once = true;
-                metrics::gauge_set_cluster(CLUSTER_SYNCED, name, 1.0);
-                let took = engagement.announced.elapsed();
-                metrics::gauge_set_cluster(ENGAGE_SECONDS, name, took.as_secs_f64());
-                tracing::info!(cluster = %name, took_ms = took.as_millis() as u64, "member cluster synced");
-            }
-        }
     }
 }
 
@@ -861,6 +937,17 @@ async fn probe(cluster: Cluster, period: Duration, timeout: Duration) {
     }
 }
 
+/// Waits for the next change of `held` (`true`); never returns without one, or once its
+/// sender is gone.
+async fn changed(held: &mut Option<watch::Receiver<BTreeSet<usize>>>) -> bool {
+    if let Some(rx) = held
+        && rx.changed().await.is_ok()
+    {
+        return true;
+    }
+    std::future::pending().await
+}
+
 async fn recv<T>(rx: &mut Option<mpsc::UnboundedReceiver<T>>) -> Option<T> {
     match rx {
         Some(rx) => rx.recv().await,
@@ -910,5 +997,104 @@ async fn supervise(provider: Arc<dyn Provider>, announcer: Announcer, shutdown: 
             _ = shutdown.stopped() => return,
         }
         backoff = (backoff * 2).min(Duration::from_secs(60));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rudder_controller::{KeyAffinity, ShardGate};
+
+    use super::*;
+    use crate::multicluster::StaticClusters;
+
+    /// A client configuration for a server nobody asks (the probe's period is an hour, and
+    /// no controller runs).
+    fn config() -> kube::Config {
+        kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"))
+    }
+
+    /// A sharded fleet on `gate`, with no manager: its engine runs on its own.
+    fn fleet(gate: &ShardGate) -> Fleet {
+        let (added, added_rx) = mpsc::unbounded_channel();
+        Fleet {
+            inner: Arc::new(Inner {
+                name: "fleet".to_owned(),
+                home: kube::Client::try_from(config()).expect("a client"),
+                cache_options: None,
+                probe_every: Duration::from_secs(3600),
+                probe_timeout: DEFAULT_PROBE_TIMEOUT,
+                events_in_members: false,
+                disengage_grace: Some(Duration::ZERO),
+                recipes: Mutex::new(Vec::new()),
+                added,
+                added_rx: Mutex::new(Some(added_rx)),
+                members: watch::Sender::new(Arc::default()),
+                shards: Some(gate.clone()),
+            }),
+        }
+    }
+
+    /// Starts `fleet`'s engine in `tasks` with one member, `name`, announced.
+    fn start(fleet: &Fleet, name: &str, tasks: &mut JoinSet<()>, shutdown: &Shutdown) {
+        let runnable = Box::new(FleetRunnable {
+            fleet: fleet.clone(),
+            providers: vec![Arc::new(StaticClusters::new().with(name, config()))],
+            sharded: true,
+            gate: LeaderGate::always_open(),
+        });
+        let run = runnable.start(shutdown.clone());
+        tasks.spawn(async move {
+            run.await.expect("the engine ends cleanly");
+        });
+    }
+
+    /// Waits, snapshot by snapshot (no timer), until `fleet` has `engaged` engaged.
+    async fn until_engaged(fleet: &Fleet, seen: &mut watch::Receiver<Members>, engaged: &[&str]) {
+        while fleet.engaged() != engaged {
+            seen.changed().await.expect("the fleet is alive");
+        }
+    }
+
+    /// The ring's hand-over, played on two replicas' gates: a replica engages a member as its
+    /// shard opens and disengages it as the shard closes, told by the gate and not by a
+    /// timer, so on paused time no time passes between the gate's change and the fleet's.
+    #[tokio::test(start_paused = true)]
+    async fn a_shard_handed_to_another_replica_is_engaged_there_as_it_opens() {
+        let (gate_a, gate_b) = (
+            ShardGate::new(4, 7, KeyAffinity::Name),
+            ShardGate::new(4, 7, KeyAffinity::Name),
+        );
+        let shard = gate_a.shard_of(&Request::cluster("c0"));
+        let (_validity, valid) = watch::channel(Some(Instant::now() + Duration::from_secs(3600)));
+        let (a, b) = (fleet(&gate_a), fleet(&gate_b));
+        let (mut seen_a, mut seen_b) = (a.inner.members.subscribe(), b.inner.members.subscribe());
+        let shutdown = Shutdown::new();
+        let mut tasks = JoinSet::new();
+
+        // A holds the shard: the announcement engages c0 there; B, without it, does not.
+        gate_a.open(shard, valid.clone());
+        start(&a, "c0", &mut tasks, &shutdown);
+        start(&b, "c0", &mut tasks, &shutdown);
+        until_engaged(&a, &mut seen_a, &["c0"]).await;
+        assert!(b.engaged().is_empty());
+
+        // The ring moves the shard: A closes it, which alone disengages c0 there; the
+        // shard is drained once that disengagement let go of its permit.
+        let moved = Instant::now();
+        gate_a.close(shard);
+        until_engaged(&a, &mut seen_a, &[]).await;
+        gate_a.drained(shard).await;
+        assert!(b.engaged().is_empty(), "B does not hold the shard yet");
+        // B's opening alone engages it there.
+        gate_b.open(shard, valid);
+        until_engaged(&b, &mut seen_b, &["c0"]).await;
+        assert_eq!(moved.elapsed(), Duration::ZERO, "no timer was waited for");
+        assert!(a.engaged().is_empty());
+
+        shutdown.stop(None);
+        while let Some(ended) = tasks.join_next().await {
+            ended.expect("the engine ends cleanly");
+        }
+        assert!(b.engaged().is_empty(), "stopped, B disengaged c0");
     }
 }

@@ -108,6 +108,8 @@
 
 mod cluster;
 mod controller;
+mod decide;
+mod error;
 mod fleet;
 pub mod metrics;
 mod provider;
@@ -115,6 +117,7 @@ mod providers;
 
 pub use cluster::{Cluster, ClusterHealth};
 pub use controller::FleetControllerBuilder;
+pub use error::FleetError;
 pub use fleet::{DEFAULT_PROBE_PERIOD, Fleet, FleetBuilder};
 pub use provider::{Announcer, Provider};
 pub use providers::{

@@ -1,0 +1,25 @@
+//! [`FleetError`]: why a fleet's controller could not be added, or one of its instances
+//! could not be built in a member cluster.
+
+/// Why a fleet's controller could not be added ([`Error::Fleet`](crate::Error::Fleet)), or
+/// why one of its instances could not be built in a member cluster (logged, and the
+/// instance built again after a backoff).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FleetError {
+    /// The fleet already has a controller of this name; give one of them another name
+    /// ([`FleetControllerBuilder::named`](super::FleetControllerBuilder::named)). Retrying
+    /// does not help.
+    #[error("the fleet already has a controller named {name:?}")]
+    DuplicateController {
+        /// The name taken.
+        name: String,
+    },
+    /// An instance's controller could not be built (its name or options refused).
+    #[error("cannot build the controller's instance")]
+    Build(#[source] rudder_controller::BuildError),
+    /// An instance's controller refused its gate or one of its watches (it was already
+    /// running, which the fleet never lets happen to an instance it builds).
+    #[error("cannot set up the controller's instance")]
+    Setup(#[source] rudder_controller::RunError),
+}
