@@ -87,6 +87,10 @@
 //! shard moves only after the replica giving it up has disengaged its clusters, so no
 //! cluster is served by two replicas at once; each replica caches only its own clusters.
 //!
+//! The fleet acts when told: a provider's announcement, a shard opening or closing in the
+//! ring's gate, a disengagement ending, a member's controllers reporting they synced. Nothing
+//! of it runs on a tick but each member's probe.
+//!
 //! # Metrics
 //!
 //! | metric | labels | |
