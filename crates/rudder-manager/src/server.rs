@@ -17,7 +17,6 @@ use rudder_server::{BindError, Body, Options, Server, ServerHandle};
 use rudder_server::StopReport;
 #[cfg(feature = "webhook")]
 use rudder_webhook::{CertificateStore, FileWatcher, Tls};
-#[cfg(feature = "webhook")]
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 #[cfg(feature = "webhook")]
@@ -64,24 +63,60 @@ pub(crate) enum Routes {
 /// without `stop`, both end at once.
 pub(crate) struct Served {
     handle: ServerHandle,
-    #[cfg(feature = "webhook")]
-    watcher: Option<Watcher>,
+    /// Tasks that run beside the server (a certificate file watcher, the metrics registry's
+    /// upkeep), stopped and joined after it.
+    companions: Vec<Companion>,
 }
 
-/// A certificate file watcher's task and the guard that stops it.
-#[cfg(feature = "webhook")]
-struct Watcher {
+/// A task running beside a server, and the guard that stops it.
+struct Companion {
     stop: DropGuard,
     task: tokio::task::JoinHandle<()>,
 }
+
+/// How often the metrics registry's histograms are drained when nothing scrapes them: the
+/// recorder keeps every sample until a render or an upkeep takes it, so a manager nobody
+/// scrapes would grow by each observation.
+const UPKEEP_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Served {
     fn new(handle: ServerHandle) -> Self {
         Self {
             handle,
-            #[cfg(feature = "webhook")]
-            watcher: None,
+            companions: Vec::new(),
         }
+    }
+
+    /// Runs `task` beside the server until it stops; `task` ends when its token fires.
+    fn with_companion<F>(mut self, task: impl FnOnce(CancellationToken) -> F) -> Self
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let stop = CancellationToken::new();
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: Served::stop joins it after the server stops"
+        )]
+        let task = tokio::spawn(task(stop.clone()));
+        self.companions.push(Companion {
+            stop: stop.drop_guard(),
+            task,
+        });
+        self
+    }
+
+    /// Drains `handle`'s histograms every [`UPKEEP_PERIOD`] while the server runs.
+    pub(crate) fn with_upkeep(self, handle: PrometheusHandle) -> Self {
+        self.with_companion(move |stop| async move {
+            let mut ticks = tokio::time::interval(UPKEEP_PERIOD);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = ticks.tick() => handle.run_upkeep(),
+                }
+            }
+        })
     }
 
     /// The address served.
@@ -89,14 +124,13 @@ impl Served {
         self.handle.local_addr()
     }
 
-    /// Stops the server (see [`ServerHandle::stop`]), then its certificate watcher, which
-    /// ends at once on its signal, and joins it.
+    /// Stops the server (see [`ServerHandle::stop`]), then the tasks beside it, which end at
+    /// once on their signal, and joins them.
     pub(crate) async fn stop(self, deadline: Option<tokio::time::Instant>) -> StopReport {
         let report = self.handle.stop(deadline).await;
-        #[cfg(feature = "webhook")]
-        if let Some(Watcher { stop, task }) = self.watcher {
+        for Companion { stop, task } in self.companions {
             drop(stop);
-            // A panic in the poll loop has nothing to hand on.
+            // A panic in the task's loop has nothing to hand on.
             let _ = task.await;
         }
         report
@@ -151,21 +185,13 @@ pub(crate) async fn serve_secure(
             BindError::Bind { source, .. } => SecureMetricsError::Bind(source),
             other => SecureMetricsError::Bind(std::io::Error::other(other)),
         })?;
-    let watcher = watcher.map(|watcher| {
-        let stop = CancellationToken::new();
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "owned: Served::stop joins it after the server stops"
-        )]
-        let task = tokio::spawn(watcher.run(secure.cert_poll_period, stop.clone()));
-        Watcher {
-            stop: stop.drop_guard(),
-            task,
+    let served = Served::new(server.serve_with(tls, secure.filter(client, routes)));
+    Ok(match watcher {
+        Some(watcher) => {
+            let period = secure.cert_poll_period;
+            served.with_companion(move |stop| watcher.run(period, stop))
         }
-    });
-    Ok(Served {
-        handle: server.serve_with(tls, secure.filter(client, routes)),
-        watcher,
+        None => served,
     })
 }
 

@@ -90,7 +90,9 @@ impl Reconciler for First {
 
 fn live_heap() -> isize {
     let s = GLOBAL.stats();
-    s.bytes_allocated as isize - s.bytes_deallocated as isize + s.bytes_reallocated
+    // stats_alloc counts a realloc's growth or shrinkage in bytes_allocated or
+    // bytes_deallocated already; bytes_reallocated is the same difference again.
+    s.bytes_allocated as isize - s.bytes_deallocated as isize
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -170,7 +170,7 @@ impl Manager {
             return Ok(());
         };
         let routes = Routes::Metrics {
-            handle,
+            handle: handle.clone(),
             extra: Arc::clone(&self.extra),
         };
         #[cfg(feature = "webhook")]
@@ -183,7 +183,8 @@ impl Manager {
         let server = match secure {
             Some(served) => served?,
             None => listen("metrics", addr, routes).await?,
-        };
+        }
+        .with_upkeep(handle);
         self.bound.lock_unpoisoned().metrics = Some(server.local_addr());
         servers.push(server);
         Ok(())
