@@ -415,7 +415,8 @@ pub async fn add_controller(
 ) -> Result<Controller<ChaosPodReconciler>, rudder::Error> {
     rudder::new_controller(manager)
         .for_::<ChaosPod>()
-        .owns::<Pod>()
+        // Its Pods: watched, created (with an owner reference) and deleted; never patched.
+        .owns_writes::<Pod>([Verb::Create, Verb::Delete])
         // Beyond what the builder sees: the reconciler patches `spec.nextStop` and the
         // status.
         .permissions(

@@ -153,7 +153,10 @@ pub async fn register_with(
 ) -> rudder::Result<Controller<Generator>> {
     let builder = rudder::new_controller(manager)
         .for_::<ConfigMapGenerator>()
-        .owns::<ConfigMap>()
+        // Its ConfigMaps: watched, kept with create_or_patch (get, create, patch), and
+        // deleted on scale-down and clean-up (which lists them from the API server: the
+        // informer's list).
+        .owns_writes::<ConfigMap>([Verb::Get, Verb::Create, Verb::Patch, Verb::Delete])
         // Beyond what the builder sees: the finalizer is added and removed with a patch of
         // the generator, and the status written with a patch of its status.
         .permissions(
