@@ -197,6 +197,18 @@
 //! event of its own, so there the bad one is skipped and counted like a bad watch event. Dynamic and metadata-only informers
 //! decode anything.
 //!
+//! A list or watch the API server refuses (401 Unauthorized, 403 Forbidden: RBAC without
+//! `list` or `watch` on the resource there) is not waited out: [`Informer::wait_for_sync`],
+//! and so a read and [`Cache::wait_for_sync`], fails at once with [`SyncError::Refused`] (the
+//! answer is its [`Refusal`]) while the informer retries with backoff, and syncs once it is
+//! allowed ([`Informer::refusal`], [`Informer::wait_until_allowed`]). A streak of refusals
+//! is logged once at `warn` (at `debug` while it lasts, once at `info` when it ends) and
+//! each is counted in [`InformerStats::refusals`] (and, with the `metrics` feature, in
+//! `rudder_cache_watch_refusals_total`, labels `resource` and `code`). The cache's informers
+//! list and watch through a client ([`most_recent_client`]) that hands such an answer to
+//! kube-runtime's watcher as a [`Refusal`] rather than an API error, so the watcher, which
+//! logs every 401 and 403 API error at `warn` with a debug dump, reports it at `debug` only.
+//!
 //! # Panics in user code
 //!
 //! Index functions and transforms run inside the watch task (index functions under the
@@ -220,7 +232,7 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | `metrics` | `rudder_cache_watch_errors_total` and `rudder_cache_malformed_objects_total` counters (label `resource`), and `rudder_cache_panics_total` (labels `resource`, `function`: `index`, `transform` or `handler`), through the `metrics` crate; their names and descriptions in `metrics`; on in every manager (rudder-manager enables it) |
+//! | `metrics` | `rudder_cache_watch_errors_total` and `rudder_cache_malformed_objects_total` counters (label `resource`), `rudder_cache_watch_refusals_total` (labels `resource`, `code`: `401` or `403`), and `rudder_cache_panics_total` (labels `resource`, `function`: `index`, `transform` or `handler`), through the `metrics` crate; their names and descriptions in `metrics`; on in every manager (rudder-manager enables it) |
 //!
 //! # Shutdown
 //!
