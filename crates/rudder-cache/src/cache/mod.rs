@@ -352,15 +352,17 @@ impl Cache {
             .default_scopes::<DynamicObject>(&TypeKey::dynamic(resource))
     }
 
-    /// Stops every informer and waits until all their tasks have ended.
+    /// Stops every informer and waits until all their tasks have ended, and the request
+    /// buffer task of the client they watched with.
     pub async fn stop(&self) {
         self.inner.token.cancel();
         let informers: Vec<_> = self.inner.informers().drain().collect();
         drop(informers);
+        // The informers' client: its request buffer's task (which the tracker tracks) ends
+        // once the informers' clones are gone too.
+        self.inner.informer_client.lock_unpoisoned().take();
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
-        // Its request buffer's task ends once the informers' clones are gone too.
-        self.inner.informer_client.lock_unpoisoned().take();
     }
 
     /// Replaces the scopes `K` is read from: from now on [`get`](Self::get),

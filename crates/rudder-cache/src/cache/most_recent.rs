@@ -21,6 +21,7 @@ use futures::future::BoxFuture;
 use http::{Request, Response, Uri};
 use kube::Client;
 use kube::client::Body;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 /// `client`, with streaming lists asking for the most recent state: a watch that asks for
 /// initial events (`sendInitialEvents=true`) is sent without `resourceVersion=0`, so the
@@ -46,15 +47,32 @@ use kube::client::Body;
 /// # }
 /// ```
 pub fn most_recent(client: Client) -> Client {
+    layered(client, None)
+}
+
+/// [`most_recent`], its request buffer's task joined through `owner`'s tracker: the task
+/// holds the layer, and the layer `owner`, until it ends (once the last clone of the result
+/// is dropped), so whoever waits for that tracker waits for the task too (DESIGN 16).
+pub(crate) fn most_recent_tracked(client: Client, owner: TaskTrackerToken) -> Client {
+    layered(client, Some(owner))
+}
+
+fn layered(client: Client, owner: Option<TaskTrackerToken>) -> Client {
     let namespace = client.default_namespace().to_owned();
     let valid_until = *client.valid_until();
-    Client::new(MostRecent { inner: client }, namespace).with_valid_until(valid_until)
+    let layer = MostRecent {
+        inner: client,
+        _owner: owner,
+    };
+    Client::new(layer, namespace).with_valid_until(valid_until)
 }
 
 /// The layer [`most_recent`] puts in front of a client.
 #[derive(Clone)]
 struct MostRecent {
     inner: Client,
+    /// Held by the request buffer's task (which owns the layer) while it runs.
+    _owner: Option<TaskTrackerToken>,
 }
 
 impl tower_service::Service<Request<Body>> for MostRecent {

@@ -111,7 +111,7 @@ pub(crate) struct Inner {
     /// `client` with streaming lists asking for the most recent state, made when the first
     /// informer starts (a Tokio runtime is there by then; building the cache needs none),
     /// and dropped when the cache stops: its request buffer is a task, which ends with the
-    /// last clone, so a stopped cache leaves none running.
+    /// last clone and which `tracker` tracks, so a stopped cache has joined it.
     pub(crate) informer_client: Mutex<Option<Client>>,
 }
 
@@ -124,8 +124,10 @@ impl Inner {
             *slot = None;
             return self.client.clone();
         }
-        slot.get_or_insert_with(|| super::most_recent::most_recent(self.client.clone()))
-            .clone()
+        slot.get_or_insert_with(|| {
+            super::most_recent::most_recent_tracked(self.client.clone(), self.tracker.token())
+        })
+        .clone()
     }
 
     pub(crate) fn informers(&self) -> MutexGuard<'_, HashMap<InformerKey, Slot>> {
