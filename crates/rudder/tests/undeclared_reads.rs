@@ -2,7 +2,8 @@
 //! server: a type no declaration covers is refused at once, with the declaration to add,
 //! before any informer starts (even as an admin, who could read it); a declared type whose
 //! RBAC the cluster lacks fails the waiting reconcile at once with the API server's refusal,
-//! logged once however often the reconcile retries, and reads once the RBAC is granted.
+//! logged once however often the reconcile retries, and reads once the RBAC is granted; a
+//! controller whose own watch is refused at start syncs and reconciles once it is granted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(
     clippy::disallowed_methods,
@@ -333,6 +334,101 @@ async fn a_refused_read_fails_the_reconcile_at_once_logged_once_and_reads_once_g
         }
         assert!(Instant::now() < deadline, "a read once granted");
     }
+    running.0.cancel();
+    running.1.await.unwrap().unwrap();
+}
+
+/// Counts its reconciles.
+struct Counts(mpsc::UnboundedSender<Request>);
+
+impl Reconciler for Counts {
+    type Error = std::convert::Infallible;
+
+    async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
+        let _ = self.0.send(request);
+        Ok(Action::done())
+    }
+}
+
+#[tokio::test]
+async fn a_controller_whose_watch_is_refused_at_start_syncs_once_granted() {
+    LazyLock::force(&LOG);
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("refused-watch").await.unwrap();
+    let user = ns.service_account("operator").await.unwrap();
+    config_map(&ns, "a").await;
+    let namespace = ns.name().to_owned();
+    let manager = Arc::new(
+        Manager::builder(user.client())
+            .health_probe_address(None)
+            .metrics_address(None)
+            .cache(move |c| c.default_namespace(namespace))
+            .build()
+            .unwrap(),
+    );
+    let (reconciled, mut reconciles) = mpsc::unbounded_channel();
+    rudder::new_controller(&manager)
+        .for_::<ConfigMap>()
+        .complete(Counts(reconciled))
+        .await
+        .unwrap();
+    let running = support::start(&manager);
+    // Its source's informer, refused (logged once): nothing is reconciled. (The test asks
+    // the cache for it only then: an informer asked for before the manager's start would be
+    // one its start waits for, and a refused one fails the start.)
+    rudder_envtest::poll::until("the refusal logged", WAIT, || {
+        LOG.lines_containing("refuses to list or watch")
+            .iter()
+            .any(|line| line.contains(ns.name()))
+    })
+    .await;
+    let [informer]: [_; 1] = manager
+        .cache()
+        .informers::<ConfigMap>()
+        .unwrap()
+        .try_into()
+        .unwrap();
+    assert!(informer.refusal().is_some());
+    assert!(reconciles.try_recv().is_err());
+
+    // Granted (list and watch on ConfigMaps, as the rendered Role has them): the controller
+    // syncs on the informer's next try, well within its sync timeout, and reconciles.
+    let role = Role {
+        metadata: ObjectMeta {
+            name: Some("config-maps".to_owned()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["configmaps".to_owned()]),
+            verbs: vec!["list".to_owned(), "watch".to_owned()],
+            ..PolicyRule::default()
+        }]),
+    };
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "config-maps" },
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "config-maps",
+        },
+        "subjects": [{
+            "kind": "ServiceAccount", "name": user.name(), "namespace": ns.name(),
+        }],
+    }))
+    .unwrap();
+    ns.api::<Role>()
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    ns.api::<RoleBinding>()
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    informer.wait_until_allowed().await;
+    let request = tokio::time::timeout(Duration::from_secs(60), reconciles.recv())
+        .await
+        .expect("a reconcile once granted")
+        .unwrap();
+    assert_eq!(request.name(), "a");
     running.0.cancel();
     running.1.await.unwrap().unwrap();
 }
