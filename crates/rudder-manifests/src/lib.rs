@@ -1,6 +1,7 @@
 //! What an operator must tell the cluster, derived from its code rather than written by
 //! hand: the RBAC its controllers need ([`rbac`]) and the objects that deploy it
-//! ([`deploy`]).
+//! ([`deploy`]); and what its monitoring needs, over the metrics every manager exposes:
+//! Prometheus rules ([`alerts`]) and Grafana dashboards ([`dashboards`]).
 //!
 //! Start with [`rbac::Permissions`] (declare what a controller reads and writes; the
 //! manager resolves it against its cache into [`rbac::Rules`]) or with [`deploy::render`]
@@ -38,6 +39,18 @@
 //! is what the facade reads from one. The webhook configurations are rendered by
 //! `rudder_webhook::manifest`, beside the webhook server whose paths they name, from what
 //! that server registered; [`deploy::render`] takes them as they come.
+//!
+//! # Alerts and dashboards
+//!
+//! [`alerts::rule_groups`] and [`dashboards::dashboards`] need nothing from the manager:
+//! the metrics they read have the same names and labels in every Rudder operator
+//! (controller-runtime's, plus `rudder_cache_*` and `rudder_fleet_*`). Scope them to one
+//! operator with a [`promql::Selector`] (its scrape job, its namespace). The project's tests
+//! run each rule through `promtool test rules`, and check every metric a rule or panel reads
+//! against a real manager's `/metrics`.
 
+pub mod alerts;
+pub mod dashboards;
 pub mod deploy;
+pub mod promql;
 pub mod rbac;
