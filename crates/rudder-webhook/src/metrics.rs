@@ -118,6 +118,20 @@ pub(crate) fn certificate_read_error() {
     metrics::counter!(CERT_READ_ERRORS_TOTAL).increment(1);
 }
 
+/// Makes the unlabelled counters exist, at zero, as controller-runtime's do from its start
+/// (they are plain counters there): an alert on their `increase` sees the first panic or
+/// failed read, and a check of dashboards against a scrape finds them before any happened.
+pub(crate) fn register_counters() {
+    for name in [
+        PANICS_TOTAL,
+        CONVERSION_PANICS_TOTAL,
+        CERT_READ_TOTAL,
+        CERT_READ_ERRORS_TOTAL,
+    ] {
+        metrics::counter!(name).increment(0);
+    }
+}
+
 /// Describes every metric of this crate (help text and unit) to the recorder current at this
 /// call; descriptions given before a recorder is installed are lost, so the server calls
 /// this when it starts, and a process that installs its recorder later calls it then.

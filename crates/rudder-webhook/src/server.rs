@@ -201,6 +201,7 @@ impl WebhookServer {
         // At start, not in `new`: the recorder is more likely installed by now, and a
         // description given to no recorder is lost.
         metrics::describe();
+        metrics::register_counters();
         let options = &self.inner.options;
         let stop_watcher = CancellationToken::new();
         let (store, watcher) = match &options.certificate {

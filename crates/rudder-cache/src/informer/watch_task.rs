@@ -120,7 +120,19 @@ pub(crate) async fn run<K, S>(
 {
     // As the informer starts, not when it is built: the recorder is installed by now.
     #[cfg(feature = "metrics")]
-    crate::metrics::describe();
+    {
+        crate::metrics::describe();
+        // The informer's counters exist from its start, at zero: an alert on their
+        // `increase` then sees the first relist or malformed object, which a series born
+        // at 1 would hide. (Panics carry a `function` label and appear when one happens.)
+        for name in [
+            crate::metrics::WATCH_ERRORS_TOTAL,
+            crate::metrics::MALFORMED_OBJECTS_TOTAL,
+            crate::metrics::RELISTS_TOTAL,
+        ] {
+            metrics::counter!(name, shared.labels()).increment(0);
+        }
+    }
     let mut stream = pin!(stream);
     let mut watch = Watch {
         shared,
