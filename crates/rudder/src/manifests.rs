@@ -13,10 +13,17 @@ use rudder_manifests::deploy::{Served, WebhookServing, render};
 use rudder_webhook::CertificateSource;
 use rudder_webhook::manifest::ClientConfig;
 
+/// Prometheus rules for what goes wrong in an operator, over the metrics every manager
+/// exposes (see [`rudder_manifests::alerts`]).
+pub use rudder_manifests::alerts;
+/// Grafana dashboards over the same metrics (see [`rudder_manifests::dashboards`]).
+pub use rudder_manifests::dashboards;
 pub use rudder_manifests::deploy::{
     CHECKOV_SKIP_ANNOTATION, DEFAULT_CPU_REQUEST, DEFAULT_MEMORY_LIMIT, DEFAULT_MEMORY_REQUEST,
     DeployOptions, Manifests, NAME_LABEL, TERMINATION_MARGIN_SECONDS,
 };
+/// The selector that scopes the rules and dashboards to one operator's series.
+pub use rudder_manifests::promql;
 
 use crate::{WebhookManifests, webhook_manifests};
 

@@ -1,7 +1,10 @@
 //! A whole operator's `/metrics` as Prometheus and Kubebuilder's dashboards read it: a
 //! manager with the process-wide recorder, leader election on a real Lease, an admission
 //! webhook called by the real API server and a controller, scraped over HTTP and checked
-//! with `promtool check metrics`. A test binary of its own, so that the recorder it installs
+//! with `promtool check metrics`. A fleet with the same cluster as its one member adds the
+//! fleet's series. Every metric the shipped alerts and dashboards read
+//! (`rudder::manifests::alerts`, `rudder::manifests::dashboards`) is checked to be in the
+//! scrape. A test binary of its own, so that the recorder it installs
 //! is the process's first and the manager builds its parts in its own order.
 //!
 //! promtool is found on `PATH` or at `RUDDER_PROMTOOL`; without it the lint check is skipped
@@ -23,6 +26,10 @@ use kube::api::{Api, PostParams};
 use kube::core::ObjectMeta;
 use rudder::manager::client_metrics::host_of;
 use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder::manifests::alerts::{AlertOptions, RECORDED, Rule, rule_groups};
+use rudder::manifests::dashboards::{dashboards, expressions};
+use rudder::manifests::promql::{Selector, metric_names, metric_of};
+use rudder::multicluster::{Fleet, StaticClusters};
 use rudder::prelude::*;
 use rudder::webhook::manifest::ClientConfig;
 use rudder_envtest::{TestNamespace, WebhookOptions, eventually};
@@ -73,6 +80,57 @@ fn webhook_options(ns: &TestNamespace) -> WebhookOptions {
         validating: manifests.validating.into_iter().collect(),
         conversion_crds: Vec::new(),
     }
+}
+
+/// Metrics a rule or panel reads that a healthy manager does not expose until an event
+/// labels them, each with how it is known: the crate's name constant, which the code that
+/// counts the event uses, and why its series is born at the event.
+const EVENT_BORN: &[(&str, &str)] = &[
+    (
+        rudder::cache::metrics::PANICS_TOTAL,
+        "labelled by the function that panicked; the rule counts a new series too",
+    ),
+    (
+        rudder::multicluster::metrics::REQUEST_FAILURES_TOTAL,
+        "labelled by the failure's reason",
+    ),
+    (
+        rudder::multicluster::metrics::CONTROLLER_RESTARTS_TOTAL,
+        "labelled by the controller that ended with an error",
+    ),
+    (
+        rudder::multicluster::metrics::PROVIDER_ERRORS_TOTAL,
+        "labelled by the provider that failed",
+    ),
+];
+
+/// Every metric the shipped rules and dashboards read (recorded series aside, histograms by
+/// their metric's name), each with where it is read.
+fn metrics_read() -> Vec<(String, String)> {
+    let options = AlertOptions::new("scrape");
+    let rules = rule_groups(&options)
+        .into_iter()
+        .flat_map(|group| group.rules)
+        .map(|rule| match rule {
+            Rule::Alert(alert) => (format!("alert {}", alert.name), alert.expr),
+            Rule::Record { record, expr } => (format!("recording rule {record}"), expr),
+        });
+    let panels = dashboards("scrape", &Selector::new())
+        .into_iter()
+        .flat_map(|d| {
+            expressions(&d.json)
+                .into_iter()
+                .map(move |expr| (format!("dashboard {}", d.name), expr))
+        });
+    let mut read = Vec::new();
+    for (place, expr) in rules.chain(panels) {
+        for name in metric_names(&expr) {
+            if !RECORDED.contains(&name.as_str()) {
+                read.push((metric_of(&name).to_owned(), place.clone()));
+            }
+        }
+    }
+    read
 }
 
 /// The value of `leader_election_master_status{name=LEASE}`, if exported.
@@ -156,6 +214,21 @@ async fn a_managers_metrics_pass_promtool_and_have_every_dashboard_series() {
             .unwrap(),
     );
     declare_webhook(&manager);
+    // The test's own cluster as the fleet's one member: the fleet's series, labelled
+    // `cluster="self"`.
+    let fleet_namespace = ns.name().to_owned();
+    let fleet = Fleet::builder(&manager)
+        .provider(StaticClusters::new().with("self", env.config().clone()))
+        .cache(move |c| c.default_namespace(fleet_namespace.clone()))
+        .probe_every(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    fleet
+        .new_controller()
+        .for_::<ConfigMap>()
+        .named("fleet-configmaps")
+        .complete_with(|_| Nothing)
+        .unwrap();
     rudder::new_controller(&manager)
         .for_::<ConfigMap>()
         .named(CONTROLLER)
@@ -200,7 +273,11 @@ async fn a_managers_metrics_pass_promtool_and_have_every_dashboard_series() {
                     && has_label(labels, "result", "success")
                     && *value >= 1.0
             });
-        (status == 200 && reconciled && leader_status(&page) == Some(1.0)).then_some(page)
+        let member_synced = samples(&page, rudder::multicluster::metrics::CLUSTER_SYNCED)
+            .iter()
+            .any(|(labels, value)| has_label(labels, "cluster", "self") && *value == 1.0);
+        (status == 200 && reconciled && member_synced && leader_status(&page) == Some(1.0))
+            .then_some(page)
     })
     .await;
 
@@ -273,6 +350,28 @@ async fn a_managers_metrics_pass_promtool_and_have_every_dashboard_series() {
     assert!(
         summaries.is_empty(),
         "histograms exported as summaries: {summaries:?}"
+    );
+
+    // Every metric the shipped alerts and dashboards read is in the scrape (a `# TYPE` line
+    // names a histogram by its metric), or is born at an event and named in EVENT_BORN.
+    let exposed = |name: &str| {
+        let type_line = format!("# TYPE {name} ");
+        page.lines().any(|line| line.starts_with(&type_line))
+    };
+    for (name, why) in EVENT_BORN {
+        assert!(
+            !exposed(name),
+            "{name} is in the scrape now ({why}): check it like the others"
+        );
+    }
+    let missing: Vec<String> = metrics_read()
+        .into_iter()
+        .filter(|(name, _)| !exposed(name) && !EVENT_BORN.iter().any(|(born, _)| born == name))
+        .map(|(name, place)| format!("{name} (read by {place})"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not in the scrape: {missing:#?}\n{page}"
     );
 
     match promtool() {
