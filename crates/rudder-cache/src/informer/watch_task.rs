@@ -132,6 +132,12 @@ pub(crate) async fn run<K, S>(
         ] {
             metrics::counter!(name, shared.labels()).increment(0);
         }
+        // Refusals too, for each code a refusal can carry.
+        for code in ["401", "403"] {
+            let mut labels = shared.labels();
+            labels.push(metrics::Label::new("code", code));
+            metrics::counter!(crate::metrics::WATCH_REFUSALS_TOTAL, labels).increment(0);
+        }
     }
     let mut stream = pin!(stream);
     let mut watch = Watch {
