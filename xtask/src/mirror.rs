@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
+use rudder_envtest_setup::Platform;
 
 /// The KWOK release rudder-envtest-setup downloads.
 const KWOK_VERSION: &str = "v0.8.0";
@@ -92,24 +93,11 @@ impl Drop for Mirror {
     }
 }
 
-/// The platform in Go's names, as the download sites spell it.
-fn platform() -> (&'static str, &'static str) {
-    let os = match std::env::consts::OS {
-        "macos" => "darwin",
-        other => other,
-    };
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    };
-    (os, arch)
-}
-
 /// Writes the mirror's files: the index (its `selfLink`s under `base`), the archive, the
 /// release binaries with their `.sha512`, KWOK's binary.
 fn write(assets: &Path, version: &str, dir: &Path, base: &str) -> Result<(), String> {
-    let (os, arch) = platform();
+    let platform = Platform::current();
+    let (os, arch) = (platform.os.as_str(), platform.arch.as_str());
     let archive = format!("envtest-{version}-{os}-{arch}.tar.gz");
     fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let archive_path = dir.join(&archive);
