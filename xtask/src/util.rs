@@ -79,6 +79,11 @@ pub fn cargo() -> Command {
             cmd.env_remove(key);
         }
     }
+    // The tasks build everything once (CI, the demo, benches): incremental artifacts would
+    // only take disk, 13 GB of the 27 GB a whole `cargo xtask ci` left. A caller's choice wins.
+    if std::env::var_os("CARGO_INCREMENTAL").is_none() {
+        cmd.env("CARGO_INCREMENTAL", "0");
+    }
     cmd
 }
 
