@@ -147,8 +147,17 @@ async fn cycles() {
         )
         .await;
         if cycle == 1 {
-            // The measure sees the operator's watch: it is above the level before.
-            watches_engaged = watches(&member_env).await;
+            // The measure sees the operator's watch: it rises above the level before. Polled:
+            // after a paginated list the cache is synced before its watch is registered.
+            watches_engaged = eventually(
+                "the member's watch gauge sees the operator's watch",
+                WITHIN,
+                async || {
+                    let now = watches(&member_env).await;
+                    (now > watches_before).then_some(now)
+                },
+            )
+            .await;
         }
         secrets
             .delete(MEMBER, &DeleteParams::default())
@@ -439,9 +448,13 @@ async fn watches(member: &TestEnv) -> f64 {
         .unwrap();
     rudder_envtest::metrics::samples(&page, "apiserver_longrunning_requests")
         .into_iter()
+        // Namespaced ConfigMap watches only: the API server's own informers (cluster-wide, and
+        // re-opened on their own timeouts) would move a total by one at any moment.
         .filter(|(labels, _)| {
-            rudder_envtest::metrics::has_label(labels, "verb", "WATCH")
-                || rudder_envtest::metrics::has_label(labels, "verb", "WATCHLIST")
+            (rudder_envtest::metrics::has_label(labels, "verb", "WATCH")
+                || rudder_envtest::metrics::has_label(labels, "verb", "WATCHLIST"))
+                && rudder_envtest::metrics::has_label(labels, "resource", "configmaps")
+                && rudder_envtest::metrics::has_label(labels, "scope", "namespace")
         })
         .map(|(_, value)| value)
         .sum()
