@@ -56,7 +56,7 @@
 //! and every added controller's sources have synced. `/metrics` ([`metrics`]) serves every metric reported
 //! through the `metrics` crate (work queues, controllers, leader election, and every API
 //! request of the manager's client by status code in `rest_client_requests_total`:
-//! [`client_metrics`]) in Prometheus text format, plus `process_*` metrics;
+//! [`rudder_client::layers`]) in Prometheus text format, plus `process_*` metrics;
 //! [`ManagerBuilder::metrics_extra_handler`] adds more paths to that server.
 //!
 //! Both servers are tower services on [`rudder_server`], with its bounds: at most 512
@@ -152,7 +152,6 @@
 
 #[cfg(feature = "webhook")]
 mod authz;
-pub mod client_metrics;
 pub mod health;
 mod manager;
 pub mod metrics;

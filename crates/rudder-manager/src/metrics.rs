@@ -31,7 +31,7 @@
 //! | `workqueue_adds_total`, `workqueue_retries_total` | counter | `name`, `controller` | rudder-workqueue |
 //! | `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds` | histogram | `name`, `controller` | rudder-workqueue |
 //! | `leader_election_master_status` | gauge | `name` (the Lease) | [`leader_election`](crate::leader_election) |
-//! | `rest_client_requests_total` | counter | `code`, `method`, `host` | [`client_metrics`](crate::client_metrics) |
+//! | `rest_client_requests_total` | counter | `code`, `method`, `host` | [`rudder_client::layers`] |
 //! | `controller_runtime_webhook_requests_total` | counter | `webhook`, `code` | rudder-webhook |
 //! | `controller_runtime_webhook_requests_in_flight` | gauge | `webhook` | rudder-webhook |
 //! | `controller_runtime_webhook_latency_seconds` | histogram | `webhook` | rudder-webhook |
@@ -62,7 +62,7 @@ pub fn describe() {
     rudder_controller::metrics::describe();
     #[cfg(feature = "webhook")]
     rudder_webhook::metrics::describe();
-    crate::client_metrics::describe();
+    rudder_client::layers::describe();
     rudder_lease::metrics::describe();
 }
 

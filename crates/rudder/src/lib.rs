@@ -152,7 +152,6 @@
 
 #[cfg(feature = "manager")]
 mod builder;
-pub mod client;
 pub mod conditions;
 #[cfg(feature = "webhook")]
 #[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
@@ -164,6 +163,11 @@ pub mod multicluster;
 mod tools;
 #[cfg(feature = "webhook")]
 mod webhook_builder;
+
+/// The reconciler's typed client (reads from the cache, writes inferred from the object),
+/// its helpers, the check of a read against the declared RBAC, and the layers that observe
+/// a client's answers: rudder-client.
+pub use rudder_client as client;
 
 /// The contracts every layer shares (events, requests, the source, handler, predicate,
 /// reconciler and runnable traits): rudder-core. The layers' modules re-export the same

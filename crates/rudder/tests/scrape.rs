@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::core::ObjectMeta;
-use rudder::manager::client_metrics::host_of;
+use rudder::client::layers::host_of;
 use rudder::manager::leader_election::LeaderElectionConfig;
 use rudder::manifests::alerts::{AlertOptions, RECORDED, Rule, rule_groups};
 use rudder::manifests::dashboards::{dashboards, expressions};

@@ -169,7 +169,7 @@ impl ManagerBuilder {
     /// and the API server refuses it in a cluster (403) while the test cluster's admin reads
     /// it fine. With the check, such a read fails at once with an error naming the
     /// declaration to add (`reads::<K>()` on the controller, see
-    /// [`rbac::Undeclared`](crate::rbac::Undeclared)), wherever the operator runs. Turn it
+    /// [`rudder_client::Undeclared`]), wherever the operator runs. Turn it
     /// off for an operator whose RBAC is written by hand rather than rendered
     /// ([`Manager::declared_reads`] is `None` then).
     pub fn require_declared_reads(mut self, require: bool) -> Self {
@@ -220,8 +220,8 @@ impl ManagerBuilder {
     }
 
     /// The `host` label of `rest_client_requests_total`: the API server's host and port as
-    /// its URL names them ([`client_metrics::host_of`](crate::client_metrics::host_of)).
-    /// Default: [`client_metrics::default_host`](crate::client_metrics::default_host), the
+    /// its URL names them ([`host_of`](rudder_client::layers::host_of)).
+    /// Default: [`default_host`](rudder_client::layers::default_host), the
     /// server `kube::Client::try_default` talks to (empty if there is none); set it when the
     /// client was made from another configuration.
     pub fn api_host(mut self, host: impl Into<String>) -> Self {
@@ -230,7 +230,7 @@ impl ManagerBuilder {
     }
 
     /// Whether to count every request of the manager's client in
-    /// `rest_client_requests_total{code, method, host}` ([`client_metrics`](crate::client_metrics);
+    /// `rest_client_requests_total{code, method, host}` ([`rudder_client::layers`];
     /// default on). The manager's cache, controllers, event recorder, leader election,
     /// certificate source and [`Manager::client`] all use the instrumented client. Turn it
     /// off when the client given to [`Manager::builder`] is already instrumented.
@@ -310,9 +310,9 @@ impl ManagerBuilder {
             let host = self
                 .api_host
                 .take()
-                .or_else(crate::client_metrics::default_host)
+                .or_else(rudder_client::layers::default_host)
                 .unwrap_or_default();
-            self.client = crate::client_metrics::instrument(self.client.clone(), &host);
+            self.client = rudder_client::layers::instrument(self.client.clone(), &host);
         } else {
             tracing::warn!(
                 "ManagerBuilder::build ran outside a Tokio runtime: API requests are not \

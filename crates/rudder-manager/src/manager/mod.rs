@@ -34,8 +34,9 @@ pub use options::{
 
 use crate::health::HealthChecks;
 use crate::leader_election::LeaderElection;
-use crate::rbac::{DeclaredReads, Permissions, Rules};
+use crate::rbac::{Permissions, Rules};
 use crate::runnable::Runnable;
+use rudder_client::reads::DeclaredReads;
 
 type SyncProbes = Arc<Mutex<Vec<(String, Box<dyn Fn() -> bool + Send + Sync>)>>>;
 

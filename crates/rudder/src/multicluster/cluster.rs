@@ -1,15 +1,13 @@
-//! [`Cluster`]: one engaged member cluster (its client and its cache), and the layer that
-//! watches its API server's answers.
+//! [`Cluster`]: one engaged member cluster (its client and its cache), and the observer of
+//! its API server's answers.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::task::{Context, Poll};
 
-use futures::future::BoxFuture;
-use http::{Request, Response};
-use kube::client::Body;
+use http::Method;
 use rudder_cache::Cache;
+use rudder_client::layers::{Answer, Observer};
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::{CLUSTER_HEALTHY, REQUEST_FAILURES_TOTAL};
@@ -40,8 +38,8 @@ impl fmt::Debug for Cluster {
 }
 
 impl Cluster {
-    /// A cluster called `name` reached with `kube` (already wrapped in the health layer,
-    /// whose state is `health`), with a cache built by `cache`.
+    /// A cluster called `name` reached with `kube` (built with `health` observing its
+    /// answers), with a cache built by `cache`.
     pub(crate) fn new(
         name: Arc<str>,
         kube: kube::Client,
@@ -214,50 +212,18 @@ impl Health {
     }
 }
 
-/// `client` with every answer recorded in `health`.
-pub(crate) fn watch_health(client: kube::Client, health: Arc<Health>) -> kube::Client {
-    let namespace = client.default_namespace().to_owned();
-    let valid_until = *client.valid_until();
-    kube::Client::new(
-        Watching {
-            inner: client,
-            health,
-        },
-        namespace,
-    )
-    .with_valid_until(valid_until)
-}
-
-#[derive(Clone)]
-struct Watching {
-    inner: kube::Client,
-    health: Arc<Health>,
-}
-
-impl tower_service::Service<Request<Body>> for Watching {
-    type Response = Response<Body>;
-    type Error = kube::Error;
-    type Future = BoxFuture<'static, Result<Response<Body>, kube::Error>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let inner = self.inner.clone();
-        let health = Arc::clone(&self.health);
-        Box::pin(async move {
-            let answer = inner.send(request).await;
-            health.record(match &answer {
-                Ok(response) => match response.status().as_u16() {
-                    401 => ClusterHealth::Unauthorized,
-                    403 => ClusterHealth::Forbidden,
-                    500..=599 => ClusterHealth::ServerError,
-                    _ => ClusterHealth::Healthy,
-                },
-                Err(_) => ClusterHealth::Unreachable,
-            });
-            answer
-        })
+/// The member's health sees every answer of the member's client: an observer in the layer
+/// built into that client's stack (one request buffer for the counting and the health).
+impl Observer for Health {
+    fn observe(&self, _: &Method, answer: Answer) {
+        self.record(match answer {
+            Answer::Status(status) => match status.as_u16() {
+                401 => ClusterHealth::Unauthorized,
+                403 => ClusterHealth::Forbidden,
+                500..=599 => ClusterHealth::ServerError,
+                _ => ClusterHealth::Healthy,
+            },
+            Answer::None => ClusterHealth::Unreachable,
+        });
     }
 }

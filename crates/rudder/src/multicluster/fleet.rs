@@ -8,18 +8,18 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rudder_cache::{Cache, CacheBuilder};
+use rudder_client::layers::{self, ObserveLayer, host_of};
 use rudder_controller::{LeaderGate, ShardPermit};
 use rudder_core::sync::LockExt;
 use rudder_core::{BoxError, Shutdown, Synced};
 use rudder_handler::Request;
-use rudder_manager::client_metrics::{host_of, instrument};
 use rudder_manager::sharding::{Ring, ShardingConfig};
 use rudder_manager::{GracefulShutdown, Manager, Runnable};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
 
-use super::cluster::{Cluster, Health, watch_health};
+use super::cluster::{Cluster, Health};
 use super::decide::{self, Action, Inputs, Shards};
 use super::error::FleetError;
 use super::metrics::{self, CLUSTER_ENGAGED, CLUSTER_SYNCED, CLUSTERS_ENGAGED, ENGAGE_SECONDS};
@@ -369,9 +369,13 @@ impl Fleet {
         config: kube::Config,
     ) -> Result<(kube::Client, Arc<Health>), kube::Error> {
         let host = host_of(&config.cluster_url);
-        let client = kube::Client::try_from(config)?;
         let health = Health::new(Arc::clone(name));
-        let client = watch_health(instrument(client, &host), Arc::clone(&health));
+        // Counting and health in the client's own stack: one request buffer, not one per
+        // layer.
+        let observe = ObserveLayer::new()
+            .count_requests(&host)
+            .observe_shared(Arc::clone(&health) as Arc<dyn layers::Observer>);
+        let client = layers::build(config, &observe)?;
         Ok((client, health))
     }
 

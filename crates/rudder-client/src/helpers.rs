@@ -1,12 +1,5 @@
-//! The reconciler's [`Client`] (reads from the cache, typed writes), and helpers: owner
-//! references, create-or-update, create-or-patch, finalizers, server-side apply, and
-//! installing a CRD.
-
-#[cfg(feature = "handler")]
-mod typed;
-#[cfg(feature = "handler")]
-#[cfg_attr(docsrs, doc(cfg(feature = "handler")))]
-pub use typed::Client;
+//! Helpers on an `Api`: owner references, create-or-update, create-or-patch, finalizers,
+//! server-side apply, and installing a CRD; and the errors of the client and the helpers.
 
 use std::fmt::Debug;
 
@@ -43,19 +36,16 @@ pub enum ClientError {
     Api(#[from] kube::Error),
     /// A read from the shared cache failed (the informer could not be made or did not
     /// sync, or the namespace is not cached).
-    #[cfg(feature = "cache")]
     #[error("cannot read from the cache")]
     Cache(#[from] rudder_cache::Error),
     /// A read from the cache of a type no declaration covers, refused before it started an
     /// informer: the operator's rendered RBAC would not let that informer list and watch it
     /// (the message names the declaration to add, `.reads::<K>()` on the controller). Only
-    /// a controller's client checks ([`Tools::client`](crate::Tools::client), unless the
-    /// manager was built with
-    /// [`require_declared_reads(false)`](rudder_manager::ManagerBuilder::require_declared_reads));
-    /// retrying does not help until the type is declared.
-    #[cfg(feature = "manager")]
+    /// a controller's client checks ([`Client::with_declared_reads`](crate::Client::with_declared_reads):
+    /// the facade's `Tools::client`, unless the manager was built with
+    /// `require_declared_reads(false)`); retrying does not help until the type is declared.
     #[error(transparent)]
-    Undeclared(#[from] rudder_manager::rbac::Undeclared),
+    Undeclared(#[from] crate::reads::Undeclared),
     /// The object could not be turned into JSON (to compare or patch it).
     #[error("cannot serialize the object")]
     Json(#[from] serde_json::Error),

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use rudder_cache::{ApiScope, Cache, ListOptions, Typed};
-use rudder_handler::Request;
+use rudder_core::Request;
 use serde::Serialize;
 
-use super::{ClientError, Operation};
+use crate::reads::DeclaredReads;
+use crate::{ClientError, Operation};
 use rudder_cache::writes::Written;
 use rudder_core::writes::{ObjectRef, WriteScope};
 
@@ -31,10 +32,10 @@ pub(crate) fn object_ref<K: Typed>(namespace: Option<&str>, name: &str) -> Objec
 ///
 /// ```no_run
 /// use k8s_openapi::api::core::v1::ConfigMap;
-/// use rudder::client::Client;
-/// use rudder::Request;
+/// use rudder_client::Client;
+/// use rudder_core::Request;
 ///
-/// # async fn demo(client: Client, request: Request) -> Result<(), rudder::client::ClientError> {
+/// # async fn demo(client: Client, request: Request) -> Result<(), rudder_client::ClientError> {
 /// if let Some(cm) = client.get::<ConfigMap>(&request).await? {
 ///     let mut cm = (*cm).clone();
 ///     cm.data.get_or_insert_default().insert("seen".into(), "yes".into());
@@ -50,8 +51,7 @@ pub struct Client {
     cache: Cache,
     field_manager: Arc<str>,
     /// What reads must be declared against (a controller's client, from its manager).
-    #[cfg(feature = "manager")]
-    declared: Option<rudder_manager::rbac::DeclaredReads>,
+    declared: Option<DeclaredReads>,
 }
 
 impl Debug for Client {
@@ -70,30 +70,24 @@ impl Client {
             kube,
             cache,
             field_manager: field_manager.into(),
-            #[cfg(feature = "manager")]
             declared: None,
         }
     }
 
     /// This client, refusing reads from the cache that `declared` does not cover
     /// ([`ClientError::Undeclared`]) before they start an informer: what a controller's
-    /// client does with its manager's [`Manager::declared_reads`](rudder_manager::Manager::declared_reads).
-    #[cfg(feature = "manager")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
+    /// client does with its manager's (rudder-manager's `Manager::declared_reads`).
     #[must_use]
-    pub fn with_declared_reads(mut self, declared: rudder_manager::rbac::DeclaredReads) -> Self {
+    pub fn with_declared_reads(mut self, declared: DeclaredReads) -> Self {
         self.declared = Some(declared);
         self
     }
 
     /// Refuses a read of `K` in `namespace` that no declaration covers.
     fn check_declared<K: Typed>(&self, namespace: Option<&str>) -> Result<(), ClientError> {
-        #[cfg(feature = "manager")]
         if let Some(declared) = &self.declared {
             declared.check::<K>(namespace)?;
         }
-        #[cfg(not(feature = "manager"))]
-        let _ = namespace;
         Ok(())
     }
 
@@ -368,12 +362,12 @@ impl Client {
         }
     }
 
-    /// [`create_or_update`](super::create_or_update) of `namespace/name` through this client:
+    /// [`create_or_update`](crate::create_or_update) of `namespace/name` through this client:
     /// the write it makes, if any, is remembered for read-your-writes.
     ///
     /// # Errors
     ///
-    /// As [`create_or_update`](super::create_or_update).
+    /// As [`create_or_update`](crate::create_or_update).
     pub async fn create_or_update<K>(
         &self,
         namespace: Option<&str>,
@@ -384,16 +378,16 @@ impl Client {
         K: Typed + Default + Serialize,
     {
         let (object, operation) =
-            super::create_or_update(&self.api::<K>(namespace), name, mutate).await?;
+            crate::create_or_update(&self.api::<K>(namespace), name, mutate).await?;
         Ok((self.remember_if(object, operation), operation))
     }
 
-    /// [`create_or_patch`](super::create_or_patch) of `namespace/name` through this client;
+    /// [`create_or_patch`](crate::create_or_patch) of `namespace/name` through this client;
     /// the write it makes, if any, is remembered for read-your-writes.
     ///
     /// # Errors
     ///
-    /// As [`create_or_patch`](super::create_or_patch).
+    /// As [`create_or_patch`](crate::create_or_patch).
     pub async fn create_or_patch<K>(
         &self,
         namespace: Option<&str>,
@@ -404,40 +398,40 @@ impl Client {
         K: Typed + Default + Serialize,
     {
         let (object, operation) =
-            super::create_or_patch(&self.api::<K>(namespace), name, mutate).await?;
+            crate::create_or_patch(&self.api::<K>(namespace), name, mutate).await?;
         Ok((self.remember_if(object, operation), operation))
     }
 
-    /// [`add_finalizer`](super::add_finalizer) through this client; the patch, if one is
+    /// [`add_finalizer`](crate::add_finalizer) through this client; the patch, if one is
     /// needed, is remembered for read-your-writes.
     ///
     /// # Errors
     ///
-    /// As [`add_finalizer`](super::add_finalizer).
+    /// As [`add_finalizer`](crate::add_finalizer).
     pub async fn add_finalizer<K: Typed>(&self, object: &K, name: &str) -> Result<K, ClientError> {
-        if super::has_finalizer(object, name) {
+        if crate::has_finalizer(object, name) {
             return Ok(object.clone());
         }
-        let written = super::add_finalizer(&self.api_for(object), object, name).await?;
+        let written = crate::add_finalizer(&self.api_for(object), object, name).await?;
         Ok(self.remember(written))
     }
 
-    /// [`remove_finalizer`](super::remove_finalizer) through this client; the patch, if one
+    /// [`remove_finalizer`](crate::remove_finalizer) through this client; the patch, if one
     /// is needed, is remembered for read-your-writes (and so is the object's deletion, when
     /// it was gone: the patch found nothing).
     ///
     /// # Errors
     ///
-    /// As [`remove_finalizer`](super::remove_finalizer).
+    /// As [`remove_finalizer`](crate::remove_finalizer).
     pub async fn remove_finalizer<K: Typed>(
         &self,
         object: &K,
         name: &str,
     ) -> Result<Option<K>, ClientError> {
-        if !super::has_finalizer(object, name) {
+        if !crate::has_finalizer(object, name) {
             return Ok(Some(object.clone()));
         }
-        match super::remove_finalizer(&self.api_for(object), object, name).await? {
+        match crate::remove_finalizer(&self.api_for(object), object, name).await? {
             Some(written) => Ok(Some(self.remember(written))),
             None => {
                 self.remember_written(object, Written::Deleted { uid: object.uid() });
