@@ -300,6 +300,7 @@ pub mod http;
 pub mod least_privilege;
 pub mod metrics;
 mod namespace;
+pub mod numbers;
 pub mod poll;
 mod ports;
 mod process;
