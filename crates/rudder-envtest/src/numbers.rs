@@ -53,7 +53,7 @@ pub fn floats() -> Vec<String> {
     };
     while corpus.len() < 15 + 512 {
         let bits = next();
-        if corpus.len() % 2 == 0 {
+        if corpus.len().is_multiple_of(2) {
             // Any finite double, written with an exponent.
             let value = f64::from_bits(bits);
             if value.is_finite() {
