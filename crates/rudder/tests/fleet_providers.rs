@@ -2,8 +2,10 @@
 //! CRDs (from the Go modules Cluster API and the Cluster Inventory API publish, at pinned
 //! versions) and a real member: a member is engaged while its object is ready and its
 //! kubeconfig Secret exists, its controller reconciles in it, and it is disengaged when the
-//! object stops being ready, its Secret goes, or the object goes. Bad credentials are counted
-//! and change nothing. No Cluster API controller runs: the tests write the status themselves.
+//! object stops being ready, its Secret goes, or the object goes. Bad credentials (a garbage
+//! kubeconfig, two Secrets for one profile) are counted and change nothing. The Cluster API
+//! provider watches every namespace, the ClusterProfile provider one. No Cluster API
+//! controller or cluster manager runs: the tests write the status themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -208,10 +210,11 @@ impl Kind {
         }
     }
 
-    /// The provider's name, as its metrics label it.
+    /// The provider's name, as its metrics label it. The Cluster API provider watches every
+    /// namespace, the ClusterProfile provider one, so that both scopes are tested.
     fn provider(self) -> String {
         match self {
-            Kind::ClusterApi => format!("cluster-api {FLEET_NS}"),
+            Kind::ClusterApi => "cluster-api all namespaces".to_owned(),
             Kind::ClusterProfile => format!("cluster-profiles {FLEET_NS}"),
         }
     }
@@ -300,7 +303,7 @@ async fn a_member_follows_its_object_and_secret(kind: Kind) {
     );
     let fleet = Fleet::builder(&manager);
     let fleet = match kind {
-        Kind::ClusterApi => fleet.cluster_api(ClusterApiClusters::new(FLEET_NS)),
+        Kind::ClusterApi => fleet.cluster_api(ClusterApiClusters::all_namespaces()),
         Kind::ClusterProfile => fleet.cluster_profiles(ClusterProfiles::new(FLEET_NS, CONSUMER)),
     }
     .cache(|cache| cache.default_namespace(WORK))
@@ -315,7 +318,10 @@ async fn a_member_follows_its_object_and_secret(kind: Kind) {
     // The provider's permissions are the manager's.
     let group = kind.resource().group;
     let plural = kind.resource().plural;
-    let scope = rudder::rbac::RuleScope::Namespace(FLEET_NS.to_owned());
+    let scope = match kind {
+        Kind::ClusterApi => rudder::rbac::RuleScope::Cluster,
+        Kind::ClusterProfile => rudder::rbac::RuleScope::Namespace(FLEET_NS.to_owned()),
+    };
     let rules = manager.permissions();
     assert!(rules.allows(&scope, &group, &plural, rudder::rbac::Verb::Watch));
     assert!(rules.allows(&scope, "", "secrets", rudder::rbac::Verb::Watch));
@@ -381,6 +387,23 @@ async fn a_member_follows_its_object_and_secret(kind: Kind) {
         .await
         .unwrap();
     served(&member, &east, 4).await;
+    if let Kind::ClusterProfile = kind {
+        // A second Secret for the same profile is ambiguous: counted, and east is left as
+        // it was.
+        let errors_before = provider_errors(&manager, &kind.provider()).await;
+        secrets
+            .create(
+                &PostParams::default(),
+                &kind.secret("east", "east-access-again", &kubeconfig),
+            )
+            .await
+            .unwrap();
+        eventually("the second Secret counted", WITHIN, async || {
+            (provider_errors(&manager, &kind.provider()).await > errors_before).then_some(())
+        })
+        .await;
+        served(&member, &east, 5).await;
+    }
     let engaged = fleet.cluster(&east).unwrap();
 
     // The object deleted: disengaged, its informers stopped.
