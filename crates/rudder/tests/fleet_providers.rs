@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ObjectMeta, Patch,
     PatchParams, PostParams,
@@ -94,9 +95,9 @@ impl Kind {
         }
     }
 
-    /// Installs the kind's CRD, as its Go module publishes it, on `env`.
-    async fn install(self, env: &TestEnv) {
-        let crds = match self {
+    /// The kind's CRD, as its Go module publishes it.
+    fn crds(self) -> Vec<CustomResourceDefinition> {
+        match self {
             Kind::ClusterApi => support::go_module::crds(
                 CLUSTER_API.0,
                 CLUSTER_API.1,
@@ -107,8 +108,7 @@ impl Kind {
                 CLUSTER_INVENTORY_API.1,
                 "config/crd/bases/multicluster.x-k8s.io_clusterprofiles.yaml",
             ),
-        };
-        env.install_crds(crds).await.unwrap();
+        }
     }
 
     fn api(self, home: &kube::Client) -> Api<DynamicObject> {
@@ -283,9 +283,11 @@ async fn provider_errors(manager: &Manager, provider: &str) -> u64 {
 /// The whole life of a member announced by `kind`, on a home cluster and a member of their own.
 async fn a_member_follows_its_object_and_secret(kind: Kind) {
     let _one = ONE_AT_A_TIME.lock().await;
+    // Before any control plane starts: without Go, the test fails at once, saying so.
+    let crds = kind.crds();
     let (home_env, member_env) = tokio::join!(TestEnv::start(), TestEnv::start());
     let (home_env, member_env) = (home_env.unwrap(), member_env.unwrap());
-    kind.install(&home_env).await;
+    home_env.install_crds(crds).await.unwrap();
     let home = home_env.client().unwrap();
     let member = member_env.client().unwrap();
     create_namespace(&home, FLEET_NS).await;
