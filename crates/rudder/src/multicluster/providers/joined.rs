@@ -72,75 +72,19 @@ impl Joined {
             secret_members: HashMap::new(),
             announced: HashMap::new(),
             reported: HashMap::new(),
+            listed_objects: HashSet::new(),
+            listed_secrets: HashSet::new(),
         };
-        // What the relist in progress of each watch has listed.
-        let mut listed_objects: HashSet<String> = HashSet::new();
-        let mut listed_secrets: HashSet<String> = HashSet::new();
         loop {
             tokio::select! {
-                event = objects.next() => {
-                    let Some(event) = event else { return Ok(()) };
-                    match event {
-                        Ok(Event::Init) => listed_objects.clear(),
-                        Ok(Event::InitApply(object)) => {
-                            if let Some(member) = object_member(&object) {
-                                listed_objects.insert(member);
-                            }
-                            join.object_applied(&object).await;
-                        }
-                        Ok(Event::InitDone) => {
-                            let gone: Vec<String> = join
-                                .ready
-                                .keys()
-                                .filter(|member| !listed_objects.contains(*member))
-                                .cloned()
-                                .collect();
-                            for member in gone {
-                                join.object_deleted(&member).await;
-                            }
-                            listed_objects.clear();
-                        }
-                        Ok(Event::Apply(object)) => join.object_applied(&object).await,
-                        Ok(Event::Delete(object)) => {
-                            if let Some(member) = object_member(&object) {
-                                join.object_deleted(&member).await;
-                            }
-                        }
-                        Err(error) => {
-                            // The watcher retries with its backoff; members stay as they are.
-                            tracing::warn!(%error, provider = %provider, "watching {} failed (is the CRD installed, and may the operator list it?); retrying", self.what);
-                            crate::multicluster::metrics::provider_error(&provider);
-                        }
-                    }
-                }
-                event = secrets.next() => {
-                    let Some(event) = event else { return Ok(()) };
-                    match event {
-                        Ok(Event::Init) => listed_secrets.clear(),
-                        Ok(Event::InitApply(secret)) => {
-                            listed_secrets.insert(secret_id(&secret));
-                            join.secret_applied(&secret).await;
-                        }
-                        Ok(Event::InitDone) => {
-                            let gone: Vec<String> = join
-                                .secret_members
-                                .keys()
-                                .filter(|id| !listed_secrets.contains(*id))
-                                .cloned()
-                                .collect();
-                            for id in gone {
-                                join.secret_deleted(&id).await;
-                            }
-                            listed_secrets.clear();
-                        }
-                        Ok(Event::Apply(secret)) => join.secret_applied(&secret).await,
-                        Ok(Event::Delete(secret)) => join.secret_deleted(&secret_id(&secret)).await,
-                        Err(error) => {
-                            tracing::warn!(%error, provider = %provider, "watching kubeconfig Secrets failed; retrying");
-                            crate::multicluster::metrics::provider_error(&provider);
-                        }
-                    }
-                }
+                event = objects.next() => match event {
+                    Some(event) => join.object_event(event).await,
+                    None => return Ok(()),
+                },
+                event = secrets.next() => match event {
+                    Some(event) => join.secret_event(event).await,
+                    None => return Ok(()),
+                },
                 _ = shutdown.stopped() => return Ok(()),
             }
         }
@@ -177,6 +121,10 @@ struct Join<'a> {
     /// Per member: the fingerprint of the bad input last reported, so that each version is
     /// logged and counted once.
     reported: HashMap<String, u64>,
+    /// The members the objects' relist in progress has listed.
+    listed_objects: HashSet<String>,
+    /// The Secrets the Secrets' relist in progress has listed.
+    listed_secrets: HashSet<String>,
 }
 
 /// A member's credentials, as its Secrets give them.
@@ -188,6 +136,71 @@ enum Credentials {
 }
 
 impl Join<'_> {
+    /// Follows one event of the objects' watch.
+    async fn object_event(&mut self, event: Result<Event<DynamicObject>, watcher::Error>) {
+        match event {
+            Ok(Event::Init) => self.listed_objects.clear(),
+            Ok(Event::InitApply(object)) => {
+                if let Some(member) = object_member(&object) {
+                    self.listed_objects.insert(member);
+                }
+                self.object_applied(&object).await;
+            }
+            Ok(Event::InitDone) => {
+                let listed = std::mem::take(&mut self.listed_objects);
+                let gone: Vec<String> = self
+                    .ready
+                    .keys()
+                    .filter(|member| !listed.contains(*member))
+                    .cloned()
+                    .collect();
+                for member in gone {
+                    self.object_deleted(&member).await;
+                }
+            }
+            Ok(Event::Apply(object)) => self.object_applied(&object).await,
+            Ok(Event::Delete(object)) => {
+                if let Some(member) = object_member(&object) {
+                    self.object_deleted(&member).await;
+                }
+            }
+            Err(error) => {
+                // The watcher retries with its backoff; members stay as they are.
+                tracing::warn!(%error, provider = %self.provider, "watching {} failed (is the CRD installed, and may the operator list it?); retrying", self.spec.what);
+                crate::multicluster::metrics::provider_error(self.provider);
+            }
+        }
+    }
+
+    /// Follows one event of the Secrets' watch.
+    async fn secret_event(&mut self, event: Result<Event<Secret>, watcher::Error>) {
+        match event {
+            Ok(Event::Init) => self.listed_secrets.clear(),
+            Ok(Event::InitApply(secret)) => {
+                self.listed_secrets.insert(secret_id(&secret));
+                self.secret_applied(&secret).await;
+            }
+            Ok(Event::InitDone) => {
+                let listed = std::mem::take(&mut self.listed_secrets);
+                let gone: Vec<String> = self
+                    .secret_members
+                    .keys()
+                    .filter(|id| !listed.contains(*id))
+                    .cloned()
+                    .collect();
+                for id in gone {
+                    self.secret_deleted(&id).await;
+                }
+            }
+            Ok(Event::Apply(secret)) => self.secret_applied(&secret).await,
+            Ok(Event::Delete(secret)) => self.secret_deleted(&secret_id(&secret)).await,
+            Err(error) => {
+                tracing::warn!(%error, provider = %self.provider, "watching kubeconfig Secrets failed; retrying");
+                crate::multicluster::metrics::provider_error(self.provider);
+            }
+        }
+    }
+
     async fn object_applied(&mut self, object: &DynamicObject) {
         let Some(member) = object_member(object) else {
             return;
