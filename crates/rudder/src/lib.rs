@@ -64,7 +64,7 @@
 //!
 //! [`multicluster`] runs controllers over a fleet of member clusters from one manager: a
 //! [`multicluster::Fleet`] engages the clusters its providers announce (kubeconfig Secrets,
-//! files, a list) and disengages them as they go, and a controller declared once with
+//! files, a list, Cluster API Clusters, ClusterProfiles) and disengages them as they go, and a controller declared once with
 //! [`multicluster::Fleet::new_controller`] runs in each member, with that member's client and
 //! cache, its faults kept to its own keys. See `docs/multicluster.md`.
 //!

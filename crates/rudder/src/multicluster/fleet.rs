@@ -158,6 +158,26 @@ impl<'m> FleetBuilder<'m> {
         self
     }
 
+    /// Adds the built-in [`ClusterApiClusters`](super::ClusterApiClusters) provider (Cluster
+    /// API `Cluster`s and their kubeconfig Secrets), watching the manager's cluster unless it
+    /// was given a client.
+    #[must_use]
+    pub fn cluster_api(mut self, mut provider: super::ClusterApiClusters) -> Self {
+        provider.resolve_client(self.manager.client());
+        self.providers.push(Box::new(provider));
+        self
+    }
+
+    /// Adds the built-in [`ClusterProfiles`](super::ClusterProfiles) provider (Cluster
+    /// Inventory API `ClusterProfile`s and their kubeconfig Secrets), watching the manager's
+    /// cluster unless it was given a client.
+    #[must_use]
+    pub fn cluster_profiles(mut self, mut provider: super::ClusterProfiles) -> Self {
+        provider.resolve_client(self.manager.client());
+        self.providers.push(Box::new(provider));
+        self
+    }
+
     /// The fleet's name (default `fleet`): its runnable is `fleet <name>`, and with
     /// [`sharded`](Self::sharded) the ring's Leases carry the ring's own name.
     #[must_use]

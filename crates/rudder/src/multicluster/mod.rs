@@ -39,7 +39,10 @@
 //! A [`Provider`] announces member clusters by name with a client configuration, and
 //! withdraws them: [`StaticClusters`] (a fixed list), [`KubeconfigDir`] (one kubeconfig file
 //! per cluster in a directory, read again every 2 s), [`KubeconfigSecrets`] (one Secret per
-//! cluster in a namespace of the home cluster, watched). The fleet *engages* an announced
+//! cluster in a namespace of the home cluster, watched), [`ClusterApiClusters`] (one per
+//! provisioned Cluster API `Cluster` with its `<cluster>-kubeconfig` Secret, watched) and
+//! [`ClusterProfiles`] (one per healthy Cluster Inventory API `ClusterProfile` with the
+//! kubeconfig Secret made for this consumer, watched). The fleet *engages* an announced
 //! cluster: a client for it (counted in `rest_client_requests_total` under its host, and
 //! watched for failures), a [`Cache`](crate::cache::Cache) of its own, and one instance of
 //! every fleet controller that serves it. It *disengages* a withdrawn one: its controllers
@@ -125,5 +128,6 @@ pub use error::FleetError;
 pub use fleet::{DEFAULT_PROBE_PERIOD, Fleet, FleetBuilder};
 pub use provider::{Announcer, Provider};
 pub use providers::{
-    DEFAULT_KUBECONFIG_KEY, DEFAULT_SECRET_LABEL, KubeconfigDir, KubeconfigSecrets, StaticClusters,
+    ClusterApiClusters, ClusterProfiles, DEFAULT_KUBECONFIG_KEY, DEFAULT_SECRET_LABEL,
+    KubeconfigDir, KubeconfigSecrets, StaticClusters,
 };

@@ -18,8 +18,10 @@ use tokio::sync::mpsc;
 /// doubling to 60 s); the clusters it announced stay as they are meanwhile.
 ///
 /// The built-in providers: [`StaticClusters`](super::StaticClusters),
-/// [`KubeconfigDir`](super::KubeconfigDir) and
-/// [`KubeconfigSecrets`](super::KubeconfigSecrets).
+/// [`KubeconfigDir`](super::KubeconfigDir),
+/// [`KubeconfigSecrets`](super::KubeconfigSecrets),
+/// [`ClusterApiClusters`](super::ClusterApiClusters) and
+/// [`ClusterProfiles`](super::ClusterProfiles).
 pub trait Provider: Send + Sync + 'static {
     /// The provider's name, for logs and the `provider` label.
     fn name(&self) -> String;

@@ -1,7 +1,7 @@
 //! What the facade's integration tests share: ConfigMaps to shard, a manager per replica, the
 //! ring's configuration with short Lease timings, running a manager, a defaulter and a
-//! validator, a plain HTTP GET, an object's field managers, and [`gizmo`], a kind in two
-//! versions for the conversion tests.
+//! validator, a plain HTTP GET, an object's field managers, [`gizmo`], a kind in two
+//! versions for the conversion tests, and [`go_module`], CRDs from a Go module.
 
 #![allow(
     clippy::disallowed_methods,
@@ -10,6 +10,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub(crate) mod gizmo;
+pub(crate) mod go_module;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -25,7 +25,9 @@ pub const DEFAULT_KUBECONFIG_KEY: &str = "kubeconfig";
 /// by label, named by the Secret's name, reached with the kubeconfig in one key of its data
 /// (its current context): the convention multicluster-runtime's kubeconfig provider uses
 /// ([`DEFAULT_SECRET_LABEL`], [`DEFAULT_KUBECONFIG_KEY`]); Cluster API's `<cluster>-kubeconfig`
-/// Secrets keep theirs under `value` ([`key`](Self::key)).
+/// Secrets keep theirs under `value` ([`key`](Self::key)), and
+/// [`ClusterApiClusters`](super::super::ClusterApiClusters) serves them only while their
+/// `Cluster` is provisioned.
 ///
 /// The Secrets are watched: a Secret created engages its cluster within the watch's latency,
 /// a changed kubeconfig replaces it, a deleted Secret (or one whose label was removed)

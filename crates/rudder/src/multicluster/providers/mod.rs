@@ -1,10 +1,15 @@
 //! The built-in providers: a static list, a directory of kubeconfig files, kubeconfig
-//! Secrets in a namespace of the home cluster.
+//! Secrets in a namespace of the home cluster, Cluster API Clusters and ClusterProfiles.
 
+mod cluster_api;
+mod cluster_profiles;
+mod joined;
 mod kubeconfig_dir;
 mod kubeconfig_secrets;
 mod static_list;
 
+pub use cluster_api::ClusterApiClusters;
+pub use cluster_profiles::ClusterProfiles;
 pub use kubeconfig_dir::KubeconfigDir;
 pub use kubeconfig_secrets::{DEFAULT_KUBECONFIG_KEY, DEFAULT_SECRET_LABEL, KubeconfigSecrets};
 pub use static_list::StaticClusters;
