@@ -166,6 +166,9 @@ impl FeatureTest {
 /// - `rudder-runtime/openssl-tls`, `rudder-envtest/openssl-tls`: no test of their own (the
 ///   client's TLS stack is kube's); `tls_by_feature` checks what they bring, and clippy and
 ///   the docs build them with `--all-features`.
+/// - `rudder-manager/profiling` (and `rudder-runtime/profiling`, which turns it on): a CPU
+///   profile taken while a controller works, read by `go tool pprof` (`tests/profiling.rs`),
+///   and the unit tests of `profiling.rs`.
 /// - `rudder-runtime/envtest`: a re-export of rudder-envtest, which the tests use directly.
 ///
 /// Each feature set rebuilds the crates above the ones it changes (and third-party crates
@@ -191,6 +194,11 @@ const FEATURE_TESTS: &[FeatureTest] = &[
         package: "rudder-runtime",
         features: "webhook-http2",
         targets: &["--test", "webhook"],
+    },
+    FeatureTest {
+        package: "rudder-manager",
+        features: "profiling",
+        targets: &["--test", "profiling", "--lib"],
     },
 ];
 

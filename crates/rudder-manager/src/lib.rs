@@ -146,6 +146,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `webhook` | yes | the webhook server (rudder-webhook), self-signed webhook certificates (rudder-certs) and secure metrics: TLS on the server side, rustls on `ring`; without it the manager compiles no TLS stack |
+//! | `profiling` | no | CPU profiles on demand in pprof's format on an opt-in address (module `profiling`, `ManagerBuilder::profiling_address`), with pprof-rs |
 
 // Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -155,6 +156,9 @@ mod authz;
 pub mod health;
 mod manager;
 pub mod metrics;
+#[cfg(feature = "profiling")]
+#[cfg_attr(docsrs, doc(cfg(feature = "profiling")))]
+pub mod profiling;
 pub mod rbac;
 mod runnable;
 mod server;

@@ -56,6 +56,9 @@ pub(crate) enum Routes {
         handle: PrometheusHandle,
         extra: Arc<Vec<(String, ExtraHandler)>>,
     },
+    /// `/debug/pprof/`: CPU profiles on demand.
+    #[cfg(feature = "profiling")]
+    Profiles(crate::profiling::Profiler),
 }
 
 /// A server the manager runs, with the certificate watcher it owns (secure metrics from
@@ -238,7 +241,58 @@ impl Routes {
                     None => not_found(),
                 }
             }
+            #[cfg(feature = "profiling")]
+            Routes::Profiles(profiler) => profile(&profiler, &request).await,
         }
+    }
+}
+
+/// Answers a profiling request (see [`crate::profiling`]).
+#[cfg(feature = "profiling")]
+async fn profile(
+    profiler: &crate::profiling::Profiler,
+    request: &Request<Body>,
+) -> Response<Full<Bytes>> {
+    use crate::profiling::{INDEX, ProfileError, seconds};
+    const PLAIN: &str = "text/plain; charset=utf-8";
+    match request.uri().path() {
+        "/debug/pprof" | "/debug/pprof/" => text(200, PLAIN, INDEX.to_owned()),
+        "/debug/pprof/profile" => {
+            if request.method() != http::Method::GET {
+                return text(405, PLAIN, "only GET\n".to_owned());
+            }
+            let answer = match seconds(request.uri().query()) {
+                Ok(seconds) => profiler.cpu(seconds).await,
+                Err(error) => Err(error),
+            };
+            match answer {
+                Ok(bytes) => {
+                    let mut response = Response::new(Full::new(Bytes::from(bytes)));
+                    let headers = response.headers_mut();
+                    headers.insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/octet-stream"),
+                    );
+                    headers.insert(
+                        header::CONTENT_DISPOSITION,
+                        HeaderValue::from_static("attachment; filename=\"profile\""),
+                    );
+                    response
+                }
+                Err(error) => {
+                    let status = match &error {
+                        ProfileError::Busy => 409,
+                        ProfileError::Seconds(_) => 400,
+                        ProfileError::Profiler(_) => {
+                            tracing::warn!(%error, "a CPU profile failed");
+                            500
+                        }
+                    };
+                    text(status, PLAIN, format!("{error}\n"))
+                }
+            }
+        }
+        _ => not_found(),
     }
 }
 

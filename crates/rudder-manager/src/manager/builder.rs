@@ -29,6 +29,8 @@ pub struct ManagerBuilder {
     name: String,
     health_address: Option<SocketAddr>,
     metrics_address: Option<SocketAddr>,
+    #[cfg(feature = "profiling")]
+    profiling_address: Option<SocketAddr>,
     metrics_handle: Option<PrometheusHandle>,
     graceful_shutdown: GracefulShutdown,
     cache: Box<dyn FnOnce(CacheBuilder) -> CacheBuilder + Send>,
@@ -74,6 +76,19 @@ impl ManagerBuilder {
     /// Where `/metrics` listens (default [`DEFAULT_METRICS_ADDRESS`]); `None` for no server.
     pub fn metrics_address(mut self, addr: Option<SocketAddr>) -> Self {
         self.metrics_address = addr;
+        self
+    }
+
+    /// Where to serve CPU profiles in pprof's format (`/debug/pprof/profile?seconds=N`,
+    /// [`crate::profiling`]), or `None` (the default) for no profiling server:
+    /// controller-runtime's `PprofBindAddress`. With secure metrics it is served as they are
+    /// (HTTPS, behind TokenReview and SubjectAccessReview); without, plain HTTP to anyone
+    /// who reaches it, so bind it to loopback. Port 0 picks a free port
+    /// ([`Manager::profiling_address`] tells which).
+    #[cfg(feature = "profiling")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "profiling")))]
+    pub fn profiling_address(mut self, addr: Option<SocketAddr>) -> Self {
+        self.profiling_address = addr;
         self
     }
 
@@ -289,6 +304,8 @@ impl ManagerBuilder {
             metrics,
             health_address: self.health_address,
             metrics_address: self.metrics_address,
+            #[cfg(feature = "profiling")]
+            profiling_address: self.profiling_address,
             graceful_shutdown: self.graceful_shutdown,
             runnables: Mutex::new(Vec::new()),
             late: Mutex::new(None),
@@ -388,6 +405,8 @@ impl Manager {
             name: "rudder".to_owned(),
             health_address: Some(DEFAULT_HEALTH_ADDRESS),
             metrics_address: Some(DEFAULT_METRICS_ADDRESS),
+            #[cfg(feature = "profiling")]
+            profiling_address: None,
             metrics_handle: None,
             graceful_shutdown: GracefulShutdown::After(DEFAULT_GRACEFUL_SHUTDOWN),
             cache: Box::new(|b| b),

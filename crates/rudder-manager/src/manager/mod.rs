@@ -54,6 +54,8 @@ pub(crate) enum Late {
 struct Bound {
     health: Option<SocketAddr>,
     metrics: Option<SocketAddr>,
+    #[cfg(feature = "profiling")]
+    profiling: Option<SocketAddr>,
 }
 
 /// Runs controllers and other runnables as one process: controller-runtime's manager.
@@ -84,6 +86,8 @@ pub struct Manager {
     metrics: Option<PrometheusHandle>,
     health_address: Option<SocketAddr>,
     metrics_address: Option<SocketAddr>,
+    #[cfg(feature = "profiling")]
+    profiling_address: Option<SocketAddr>,
     graceful_shutdown: GracefulShutdown,
     runnables: Mutex<Vec<Box<dyn Runnable>>>,
     /// Where runnables added and removed while the manager runs go (`None` before it starts
@@ -218,6 +222,14 @@ impl Manager {
     /// Where the metrics server listens, once started.
     pub fn metrics_address(&self) -> Option<SocketAddr> {
         self.bound.lock_unpoisoned().metrics
+    }
+
+    /// Where the profiling server listens, once started
+    /// ([`ManagerBuilder::profiling_address`](crate::ManagerBuilder::profiling_address)).
+    #[cfg(feature = "profiling")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "profiling")))]
+    pub fn profiling_address(&self) -> Option<SocketAddr> {
+        self.bound.lock_unpoisoned().profiling
     }
 
     /// Adds a runnable, started by [`start`](Self::start); added while the manager runs, it

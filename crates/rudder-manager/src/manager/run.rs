@@ -96,6 +96,8 @@ impl Manager {
         self.raise_fd_limit_if_configured();
         self.serve_health_probes(servers).await?;
         self.serve_metrics(servers).await?;
+        #[cfg(feature = "profiling")]
+        self.serve_profiles(servers).await?;
         // The webhook server before the cache: a conversion webhook is on the cache's own
         // path (its lists are converted by it), so waiting for the cache first would never
         // end.
@@ -186,6 +188,31 @@ impl Manager {
         }
         .with_upkeep(handle);
         self.bound.lock_unpoisoned().metrics = Some(server.local_addr());
+        servers.push(server);
+        Ok(())
+    }
+
+    /// Serves CPU profiles (over HTTPS behind the same filter as secure metrics, when they
+    /// are on), if they have an address.
+    #[cfg(feature = "profiling")]
+    async fn serve_profiles(&self, servers: &mut Vec<Served>) -> Result<(), Error> {
+        let Some(addr) = self.profiling_address else {
+            return Ok(());
+        };
+        let routes = Routes::Profiles(crate::profiling::Profiler::default());
+        #[cfg(feature = "webhook")]
+        let secure = self
+            .tls
+            .serve_metrics(addr, routes.clone(), &self.client)
+            .await;
+        #[cfg(not(feature = "webhook"))]
+        let secure: Option<Result<Served, Error>> = None;
+        let server = match secure {
+            Some(served) => served?,
+            None => listen("profiles", addr, routes).await?,
+        };
+        tracing::info!(addr = %server.local_addr(), "serving CPU profiles at /debug/pprof/profile");
+        self.bound.lock_unpoisoned().profiling = Some(server.local_addr());
         servers.push(server);
         Ok(())
     }

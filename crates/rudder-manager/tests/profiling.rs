@@ -1,0 +1,166 @@
+//! CPU profiles on demand (`profiling` feature): while a controller reconciles, a profile
+//! fetched from `/debug/pprof/profile` is a pprof protobuf that `go tool pprof -top` reads,
+//! and the reconciler's own function is among its top entries; a second profile while one
+//! runs is 409, a bad `seconds` 400, an unknown path 404.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{config_map, manager_builder, watch_config_maps};
+
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use rudder_controller::{Action, Context, Controller, Reconciler};
+use rudder_envtest::TestEnv;
+use rudder_envtest::poll::eventually;
+use rudder_handler::Request;
+
+/// Spends CPU on every reconcile, in a function of its own the profile must name.
+struct Busy;
+
+#[inline(never)]
+fn profiled_reconciler_spin() -> u64 {
+    let mut x: u64 = 1;
+    for i in 0..2_000_000u64 {
+        x = black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i));
+    }
+    x
+}
+
+impl Reconciler for Busy {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, _: Request, _: Context) -> Result<Action, Self::Error> {
+        black_box(profiled_reconciler_spin());
+        // Again at once: the controller keeps working while the profile is taken.
+        Ok(Action::requeue_after(Duration::from_millis(1)))
+    }
+}
+
+/// GETs `path` from the server at `addr`: the status and the body.
+async fn get(addr: SocketAddr, path: &str) -> (u16, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head");
+    let head = String::from_utf8_lossy(&answer[..split]).into_owned();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let mut body = answer[split + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    (status, body)
+}
+
+/// The body of a chunked answer.
+fn dechunk(mut bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line = bytes.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&bytes[..line]).unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&bytes[line + 2..line + 2 + size]);
+        bytes = &bytes[line + 2 + size + 2..];
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_taken_while_a_controller_works_names_its_reconciler() {
+    let go = std::env::var_os("GO").unwrap_or_else(|| "go".into());
+    assert!(
+        std::process::Command::new(&go)
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "this test reads the profile with `go tool pprof`: Go must be on the PATH (or in $GO)"
+    );
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("profiling").await.unwrap();
+    let manager = manager_builder(ns.client(), ns.name())
+        .profiling_address(Some(SocketAddr::from(([127, 0, 0, 1], 0))))
+        .build()
+        .unwrap();
+    let controller = Controller::builder("busy", Busy).build().unwrap();
+    watch_config_maps(&manager, &controller);
+    manager.add_controller(controller);
+    let manager = std::sync::Arc::new(manager);
+    let (stop, task) = fixtures::start_shared(&manager);
+    let api: Api<ConfigMap> = ns.api();
+    api.create(&PostParams::default(), &config_map("work"))
+        .await
+        .unwrap();
+    let addr = eventually(
+        "the profiling server",
+        Duration::from_secs(30),
+        async || manager.profiling_address(),
+    )
+    .await;
+
+    let (status, index) = get(addr, "/debug/pprof/").await;
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&index).contains("/debug/pprof/profile"));
+    assert_eq!(get(addr, "/debug/pprof/profile?seconds=0").await.0, 400);
+    assert_eq!(get(addr, "/debug/pprof/heap").await.0, 404);
+
+    let profile = tokio::spawn(async move { get(addr, "/debug/pprof/profile?seconds=3").await });
+    // While it runs, a second one is refused (polled: the first must have begun).
+    eventually(
+        "a second profile refused",
+        Duration::from_secs(10),
+        async || (get(addr, "/debug/pprof/profile?seconds=1").await.0 == 409).then_some(()),
+    )
+    .await;
+    let (status, bytes) = profile.await.unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    assert!(!bytes.is_empty());
+
+    let dir = std::env::temp_dir().join(format!("rudder-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cpu.pb");
+    std::fs::write(&file, &bytes).unwrap();
+    let top = std::process::Command::new(&go)
+        .args(["tool", "pprof", "-top", "-nodecount=200"])
+        .arg(&file)
+        .env("PPROF_TMPDIR", &dir)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        top.status.success(),
+        "go tool pprof failed: {}",
+        String::from_utf8_lossy(&top.stderr)
+    );
+    assert!(
+        printed.contains("profiled_reconciler_spin"),
+        "the reconciler's function is not in the profile:\n{printed}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
