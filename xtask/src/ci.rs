@@ -198,7 +198,7 @@ const FEATURE_TESTS: &[FeatureTest] = &[
     FeatureTest {
         package: "rudder-manager",
         features: "profiling",
-        targets: &["--test", "profiling", "--lib"],
+        targets: &["--test", "profiling", "--test", "secure_metrics", "--lib"],
     },
 ];
 

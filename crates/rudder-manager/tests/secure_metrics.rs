@@ -589,3 +589,60 @@ async fn a_new_certificate_is_served_without_a_restart() {
     assert_eq!(status, StatusCode::OK, "{body}");
     running.stop().await;
 }
+
+/// With secure metrics on, the profiling server is served as the metrics are: HTTPS, and
+/// only a caller allowed `get` on its path (`/debug/pprof/*`) is answered.
+#[cfg(feature = "profiling")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn profiles_are_behind_the_same_reviews_as_metrics() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("secure-profiles").await.unwrap();
+    let profiler = ns.service_account("profiler").await.unwrap();
+    let prometheus = ns.service_account("prometheus").await.unwrap();
+    ns.grant_non_resource_urls(&profiler, &["get"], &["/debug/pprof/*"])
+        .await
+        .unwrap();
+    ns.grant_non_resource_urls(&prometheus, &["get"], &["/metrics"])
+        .await
+        .unwrap();
+    let certs = Certificates::new();
+    let namespace = ns.name().to_owned();
+    let manager = Arc::new(
+        Manager::builder(ns.client())
+            .health_probe_address(None)
+            .metrics_address(LOOPBACK_ANY_PORT)
+            .profiling_address(LOOPBACK_ANY_PORT)
+            .secure_metrics(SecureMetrics::files(certs.dir()))
+            .cache(move |c| c.default_namespace(namespace))
+            .build()
+            .unwrap(),
+    );
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (manager, stop) = (Arc::clone(&manager), stop.clone());
+        async move { manager.start(stop).await }
+    });
+    let addr = eventually("the profiling server", WAIT, async || {
+        manager.profiling_address()
+    })
+    .await;
+    let mut client = Scraper::connect(addr, &certs.tls()).await;
+    let (status, headers, _) = client.get("/debug/pprof/", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(headers[header::WWW_AUTHENTICATE], "Bearer");
+    let (status, _, body) = client
+        .get("/debug/pprof/profile?seconds=1", Some(prometheus.token()))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let (status, _, body) = client.get("/debug/pprof/", Some(profiler.token())).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("/debug/pprof/profile"), "{body}");
+    let (status, _, body) = client
+        .get("/debug/pprof/profile?seconds=1", Some(profiler.token()))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // Not plain HTTP.
+    assert_eq!(plain_status(addr, "/debug/pprof/").await, None);
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
