@@ -179,6 +179,7 @@
     )
 )]
 
+mod causes;
 mod controller;
 mod error;
 mod gate;

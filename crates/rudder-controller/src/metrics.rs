@@ -88,6 +88,13 @@ pub const WRITE_WAIT_TIMEOUTS_TOTAL: &str = "rudder_controller_write_wait_timeou
 /// cache has not delivered yet.
 pub const WRITES_PENDING: &str = "rudder_controller_writes_pending";
 
+/// `rudder_controller_reconcile_triggers_total{controller,source,event}`: reconciles by what
+/// first queued their key since it last ran (its [`Cause`](rudder_core::Cause)): the watch
+/// (`for`, `owns`, `watches`, or a name the builder gave it) and the event (`create`,
+/// `update`, `delete`, `generic`, `initial`), or `requeue`/`requeue`, `retry`/`error`,
+/// `handoff`/`handoff`, `unknown`/`unknown` when nothing was recorded.
+pub const RECONCILE_TRIGGERS_TOTAL: &str = "rudder_controller_reconcile_triggers_total";
+
 /// Buckets of `rudder_controller_write_wait_seconds`: from a loopback watch's milliseconds
 /// to the default bound (5 s) and past it.
 pub const WRITE_WAIT_BUCKETS: &[f64] = &[
@@ -144,6 +151,11 @@ pub fn describe() {
         "Total number of keys reconciled before the cache had their own writes, because \
          the wait for them timed out."
     );
+    metrics::describe_counter!(
+        RECONCILE_TRIGGERS_TOTAL,
+        "Total number of reconciles per controller, by the source and event that first \
+         queued their key."
+    );
     metrics::describe_gauge!(
         WRITES_PENDING,
         "Number of writes of the controller's reconciles the cache has not delivered yet."
@@ -151,6 +163,9 @@ pub fn describe() {
 }
 
 const RESULTS: [&str; 4] = ["success", "error", "requeue", "requeue_after"];
+
+/// A trigger's labels: its source and event.
+type Trigger = (Box<str>, &'static str);
 
 /// One controller's metric handles, resolved once, when it starts.
 pub(crate) struct Metrics {
@@ -161,6 +176,10 @@ pub(crate) struct Metrics {
     time: Histogram,
     max_concurrent: Gauge,
     active: Gauge,
+    /// The controller's (and cluster's) labels, for the triggers' counters.
+    labels: Vec<metrics::Label>,
+    /// `rudder_controller_reconcile_triggers_total` by (source, event), resolved once each.
+    triggers: std::sync::Mutex<Vec<(Trigger, Counter)>>,
 }
 
 impl Metrics {
@@ -189,8 +208,29 @@ impl Metrics {
             panics: counter(RECONCILE_PANICS_TOTAL),
             time: metrics::histogram!(RECONCILE_TIME_SECONDS, labels.clone()),
             max_concurrent: metrics::gauge!(MAX_CONCURRENT_RECONCILES, labels.clone()),
-            active: metrics::gauge!(ACTIVE_WORKERS, labels),
+            active: metrics::gauge!(ACTIVE_WORKERS, labels.clone()),
+            labels,
+            triggers: std::sync::Mutex::default(),
         }
+    }
+
+    /// Counts a reconcile first queued by `source`'s `event`.
+    pub(crate) fn triggered(&self, source: &str, event: &'static str) {
+        use rudder_core::sync::LockExt;
+        let mut triggers = self.triggers.lock_unpoisoned();
+        if let Some((_, counter)) = triggers
+            .iter()
+            .find(|((s, e), _)| *e == event && &**s == source)
+        {
+            counter.increment(1);
+            return;
+        }
+        let mut labels = self.labels.clone();
+        labels.push(metrics::Label::new("source", source.to_owned()));
+        labels.push(metrics::Label::new("event", event));
+        let counter = metrics::counter!(RECONCILE_TRIGGERS_TOTAL, labels);
+        counter.increment(1);
+        triggers.push(((source.into(), event), counter));
     }
 
     pub(crate) fn reconciled(&self, result: &str) {

@@ -89,6 +89,27 @@ impl<K> Event<K> {
         }
     }
 
+    /// The object the event is about, shared (the new state of an update).
+    pub fn object_arc(&self) -> &Arc<K> {
+        match self {
+            Self::Create { object, .. }
+            | Self::Delete { object, .. }
+            | Self::Generic { object } => object,
+            Self::Update { new, .. } => new,
+        }
+    }
+
+    /// The event's name as a cause gives it: [`kind`](Self::kind), except `initial` for an
+    /// object of an informer's first list.
+    pub fn cause_name(&self) -> &'static str {
+        match self {
+            Self::Create {
+                initial_list: true, ..
+            } => "initial",
+            _ => self.kind(),
+        }
+    }
+
     /// The event's kind, for logs and metrics: `create`, `update`, `delete` or `generic`.
     pub fn kind(&self) -> &'static str {
         match self {

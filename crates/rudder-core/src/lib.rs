@@ -141,6 +141,7 @@
     )
 )]
 
+pub mod cause;
 mod error;
 mod event;
 mod gate;
@@ -154,6 +155,7 @@ mod source;
 pub mod sync;
 pub mod writes;
 
+pub use cause::{Cause, Causes, Trigger};
 pub use error::{BoxError, ErrorChain, TerminalError, is_terminal, panic_message};
 pub use event::Event;
 pub use gate::LeaderGate;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+use crate::cause::Causes;
 use crate::{BoxError, Request};
 
 /// Brings one object's actual state towards its desired state.
@@ -98,6 +99,7 @@ pub struct Context {
     reconcile_id: ReconcileId,
     controller: Arc<str>,
     cluster: Option<Arc<str>>,
+    causes: Option<Causes>,
 }
 
 impl Context {
@@ -116,7 +118,23 @@ impl Context {
             reconcile_id,
             controller: controller.into(),
             cluster: None,
+            causes: None,
         }
+    }
+
+    /// This context for a reconcile queued by `causes` (a controller sets it).
+    #[must_use]
+    pub fn with_causes(mut self, causes: Causes) -> Self {
+        self.causes = Some(causes);
+        self
+    }
+
+    /// Why this reconcile runs: the first add of its key since it last ran, the last one,
+    /// and how many were merged (see [`crate::cause`]). `None` when whoever queued the key
+    /// recorded no cause (a handler called outside a controller's watch) or the context was
+    /// made by hand.
+    pub fn causes(&self) -> Option<&Causes> {
+        self.causes.as_ref()
     }
 
     /// This context for a reconcile of a request in the member cluster `cluster` (a
@@ -167,6 +185,7 @@ impl fmt::Debug for Context {
             .field("controller", &self.controller)
             .field("cluster", &self.cluster)
             .field("reconcile_id", &self.reconcile_id)
+            .field("causes", &self.causes)
             .field("cancelled", &self.is_cancelled())
             .finish()
     }

@@ -65,8 +65,13 @@ pub(crate) struct Shared<K> {
     name: String,
     limiter: Box<dyn RateLimiter<K>>,
     metrics: Option<Box<dyn QueueMetrics>>,
+    /// Sees every key added, before it is queued ([`Builder::on_add`]).
+    on_add: Option<AddHook<K>>,
     updater: Mutex<Option<JoinHandle<()>>>,
 }
+
+/// What [`Builder::on_add`] takes.
+type AddHook<K> = Box<dyn Fn(&K) + Send + Sync>;
 
 impl<K> Drop for Shared<K> {
     fn drop(&mut self) {
@@ -83,6 +88,7 @@ pub struct Builder<K> {
     limiter: Option<Box<dyn RateLimiter<K>>>,
     aging: Option<Duration>,
     metrics: Option<Box<dyn MetricsProvider>>,
+    on_add: Option<AddHook<K>>,
 }
 
 impl<K> fmt::Debug for Builder<K> {
@@ -130,6 +136,14 @@ where
         self
     }
 
+    /// Calls `hook` with every key added (by any of the `add` methods, merged or not, before
+    /// it is queued), on the adding thread, outside the queue's lock: what a controller uses
+    /// to record why each key was queued. Keep it short; it must not add to this queue.
+    pub fn on_add(mut self, hook: impl Fn(&K) + Send + Sync + 'static) -> Self {
+        self.on_add = Some(Box::new(hook));
+        self
+    }
+
     /// Builds the queue.
     pub fn build(self) -> WorkQueue<K> {
         let aging = self
@@ -148,6 +162,7 @@ where
                 .limiter
                 .unwrap_or_else(|| Box::new(default_controller_rate_limiter())),
             metrics,
+            on_add: self.on_add,
             updater: Mutex::new(None),
         });
         if has_metrics && let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -178,6 +193,7 @@ where
             limiter: None,
             aging: Some(DEFAULT_PRIORITY_AGING),
             metrics: None,
+            on_add: None,
         }
     }
 
@@ -211,6 +227,9 @@ where
     /// earliest ready time.
     pub fn add_with(&self, key: K, options: AddOptions) {
         let shared = &*self.shared;
+        if let Some(hook) = &shared.on_add {
+            hook(&key);
+        }
         let delay = if options.after.is_none() && !options.rate_limited {
             0
         } else {

@@ -56,10 +56,15 @@ impl<R: Reconciler> Builder<R> {
             .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
         // The queue's metric handles, like the controller's, are made when it runs.
         let queue_metrics = DeferredQueueMetrics::new(&self.name, options.cluster.clone());
+        let causes = Arc::new(crate::causes::Book::default());
         let queue = Queue::builder()
             .name(self.name.clone())
             .rate_limiter(limiter)
             .metrics(queue_metrics.clone())
+            .on_add({
+                let causes = Arc::clone(&causes);
+                move |key| causes.file_handled(key)
+            })
             .build();
         let own_writes = options.read_your_writes.then(|| {
             Arc::new(OwnWrites::new(
@@ -79,6 +84,7 @@ impl<R: Reconciler> Builder<R> {
                 registered,
                 reconciler: self.reconciler,
                 queue,
+                causes,
                 workers: options.workers,
                 cache_sync_timeout: options.cache_sync_timeout,
                 reconcile_timeout: options.reconcile_timeout,

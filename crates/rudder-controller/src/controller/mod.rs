@@ -69,6 +69,8 @@ struct Inner<R> {
     registered: bool,
     reconciler: R,
     queue: Queue,
+    /// Why each queued key was queued, until its reconcile takes it.
+    causes: Arc<crate::causes::Book>,
     workers: usize,
     cache_sync_timeout: Duration,
     reconcile_timeout: Option<Duration>,

@@ -79,7 +79,7 @@ impl<R: Reconciler> Controller<R> {
         let mut workers = self.start_workers(&gate, shard.as_ref(), &stopping, &shutdown);
         // Queues the keys of each shard as it opens; after the sync, so the cache lists
         // them all. Aborted with `run` (a `JoinSet` aborts its tasks when dropped).
-        let _resyncs = start_resync(shard.as_ref(), &self.inner.queue);
+        let _resyncs = start_resync(shard.as_ref(), &self.inner.queue, &self.inner.causes);
         let mut ended = Vec::new();
         tokio::select! {
             _ = shutdown.stopped() => {}
@@ -240,7 +240,9 @@ async fn resync(
     shard: ShardGate,
     mut opened: tokio::sync::mpsc::UnboundedReceiver<usize>,
     queue: Queue,
+    causes: Arc<crate::causes::Book>,
 ) {
+    let handoff: Arc<str> = Arc::from(rudder_core::cause::source::HANDOFF);
     while let Some(first) = opened.recv().await {
         let mut shards = vec![first];
         while let Ok(more) = opened.try_recv() {
@@ -253,6 +255,10 @@ async fn resync(
             "shards opened: queueing their keys"
         );
         for key in keys {
+            causes.file(
+                &key,
+                rudder_core::Cause::new(Arc::clone(&handoff), "handoff"),
+            );
             queue.add(key);
         }
     }
@@ -260,12 +266,21 @@ async fn resync(
 
 /// Starts queueing the keys of each shard as it opens, when the controller is sharded and
 /// no other controller on the gate took its openings.
-fn start_resync(shard: Option<&ShardGate>, queue: &Queue) -> JoinSet<()> {
+fn start_resync(
+    shard: Option<&ShardGate>,
+    queue: &Queue,
+    causes: &Arc<crate::causes::Book>,
+) -> JoinSet<()> {
     let mut resyncs = JoinSet::new();
     if let Some(shard) = shard
         && let Some(opened) = shard.take_opened()
     {
-        resyncs.spawn(resync(shard.clone(), opened, queue.clone()));
+        resyncs.spawn(resync(
+            shard.clone(),
+            opened,
+            queue.clone(),
+            Arc::clone(causes),
+        ));
     }
     resyncs
 }

@@ -2,8 +2,11 @@
 //! task pumping the source's events into the queue.
 
 use std::fmt;
+use std::sync::Arc;
 
 use futures::stream::StreamExt;
+use kube::Resource;
+use rudder_core::{Cause, Trigger};
 use rudder_handler::{EventHandler, Predicate, Queue, Source, SourceError, Synced};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -15,8 +18,14 @@ use super::Controller;
 /// [`Controller::add_watch`] takes.
 pub struct WatchSpec(pub(super) Box<dyn ErasedWatch>);
 
+/// The label of a watch's causes unless it is given one ([`WatchSpec::labelled`]).
+pub(crate) const DEFAULT_WATCH_LABEL: &str = "watch";
+
 impl WatchSpec {
-    /// Prepares a watch of `source` through `predicates` into `handler`.
+    /// Prepares a watch of `source` through `predicates` into `handler`. The causes it
+    /// records for the keys its handler queues name the watch `watch` and
+    /// the event, not the object (whose type need not be a Kubernetes resource): see
+    /// [`objects`](Self::objects) for that.
     pub fn new<K, H>(
         source: impl Source<K>,
         handler: H,
@@ -30,7 +39,38 @@ impl WatchSpec {
             source: Box::new(source),
             handler,
             predicates,
+            label: Arc::from(DEFAULT_WATCH_LABEL),
+            describe: None,
         }))
+    }
+
+    /// [`new`](Self::new) for a source of Kubernetes objects: the causes it records also
+    /// name the object each event was about (kind, namespace/name, resourceVersion).
+    pub fn objects<K, H>(
+        source: impl Source<K>,
+        handler: H,
+        predicates: Vec<Box<dyn Predicate<K>>>,
+    ) -> Self
+    where
+        K: Resource<DynamicType = ()> + Send + Sync + 'static,
+        H: EventHandler<K> + 'static,
+    {
+        Self(Box::new(Watch {
+            source: Box::new(source),
+            handler,
+            predicates,
+            label: Arc::from(DEFAULT_WATCH_LABEL),
+            describe: Some(|object: &Arc<K>| Arc::clone(object) as Arc<dyn Trigger>),
+        }))
+    }
+
+    /// This watch, its causes labelled `label` (`for`, `owns`, `watches`, or a name of the
+    /// caller's: the `source` of `rudder_controller_reconcile_triggers_total`; keep the set
+    /// of labels small).
+    #[must_use]
+    pub fn labelled(mut self, label: impl Into<Arc<str>>) -> Self {
+        self.0.set_label(label.into());
+        self
     }
 }
 
@@ -42,6 +82,9 @@ impl fmt::Debug for WatchSpec {
 
 /// A watch with its key type erased, so a controller can hold watches of many types.
 pub(super) trait ErasedWatch: Send {
+    /// Names the watch in the causes it records.
+    fn set_label(&mut self, label: Arc<str>);
+
     /// Starts the source and the task pumping its events into `queue` until `stop`.
     fn spawn(
         self: Box<Self>,
@@ -54,13 +97,24 @@ struct Watch<K, H> {
     source: Box<dyn Source<K>>,
     handler: H,
     predicates: Vec<Box<dyn Predicate<K>>>,
+    /// The `source` of the causes it records.
+    label: Arc<str>,
+    /// The object of an event as a cause's trigger, for sources of Kubernetes objects.
+    describe: Option<Describe<K>>,
 }
+
+/// How a watch of objects makes an event's object a cause's trigger.
+type Describe<K> = fn(&Arc<K>) -> Arc<dyn Trigger>;
 
 impl<K, H> ErasedWatch for Watch<K, H>
 where
     K: Send + Sync + 'static,
     H: EventHandler<K> + 'static,
 {
+    fn set_label(&mut self, label: Arc<str>) {
+        self.label = label;
+    }
+
     fn spawn(
         self: Box<Self>,
         queue: Queue,
@@ -70,6 +124,8 @@ where
             source,
             handler,
             predicates,
+            label,
+            describe,
         } = *self;
         let started = source.start()?;
         let mut events = started.events;
@@ -88,7 +144,11 @@ where
                     },
                 };
                 if predicates.iter().all(|p| p.filter(&event)) {
-                    handler.handle(&event, &queue);
+                    let mut cause = Cause::new(Arc::clone(&label), event.cause_name());
+                    if let Some(describe) = describe {
+                        cause = cause.about(describe(event.object_arc()));
+                    }
+                    crate::causes::handling(cause, || handler.handle(&event, &queue));
                 }
             }
         });

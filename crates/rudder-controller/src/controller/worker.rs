@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::{Either, FutureExt, select};
-use rudder_core::panic_message;
+use rudder_core::{Cause, cause, panic_message};
 use rudder_handler::{Queue, Request};
 use rudder_workqueue::{AddOptions, WorkItem};
 use tokio_util::sync::CancellationToken;
@@ -52,7 +52,7 @@ pub(super) async fn worker<R: Reconciler>(
         // resumed after a freeze can be handed a request before its timers run; the
         // request then goes back to the queue, not to the reconciler.
         if let Some(item) = admit(&inner.queue, &gate, item)
-            && let Some((item, permit)) = admit_shard(&inner.queue, shard.as_ref(), item)
+            && let Some((item, permit)) = admit_shard(&inner, shard.as_ref(), item)
             && let Some(item) = admit_fresh(inner.own_writes.as_deref(), item)
         {
             process(&inner, item, permit).await;
@@ -74,8 +74,8 @@ fn admit(queue: &Queue, gate: &LeaderGate, item: WorkItem<Request>) -> Option<Wo
 /// Hands `item` on with its shard permit if `shard` admits its key (or there is no shard
 /// gate); otherwise drops it, forgetting its retries: the replica owning its shard
 /// reconciles it.
-fn admit_shard(
-    queue: &Queue,
+fn admit_shard<R>(
+    inner: &Inner<R>,
     shard: Option<&ShardGate>,
     item: WorkItem<Request>,
 ) -> Option<(WorkItem<Request>, Option<ShardPermit>)> {
@@ -86,7 +86,9 @@ fn admit_shard(
         Some(permit) => Some((item, Some(permit))),
         None => {
             tracing::trace!(request = %item.key(), "not this replica's shard: dropped");
-            queue.forget(item.key());
+            inner.queue.forget(item.key());
+            // Its causes go with it: the shard's holder records its own.
+            inner.causes.take(item.key());
             None
         }
     }
@@ -148,13 +150,40 @@ async fn process<R: Reconciler>(
     if let Some(cluster) = &inner.cluster {
         ctx = ctx.with_cluster(Arc::clone(cluster));
     }
-    let span = tracing::info_span!(
-        "reconcile",
-        controller = %inner.name,
-        cluster = inner.cluster.as_deref(),
-        request = %request,
-        reconcile_id = %id,
-    );
+    let causes = inner.causes.take(&request);
+    let span = match &causes {
+        Some(causes) => {
+            let first = causes.first();
+            inner.metrics().triggered(first.source(), first.event());
+            let waited = first.at().elapsed().unwrap_or_default();
+            tracing::info_span!(
+                "reconcile",
+                controller = %inner.name,
+                cluster = inner.cluster.as_deref(),
+                request = %request,
+                reconcile_id = %id,
+                triggers = causes.count(),
+                cause = %first,
+                last_cause = causes.last().map(tracing::field::display),
+                queue_wait_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+            )
+        }
+        None => {
+            inner
+                .metrics()
+                .triggered(cause::source::UNKNOWN, cause::source::UNKNOWN);
+            tracing::info_span!(
+                "reconcile",
+                controller = %inner.name,
+                cluster = inner.cluster.as_deref(),
+                request = %request,
+                reconcile_id = %id,
+            )
+        }
+    };
+    if let Some(causes) = causes {
+        ctx = ctx.with_causes(causes);
+    }
     inner.metrics().active_workers(1.0);
     let started = Instant::now();
     let reconcile = boxed_reconcile(&inner.reconciler, request.clone(), ctx);
@@ -204,6 +233,7 @@ async fn process<R: Reconciler>(
                 std::panic::resume_unwind(panic);
             }
             tracing::error!(panic = %message, "reconcile panicked; retrying with backoff");
+            file(inner, &request, cause::source::RETRY, "panic");
             inner.queue.add_rate_limited(request);
             Outcome::Error
         }
@@ -296,9 +326,27 @@ fn retry_unless_terminal<R>(
         inner.queue.forget(&request);
     } else {
         tracing::error!(error = %ErrorChain(error), "reconcile failed; retrying with backoff");
+        file(inner, &request, cause::source::RETRY, "error");
         inner.queue.add_rate_limited(request);
     }
     Outcome::Error
+}
+
+/// Files why the worker queues `request` again (`source` one of [`cause::source`]'s).
+fn file<R>(inner: &Inner<R>, request: &Request, source: &'static str, event: &'static str) {
+    /// The worker's sources, made once.
+    static SOURCES: std::sync::LazyLock<[Arc<str>; 2]> = std::sync::LazyLock::new(|| {
+        [
+            Arc::from(cause::source::REQUEUE),
+            Arc::from(cause::source::RETRY),
+        ]
+    });
+    let source = match source {
+        cause::source::REQUEUE => Arc::clone(&SOURCES[0]),
+        cause::source::RETRY => Arc::clone(&SOURCES[1]),
+        other => Arc::from(other),
+    };
+    inner.causes.file(request, Cause::new(source, event));
 }
 
 /// Queues what a successful reconcile asked for.
@@ -310,12 +358,14 @@ fn requeue<R>(inner: &Inner<R>, request: Request, action: Action) -> Outcome {
             Outcome::Success
         }
         Next::Requeue => {
+            file(inner, &request, cause::source::REQUEUE, "requeue");
             let options = AddOptions::new().rate_limited().priority(priority);
             inner.queue.add_with(request, options);
             Outcome::Requeue
         }
         Next::RequeueAfter(delay) => {
             inner.queue.forget(&request);
+            file(inner, &request, cause::source::REQUEUE, "requeue_after");
             let options = AddOptions::new().after(delay).priority(priority);
             inner.queue.add_with(request, options);
             Outcome::RequeueAfter

@@ -1,0 +1,104 @@
+//! Why each queued key was queued: the controller's book of [`Causes`] by key, filled as keys
+//! are added and emptied as they are reconciled.
+//!
+//! A watch's handler enqueues through the plain queue (`queue.add(request)`), so the watch
+//! task names the cause of what it is handling in a thread-local slot for the length of the
+//! (synchronous) `handle` call, and the queue's add hook ([`WorkQueue::on_add`]) files it
+//! under each key the handler adds. The worker files its own re-adds (a requeue, a retry)
+//! directly, and the shard hand-off its keys'. Puts back that only move a key in the queue
+//! (a closed leader gate, a key held for its own writes) file nothing: the causes stay until
+//! the reconcile takes them.
+//!
+//! [`WorkQueue::on_add`]: rudder_workqueue::Builder::on_add
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use rudder_core::sync::LockExt;
+use rudder_core::{Cause, Causes, Request};
+
+thread_local! {
+    /// The cause of what the watch task on this thread is handling, while it handles it.
+    static HANDLING: RefCell<Option<Cause>> = const { RefCell::new(None) };
+}
+
+/// Runs `handle` with `cause` as the cause of every key it adds to a controller's queue on
+/// this thread.
+pub(crate) fn handling<T>(cause: Cause, handle: impl FnOnce() -> T) -> T {
+    /// Clears the slot however `handle` ends.
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            HANDLING.with(|slot| slot.borrow_mut().take());
+        }
+    }
+    HANDLING.with(|slot| *slot.borrow_mut() = Some(cause));
+    let _clear = Clear;
+    handle()
+}
+
+/// The causes of the keys queued and not yet reconciled.
+#[derive(Debug, Default)]
+pub(crate) struct Book {
+    causes: Mutex<HashMap<Request, Causes>>,
+}
+
+impl Book {
+    /// Files `cause` under `key`, merged with what it waits with.
+    pub(crate) fn file(&self, key: &Request, cause: Cause) {
+        let mut causes = self.causes.lock_unpoisoned();
+        match causes.get_mut(key) {
+            Some(waiting) => waiting.merge(cause),
+            None => {
+                causes.insert(key.clone(), Causes::new(cause));
+            }
+        }
+    }
+
+    /// The queue's add hook: files the cause being handled on this thread, if any.
+    pub(crate) fn file_handled(&self, key: &Request) {
+        let cause = HANDLING.with(|slot| slot.borrow().clone());
+        if let Some(cause) = cause {
+            self.file(key, cause);
+        }
+    }
+
+    /// Takes the causes of `key`, as its reconcile starts (or as the key is dropped).
+    pub(crate) fn take(&self, key: &Request) -> Option<Causes> {
+        self.causes.lock_unpoisoned().remove(key)
+    }
+
+    /// How many keys have causes filed.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.causes.lock_unpoisoned().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn a_handled_cause_is_filed_under_each_key_added_and_only_while_handling() {
+        let book = Book::default();
+        let (a, b) = (
+            Request::namespaced("ns", "a"),
+            Request::namespaced("ns", "b"),
+        );
+        book.file_handled(&a);
+        assert_eq!(book.len(), 0, "nothing handled: nothing filed");
+        handling(Cause::new(Arc::from("for"), "create"), || {
+            book.file_handled(&a);
+            book.file_handled(&b);
+        });
+        book.file_handled(&a);
+        let causes = book.take(&a).unwrap();
+        assert_eq!((causes.count(), causes.first().source()), (1, "for"));
+        assert_eq!(book.take(&b).unwrap().count(), 1);
+        assert!(book.take(&a).is_none());
+    }
+}

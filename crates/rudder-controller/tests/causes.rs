@@ -1,0 +1,202 @@
+//! Why each reconcile ran: the causes a controller hands its reconciler (`Context::causes`),
+//! puts on the reconcile's span and counts in `rudder_controller_reconcile_triggers_total`:
+//! the watch and event that queued the key (with the object, for a watch of objects),
+//! triggers merged while the key waited (the first, the last and a count), and the worker's
+//! own re-adds (a requeue, a retry after an error).
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::core::ObjectMeta;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use rudder_controller::{Action, Context, Controller, Reconciler, WatchSpec};
+use rudder_envtest::poll::Poll;
+use rudder_handler::{EnqueueObject, Event, EventSender, Request, channel};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+fn cm(name: &str, rv: &str) -> Arc<ConfigMap> {
+    Arc::new(ConfigMap {
+        metadata: ObjectMeta {
+            namespace: Some("ns".into()),
+            name: Some(name.into()),
+            resource_version: Some(rv.into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    })
+}
+
+/// What each reconcile was told: the key, its causes' count, first and latest, as text.
+type Seen = Arc<Mutex<Vec<(String, u32, String, String)>>>;
+
+/// Records its causes; blocks the key `held` until `release` is notified; fails the first
+/// reconcile of `fails`, and asks for `requeues` to run once more.
+struct Recording {
+    seen: Seen,
+    release: Arc<Notify>,
+}
+
+impl Reconciler for Recording {
+    type Error = std::io::Error;
+    async fn reconcile(&self, request: Request, ctx: Context) -> Result<Action, Self::Error> {
+        let (count, first, latest) = ctx.causes().map_or((0, String::new(), String::new()), |c| {
+            (c.count(), c.first().to_string(), c.latest().to_string())
+        });
+        let earlier = self
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(key, ..)| *key == request.name())
+            .count();
+        self.seen
+            .lock()
+            .unwrap()
+            .push((request.name().to_owned(), count, first, latest));
+        match (request.name(), earlier) {
+            ("held", 0) => {
+                self.release.notified().await;
+                Ok(Action::done())
+            }
+            ("fails", 0) => Err(std::io::Error::other("the first try fails")),
+            ("requeues", 0) => Ok(Action::requeue_after(Duration::from_millis(10))),
+            _ => Ok(Action::done()),
+        }
+    }
+}
+
+fn seen_of(seen: &Seen, key: &str) -> Vec<(u32, String, String)> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .filter(|(k, ..)| k == key)
+        .map(|(_, n, first, latest)| (*n, first.clone(), latest.clone()))
+        .collect()
+}
+
+async fn until(what: &str, cond: impl FnMut() -> bool) {
+    Poll::new(what, Duration::from_secs(10))
+        .every(Duration::from_millis(1))
+        .until(cond)
+        .await;
+}
+
+#[tokio::test]
+async fn each_reconcile_is_told_what_queued_it() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let seen = Seen::default();
+    let release = Arc::new(Notify::new());
+    let c = Controller::builder(
+        "causes",
+        Recording {
+            seen: Arc::clone(&seen),
+            release: Arc::clone(&release),
+        },
+    )
+    .build()
+    .unwrap();
+    // One watch of objects labelled as a primary watch, one plain (a channel of anything).
+    let (objects, source) = channel::<ConfigMap>(16);
+    c.add_watch(WatchSpec::objects(source, EnqueueObject, vec![]).labelled("for"))
+        .unwrap();
+    let (plain, plain_source): (EventSender<ConfigMap>, _) = channel(16);
+    c.watch(plain_source, EnqueueObject, vec![]).unwrap();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (c, stop) = (c.clone(), stop.clone());
+        async move { c.run(stop).await }
+    });
+
+    // The one worker is held by `held`: what arrives for `waiting` meanwhile is merged.
+    objects
+        .send(Event::Create {
+            object: cm("held", "1"),
+            initial_list: true,
+        })
+        .await
+        .unwrap();
+    until("held reconciling", || !seen_of(&seen, "held").is_empty()).await;
+    objects
+        .send(Event::Create {
+            object: cm("waiting", "2"),
+            initial_list: false,
+        })
+        .await
+        .unwrap();
+    objects
+        .send(Event::Update {
+            old: cm("waiting", "2"),
+            new: cm("waiting", "3"),
+        })
+        .await
+        .unwrap();
+    plain
+        .send(Event::Generic {
+            object: cm("waiting", "3"),
+        })
+        .await
+        .unwrap();
+    until("the three events queued", || c.queue().len() == 1).await;
+    // Let the watch tasks hand on everything sent before the worker is freed.
+    tokio::task::yield_now().await;
+    release.notify_one();
+    until("waiting reconciled", || {
+        !seen_of(&seen, "waiting").is_empty()
+    })
+    .await;
+    assert_eq!(
+        seen_of(&seen, "held"),
+        [(
+            1,
+            "for/initial ConfigMap ns/held@1".to_owned(),
+            "for/initial ConfigMap ns/held@1".to_owned()
+        )]
+    );
+    assert_eq!(
+        seen_of(&seen, "waiting"),
+        [(
+            3,
+            "for/create ConfigMap ns/waiting@2".to_owned(),
+            "watch/generic".to_owned()
+        )]
+    );
+
+    // The worker's own re-adds name themselves.
+    for name in ["fails", "requeues"] {
+        objects
+            .send(Event::Create {
+                object: cm(name, "9"),
+                initial_list: false,
+            })
+            .await
+            .unwrap();
+    }
+    until("fails and requeues ran twice", || {
+        seen_of(&seen, "fails").len() == 2 && seen_of(&seen, "requeues").len() == 2
+    })
+    .await;
+    assert_eq!(seen_of(&seen, "fails")[1].1, "retry/error");
+    assert_eq!(seen_of(&seen, "requeues")[1].1, "requeue/requeue_after");
+
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    let text = handle.render();
+    for line in [
+        r#"rudder_controller_reconcile_triggers_total{controller="causes",source="for",event="initial"} 1"#,
+        r#"rudder_controller_reconcile_triggers_total{controller="causes",source="for",event="create"} 3"#,
+        r#"rudder_controller_reconcile_triggers_total{controller="causes",source="retry",event="error"} 1"#,
+        r#"rudder_controller_reconcile_triggers_total{controller="causes",source="requeue",event="requeue_after"} 1"#,
+    ] {
+        assert!(text.contains(line), "missing {line} in:\n{text}");
+    }
+}

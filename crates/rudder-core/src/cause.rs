@@ -1,0 +1,217 @@
+//! Why a reconcile ran: the [`Cause`] of each time its key was queued, kept while the key
+//! waits ([`Causes`]: the first, the last and how many), and handed to the reconcile.
+//!
+//! A controller records a cause for every add of a key: a watch's handler enqueuing it (the
+//! watch's source, the event, the object the event was about), the reconciler asking to run
+//! again ([`Action::requeue`](crate::Action::requeue)), a retry after an error, a shard
+//! handed to this replica. Adds merged while the key waits are kept as a count and the
+//! last one, so what a queued key holds is bounded (two causes) however many events arrive.
+//! The reconcile's span carries them, [`Context::causes`](crate::Context::causes) gives them
+//! to the reconciler, and `rudder_controller_reconcile_triggers_total{controller,source,event}`
+//! counts them.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use kube::Resource;
+
+/// The object an event was about, read when asked (the cause holds the object, shared with
+/// the cache, rather than copies of its names).
+pub trait Trigger: Send + Sync {
+    /// Its kind (`ConfigMap`).
+    fn kind(&self) -> Cow<'static, str>;
+    /// Its namespace, for a namespaced object.
+    fn namespace(&self) -> Option<&str>;
+    /// Its name.
+    fn name(&self) -> &str;
+    /// Its resourceVersion, as the event carried it.
+    fn resource_version(&self) -> Option<&str>;
+}
+
+impl<K> Trigger for K
+where
+    K: Resource<DynamicType = ()> + Send + Sync,
+{
+    fn kind(&self) -> Cow<'static, str> {
+        K::kind(&())
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        self.meta().namespace.as_deref()
+    }
+
+    fn name(&self) -> &str {
+        self.meta().name.as_deref().unwrap_or_default()
+    }
+
+    fn resource_version(&self) -> Option<&str> {
+        self.meta().resource_version.as_deref()
+    }
+}
+
+/// Where an add of a key came from, besides a watch's own label.
+pub mod source {
+    /// The reconciler asked to run again ([`Action::requeue`](crate::Action::requeue),
+    /// `requeue_after`).
+    pub const REQUEUE: &str = "requeue";
+    /// The reconcile failed (an error, a panic or its timeout) and is retried with backoff.
+    pub const RETRY: &str = "retry";
+    /// A shard (or a fleet member) was handed to this replica, and its keys queued.
+    pub const HANDOFF: &str = "handoff";
+    /// Queued by code outside any watch (a handler called directly, a test).
+    pub const UNKNOWN: &str = "unknown";
+}
+
+/// Why a key was queued once.
+#[derive(Clone)]
+pub struct Cause {
+    source: Arc<str>,
+    event: &'static str,
+    object: Option<Arc<dyn Trigger>>,
+    at: SystemTime,
+}
+
+impl Cause {
+    /// A cause from `source` (a watch's label, or one of [`source`]'s) for `event` (the
+    /// event's kind, `create`, `update`, `delete`, `generic`, `initial` for an object of an
+    /// informer's first list; or the reason for the other sources), now.
+    pub fn new(source: Arc<str>, event: &'static str) -> Self {
+        Self {
+            source,
+            event,
+            object: None,
+            at: SystemTime::now(),
+        }
+    }
+
+    /// This cause, about `object`.
+    #[must_use]
+    pub fn about(mut self, object: Arc<dyn Trigger>) -> Self {
+        self.object = Some(object);
+        self
+    }
+
+    /// Where the add came from: the watch's label (`for`, `owns`, `watches`, or the name a
+    /// builder gave it), or one of [`source`]'s.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The event (`create`, `update`, `delete`, `generic`, `initial`), or the reason for the
+    /// sources that are not watches (`requeue`, `error`, `handoff`).
+    pub fn event(&self) -> &'static str {
+        self.event
+    }
+
+    /// The object the event was about, if the add came from a watch of objects.
+    pub fn object(&self) -> Option<&dyn Trigger> {
+        self.object.as_deref()
+    }
+
+    /// When the cause was recorded (the event's arrival at the controller).
+    pub fn at(&self) -> SystemTime {
+        self.at
+    }
+}
+
+impl fmt::Debug for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl fmt::Display for Cause {
+    /// `source/event`, and the object (`Kind namespace/name@resourceVersion`) if any.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.source, self.event)?;
+        if let Some(object) = &self.object {
+            write!(f, " {} ", object.kind())?;
+            if let Some(namespace) = object.namespace() {
+                write!(f, "{namespace}/")?;
+            }
+            write!(f, "{}", object.name())?;
+            if let Some(rv) = object.resource_version() {
+                write!(f, "@{rv}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The causes of one run of a key: the first add since it last ran, the last one if there
+/// were more, and how many there were.
+#[derive(Clone, Debug)]
+pub struct Causes {
+    first: Cause,
+    last: Option<Cause>,
+    count: u32,
+}
+
+impl Causes {
+    /// The causes of a key queued once, by `cause`.
+    pub fn new(cause: Cause) -> Self {
+        Self {
+            first: cause,
+            last: None,
+            count: 1,
+        }
+    }
+
+    /// Adds `cause`, merged into these (the first is kept, the last replaced).
+    pub fn merge(&mut self, cause: Cause) {
+        self.last = Some(cause);
+        self.count = self.count.saturating_add(1);
+    }
+
+    /// The first add since the key last ran.
+    pub fn first(&self) -> &Cause {
+        &self.first
+    }
+
+    /// The last add, if there was more than one.
+    pub fn last(&self) -> Option<&Cause> {
+        self.last.as_ref()
+    }
+
+    /// The latest cause: the last, or the first if there was one.
+    pub fn latest(&self) -> &Cause {
+        self.last.as_ref().unwrap_or(&self.first)
+    }
+
+    /// How many adds were merged into this run (at least 1).
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    #[test]
+    fn merged_causes_keep_the_first_the_last_and_a_count() {
+        let object = Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("a".into()),
+                namespace: Some("ns".into()),
+                resource_version: Some("7".into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        });
+        let mut causes = Causes::new(Cause::new("for".into(), "create").about(object));
+        assert_eq!(causes.first().to_string(), "for/create ConfigMap ns/a@7");
+        assert!(causes.last().is_none());
+        for _ in 0..1000 {
+            causes.merge(Cause::new(source::REQUEUE.into(), "requeue"));
+        }
+        causes.merge(Cause::new("owns".into(), "delete"));
+        assert_eq!(causes.count(), 1002);
+        assert_eq!(causes.first().source(), "for");
+        assert_eq!(causes.latest().to_string(), "owns/delete");
+    }
+}
