@@ -24,6 +24,25 @@ pub struct DeclaredReads {
     cache: Cache,
 }
 
+/// Records [`Rules`] on the manager it came from
+/// ([`Manager::rules_recorder`](crate::Manager::rules_recorder)); the default one records on
+/// no manager. Cloning is cheap.
+#[derive(Clone, Default)]
+pub struct RulesRecorder(pub(crate) Arc<Mutex<Rules>>);
+
+impl std::fmt::Debug for RulesRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RulesRecorder").finish_non_exhaustive()
+    }
+}
+
+impl RulesRecorder {
+    /// Adds `rules` to what the manager renders.
+    pub fn record(&self, rules: &Rules) {
+        self.0.lock_unpoisoned().merge(rules);
+    }
+}
+
 impl std::fmt::Debug for DeclaredReads {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeclaredReads").finish_non_exhaustive()
