@@ -237,7 +237,7 @@ impl<K> FleetControllerBuilder<'_, K> {
     ///     // Each member's Secrets queue the ConfigMap of the same name there.
     ///     .watches(
     ///         |cluster| Kind::<Secret>::from_cache(cluster.cache()),
-    ///         EnqueueMapped::new(|secret: &Secret| Request::from_object(secret).into_iter().collect()),
+    ///         EnqueueMapped(|secret: &Secret| Request::from_object(secret).into_iter().collect()),
     ///     )
     ///     .permissions(Permissions::new().informer::<Secret>())
     ///     .complete_with(|_| R)?;
