@@ -132,7 +132,7 @@ fn multi_cluster_runs_the_controller_over_a_fleet_of_kubeconfig_secrets() {
         "status.cluster = ctx.cluster().map(str::to_owned);",
         // Events through the tools' recorder, and what it writes declared, as for one
         // cluster: the fleet records both on the manager.
-        "self.tools.record(object, EventType::Normal, reason, note).await;",
+        ".record(object, EventType::Normal, reason, note)",
         ".subresource::<Fleetling>(\"status\", [Verb::Update])",
     ] {
         assert!(lib.contains(expected), "{expected:?} in\n{lib}");
