@@ -60,12 +60,15 @@ pub(crate) struct Site<'a, P> {
 /// A watch made again at each place the controller runs.
 pub(crate) type Watch<P> = Arc<dyn Fn(&Site<'_, P>) -> WatchSpec + Send + Sync>;
 
+/// A watch of a source given once, made where the one controller runs.
+pub(crate) type WatchOnce<P> = Box<dyn FnOnce(&Site<'_, P>) -> WatchSpec + Send>;
+
 /// A watch as declared.
 pub(crate) enum Declared<P> {
     /// Made at each place (every member of a fleet).
     Each(Watch<P>),
     /// A source given once, for a single-cluster controller.
-    Once(Box<dyn FnOnce(&Site<'_, P>) -> WatchSpec + Send>),
+    Once(WatchOnce<P>),
 }
 
 /// A controller's declaration; `K` is its primary type once [`for_`](Self::for_) is called,
