@@ -250,3 +250,47 @@ impl Options {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use rudder_workqueue::rate_limiter::default_controller_rate_limiter;
+
+    use super::*;
+
+    fn limiter(options: &Options) -> Box<dyn RateLimiter<Request>> {
+        options
+            .rate_limiter
+            .as_ref()
+            .map(Limiter::make)
+            .unwrap_or_else(|| Box::new(default_controller_rate_limiter()))
+    }
+
+    #[test]
+    fn clones_share_a_given_limiter_and_make_their_own_with_rate_limiter_with() {
+        let key = Request::new(None, "k");
+        let one = Options::new().rate_limiter(default_controller_rate_limiter());
+        assert!(one.clone().shares_rate_limiter());
+        let (first, second) = (limiter(&one), limiter(&one.clone()));
+        first.when(&key);
+        assert_eq!(second.num_requeues(&key), 1, "one limiter, shared");
+
+        let made = Arc::new(AtomicUsize::new(0));
+        let each = Options::new().rate_limiter_with({
+            let made = Arc::clone(&made);
+            move || {
+                made.fetch_add(1, Ordering::SeqCst);
+                default_controller_rate_limiter()
+            }
+        });
+        assert!(!each.shares_rate_limiter());
+        let (first, second) = (limiter(&each), limiter(&each.clone()));
+        assert_eq!(made.load(Ordering::SeqCst), 2);
+        first.when(&key);
+        first.when(&key);
+        assert_eq!(first.num_requeues(&key), 2);
+        assert_eq!(second.num_requeues(&key), 0, "a limiter of its own");
+        assert!(!Options::new().shares_rate_limiter());
+    }
+}
