@@ -260,19 +260,19 @@ mod tests {
     use super::*;
 
     fn limiter(options: &Options) -> Box<dyn RateLimiter<Request>> {
-        options
-            .rate_limiter
-            .as_ref()
-            .map(Limiter::make)
-            .unwrap_or_else(|| Box::new(default_controller_rate_limiter()))
+        options.rate_limiter.as_ref().map_or_else(
+            || Box::new(default_controller_rate_limiter()) as Box<_>,
+            Limiter::make,
+        )
     }
 
     #[test]
     fn clones_share_a_given_limiter_and_make_their_own_with_rate_limiter_with() {
         let key = Request::new(None, "k");
         let one = Options::new().rate_limiter(default_controller_rate_limiter());
-        assert!(one.clone().shares_rate_limiter());
-        let (first, second) = (limiter(&one), limiter(&one.clone()));
+        let clone = one.clone();
+        assert!(clone.shares_rate_limiter());
+        let (first, second) = (limiter(&one), limiter(&clone));
         first.when(&key);
         assert_eq!(second.num_requeues(&key), 1, "one limiter, shared");
 
@@ -285,7 +285,8 @@ mod tests {
             }
         });
         assert!(!each.shares_rate_limiter());
-        let (first, second) = (limiter(&each), limiter(&each.clone()));
+        let clone = each.clone();
+        let (first, second) = (limiter(&each), limiter(&clone));
         assert_eq!(made.load(Ordering::SeqCst), 2);
         first.when(&key);
         first.when(&key);
