@@ -130,6 +130,10 @@ fn multi_cluster_runs_the_controller_over_a_fleet_of_kubeconfig_secrets() {
         "pub fleet_namespace: Option<String>,",
         "pub fn add_controller(fleet: &Fleet) -> Result<(), rudder::Error>",
         "status.cluster = ctx.cluster().map(str::to_owned);",
+        // Events through the tools' recorder, and what it writes declared, as for one
+        // cluster: the fleet records both on the manager.
+        ".record(object, EventType::Normal, reason, note)",
+        ".subresource::<Fleetling>(\"status\", [Verb::Update])",
     ] {
         assert!(lib.contains(expected), "{expected:?} in\n{lib}");
     }
@@ -142,6 +146,7 @@ fn multi_cluster_runs_the_controller_over_a_fleet_of_kubeconfig_secrets() {
         "\"sigs.k8s.io/multicluster-runtime-kubeconfig\": \"true\"",
         "\"kubeconfig\": kubeconfig",
         "status.cluster.as_deref() == Some(\"member\")",
+        "the Event of the Deployment made",
     ] {
         assert!(test.contains(expected), "{expected:?} in\n{test}");
     }

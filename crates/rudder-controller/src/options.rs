@@ -23,8 +23,13 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub const DEFAULT_WRITE_WAIT: Duration = Duration::from_secs(5);
 
 /// How a controller runs: workers, timeouts, retries. Shared by
-/// [`Controller::builder`](crate::Controller::builder) and the `rudder` facade's builder
+/// [`Controller::builder`](crate::Controller::builder) and the `rudder` facade's builders
 /// (`with_options`), so each option is declared once.
+///
+/// Cloning gives the same settings. A rate limiter set with
+/// [`rate_limiter`](Self::rate_limiter) is one limiter, shared by the clones (and by every
+/// controller built from them, mixing their keys' backoff); one set with
+/// [`rate_limiter_with`](Self::rate_limiter_with) is made afresh for each controller built.
 ///
 /// ```
 /// use std::time::Duration;
@@ -35,6 +40,7 @@ pub const DEFAULT_WRITE_WAIT: Duration = Duration::from_secs(5);
 ///     .reconcile_timeout(Duration::from_secs(30));
 /// assert_eq!(options.worker_count(), 4);
 /// ```
+#[derive(Clone)]
 pub struct Options {
     pub(crate) workers: usize,
     pub(crate) cache_sync_timeout: Duration,
@@ -42,11 +48,30 @@ pub struct Options {
     pub(crate) shutdown_grace: Duration,
     pub(crate) recover_panic: bool,
     pub(crate) skip_name_validation: bool,
-    pub(crate) rate_limiter: Option<Box<dyn RateLimiter<Request>>>,
+    pub(crate) rate_limiter: Option<Limiter>,
     pub(crate) read_your_writes: bool,
     pub(crate) write_wait: Duration,
     pub(crate) filter_own_echoes: bool,
     pub(crate) cluster: Option<Arc<str>>,
+}
+
+/// The rate limiter options give a controller.
+#[derive(Clone)]
+pub(crate) enum Limiter {
+    /// One limiter, whoever builds from these options or their clones.
+    One(Arc<dyn RateLimiter<Request>>),
+    /// A limiter made for each controller built.
+    Each(Arc<dyn Fn() -> Box<dyn RateLimiter<Request>> + Send + Sync>),
+}
+
+impl Limiter {
+    /// The limiter for one controller being built.
+    pub(crate) fn make(&self) -> Box<dyn RateLimiter<Request>> {
+        match self {
+            Self::One(limiter) => Box::new(Arc::clone(limiter)),
+            Self::Each(make) => make(),
+        }
+    }
 }
 
 impl fmt::Debug for Options {
@@ -136,9 +161,30 @@ impl Options {
 
     /// The rate limiter for retries (default: client-go's controller default, the longer of
     /// 5 ms doubling to 1000 s per request and 10 per second overall with bursts of 100).
+    /// It is one limiter: clones of these options share it. For options that build several
+    /// controllers (a fleet's, one per member cluster), give
+    /// [`rate_limiter_with`](Self::rate_limiter_with) instead.
     pub fn rate_limiter(mut self, limiter: impl RateLimiter<Request> + 'static) -> Self {
-        self.rate_limiter = Some(Box::new(limiter));
+        self.rate_limiter = Some(Limiter::One(Arc::new(limiter)));
         self
+    }
+
+    /// The rate limiter for retries, made by `make` for each controller built from these
+    /// options or their clones, so that each has its own (a fleet's instances, one per
+    /// member cluster, never share a key's backoff).
+    pub fn rate_limiter_with<L: RateLimiter<Request> + 'static>(
+        mut self,
+        make: impl Fn() -> L + Send + Sync + 'static,
+    ) -> Self {
+        self.rate_limiter = Some(Limiter::Each(Arc::new(move || Box::new(make()))));
+        self
+    }
+
+    /// Whether the rate limiter is one shared by every controller built from these options
+    /// (set with [`rate_limiter`](Self::rate_limiter)), rather than the default or one made
+    /// per controller ([`rate_limiter_with`](Self::rate_limiter_with)).
+    pub fn shares_rate_limiter(&self) -> bool {
+        matches!(self.rate_limiter, Some(Limiter::One(_)))
     }
 
     /// Whether a key waits for the cache to deliver the writes of its last reconcile before
@@ -202,5 +248,50 @@ impl Options {
     pub fn skip_name_validation(mut self) -> Self {
         self.skip_name_validation = true;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use rudder_workqueue::rate_limiter::default_controller_rate_limiter;
+
+    use super::*;
+
+    fn limiter(options: &Options) -> Box<dyn RateLimiter<Request>> {
+        options.rate_limiter.as_ref().map_or_else(
+            || Box::new(default_controller_rate_limiter()) as Box<_>,
+            Limiter::make,
+        )
+    }
+
+    #[test]
+    fn clones_share_a_given_limiter_and_make_their_own_with_rate_limiter_with() {
+        let key = Request::new(None, "k");
+        let one = Options::new().rate_limiter(default_controller_rate_limiter());
+        let clone = one.clone();
+        assert!(clone.shares_rate_limiter());
+        let (first, second) = (limiter(&one), limiter(&clone));
+        first.when(&key);
+        assert_eq!(second.num_requeues(&key), 1, "one limiter, shared");
+
+        let made = Arc::new(AtomicUsize::new(0));
+        let each = Options::new().rate_limiter_with({
+            let made = Arc::clone(&made);
+            move || {
+                made.fetch_add(1, Ordering::SeqCst);
+                default_controller_rate_limiter()
+            }
+        });
+        assert!(!each.shares_rate_limiter());
+        let clone = each.clone();
+        let (first, second) = (limiter(&each), limiter(&clone));
+        assert_eq!(made.load(Ordering::SeqCst), 2);
+        first.when(&key);
+        first.when(&key);
+        assert_eq!(first.num_requeues(&key), 2);
+        assert_eq!(second.num_requeues(&key), 0, "a limiter of its own");
+        assert!(!Options::new().shares_rate_limiter());
     }
 }

@@ -5,7 +5,30 @@
 //! ([`rudder_client::reads`]); [`Manager::declared_reads`](crate::Manager::declared_reads)
 //! gives it the manager's rules.
 
+use std::sync::{Arc, Mutex};
+
+use rudder_core::sync::LockExt;
+
 pub use rudder_manifests::rbac::*;
+
+/// Records [`Rules`] on the manager it came from
+/// ([`Manager::rules_recorder`](crate::Manager::rules_recorder)); the default one records on
+/// no manager. Cloning is cheap.
+#[derive(Clone, Default)]
+pub struct RulesRecorder(pub(crate) Arc<Mutex<Rules>>);
+
+impl std::fmt::Debug for RulesRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RulesRecorder").finish_non_exhaustive()
+    }
+}
+
+impl RulesRecorder {
+    /// Adds `rules` to what the manager renders.
+    pub fn record(&self, rules: &Rules) {
+        self.0.lock_unpoisoned().merge(rules);
+    }
+}
 
 /// The manager's own needs: its Lease, the reviews of secure metrics, the self-signed
 /// certificates' Secret and injection targets.

@@ -5,20 +5,16 @@
 //! the cache until the controller runs (a [`Kind`] asks for its informers when it starts).
 //! So a `complete` that fails, or a builder that is dropped, leaves nothing behind.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use kube::Client;
 use kube::Resource;
 use kube::core::GroupVersionKind;
+use rudder_cache::Typed;
 use rudder_cache::writes::Written;
-use rudder_cache::{Typed, WriteTracker};
-use rudder_controller::{Controller, KeyLister, Options, Reconciler, WatchSpec};
-use rudder_core::writes::WriteObserver;
+use rudder_controller::{Controller, KeyLister, Options, Reconciler};
 use rudder_handler::{
-    DropOwnEchoes, EnqueueObject, EnqueueOwner, EventHandler, Kind, MetaPredicate, MetaPredicates,
-    Predicate, Queue, Request, Source,
+    EventHandler, Kind, MetaPredicate, MetaPredicates, Predicate, Request, Source,
 };
 use rudder_manager::Manager;
 use rudder_manager::rbac::{Permissions, Verb};
@@ -27,8 +23,10 @@ use rudder_manager::sharding::{Ring, ShardMode, ShardingConfig};
 
 use crate::{Error, Result, Tools};
 
-mod order;
+pub(crate) mod declaration;
+pub(crate) mod order;
 
+use declaration::{Declaration, Declared, Echoes, Site};
 use order::{
     CompleteAfterFor, CompleteWithAfterFor, EventFilterAfterFor, ForOnce, NamedAfterFor,
     OwnsAfterFor, OwnsWithAfterFor, OwnsWritesAfterFor, PermissionsAfterFor, ReadsAfterFor,
@@ -36,39 +34,14 @@ use order::{
     WatchesRawAfterFor, WatchesWithAfterFor, WithOptionsAfterFor,
 };
 
-type ServedCheck = Box<dyn FnOnce(Client) -> BoxFuture<'static, Result<()>> + Send>;
-
-/// A watch waiting for what is known only at `complete`: the builder's global predicates,
-/// and the controller's own echoes to drop.
-type PendingWatch = Box<dyn FnOnce(&Complete) -> WatchSpec + Send>;
-
-/// What `complete` hands each pending watch.
-struct Complete {
-    global: MetaPredicates,
-    /// With `Options::filter_own_echoes`: the cache's write tracker and the controller's
-    /// observer, for [`DropOwnEchoes`].
-    echoes: Option<(Arc<WriteTracker>, Arc<dyn WriteObserver>)>,
-}
-
-/// The primary type's watch, waiting for `complete` to say whether it reads the shards of a
-/// ring in label mode (then it comes with the key lister over those shards' informers).
-type PrimaryWatch = Box<dyn FnOnce(Option<&Ring>) -> (PendingWatch, Option<KeyLister>) + Send>;
-
 /// Declares a controller on `manager` (controller-runtime's `NewControllerManagedBy`): call
 /// [`for_`](ControllerBuilder::for_) with the primary type first, then
 /// [`complete`](ControllerBuilder::complete).
 pub fn new_controller(manager: &Manager) -> ControllerBuilder<'_, ()> {
     ControllerBuilder {
         manager,
-        name: None,
-        watches: Vec::new(),
-        global: Vec::new(),
-        served: Vec::new(),
-        options: Options::default(),
-        permissions: Permissions::new(),
+        declaration: Declaration::new(),
         sharding: None,
-        primary: None,
-        _primary: PhantomData,
     }
 }
 
@@ -88,25 +61,22 @@ pub fn new_controller(manager: &Manager) -> ControllerBuilder<'_, ()> {
 ///
 /// and a second `for_` with "the controller's primary type is already `ConfigMap`: call
 /// `for_` or `for_with` once".
+///
+/// The declaration (every method but [`sharded`](Self::sharded) and the `complete`s) is
+/// the one a fleet's controller makes too
+/// ([`FleetControllerBuilder`](crate::multicluster::FleetControllerBuilder)): the two
+/// builders delegate to one record of it, so they cannot drift.
 pub struct ControllerBuilder<'m, K> {
     manager: &'m Manager,
-    name: Option<String>,
-    watches: Vec<PendingWatch>,
-    global: Vec<Arc<dyn MetaPredicate>>,
-    served: Vec<ServedCheck>,
-    options: Options,
-    permissions: Permissions,
+    declaration: Declaration<K, Manager>,
     sharding: Option<ShardingConfig>,
-    primary: Option<PrimaryWatch>,
-    _primary: PhantomData<fn() -> K>,
 }
 
 impl<K> std::fmt::Debug for ControllerBuilder<'_, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ControllerBuilder")
-            .field("name", &self.name)
-            .field("watches", &self.watches.len())
-            .field("options", &self.options)
+            .field("declaration", &self.declaration)
+            .field("sharding", &self.sharding.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -121,7 +91,7 @@ impl<'m, K> ControllerBuilder<'m, K> {
     where
         K: ForOnce,
     {
-        self.primary::<P>().watch_primary(None)
+        self.primary(None)
     }
 
     /// [`for_`](Self::for_) with a predicate on the primary type's events (compose several
@@ -133,21 +103,17 @@ impl<'m, K> ControllerBuilder<'m, K> {
     where
         K: ForOnce,
     {
-        self.primary::<P>().watch_primary(Some(Box::new(predicate)))
+        self.primary(Some(Arc::new(predicate)))
     }
 
-    fn primary<P>(self) -> ControllerBuilder<'m, P> {
+    fn primary<P: Typed>(
+        self,
+        predicate: Option<Arc<dyn Predicate<P>>>,
+    ) -> ControllerBuilder<'m, P> {
         ControllerBuilder {
             manager: self.manager,
-            name: self.name,
-            watches: self.watches,
-            global: self.global,
-            served: self.served,
-            options: self.options,
-            permissions: self.permissions,
+            declaration: self.declaration.for_(predicate),
             sharding: self.sharding,
-            primary: None,
-            _primary: PhantomData,
         }
     }
 }
@@ -181,8 +147,7 @@ impl<K> ControllerBuilder<'_, K> {
     where
         K: OwnsAfterFor,
     {
-        self.owned::<O>(Verb::CREATE_OR_PATCH)
-            .watch_kind::<O, _>(EnqueueOwner::<K>::new(), None)
+        self.declare(|d| d.owns::<O>(Verb::CREATE_OR_PATCH, None))
     }
 
     /// [`owns`](Self::owns) with a predicate on the owned type's events; records the same
@@ -191,8 +156,7 @@ impl<K> ControllerBuilder<'_, K> {
     where
         K: OwnsWithAfterFor,
     {
-        self.owned::<O>(Verb::CREATE_OR_PATCH)
-            .watch_kind::<O, _>(EnqueueOwner::<K>::new(), Some(Box::new(predicate)))
+        self.declare(|d| d.owns::<O>(Verb::CREATE_OR_PATCH, Some(Arc::new(predicate))))
     }
 
     /// [`owns`](Self::owns), with the reconciler writing `O` with exactly `writes` (in place
@@ -237,26 +201,7 @@ impl<K> ControllerBuilder<'_, K> {
     where
         K: OwnsWritesAfterFor,
     {
-        self.owned::<O>(writes)
-            .watch_kind::<O, _>(EnqueueOwner::<K>::new(), None)
-    }
-
-    /// Records `writes` on the owned type `O`, and what setting an owner reference on it
-    /// asks of the primary when `writes` can set one.
-    fn owned<O: Typed>(mut self, writes: impl IntoIterator<Item = Verb>) -> Self
-    where
-        K: Typed,
-    {
-        let writes: Vec<Verb> = writes.into_iter().collect();
-        let references = writes
-            .iter()
-            .any(|verb| matches!(verb, Verb::Create | Verb::Update | Verb::Patch));
-        let mut permissions = std::mem::take(&mut self.permissions).verbs::<O>(writes);
-        if references {
-            permissions = permissions.subresource::<K>("finalizers", [Verb::Update]);
-        }
-        self.permissions = permissions;
-        self
+        self.declare(|d| d.owns::<O>(writes, None))
     }
 
     /// A type the reconciler reads through the client ([`Client::get`](crate::client::Client::get),
@@ -273,22 +218,11 @@ impl<K> ControllerBuilder<'_, K> {
     /// [`Permissions::informer`]) is a read the rendered RBAC does not allow: it fails at
     /// once with [`ClientError::Undeclared`](crate::client::ClientError::Undeclared) (see
     /// [`ManagerBuilder::require_declared_reads`](rudder_manager::ManagerBuilder::require_declared_reads)).
-    pub fn reads<T: Typed>(mut self) -> Self
+    pub fn reads<T: Typed>(self) -> Self
     where
         K: ReadsAfterFor,
     {
-        self.served
-            .push(Box::new(|client| Box::pin(served::<T>(client))));
-        self.permissions = std::mem::take(&mut self.permissions).informer::<T>();
-        let source = Kind::<T>::from_cache(self.manager.cache());
-        // Its events are nobody's business: the watch is there for the informer and its sync.
-        let spec = WatchSpec::new(
-            source,
-            |_: &rudder_handler::Event<T>, _: &Queue| {},
-            Vec::new(),
-        );
-        self.watches.push(Box::new(move |_: &Complete| spec));
-        self
+        self.declare(Declaration::reads::<T>)
     }
 
     /// Permissions the reconciler needs beyond what the builder sees (it records list and
@@ -323,12 +257,11 @@ impl<K> ControllerBuilder<'_, K> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn permissions(mut self, permissions: Permissions) -> Self
+    pub fn permissions(self, permissions: Permissions) -> Self
     where
         K: PermissionsAfterFor,
     {
-        self.permissions = std::mem::take(&mut self.permissions).and(permissions);
-        self
+        self.declare(|d| d.permissions(permissions))
     }
 
     /// Objects of type `T` from the manager's shared cache, through `handler` (for example
@@ -341,7 +274,7 @@ impl<K> ControllerBuilder<'_, K> {
         T: Typed,
         H: EventHandler<T> + 'static,
     {
-        self.watch_kind::<T, H>(handler, None)
+        self.declare(|d| d.watch_kind::<T, H>(handler, None))
     }
 
     /// [`watches_kind`](Self::watches_kind) with a predicate on `T`'s events.
@@ -351,7 +284,7 @@ impl<K> ControllerBuilder<'_, K> {
         T: Typed,
         H: EventHandler<T> + 'static,
     {
-        self.watch_kind::<T, H>(handler, Some(Box::new(predicate)))
+        self.declare(|d| d.watch_kind::<T, H>(handler, Some(Arc::new(predicate))))
     }
 
     /// Any other source of objects (a [`Kind`] in a scope of your choosing, a channel),
@@ -359,20 +292,23 @@ impl<K> ControllerBuilder<'_, K> {
     /// what a source you made reads from: a `Kind` on a type the server does not serve keeps
     /// the controller unsynced until its cache-sync timeout. Nor can the builder know what
     /// the source needs permission to read: declare it with [`permissions`](Self::permissions).
-    pub fn watches<T, H>(mut self, source: impl Source<T>, handler: H) -> Self
+    ///
+    /// A fleet's controller takes a function that makes the source for each member
+    /// ([`FleetControllerBuilder::watches`](crate::multicluster::FleetControllerBuilder::watches)):
+    /// a source is consumed as it starts, and reads from one cluster.
+    pub fn watches<T, H>(self, source: impl Source<T>, handler: H) -> Self
     where
         K: WatchesAfterFor,
         T: Resource + Send + Sync + 'static,
         H: EventHandler<T> + 'static,
     {
-        self.watches.push(pending(source, handler, None));
-        self
+        self.declare(|d| d.watches_once(source, handler, None))
     }
 
     /// [`watches`](Self::watches) with a predicate on the source's events (after the global
     /// ones).
     pub fn watches_with<T, H>(
-        mut self,
+        self,
         source: impl Source<T>,
         handler: H,
         predicate: impl Predicate<T> + 'static,
@@ -382,22 +318,18 @@ impl<K> ControllerBuilder<'_, K> {
         T: Resource + Send + Sync + 'static,
         H: EventHandler<T> + 'static,
     {
-        self.watches
-            .push(pending(source, handler, Some(Box::new(predicate))));
-        self
+        self.declare(|d| d.watches_once(source, handler, Some(Arc::new(predicate))))
     }
 
     /// A source of anything, not only Kubernetes objects: the global predicates, which read
     /// metadata, do not apply (controller-runtime's `WatchesRawSource`).
-    pub fn watches_raw<T, H>(mut self, source: impl Source<T>, handler: H) -> Self
+    pub fn watches_raw<T, H>(self, source: impl Source<T>, handler: H) -> Self
     where
         K: WatchesRawAfterFor,
         T: Send + Sync + 'static,
         H: EventHandler<T> + 'static,
     {
-        let spec = WatchSpec::new(source, handler, Vec::new());
-        self.watches.push(Box::new(move |_: &Complete| spec));
-        self
+        self.declare(|d| d.watches_raw(source, handler))
     }
 
     /// A predicate for every watch declared with [`for_`](ControllerBuilder::for_),
@@ -406,31 +338,28 @@ impl<K> ControllerBuilder<'_, K> {
     /// `WithEventFilter`). It runs before each watch's own predicate; an event must pass all
     /// of them. Any of the built-in predicates will do, or a closure over a
     /// [`MetaEvent`](rudder_handler::MetaEvent).
-    pub fn event_filter(mut self, predicate: impl MetaPredicate + 'static) -> Self
+    pub fn event_filter(self, predicate: impl MetaPredicate + 'static) -> Self
     where
         K: EventFilterAfterFor,
     {
-        self.global.push(Arc::new(predicate));
-        self
+        self.declare(|d| d.event_filter(predicate))
     }
 
     /// The controller's name (default: the primary kind, lowercased); unique in the process.
-    pub fn named(mut self, name: impl Into<String>) -> Self
+    pub fn named(self, name: impl Into<String>) -> Self
     where
         K: NamedAfterFor,
     {
-        self.name = Some(name.into());
-        self
+        self.declare(|d| d.named(name))
     }
 
     /// How the controller runs: workers, timeouts, the retry rate limiter
     /// (controller-runtime's `WithOptions`).
-    pub fn with_options(mut self, options: Options) -> Self
+    pub fn with_options(self, options: Options) -> Self
     where
         K: WithOptionsAfterFor,
     {
-        self.options = options;
-        self
+        self.declare(|d| d.with_options(options))
     }
 
     /// Shards the controller's primary objects across the replicas of the ring `config`
@@ -493,28 +422,30 @@ impl<K> ControllerBuilder<'_, K> {
     }
 
     async fn finish<R: Reconciler>(
-        mut self,
+        self,
         make: impl FnOnce(Tools) -> R,
         events: bool,
     ) -> Result<Controller<R>>
     where
         K: Typed,
     {
-        let client = self.manager.client().clone();
+        let manager = self.manager;
+        let client = manager.client().clone();
+        let mut declaration = self.declaration;
         // A manager that only renders manifests has no API server to ask.
-        if !self.manager.is_render_only() {
-            for check in self.served {
-                check(client.clone()).await?;
+        if !manager.is_render_only() {
+            for gvk in &declaration.served {
+                served(&client, gvk).await?;
             }
         }
         if events {
-            self.permissions = std::mem::take(&mut self.permissions).events_about::<K>();
+            declaration = declaration.permissions(Permissions::new().events_about::<K>());
         }
         if let Some(config) = &self.sharding {
-            self.permissions = std::mem::take(&mut self.permissions).and(config.permissions());
+            declaration = declaration.permissions(config.permissions());
             if config.mode() == ShardMode::Labels {
                 // The holder of a shard writes its label on the objects that lack it.
-                self.permissions = std::mem::take(&mut self.permissions).verbs::<K>([Verb::Patch]);
+                declaration = declaration.permissions(Permissions::new().verbs::<K>([Verb::Patch]));
             }
         }
         let ring = self
@@ -522,42 +453,51 @@ impl<K> ControllerBuilder<'_, K> {
             .map(|config| Ring::new(client.clone(), config))
             .transpose()
             .map_err(Error::Sharding)?;
-        let name = self.name.unwrap_or_else(|| K::kind(&()).to_lowercase());
-        let reconciler = make(Tools::new(self.manager, &name));
+        let name = declaration.name();
+        let reconciler = make(Tools::new(manager, &name));
         let controller = Controller::builder(name, reconciler)
-            .options(self.options)
+            .options(declaration.options.clone())
             .build()
             .map_err(Error::Controller)?;
-        let complete = Complete {
-            global: MetaPredicates::new(self.global),
-            echoes: controller
-                .filters_own_echoes()
-                .then(|| controller.write_observer())
-                .flatten()
-                .map(|observer| (Arc::clone(self.manager.cache().writes()), observer)),
+        let echoes: Echoes = controller
+            .filters_own_echoes()
+            .then(|| controller.write_observer())
+            .flatten()
+            .map(|observer| (Arc::clone(manager.cache().writes()), observer));
+        let global = MetaPredicates::new(declaration.global.clone());
+        let site = Site {
+            place: manager,
+            global: &global,
+            echoes: &echoes,
         };
         let labelled = ring
             .as_ref()
             .filter(|ring| ring.config().mode() == ShardMode::Labels);
-        let mut shard_keys = None;
-        if let Some(primary) = self.primary {
-            let (watch, keys) = primary(labelled);
-            shard_keys = keys;
-            controller
-                .add_watch(watch(&complete))
-                .map_err(Error::Watch)?;
-        }
-        for watch in self.watches {
-            // Before `run`, adding a watch only records it.
-            controller
-                .add_watch(watch(&complete))
-                .map_err(Error::Watch)?;
+        let (primary, shard_keys) = match labelled {
+            Some(ring) => {
+                let (source, keys) =
+                    rudder_manager::sharding::labels::source::<K>(manager.cache(), &client, ring);
+                (declaration.primary_spec(source, &site), Some(keys))
+            }
+            None => (
+                declaration.primary_spec(Kind::<K>::from_cache(manager.cache()), &site),
+                None,
+            ),
+        };
+        // Before `run`, adding a watch only records it.
+        controller.add_watch(primary).map_err(Error::Watch)?;
+        for watch in declaration.watches {
+            let spec = match watch {
+                Declared::Each(make) => make(&site),
+                Declared::Once(make) => make(&site),
+            };
+            controller.add_watch(spec).map_err(Error::Watch)?;
         }
         if let Some(mut ring) = ring {
             if controller.write_observer().is_some() {
-                ring.set_fence(fence(&controller, &ring, self.manager.cache()));
+                ring.set_fence(fence(&controller, &ring, manager.cache()));
             }
-            let cache = self.manager.cache().clone();
+            let cache = manager.cache().clone();
             let keys: KeyLister = shard_keys.unwrap_or_else(|| {
                 Arc::new(move || {
                     cache
@@ -572,101 +512,24 @@ impl<K> ControllerBuilder<'_, K> {
             controller
                 .set_shard_gate(ring.gate(), keys)
                 .map_err(Error::Watch)?;
-            self.manager.add(ring);
+            manager.add(ring);
         }
-        self.manager.record_permissions(&self.permissions);
-        self.manager.add_controller(controller.clone());
+        manager.record_permissions(&declaration.permissions);
+        manager.add_controller(controller.clone());
         Ok(controller)
     }
 }
 
-impl<K: Typed> ControllerBuilder<'_, K> {
-    /// Watches the primary type: its shared informers, or, when the controller is sharded in
-    /// label mode, the informers of the shards this replica holds.
-    fn watch_primary(mut self, predicate: Option<Box<dyn Predicate<K>>>) -> Self {
-        self.served
-            .push(Box::new(|client| Box::pin(served::<K>(client))));
-        self.permissions = std::mem::take(&mut self.permissions).informer::<K>();
-        let cache = self.manager.cache().clone();
-        let client = self.manager.client().clone();
-        self.primary = Some(Box::new(move |labelled: Option<&Ring>| match labelled {
-            Some(ring) => {
-                let (source, keys) =
-                    rudder_manager::sharding::labels::source::<K>(&cache, &client, ring);
-                (pending_typed(source, EnqueueObject, predicate), Some(keys))
-            }
-            None => (
-                pending_typed(Kind::<K>::from_cache(&cache), EnqueueObject, predicate),
-                None,
-            ),
-        }));
-        self
-    }
-}
-
 impl<K> ControllerBuilder<'_, K> {
-    /// Watches the shared informers for `T` through `handler` (asked for when the controller
-    /// starts), and checks at `complete` that the server serves `T`.
-    fn watch_kind<T: Typed, H: EventHandler<T> + 'static>(
+    /// Hands the declaration to `declare`: every method the fleet's builder shares goes
+    /// through here.
+    fn declare(
         mut self,
-        handler: H,
-        predicate: Option<Box<dyn Predicate<T>>>,
+        declare: impl FnOnce(Declaration<K, Manager>) -> Declaration<K, Manager>,
     ) -> Self {
-        self.served
-            .push(Box::new(|client| Box::pin(served::<T>(client))));
-        self.permissions = std::mem::take(&mut self.permissions).informer::<T>();
-        let source = Kind::<T>::from_cache(self.manager.cache());
-        self.watches.push(pending_typed(source, handler, predicate));
+        self.declaration = declare(self.declaration);
         self
     }
-}
-
-/// A watch of `source` whose predicates are the global ones, then `predicate`.
-fn pending<T, H>(
-    source: impl Source<T>,
-    handler: H,
-    predicate: Option<Box<dyn Predicate<T>>>,
-) -> PendingWatch
-where
-    T: Resource + Send + Sync + 'static,
-    H: EventHandler<T> + 'static,
-{
-    Box::new(move |complete: &Complete| {
-        let mut all: Vec<Box<dyn Predicate<T>>> = Vec::with_capacity(2);
-        if !complete.global.is_empty() {
-            all.push(Box::new(complete.global.clone()));
-        }
-        all.extend(predicate);
-        WatchSpec::new(source, handler, all)
-    })
-}
-
-/// [`pending`] for a typed watch (the primary, owned types, `watches_kind`): with
-/// `Options::filter_own_echoes`, the echoes of the controller's own writes are dropped
-/// first.
-fn pending_typed<T, H>(
-    source: impl Source<T>,
-    handler: H,
-    predicate: Option<Box<dyn Predicate<T>>>,
-) -> PendingWatch
-where
-    T: Typed,
-    H: EventHandler<T> + 'static,
-{
-    Box::new(move |complete: &Complete| {
-        let mut all: Vec<Box<dyn Predicate<T>>> = Vec::with_capacity(3);
-        if let Some((tracker, observer)) = &complete.echoes {
-            all.push(Box::new(DropOwnEchoes::<T>::new(
-                Arc::clone(tracker),
-                Arc::clone(observer),
-            )));
-        }
-        if !complete.global.is_empty() {
-            all.push(Box::new(complete.global.clone()));
-        }
-        all.extend(predicate);
-        WatchSpec::new(source, handler, all)
-    })
 }
 
 /// The shard fence of a sharded controller that reads its own writes: as a shard is released
@@ -699,10 +562,9 @@ fn fence<R: Reconciler>(
     }
 }
 
-/// Whether the API server serves `T`, by discovery.
-async fn served<T: Typed>(client: Client) -> Result<()> {
-    let gvk = GroupVersionKind::gvk(&T::group(&()), &T::version(&()), &T::kind(&()));
-    kube::discovery::pinned_kind(&client, &gvk)
+/// Whether the API server serves the kind `gvk`, by discovery.
+async fn served(client: &Client, gvk: &GroupVersionKind) -> Result<()> {
+    kube::discovery::pinned_kind(client, gvk)
         .await
         .map(|_| ())
         .map_err(|source| Error::NotServed {

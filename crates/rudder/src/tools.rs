@@ -93,8 +93,9 @@ impl Tools {
     /// Tools for the controller named `controller` serving the member cluster `cluster` of a
     /// [fleet](crate::multicluster): the typed client reads that cluster's cache and writes
     /// to its API server; the event recorder writes with `events` (the home cluster's client
-    /// by default, the member's with `FleetBuilder::events_in_members`). A member's RBAC is
-    /// not rendered by the manager, so its reads are not checked against declarations.
+    /// by default, the member's with `FleetBuilder::events_in_members`). A member's reads are
+    /// not checked against the declarations
+    /// ([`Manager::declared_reads`] answers for the manager's cache, not a member's).
     pub fn for_cluster(
         cluster: &crate::multicluster::Cluster,
         events: &kube::Client,

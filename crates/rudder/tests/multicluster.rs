@@ -653,6 +653,166 @@ async fn owned_objects_map_to_their_owner_in_their_own_cluster_and_a_subset_is_s
     running.1.await.unwrap().unwrap();
 }
 
+/// The label [`a_fleet_controllers_event_filter_and_source_act_in_each_member`]'s event
+/// filter lets through.
+const WATCHED: &str = "fleet.rudder.dev/watched";
+
+/// Whether `event`'s object carries [`WATCHED`].
+fn watched(event: rudder::handler::MetaEvent<'_>) -> bool {
+    event
+        .meta()
+        .labels
+        .as_ref()
+        .is_some_and(|labels| labels.contains_key(WATCHED))
+}
+
+/// Logs (cluster, name) of every request reconciled.
+struct Seen(Arc<Mutex<Vec<(String, String)>>>);
+
+impl Reconciler for Seen {
+    type Error = std::convert::Infallible;
+
+    async fn reconcile(&self, request: Request, ctx: Context) -> Result<Action, Self::Error> {
+        self.0.lock().unwrap().push((
+            ctx.cluster().unwrap_or_default().to_owned(),
+            request.name().to_owned(),
+        ));
+        Ok(Action::done())
+    }
+}
+
+async fn put_labelled<K>(client: &kube::Client, name: &str, labelled: bool)
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), WORK);
+    let labels = if labelled {
+        serde_json::json!({WATCHED: "yes"})
+    } else {
+        serde_json::json!({})
+    };
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()), "kind": K::kind(&()),
+        "metadata": {"name": name, "labels": labels},
+    });
+    api.patch(
+        name,
+        &PatchParams::apply("fleet-test").force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_fleet_controllers_event_filter_and_source_act_in_each_member() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (a, b) = tokio::join!(TestEnv::start(), TestEnv::start());
+    let envs = [a.unwrap(), b.unwrap()];
+    let clients: Vec<kube::Client> = envs.iter().map(|e| e.client().unwrap()).collect();
+    for client in &clients {
+        create_namespace(client, WORK).await;
+    }
+    let manager = Arc::new(
+        Manager::builder(clients[0].clone())
+            .health_probe_address(None)
+            .metrics_address(None)
+            .build()
+            .unwrap(),
+    );
+    let fleet = Fleet::builder(&manager)
+        .provider(
+            StaticClusters::new()
+                .with("m0", envs[0].config().clone())
+                .with("m1", envs[1].config().clone()),
+        )
+        .cache(|cache| cache.default_namespace(WORK))
+        .build()
+        .unwrap();
+    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    // Made per member: the Secrets of the member the instance serves.
+    let sources: Arc<Mutex<Vec<String>>> = Arc::default();
+    fleet
+        .new_controller()
+        .for_::<ConfigMap>()
+        .event_filter(watched)
+        .watches(
+            {
+                let sources = Arc::clone(&sources);
+                move |cluster: &rudder::multicluster::Cluster| {
+                    sources.lock().unwrap().push(cluster.name().to_owned());
+                    Kind::<Secret>::from_cache(cluster.cache())
+                }
+            },
+            rudder::handler::EnqueueMapped(|secret: &Secret| {
+                vec![Request::namespaced(
+                    WORK,
+                    &format!(
+                        "from-{}",
+                        secret.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                )]
+            }),
+        )
+        .permissions(rudder::rbac::Permissions::new().informer::<Secret>())
+        .named("filtered")
+        .with_options(ControllerOptions::new().workers(1))
+        .complete_with({
+            let seen = Arc::clone(&seen);
+            move |_| Seen(Arc::clone(&seen))
+        })
+        .unwrap();
+    let running = support::start(&manager);
+    let reconciled = |cluster: &str, name: &str| {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|(c, n)| c == cluster && n == name)
+    };
+    // Unlabelled first: had the filter let it through, it would be queued before the
+    // labelled one, and reconciled first by the one worker.
+    for client in &clients {
+        put_labelled::<ConfigMap>(client, "out", false).await;
+        put_labelled::<ConfigMap>(client, "in", true).await;
+    }
+    for cluster in ["m0", "m1"] {
+        eventually(
+            &format!("`in` reconciled in {cluster}"),
+            WITHIN,
+            async || reconciled(cluster, "in").then_some(()),
+        )
+        .await;
+        assert!(
+            !reconciled(cluster, "out"),
+            "the event filter let `out` through in {cluster}"
+        );
+    }
+    // The Secret source of m1's instance sees m1's Secrets only, through the same filter.
+    put_labelled::<Secret>(&clients[1], "s-out", false).await;
+    put_labelled::<Secret>(&clients[1], "s-in", true).await;
+    eventually("the Secret mapped in m1", WITHIN, async || {
+        reconciled("m1", "from-s-in").then_some(())
+    })
+    .await;
+    assert!(
+        !reconciled("m1", "from-s-out"),
+        "the event filter let `s-out` through"
+    );
+    assert!(
+        !reconciled("m0", "from-s-in"),
+        "m0's source saw m1's Secret"
+    );
+    let mut made = sources.lock().unwrap().clone();
+    made.sort();
+    assert_eq!(made, ["m0", "m1"], "one source made for each member");
+    running.0.cancel();
+    running.1.await.unwrap().unwrap();
+}
+
 /// The member frozen by [`a_member_that_stops_answering_is_unhealthy_until_it_answers_again`]
 /// (metrics and the log are the process's: the name keeps its series and lines apart).
 const FROZEN: &str = "frozen-member";

@@ -219,3 +219,95 @@ async fn a_read_is_declared_where_the_cache_reads_it_and_named_when_it_is_not() 
     assert!(by_hand.declared_reads().is_none());
     assert!(self::manager(None).declared_reads().is_none());
 }
+
+#[tokio::test]
+async fn a_fleet_controllers_permissions_are_rendered_where_a_members_cache_watches() {
+    // The home cache reads every namespace; the members' read `apps`.
+    let manager = manager(None);
+    let fleet = rudder::multicluster::Fleet::builder(&manager)
+        .cache(|cache| cache.default_namespace("apps"))
+        .build()
+        .unwrap();
+    fleet
+        .new_controller()
+        .for_::<ConfigMap>()
+        .owns::<Pod>()
+        .reads::<Secret>()
+        .permissions(Permissions::new().status::<ConfigMap>())
+        .complete_with(|_| Noop)
+        .unwrap();
+    let rules = manager.permissions();
+    let apps = RuleScope::Namespace("apps".into());
+    for verb in Verb::INFORMER {
+        for resource in ["configmaps", "pods", "secrets"] {
+            assert!(rules.allows(&apps, "", resource, verb), "{resource} {verb}");
+            assert!(
+                !rules.allows(&RuleScope::Cluster, "", resource, verb),
+                "{resource} {verb}"
+            );
+        }
+    }
+    for verb in Verb::CREATE_OR_PATCH {
+        assert!(rules.allows(&apps, "", "pods", verb), "{verb}");
+    }
+    assert!(rules.allows(&apps, "", "configmaps/finalizers", Verb::Update));
+    assert!(rules.allows(&apps, "", "configmaps/status", Verb::Patch));
+    // The tools' recorder: Events about the primary type where it lives.
+    assert!(rules.allows(&apps, "events.k8s.io", "events", Verb::Create));
+    assert!(rules.allows(&apps, "events.k8s.io", "events", Verb::Patch));
+    // And so in the rendered Role.
+    let rendered = manifests(&manager, &DeployOptions::new("op", "ops", "example/op:1")).unwrap();
+    let role = rendered
+        .rbac
+        .roles
+        .iter()
+        .find(|role| role.metadata.namespace.as_deref() == Some("apps"))
+        .expect("a Role in the members' namespace");
+    let rules = role.rules.as_deref().unwrap_or_default();
+    assert!(
+        rules
+            .iter()
+            .any(|rule| rule.resources.as_deref() == Some(&["events".to_owned()][..])),
+        "{rules:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_fleet_controller_refuses_one_rate_limiter_for_every_member() {
+    let manager = manager(None);
+    let fleet = rudder::multicluster::Fleet::builder(&manager)
+        .build()
+        .unwrap();
+    let shared = ControllerOptions::new()
+        .rate_limiter(rudder::workqueue::rate_limiter::default_controller_rate_limiter());
+    let refused = fleet
+        .new_controller()
+        .for_::<ConfigMap>()
+        .with_options(shared)
+        .complete_with(|_| Noop);
+    assert!(matches!(
+        refused,
+        Err(rudder::Error::Fleet(
+            rudder::multicluster::FleetError::SharedRateLimiter
+        ))
+    ));
+    // Nothing recorded by the refusal.
+    assert!(
+        !manager
+            .permissions()
+            .allows(&RuleScope::Cluster, "", "configmaps", Verb::List)
+    );
+    let per_instance = ControllerOptions::new()
+        .rate_limiter_with(rudder::workqueue::rate_limiter::default_controller_rate_limiter);
+    fleet
+        .new_controller()
+        .for_::<ConfigMap>()
+        .with_options(per_instance)
+        .complete_with(|_| Noop)
+        .unwrap();
+    assert!(
+        manager
+            .permissions()
+            .allows(&RuleScope::Cluster, "", "configmaps", Verb::List)
+    );
+}

@@ -51,9 +51,10 @@ impl<R: Reconciler> Builder<R> {
         if registered && !register_name(&registry_key) {
             return Err(BuildError::DuplicateName(registry_key));
         }
-        let limiter = options
-            .rate_limiter
-            .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
+        let limiter = options.rate_limiter.as_ref().map_or_else(
+            || Box::new(default_controller_rate_limiter()) as Box<_>,
+            crate::options::Limiter::make,
+        );
         // The queue's metric handles, like the controller's, are made when it runs.
         let queue_metrics = DeferredQueueMetrics::new(&self.name, options.cluster.clone());
         let causes = Arc::new(crate::causes::Book::default());

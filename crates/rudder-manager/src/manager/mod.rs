@@ -34,7 +34,7 @@ pub use options::{
 
 use crate::health::HealthChecks;
 use crate::leader_election::LeaderElection;
-use crate::rbac::{Permissions, Rules};
+use crate::rbac::{Permissions, Rules, RulesRecorder};
 use crate::runnable::Runnable;
 use rudder_client::reads::DeclaredReads;
 
@@ -126,6 +126,14 @@ impl Manager {
     pub fn record_permissions(&self, permissions: &Permissions) {
         let rules = permissions.resolve(&self.cache);
         self.permissions.lock_unpoisoned().merge(&rules);
+    }
+
+    /// A handle that records rules already placed on this manager, for rendering with the
+    /// rest ([`permissions`](Self::permissions)): for what outlives a borrow of the manager
+    /// and places its rules against another cache (a fleet's controllers, against the shape
+    /// of a member cluster's cache).
+    pub fn rules_recorder(&self) -> RulesRecorder {
+        RulesRecorder(Arc::clone(&self.permissions))
     }
 
     /// Every permission the operator needs: what was recorded with

@@ -15,6 +15,15 @@ pub enum FleetError {
         /// The name taken.
         name: String,
     },
+    /// The controller's options carry one rate limiter
+    /// ([`Options::rate_limiter`](rudder_controller::Options::rate_limiter)), which every
+    /// member's instance would share, mixing their keys' backoff; give it with
+    /// [`Options::rate_limiter_with`](rudder_controller::Options::rate_limiter_with) so
+    /// that each instance has its own. Retrying does not help.
+    #[error(
+        "a fleet controller's rate limiter must be made per instance (Options::rate_limiter_with)"
+    )]
+    SharedRateLimiter,
     /// An instance's controller could not be built (its name or options refused).
     #[error("cannot build the controller's instance")]
     Build(#[source] rudder_controller::BuildError),
@@ -22,4 +31,9 @@ pub enum FleetError {
     /// running, which the fleet never lets happen to an instance it builds).
     #[error("cannot set up the controller's instance")]
     Setup(#[source] rudder_controller::RunError),
+    /// An instance's controller ended with an error (its sources did not sync within
+    /// `Options::cache_sync_timeout`, or one could not start): logged, counted, and the
+    /// instance built again after a backoff.
+    #[error("the controller's instance failed")]
+    Run(#[source] rudder_controller::RunError),
 }

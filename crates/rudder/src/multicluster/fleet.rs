@@ -101,6 +101,8 @@ struct Inner {
     members: watch::Sender<Members>,
     /// With sharding: the ring's gate (which shards, so which clusters, are held here).
     shards: Option<rudder_controller::ShardGate>,
+    /// Where the controllers' permissions go: the manager's rendered RBAC.
+    rules: rudder_manager::rbac::RulesRecorder,
 }
 
 /// Builds a [`Fleet`] on a manager: [`Fleet::builder`].
@@ -283,6 +285,7 @@ impl<'m> FleetBuilder<'m> {
                 added_rx: Mutex::new(Some(added_rx)),
                 members: watch::Sender::new(Arc::default()),
                 shards: ring.as_ref().map(Ring::gate),
+                rules: self.manager.rules_recorder(),
             }),
         };
         self.manager.record_permissions(&permissions);
@@ -381,6 +384,19 @@ impl Fleet {
         // taken at start, and a recipe sent before then is skipped as already known.
         let _ = self.inner.added.send(recipe);
         Ok(())
+    }
+
+    /// Records `permissions` on the manager, placed where a member's cache watches (the
+    /// [`cache`](FleetBuilder::cache) options): what a fleet controller's instance needs in
+    /// its member, rendered with the manager's RBAC.
+    pub(crate) fn record_permissions(&self, permissions: &rudder_manager::rbac::Permissions) {
+        // A cache of a member's shape, never started: it only answers where types are read.
+        let shape = self.cache_for(
+            &Arc::from("shape"),
+            self.inner.home.clone(),
+            &tokio_util::sync::CancellationToken::new(),
+        );
+        self.inner.rules.record(&permissions.resolve(&shape));
     }
 
     fn client_for(
@@ -1054,6 +1070,7 @@ mod tests {
                 added_rx: Mutex::new(Some(added_rx)),
                 members: watch::Sender::new(Arc::default()),
                 shards: Some(gate.clone()),
+                rules: rudder_manager::rbac::RulesRecorder::default(),
             }),
         }
     }

@@ -57,10 +57,15 @@
 //!
 //! # Controllers
 //!
-//! [`Fleet::new_controller`] declares a controller as `rudder::new_controller` does, with
-//! `for_`, `owns` and `watches_kind`. Each engaged cluster runs its own instance: its own
-//! queue, workers (`Options::workers` are per cluster) and rate limiter, its sources on that
-//! cluster's cache, and a reconciler made for it from [`Tools`](crate::Tools) whose client
+//! [`Fleet::new_controller`] declares a controller as `rudder::new_controller` does: the
+//! two builders share one declaration (`for_`, `owns`, `owns_writes`, `watches_kind`,
+//! `watches`, `reads`, `permissions`, `event_filter`, `named`, `with_options`, ...), with a
+//! source made for each member where the single-cluster builder takes one
+//! ([`FleetControllerBuilder::watches`]). Its permissions are recorded on the manager, placed
+//! as a member's cache watches, and rendered with its RBAC
+//! ([Permissions](FleetControllerBuilder#permissions)). Each engaged cluster runs its own
+//! instance: its own queue, workers (`Options::workers` are per cluster) and rate limiter,
+//! its sources on that cluster's cache, and a reconciler made for it from [`Tools`](crate::Tools) whose client
 //! reads that cluster's cache and writes to its API server. A reconcile's
 //! [`Context::cluster`](crate::Context::cluster) (and [`Tools::cluster`](crate::Tools::cluster))
 //! names its cluster. Owner references, finalizers and read-your-writes work within each

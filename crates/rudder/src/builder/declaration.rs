@@ -1,0 +1,384 @@
+//! [`Declaration`]: what a controller declares (its primary type, owned and watched types,
+//! sources, predicates, options, name and permissions), one record shared by the
+//! single-cluster [`ControllerBuilder`](super::ControllerBuilder) and the fleet's
+//! [`FleetControllerBuilder`](crate::multicluster::FleetControllerBuilder), so that the two
+//! cannot drift: each of their methods delegates here.
+//!
+//! Watches are recorded as makers, called where the controller runs (a [`Place`]): once for
+//! a single-cluster controller (the manager's cache), once per member cluster for a fleet's
+//! (each member's cache). A handler or predicate the user gives is shared by every instance
+//! (they take `&self`, and the queue they feed is handed to them); a source cannot be, as
+//! starting it consumes it and it reads from one cluster, so the fleet takes a function that
+//! makes one for each member, and the single-cluster builder's one source is recorded as a
+//! watch made once ([`Declared::Once`], which only the single-cluster builder records).
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use kube::Resource;
+use kube::core::GroupVersionKind;
+use rudder_cache::{Cache, Typed, WriteTracker};
+use rudder_controller::{Options, WatchSpec};
+use rudder_core::writes::WriteObserver;
+use rudder_handler::{
+    DropOwnEchoes, EnqueueObject, EnqueueOwner, Event, EventHandler, Kind, MetaPredicate,
+    MetaPredicates, Predicate, Queue, Source,
+};
+use rudder_manager::Manager;
+use rudder_manager::rbac::{Permissions, Verb};
+
+/// Where a controller's watches are made: the manager (one cluster), or a fleet's member.
+pub(crate) trait Place: Send + Sync + 'static {
+    /// The cache the controller's typed watches read.
+    fn cache(&self) -> &Cache;
+}
+
+impl Place for Manager {
+    fn cache(&self) -> &Cache {
+        Manager::cache(self)
+    }
+}
+
+impl Place for crate::multicluster::Cluster {
+    fn cache(&self) -> &Cache {
+        crate::multicluster::Cluster::cache(self)
+    }
+}
+
+/// The echoes of a controller's own writes to drop (with `Options::filter_own_echoes`): the
+/// place's write tracker and the controller's observer.
+pub(crate) type Echoes = Option<(Arc<WriteTracker>, Arc<dyn WriteObserver>)>;
+
+/// What a watch is made with: its place, and what is known once the controller is built.
+pub(crate) struct Site<'a, P> {
+    pub(crate) place: &'a P,
+    /// The [`event_filter`](Declaration::event_filter) predicates.
+    pub(crate) global: &'a MetaPredicates,
+    pub(crate) echoes: &'a Echoes,
+}
+
+/// A watch made again at each place the controller runs.
+pub(crate) type Watch<P> = Arc<dyn Fn(&Site<'_, P>) -> WatchSpec + Send + Sync>;
+
+/// A watch of a source given once, made where the one controller runs.
+pub(crate) type WatchOnce<P> = Box<dyn FnOnce(&Site<'_, P>) -> WatchSpec + Send>;
+
+/// A watch as declared.
+pub(crate) enum Declared<P> {
+    /// Made at each place (every member of a fleet).
+    Each(Watch<P>),
+    /// A source given once, for a single-cluster controller.
+    Once(WatchOnce<P>),
+}
+
+/// A controller's declaration; `K` is its primary type once [`for_`](Self::for_) is called,
+/// `P` where it runs.
+pub(crate) struct Declaration<K, P> {
+    pub(crate) name: Option<String>,
+    pub(crate) options: Options,
+    pub(crate) permissions: Permissions,
+    /// Every type watched or read through the cache, for a check that the API server serves
+    /// it.
+    pub(crate) served: Vec<GroupVersionKind>,
+    pub(crate) global: Vec<Arc<dyn MetaPredicate>>,
+    pub(crate) watches: Vec<Declared<P>>,
+    /// The primary type's own predicate.
+    pub(crate) primary: Option<Arc<dyn Predicate<K>>>,
+    _primary: PhantomData<fn() -> K>,
+}
+
+impl<K, P> std::fmt::Debug for Declaration<K, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Declaration")
+            .field("name", &self.name)
+            .field("watches", &self.watches.len())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P> Declaration<(), P> {
+    /// Nothing declared yet.
+    pub(crate) fn new() -> Self {
+        Self {
+            name: None,
+            options: Options::default(),
+            permissions: Permissions::new(),
+            served: Vec::new(),
+            global: Vec::new(),
+            watches: Vec::new(),
+            primary: None,
+            _primary: PhantomData,
+        }
+    }
+}
+
+impl<K, P: Place> Declaration<K, P> {
+    /// The primary type `T`, with its own predicate: list and watch on it (its informer),
+    /// and a check that it is served.
+    pub(crate) fn for_<T: Typed>(
+        self,
+        predicate: Option<Arc<dyn Predicate<T>>>,
+    ) -> Declaration<T, P> {
+        let mut declaration = Declaration {
+            name: self.name,
+            options: self.options,
+            permissions: self.permissions,
+            served: self.served,
+            global: self.global,
+            watches: self.watches,
+            primary: predicate,
+            _primary: PhantomData,
+        };
+        declaration.served.push(gvk::<T>());
+        declaration.permissions = std::mem::take(&mut declaration.permissions).informer::<T>();
+        declaration
+    }
+
+    /// Owned objects of type `O`, written with `writes`, their events queueing their owner.
+    pub(crate) fn owns<O: Typed>(
+        mut self,
+        writes: impl IntoIterator<Item = Verb>,
+        predicate: Option<Arc<dyn Predicate<O>>>,
+    ) -> Self
+    where
+        K: Typed,
+    {
+        let writes: Vec<Verb> = writes.into_iter().collect();
+        let references = writes
+            .iter()
+            .any(|verb| matches!(verb, Verb::Create | Verb::Update | Verb::Patch));
+        let mut permissions = std::mem::take(&mut self.permissions).verbs::<O>(writes);
+        if references {
+            // Writing an owner reference with `blockOwnerDeletion` asks for this of the
+            // owner (the API server's `OwnerReferencesPermissionEnforcement`).
+            permissions = permissions.subresource::<K>("finalizers", [Verb::Update]);
+        }
+        self.permissions = permissions;
+        self.watch_kind::<O, _>(EnqueueOwner::<K>::new(), predicate)
+    }
+
+    /// `T` from the place's cache through `handler`: list and watch on `T`, and a check
+    /// that it is served.
+    pub(crate) fn watch_kind<T: Typed, H: EventHandler<T> + 'static>(
+        mut self,
+        handler: H,
+        predicate: Option<Arc<dyn Predicate<T>>>,
+    ) -> Self {
+        self.served.push(gvk::<T>());
+        self.permissions = std::mem::take(&mut self.permissions).informer::<T>();
+        let handler = Arc::new(handler);
+        self.watches
+            .push(Declared::Each(Arc::new(move |site: &Site<'_, P>| {
+                typed_spec(
+                    Kind::<T>::from_cache(site.place.cache()),
+                    Shared(Arc::clone(&handler)),
+                    predicate.as_ref(),
+                    site,
+                )
+            })));
+        self
+    }
+
+    /// A type read through the client: its informer starts with the controller (its events
+    /// queue nothing), list and watch on it, and a check that it is served.
+    pub(crate) fn reads<T: Typed>(mut self) -> Self {
+        self.served.push(gvk::<T>());
+        self.permissions = std::mem::take(&mut self.permissions).informer::<T>();
+        self.watches
+            .push(Declared::Each(Arc::new(|site: &Site<'_, P>| {
+                WatchSpec::new(
+                    Kind::<T>::from_cache(site.place.cache()),
+                    |_: &Event<T>, _: &Queue| {},
+                    Vec::new(),
+                )
+            })));
+        self
+    }
+
+    /// A source made at each place by `source`, through `handler`; the global predicates,
+    /// then `predicate`, apply.
+    pub(crate) fn watches_each<T, S, H>(
+        mut self,
+        source: impl Fn(&P) -> S + Send + Sync + 'static,
+        handler: H,
+        predicate: Option<Arc<dyn Predicate<T>>>,
+    ) -> Self
+    where
+        T: Resource + Send + Sync + 'static,
+        S: Source<T>,
+        H: EventHandler<T> + 'static,
+    {
+        let handler = Arc::new(handler);
+        self.watches
+            .push(Declared::Each(Arc::new(move |site: &Site<'_, P>| {
+                meta_spec(
+                    source(site.place),
+                    Shared(Arc::clone(&handler)),
+                    predicate.as_ref(),
+                    site,
+                )
+            })));
+        self
+    }
+
+    /// More permissions.
+    pub(crate) fn permissions(mut self, permissions: Permissions) -> Self {
+        self.permissions = std::mem::take(&mut self.permissions).and(permissions);
+        self
+    }
+
+    /// A predicate on every watch but raw ones, before their own.
+    pub(crate) fn event_filter(mut self, predicate: impl MetaPredicate + 'static) -> Self {
+        self.global.push(Arc::new(predicate));
+        self
+    }
+
+    /// The controller's name.
+    pub(crate) fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// How the controller (each instance of it) runs.
+    pub(crate) fn with_options(mut self, options: Options) -> Self {
+        self.options = options;
+        self
+    }
+}
+
+impl<K: Typed, P: Place> Declaration<K, P> {
+    /// The controller's name: the one given, or the primary kind in lower case.
+    pub(crate) fn name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| K::kind(&()).to_lowercase())
+    }
+
+    /// The primary type's watch of `source` (its informers, or a shard's), each event
+    /// queueing the object itself.
+    pub(crate) fn primary_spec(&self, source: impl Source<K>, site: &Site<'_, P>) -> WatchSpec {
+        typed_spec(source, EnqueueObject, self.primary.as_ref(), site)
+    }
+}
+
+impl<K: Typed> Declaration<K, crate::multicluster::Cluster> {
+    /// Every watch, made again for each member: the primary type's on the member's cache
+    /// first, then the others in their order. (Only a `Declaration<_, Manager>` records a
+    /// source given once, so every watch here is made per member.)
+    pub(crate) fn per_member(&mut self) -> Vec<Watch<crate::multicluster::Cluster>> {
+        let predicate = self.primary.clone();
+        let primary: Watch<crate::multicluster::Cluster> =
+            Arc::new(move |site: &Site<'_, crate::multicluster::Cluster>| {
+                typed_spec(
+                    Kind::<K>::from_cache(site.place.cache()),
+                    EnqueueObject,
+                    predicate.as_ref(),
+                    site,
+                )
+            });
+        std::iter::once(primary)
+            .chain(
+                std::mem::take(&mut self.watches)
+                    .into_iter()
+                    .filter_map(|watch| match watch {
+                        Declared::Each(watch) => Some(watch),
+                        Declared::Once(_) => None,
+                    }),
+            )
+            .collect()
+    }
+}
+
+impl<K> Declaration<K, Manager> {
+    /// A source given once (a single-cluster controller's), through `handler`; the global
+    /// predicates, then `predicate`, apply.
+    pub(crate) fn watches_once<T, H>(
+        mut self,
+        source: impl Source<T>,
+        handler: H,
+        predicate: Option<Arc<dyn Predicate<T>>>,
+    ) -> Self
+    where
+        T: Resource + Send + Sync + 'static,
+        H: EventHandler<T> + 'static,
+    {
+        self.watches
+            .push(Declared::Once(Box::new(move |site: &Site<'_, Manager>| {
+                meta_spec(source, handler, predicate.as_ref(), site)
+            })));
+        self
+    }
+
+    /// A source of anything, given once, through `handler`; no global predicate applies.
+    pub(crate) fn watches_raw<T, H>(mut self, source: impl Source<T>, handler: H) -> Self
+    where
+        T: Send + Sync + 'static,
+        H: EventHandler<T> + 'static,
+    {
+        let spec = WatchSpec::new(source, handler, Vec::new());
+        self.watches
+            .push(Declared::Once(Box::new(move |_: &Site<'_, Manager>| spec)));
+        self
+    }
+}
+
+/// A predicate or handler shared by the watches of every place.
+pub(crate) struct Shared<T: ?Sized>(pub(crate) Arc<T>);
+
+impl<K, P: Predicate<K> + ?Sized> Predicate<K> for Shared<P> {
+    fn filter(&self, event: &Event<K>) -> bool {
+        self.0.filter(event)
+    }
+}
+
+impl<K, H: EventHandler<K> + ?Sized> EventHandler<K> for Shared<H> {
+    fn handle(&self, event: &Event<K>, queue: &Queue) {
+        self.0.handle(event, queue);
+    }
+}
+
+/// A typed watch (the primary, owned types, `watches_kind`): the echoes of the controller's
+/// own writes dropped first (with `Options::filter_own_echoes`), then the global
+/// predicates, then `predicate`.
+fn typed_spec<T: Typed, P>(
+    source: impl Source<T>,
+    handler: impl EventHandler<T> + 'static,
+    predicate: Option<&Arc<dyn Predicate<T>>>,
+    site: &Site<'_, P>,
+) -> WatchSpec {
+    let mut all: Vec<Box<dyn Predicate<T>>> = Vec::with_capacity(3);
+    if let Some((tracker, observer)) = site.echoes {
+        all.push(Box::new(DropOwnEchoes::<T>::new(
+            Arc::clone(tracker),
+            Arc::clone(observer),
+        )));
+    }
+    if !site.global.is_empty() {
+        all.push(Box::new(site.global.clone()));
+    }
+    all.extend(predicate.map(|p| Box::new(Shared(Arc::clone(p))) as Box<dyn Predicate<T>>));
+    WatchSpec::new(source, handler, all)
+}
+
+/// A watch of a source of the user's: the global predicates, then `predicate`.
+fn meta_spec<T, P>(
+    source: impl Source<T>,
+    handler: impl EventHandler<T> + 'static,
+    predicate: Option<&Arc<dyn Predicate<T>>>,
+    site: &Site<'_, P>,
+) -> WatchSpec
+where
+    T: Resource + Send + Sync + 'static,
+{
+    let mut all: Vec<Box<dyn Predicate<T>>> = Vec::with_capacity(2);
+    if !site.global.is_empty() {
+        all.push(Box::new(site.global.clone()));
+    }
+    all.extend(predicate.map(|p| Box::new(Shared(Arc::clone(p))) as Box<dyn Predicate<T>>));
+    WatchSpec::new(source, handler, all)
+}
+
+fn gvk<T: Typed>() -> GroupVersionKind {
+    GroupVersionKind::gvk(&T::group(&()), &T::version(&()), &T::kind(&()))
+}
