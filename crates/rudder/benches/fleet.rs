@@ -3,7 +3,9 @@
 //! Secret's creation to the member's first reconcile.
 //!
 //! Run with `cargo bench -p rudder-runtime --bench fleet -- --bench [--go-binary PATH]
-//! [--clusters N] [--objects N] [--idle SECONDS]` with `RUDDER_ENVTEST_ASSETS` set;
+//! [--clusters N] [--objects N] [--idle SECONDS] [--probe-every SECONDS]` with
+//! `RUDDER_ENVTEST_ASSETS` set (`--probe-every` sets Rudder's member probe period, 10 s by
+//! default, to see what the probes cost);
 //! `--go-binary` is `go/cmd/fleet-multicluster` built (`go build -o PATH ./cmd/fleet-multicluster`
 //! in `go/`), and without it only Rudder's side runs. One control plane is the home cluster
 //! and every member: it holds a namespace of `--objects` ConfigMaps (10 by default, 400-byte
@@ -22,7 +24,8 @@
 //! counting allocator's live bytes in Rudder's, `HeapAlloc` after a collection in Go's) and
 //! its CPU clock over `--idle` seconds (30 by default) with no member; then creates the
 //! Secrets one at a time, each once the member before it has had its first reconcile,
-//! timing each creation to that reconcile; then, every member engaged and idle, reads the
+//! timing each creation to that reconcile (and, as the floor, to the arrival of the Secret's
+//! event on a watch the harness keeps itself); then, every member engaged and idle, reads the
 //! memory and the idle CPU again. Per member is the difference over N. The Secrets are
 //! deleted after the side has exited, before the next one starts.
 //!
@@ -42,16 +45,19 @@
 )]
 
 use std::alloc::System;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
+use std::pin::pin;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube_runtime::watcher;
 use rudder::multicluster::{
     DEFAULT_KUBECONFIG_KEY, DEFAULT_SECRET_LABEL, Fleet, KubeconfigSecrets,
 };
@@ -139,11 +145,13 @@ async fn child() {
             .build()
             .unwrap(),
     );
-    let fleet = Fleet::builder(&manager)
+    let mut fleet = Fleet::builder(&manager)
         .kubeconfig_secrets(KubeconfigSecrets::new(SECRETS))
-        .cache(|cache| cache.default_namespace(NAMESPACE))
-        .build()
-        .unwrap();
+        .cache(|cache| cache.default_namespace(NAMESPACE));
+    if let Some(seconds) = arg_value("--probe-every") {
+        fleet = fleet.probe_every(Duration::from_secs(seconds.parse().unwrap()));
+    }
+    let fleet = fleet.build().unwrap();
     let first: Arc<Mutex<HashSet<String>>> = Arc::default();
     fleet
         .new_controller()
@@ -263,6 +271,9 @@ struct Measured {
     heap: (f64, f64),
     cpu: (Duration, Duration),
     to_first: Vec<Duration>,
+    /// Each Secret's creation to the harness's own watch event of it: the floor of
+    /// `to_first`, the API server and a watch, before either side's work.
+    to_event: Vec<Duration>,
     /// The side's CPU clock and wall time from its start to the last reading.
     cpu_total: Duration,
     wall: Duration,
@@ -312,6 +323,10 @@ async fn harness(go: Option<String>, clusters: usize, objects: usize, idle: Dura
     let mut sides: Vec<(&str, Measured)> = Vec::new();
     let mut rudder = Command::new(std::env::current_exe().unwrap());
     rudder.env(CHILD, "1");
+    if let Some(seconds) = arg_value("--probe-every") {
+        println!("Rudder's members probed every {seconds} s");
+        rudder.args(["--probe-every", &seconds]);
+    }
     let mut commands = vec![("Rudder", rudder)];
     if let Some(go) = go {
         let mut mcr = Command::new(go);
@@ -362,9 +377,37 @@ async fn one(
     let (rss_0, heap_0) = side.mem().await;
     let (cpu_0, _) = side.idle_cpu(idle).await;
 
+    // The floor: the harness's own watch of the Secrets, listed before the first is created.
+    let arrived: Arc<Mutex<HashMap<String, u128>>> = Arc::default();
+    let (listed, on_listed) = tokio::sync::oneshot::channel();
+    let floor = tokio::spawn({
+        let (arrived, api) = (Arc::clone(&arrived), secrets.clone());
+        async move {
+            let mut listed = Some(listed);
+            let mut events = pin!(watcher(api, watcher::Config::default()));
+            while let Some(Ok(event)) = events.next().await {
+                let now = unix_nanos();
+                match event {
+                    watcher::Event::InitDone => {
+                        if let Some(listed) = listed.take() {
+                            let _ = listed.send(());
+                        }
+                    }
+                    watcher::Event::Apply(secret) => {
+                        let name = secret.metadata.name.unwrap_or_default();
+                        arrived.lock().unwrap().entry(name).or_insert(now);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    });
+    on_listed.await.unwrap();
+
     // The members, one at a time.
     let (label, value) = DEFAULT_SECRET_LABEL.split_once('=').unwrap();
     let mut to_first = Vec::with_capacity(clusters);
+    let mut announcements = Vec::with_capacity(clusters);
     for i in 0..clusters {
         let name = format!("m{i}");
         let secret = Secret {
@@ -392,7 +435,15 @@ async fn one(
             .await;
         let at: u128 = first.parse().unwrap();
         to_first.push(Duration::from_nanos((at.saturating_sub(announced)) as u64));
+        announcements.push((name, announced));
     }
+    floor.abort();
+    let arrived = arrived.lock().unwrap().clone();
+    let mut to_event: Vec<Duration> = announcements
+        .iter()
+        .filter_map(|(name, at)| Some(Duration::from_nanos((arrived.get(name)? - at) as u64)))
+        .collect();
+    to_event.sort();
 
     // Every member engaged, idle.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -407,6 +458,7 @@ async fn one(
         heap: (heap_0, heap_n),
         cpu: (cpu_0, cpu_n),
         to_first,
+        to_event,
         cpu_total,
         wall,
     }
@@ -455,7 +507,12 @@ fn print_table(sides: &[(&str, Measured)], clusters: usize, idle: Duration) {
             print!(" {v:.1} {unit} |");
         }
         if ratio {
-            print!(" {:.2}x |", values[0] / values[1]);
+            // A ratio to (about) nothing says nothing.
+            if values[1].abs() < 0.05 {
+                print!(" - |");
+            } else {
+                print!(" {:.2}x |", values[0] / values[1]);
+            }
         }
         println!();
     }
@@ -466,6 +523,19 @@ fn print_table(sides: &[(&str, Measured)], clusters: usize, idle: Duration) {
         }
         println!("{}", if ratio { " |" } else { "" });
     };
+    text_row(
+        "floor: Secret created -> the harness's watch event, p50 / max",
+        &|m| {
+            if m.to_event.is_empty() {
+                return "-".to_owned();
+            }
+            format!(
+                "{:.1} / {:.1} ms",
+                percentile(&m.to_event, 0.5).as_secs_f64() * 1000.0,
+                m.to_event.last().unwrap().as_secs_f64() * 1000.0
+            )
+        },
+    );
     text_row("RSS, none / all engaged", &|m| {
         format!("{:.1} / {:.1} MB", m.rss.0 / 1e6, m.rss.1 / 1e6)
     });
