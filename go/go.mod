@@ -1,11 +1,12 @@
 // The Go programs Rudder measures itself against and interoperates with: client-go's leader
-// elector, work queue and shared informer, and controller-runtime's webhook server and
-// priority queue. The
+// elector, work queue and shared informer, controller-runtime's webhook server and
+// priority queue, and multicluster-runtime's manager and kubeconfig provider (whose v0.24.1
+// asks for Go 1.26.3, hence the go line, and builds on this controller-runtime). The
 // client-go, api and apimachinery versions are those of the Kubernetes release Rudder's test
 // control plane runs by default (xtask/src/versions.rs; a test there keeps the two in step).
 module github.com/rudder-rs/rudder/go
 
-go 1.26.0
+go 1.26.3
 
 require (
 	github.com/go-logr/logr v1.4.3
@@ -14,6 +15,7 @@ require (
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
 	sigs.k8s.io/controller-runtime v0.25.3
+	sigs.k8s.io/multicluster-runtime v0.24.1
 )
 
 require (
