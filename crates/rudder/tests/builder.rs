@@ -625,3 +625,95 @@ async fn per_watch_predicates_compose_and_apply_to_their_watch() {
     stop.cancel();
     running.await.unwrap().unwrap();
 }
+
+/// Sends each reconcile's first cause, as text.
+struct Causes(mpsc::UnboundedSender<String>);
+
+impl Reconciler for Causes {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, _: Request, ctx: Context) -> Result<Action, Self::Error> {
+        let cause = ctx
+            .causes()
+            .map_or_else(|| "none".to_owned(), |c| c.first().to_string());
+        let _ = self.0.send(cause);
+        Ok(Action::done())
+    }
+}
+
+#[tokio::test]
+async fn each_reconcile_says_which_watch_and_object_queued_it() {
+    let env = rudder_envtest::TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("builder-causes").await.unwrap();
+    let m = Arc::new(manager(&ns));
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let c = rudder::new_controller(&m)
+        .for_::<ConfigMap>()
+        .owns::<Secret>()
+        .named("builder-causes")
+        .complete(Causes(tx))
+        .await
+        .unwrap();
+    let (stop, running) = start(&m);
+    listed(&c).await;
+    let pp = PostParams::default();
+    let owner = Api::<ConfigMap>::namespaced(ns.client(), ns.name())
+        .create(
+            &pp,
+            &ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some("owner".into()),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            },
+        )
+        .await
+        .unwrap();
+    let cause = tokio::time::timeout(Duration::from_secs(30), seen.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        cause,
+        format!(
+            "for/create ConfigMap {}/owner@{}",
+            ns.name(),
+            owner.metadata.resource_version.clone().unwrap()
+        )
+    );
+    let owned = Api::<Secret>::namespaced(ns.client(), ns.name())
+        .create(
+            &pp,
+            &Secret {
+                metadata: ObjectMeta {
+                    name: Some("owned".into()),
+                    owner_references: Some(vec![OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "ConfigMap".into(),
+                        name: "owner".into(),
+                        uid: owner.metadata.uid.clone().unwrap(),
+                        controller: Some(true),
+                        ..OwnerReference::default()
+                    }]),
+                    ..ObjectMeta::default()
+                },
+                ..Secret::default()
+            },
+        )
+        .await
+        .unwrap();
+    let cause = tokio::time::timeout(Duration::from_secs(30), seen.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        cause,
+        format!(
+            "owns/create Secret {}/owned@{}",
+            ns.name(),
+            owned.metadata.resource_version.unwrap()
+        )
+    );
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}

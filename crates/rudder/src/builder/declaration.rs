@@ -155,15 +155,25 @@ impl<K, P: Place> Declaration<K, P> {
             permissions = permissions.subresource::<K>("finalizers", [Verb::Update]);
         }
         self.permissions = permissions;
-        self.watch_kind::<O, _>(EnqueueOwner::<K>::new(), predicate)
+        self.watch_kind_labelled::<O, _>(EnqueueOwner::<K>::new(), predicate, OWNS)
     }
 
     /// `T` from the place's cache through `handler`: list and watch on `T`, and a check
     /// that it is served.
     pub(crate) fn watch_kind<T: Typed, H: EventHandler<T> + 'static>(
+        self,
+        handler: H,
+        predicate: Option<Arc<dyn Predicate<T>>>,
+    ) -> Self {
+        self.watch_kind_labelled(handler, predicate, WATCHES)
+    }
+
+    /// [`watch_kind`](Self::watch_kind), its causes labelled `label`.
+    fn watch_kind_labelled<T: Typed, H: EventHandler<T> + 'static>(
         mut self,
         handler: H,
         predicate: Option<Arc<dyn Predicate<T>>>,
+        label: &'static str,
     ) -> Self {
         self.served.push(gvk::<T>());
         self.permissions = std::mem::take(&mut self.permissions).informer::<T>();
@@ -175,6 +185,7 @@ impl<K, P: Place> Declaration<K, P> {
                     Shared(Arc::clone(&handler)),
                     predicate.as_ref(),
                     site,
+                    label,
                 )
             })));
         self
@@ -192,6 +203,7 @@ impl<K, P: Place> Declaration<K, P> {
                     |_: &Event<T>, _: &Queue| {},
                     Vec::new(),
                 )
+                .labelled(READS)
             })));
         self
     }
@@ -218,6 +230,7 @@ impl<K, P: Place> Declaration<K, P> {
                     predicate.as_ref(),
                     site,
                 )
+                .labelled(WATCHES)
             })));
         self
     }
@@ -258,7 +271,7 @@ impl<K: Typed, P: Place> Declaration<K, P> {
     /// The primary type's watch of `source` (its informers, or a shard's), each event
     /// queueing the object itself.
     pub(crate) fn primary_spec(&self, source: impl Source<K>, site: &Site<'_, P>) -> WatchSpec {
-        typed_spec(source, EnqueueObject, self.primary.as_ref(), site)
+        typed_spec(source, EnqueueObject, self.primary.as_ref(), site, FOR)
     }
 }
 
@@ -275,6 +288,7 @@ impl<K: Typed> Declaration<K, crate::multicluster::Cluster> {
                     EnqueueObject,
                     predicate.as_ref(),
                     site,
+                    FOR,
                 )
             });
         std::iter::once(primary)
@@ -305,7 +319,7 @@ impl<K> Declaration<K, Manager> {
     {
         self.watches
             .push(Declared::Once(Box::new(move |site: &Site<'_, Manager>| {
-                meta_spec(source, handler, predicate.as_ref(), site)
+                meta_spec(source, handler, predicate.as_ref(), site).labelled(WATCHES)
             })));
         self
     }
@@ -316,7 +330,7 @@ impl<K> Declaration<K, Manager> {
         T: Send + Sync + 'static,
         H: EventHandler<T> + 'static,
     {
-        let spec = WatchSpec::new(source, handler, Vec::new());
+        let spec = WatchSpec::new(source, handler, Vec::new()).labelled(WATCHES);
         self.watches
             .push(Declared::Once(Box::new(move |_: &Site<'_, Manager>| spec)));
         self
@@ -346,6 +360,7 @@ fn typed_spec<T: Typed, P>(
     handler: impl EventHandler<T> + 'static,
     predicate: Option<&Arc<dyn Predicate<T>>>,
     site: &Site<'_, P>,
+    label: &'static str,
 ) -> WatchSpec {
     let mut all: Vec<Box<dyn Predicate<T>>> = Vec::with_capacity(3);
     if let Some((tracker, observer)) = site.echoes {
@@ -358,7 +373,7 @@ fn typed_spec<T: Typed, P>(
         all.push(Box::new(site.global.clone()));
     }
     all.extend(predicate.map(|p| Box::new(Shared(Arc::clone(p))) as Box<dyn Predicate<T>>));
-    WatchSpec::new(source, handler, all)
+    WatchSpec::objects(source, handler, all).labelled(label)
 }
 
 /// A watch of a source of the user's: the global predicates, then `predicate`.
@@ -378,6 +393,16 @@ where
     all.extend(predicate.map(|p| Box::new(Shared(Arc::clone(p))) as Box<dyn Predicate<T>>));
     WatchSpec::new(source, handler, all)
 }
+
+/// The `source` of the causes a primary watch records (`for_`), and of the
+/// `rudder_controller_reconcile_triggers_total` it counts under.
+const FOR: &str = "for";
+/// ... an owned type's watch (`owns`).
+const OWNS: &str = "owns";
+/// ... another watch (`watches_kind`, `watches`, `watches_raw`).
+const WATCHES: &str = "watches";
+/// ... a type only read (`reads`; its events queue nothing).
+const READS: &str = "reads";
 
 fn gvk<T: Typed>() -> GroupVersionKind {
     GroupVersionKind::gvk(&T::group(&()), &T::version(&()), &T::kind(&()))
