@@ -67,6 +67,9 @@ pub(crate) struct Shared<K> {
     metrics: Option<Box<dyn QueueMetrics>>,
     /// Sees every key added, before it is queued ([`Builder::on_add`]).
     on_add: Option<AddHook<K>>,
+    /// Woken when a worker takes a key while none was processing: the unfinished-work
+    /// updater sleeps on it while the queue is idle (metrics on only).
+    busy: Arc<Notify>,
     updater: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -128,9 +131,11 @@ where
 
     /// Reports the queue's metrics to `provider`.
     ///
-    /// The unfinished-work gauges are refreshed every 500 ms by a task spawned on the tokio
-    /// runtime the queue is built in; it ends when the queue is dropped. Outside a runtime
-    /// those two gauges are not refreshed.
+    /// The unfinished-work gauges are refreshed every 500 ms while keys are in flight, and
+    /// set to zero once none is, by a task spawned on the tokio runtime the queue is built
+    /// in: an idle queue wakes nothing (a process of many idle queues, a fleet's, spends no
+    /// CPU on them). The task ends when the queue is dropped. Outside a runtime those two
+    /// gauges are not refreshed.
     pub fn metrics(mut self, provider: impl MetricsProvider + 'static) -> Self {
         self.metrics = Some(Box::new(provider));
         self
@@ -163,6 +168,7 @@ where
                 .unwrap_or_else(|| Box::new(default_controller_rate_limiter())),
             metrics,
             on_add: self.on_add,
+            busy: Arc::new(Notify::new()),
             updater: Mutex::new(None),
         });
         if has_metrics && let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -170,7 +176,10 @@ where
                 clippy::disallowed_methods,
                 reason = "owned: the queue holds the handle and aborts it when dropped (the task holds only a Weak)"
             )]
-            let task = runtime.spawn(update_unfinished_work(Arc::downgrade(&shared)));
+            let task = runtime.spawn(update_unfinished_work(
+                Arc::downgrade(&shared),
+                Arc::clone(&shared.busy),
+            ));
             *shared.updater.lock() = Some(task);
         }
         WorkQueue { shared }
@@ -438,6 +447,8 @@ where
         let Some(popped) = st.pop(now) else {
             return Err(st);
         };
+        // The first key in flight: the unfinished-work updater starts its rounds.
+        let first_in_flight = shared.metrics.is_some() && st.processing_len() == 1;
         // Pass the baton: more ready keys, or delayed keys nobody's timer covers.
         let next = if st.ready_len() > 0 || (st.armed.is_none() && st.delayed_len() > 0) {
             st.waiters.notify_one()
@@ -447,6 +458,9 @@ where
         let depth = st.depth();
         drop(st);
         wake(next);
+        if first_in_flight {
+            shared.busy.notify_one();
+        }
         if let Some(m) = &shared.metrics {
             m.set_depth(depth);
             m.queue_latency(Duration::from_nanos(popped.queued_for));
@@ -632,18 +646,45 @@ impl<K> Drop for Parked<'_, K> {
 }
 
 /// Refreshes the unfinished-work gauges until the queue is dropped.
-async fn update_unfinished_work<K>(shared: Weak<Shared<K>>) {
-    let mut tick = tokio::time::interval(UNFINISHED_WORK_UPDATE_PERIOD);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+async fn update_unfinished_work<K>(shared: Weak<Shared<K>>, busy: Arc<Notify>) {
     loop {
-        tick.tick().await;
-        let Some(shared) = shared.upgrade() else {
-            return;
+        // Idle (nothing in flight, so both gauges are zero): no rounds, no wake-ups, until a
+        // worker takes a key. A take between the check and the wait leaves a permit, so it
+        // is not missed.
+        let idle = {
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            let idle = shared.lock().processing_len() == 0;
+            if idle && let Some(m) = &shared.metrics {
+                m.unfinished_work(Duration::ZERO, Duration::ZERO);
+            }
+            idle
         };
-        let now = shared.now();
-        let (total, longest) = shared.lock().unfinished(now);
-        if let Some(m) = &shared.metrics {
-            m.unfinished_work(Duration::from_nanos(total), Duration::from_nanos(longest));
+        if idle {
+            busy.notified().await;
+            continue;
+        }
+        // Keys in flight: every period, until none is.
+        let mut tick = tokio::time::interval(UNFINISHED_WORK_UPDATE_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            let now = shared.now();
+            let (total, longest, in_flight) = {
+                let st = shared.lock();
+                let (total, longest) = st.unfinished(now);
+                (total, longest, st.processing_len())
+            };
+            if let Some(m) = &shared.metrics {
+                m.unfinished_work(Duration::from_nanos(total), Duration::from_nanos(longest));
+            }
+            if in_flight == 0 {
+                break;
+            }
         }
     }
 }

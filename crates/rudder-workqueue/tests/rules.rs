@@ -522,12 +522,16 @@ async fn metrics_follow_client_go_meanings() {
     assert_eq!(rec.0.depth.lock().unwrap().last(), Some(&2));
     advance(ms(30)).await;
     let item = q.get().await.unwrap();
+    // The first key in flight wakes the unfinished-work updater (idle, it sleeps).
+    tokio::task::yield_now().await;
     assert_eq!(*rec.0.latency.lock().unwrap(), [ms(30)]);
     q.add("a"); // re-add while processing counts, and counts toward depth
     assert_eq!(rec.0.adds.load(Ordering::SeqCst), 3);
     assert_eq!(rec.0.depth.lock().unwrap().last(), Some(&2));
     // Hold the key across a refresh of the unfinished-work gauges.
     advance(ms(1200)).await;
+    // The updater's timer fires in this advance; let it run before reading.
+    tokio::task::yield_now().await;
     let (total, longest) = *rec.0.unfinished.lock().unwrap().last().unwrap();
     assert!(
         longest >= ms(1000) && total >= longest,
@@ -571,4 +575,42 @@ fn a_custom_rate_limiter_plugs_in() {
     q.add_rate_limited(1);
     assert_eq!(q.num_requeues(&1), 42);
     assert_eq!(q.try_get().map(|i| *i.key()), Some(1));
+}
+
+/// An idle queue's unfinished-work updater wakes for nothing: the gauges are set to zero
+/// once, and refreshed only while a key is in flight.
+#[tokio::test(start_paused = true)]
+async fn an_idle_queue_refreshes_no_gauge() {
+    let rec = Recorder::default();
+    let q = WorkQueue::builder().metrics(rec.clone()).build();
+    advance(Duration::from_secs(60)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(
+        *rec.0.unfinished.lock().unwrap(),
+        [(Duration::ZERO, Duration::ZERO)],
+        "one zero, then nothing while idle"
+    );
+    q.add("a");
+    let item = q.get().await.unwrap();
+    tokio::task::yield_now().await;
+    advance(ms(1100)).await;
+    tokio::task::yield_now().await;
+    let busy = rec.0.unfinished.lock().unwrap().len();
+    assert!(busy >= 3, "refreshed while a key is in flight: {busy}");
+    drop(item);
+    advance(ms(600)).await;
+    tokio::task::yield_now().await;
+    let settled = rec.0.unfinished.lock().unwrap().clone();
+    assert_eq!(
+        settled.last(),
+        Some(&(Duration::ZERO, Duration::ZERO)),
+        "back to zero once nothing is in flight"
+    );
+    advance(Duration::from_secs(60)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(
+        rec.0.unfinished.lock().unwrap().len(),
+        settled.len(),
+        "idle again: no more refreshes"
+    );
 }
