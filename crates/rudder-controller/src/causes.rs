@@ -12,8 +12,10 @@
 //! [`WorkQueue::on_add`]: rudder_workqueue::Builder::on_add
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::Mutex;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 use rudder_core::sync::LockExt;
 use rudder_core::{Cause, Causes, Request};
@@ -38,20 +40,32 @@ pub(crate) fn handling<T>(cause: Cause, handle: impl FnOnce() -> T) -> T {
     handle()
 }
 
-/// The causes of the keys queued and not yet reconciled.
-#[derive(Debug, Default)]
+/// The causes of the keys queued and not yet reconciled: a table hashed once per call (with
+/// the work queue's fast hasher, hashed before the lock is taken), so filing a cause costs
+/// one lookup and, for a key not yet waiting, one insert.
+#[derive(Default)]
 pub(crate) struct Book {
-    causes: Mutex<HashMap<Request, Causes>>,
+    causes: Mutex<HashTable<(Request, Causes)>>,
+    hasher: DefaultHashBuilder,
+}
+
+impl std::fmt::Debug for Book {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Book").finish_non_exhaustive()
+    }
 }
 
 impl Book {
     /// Files `cause` under `key`, merged with what it waits with.
     pub(crate) fn file(&self, key: &Request, cause: Cause) {
+        let hash = self.hasher.hash_one(key);
         let mut causes = self.causes.lock_unpoisoned();
-        match causes.get_mut(key) {
-            Some(waiting) => waiting.merge(cause),
+        match causes.find_mut(hash, |(k, _)| k == key) {
+            Some((_, waiting)) => waiting.merge(cause),
             None => {
-                causes.insert(key.clone(), Causes::new(cause));
+                causes.insert_unique(hash, (key.clone(), Causes::new(cause)), |(k, _)| {
+                    self.hasher.hash_one(k)
+                });
             }
         }
     }
@@ -66,7 +80,10 @@ impl Book {
 
     /// Takes the causes of `key`, as its reconcile starts (or as the key is dropped).
     pub(crate) fn take(&self, key: &Request) -> Option<Causes> {
-        self.causes.lock_unpoisoned().remove(key)
+        let hash = self.hasher.hash_one(key);
+        let mut causes = self.causes.lock_unpoisoned();
+        let entry = causes.find_entry(hash, |(k, _)| k == key).ok()?;
+        Some(entry.remove().0.1)
     }
 
     /// How many keys have causes filed.
