@@ -1,0 +1,104 @@
+//! A controller's own path, in memory: a first pass over N objects from a channel source
+//! (handler, queue, causes, worker, a no-op reconciler), no API server, on one thread, so
+//! that callgrind counts the controller's instructions alone.
+//!
+//! `cargo bench -p rudder-controller --bench first_pass -- --bench [N]` prints the wall time;
+//! for instructions, build it (`cargo bench --no-run`) and run the binary it names under
+//! `valgrind --tool=callgrind BINARY --bench 20000`. Without `--bench` in its arguments (as
+//! under `cargo test --benches`) it returns at once.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benches may spawn: the bench owns its tasks"
+)]
+#![allow(
+    missing_docs,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stderr
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::core::ObjectMeta;
+use rudder_controller::{Action, Context, Controller, Reconciler};
+use rudder_handler::{EnqueueObject, Event, Request, channel};
+use tokio_util::sync::CancellationToken;
+
+/// Counts reconciles; wakes the bench at the last.
+struct Count {
+    done: Arc<AtomicUsize>,
+    all: Arc<tokio::sync::Notify>,
+    of: usize,
+}
+
+impl Reconciler for Count {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, _: Request, _: Context) -> Result<Action, Self::Error> {
+        if self.done.fetch_add(1, Ordering::Relaxed) + 1 == self.of {
+            self.all.notify_one();
+        }
+        Ok(Action::done())
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(at) = args.iter().position(|a| a == "--bench") else {
+        return;
+    };
+    let n: usize = args
+        .get(at + 1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(20_000);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let all = Arc::new(tokio::sync::Notify::new());
+        let reconciler = Count {
+            done: Arc::new(AtomicUsize::new(0)),
+            all: Arc::clone(&all),
+            of: n,
+        };
+        let c = Controller::builder("first-pass", reconciler).build().unwrap();
+        let (events, source) = channel::<ConfigMap>(1024);
+        c.watch(source, EnqueueObject, vec![]).unwrap();
+        let stop = CancellationToken::new();
+        let run = tokio::spawn({
+            let (c, stop) = (c.clone(), stop.clone());
+            async move { c.run(stop).await }
+        });
+        let objects: Vec<Arc<ConfigMap>> = (0..n)
+            .map(|i| {
+                Arc::new(ConfigMap {
+                    metadata: ObjectMeta {
+                        namespace: Some("ns".into()),
+                        name: Some(format!("cm-{i}")),
+                        resource_version: Some(i.to_string()),
+                        ..ObjectMeta::default()
+                    },
+                    ..ConfigMap::default()
+                })
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        let finished = all.notified();
+        for object in objects {
+            events
+                .send(Event::Create {
+                    object,
+                    initial_list: true,
+                })
+                .await
+                .unwrap();
+        }
+        finished.await;
+        eprintln!("{n} objects reconciled once in {:?}", started.elapsed());
+        stop.cancel();
+        run.await.unwrap().unwrap();
+    });
+}
