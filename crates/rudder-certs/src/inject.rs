@@ -14,8 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use kube_runtime::WatchStreamExt;
-use kube_runtime::watcher::{self, Event, watcher};
+use rudder_cache::watch::{self as engine, Event};
 use rudder_core::ErrorChain;
 use serde_json::Value;
 use tokio::sync::watch;
@@ -108,18 +107,17 @@ fn targets_of(client: &Client, targets: &InjectTargets) -> Vec<Target> {
     all
 }
 
+/// One target's watch item.
+type Seen = Result<Event<DynamicObject>, engine::Error>;
+
 /// The events of every target's field-selected watch, each with the target's index.
-fn watch_all(
-    targets: &[Target],
-) -> futures::stream::SelectAll<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>>
-{
+fn watch_all(targets: &[Target]) -> futures::stream::SelectAll<BoxStream<'static, (usize, Seen)>> {
     let streams: Vec<BoxStream<'static, _>> = targets
         .iter()
         .enumerate()
         .map(|(i, t)| {
             let fields = format!("metadata.name={}", t.name);
-            watcher(t.api.clone(), watcher::Config::default().fields(&fields))
-                .default_backoff()
+            engine::watch(t.api.clone(), engine::Config::default().fields(&fields))
                 .map(move |event| (i, event))
                 .boxed()
         })
@@ -145,13 +143,7 @@ impl Due {
     }
 
     /// Target `i` was seen: due now if its bundle differs from `want`.
-    fn observe(
-        &mut self,
-        i: usize,
-        target: &Target,
-        event: watcher::Result<Event<DynamicObject>>,
-        want: Option<&str>,
-    ) {
+    fn observe(&mut self, i: usize, target: &Target, event: Seen, want: Option<&str>) {
         match event {
             Ok(Event::Apply(object) | Event::InitApply(object)) => {
                 let mut data = object.data;

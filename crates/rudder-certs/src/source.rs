@@ -9,8 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
-use kube_runtime::WatchStreamExt;
-use kube_runtime::watcher::{self, Event, watcher};
+use rudder_cache::watch::{self as engine, Event};
 use rudder_core::ErrorChain;
 use rudder_webhook::CertificateStore;
 use tokio::sync::watch;
@@ -278,9 +277,8 @@ impl Inner {
         let name = self.config.secret().to_owned();
         let interval = self.config.check_interval_value();
         let fields = format!("metadata.name={name}");
-        let mut events = watcher(api.clone(), watcher::Config::default().fields(&fields))
-            .default_backoff()
-            .boxed();
+        let mut events =
+            engine::watch(api.clone(), engine::Config::default().fields(&fields)).boxed();
         let mut next_check = Instant::now() + interval;
         let mut retry = RETRY_MIN;
         loop {
@@ -305,7 +303,7 @@ impl Inner {
                     Some(Err(error)) => {
                         tracing::warn!(secret = %name, error = %ErrorChain(&error), "watching the certificate Secret failed; retrying");
                     }
-                    // The watcher retries for ever; should it end, the checks still run.
+                    // The engine retries for ever; should it end, the checks still run.
                     None => events = futures::stream::pending().boxed(),
                 },
                 () = tokio::time::sleep_until(next_check) => {
