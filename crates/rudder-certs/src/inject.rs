@@ -16,6 +16,7 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use rudder_cache::watch::{self as engine, Event};
 use rudder_core::ErrorChain;
+use rudder_core::backoff::Backoff;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -23,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{FIELD_MANAGER, InjectTargets};
 
-/// The first wait after a failed or conflicting write; doubles up to [`BACKOFF_MAX`].
+/// The first wait after a failed or conflicting write; doubles (jittered) up to [`BACKOFF_MAX`].
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
@@ -129,7 +130,7 @@ fn watch_all(targets: &[Target]) -> futures::stream::SelectAll<BoxStream<'static
 struct Due {
     pending: BTreeSet<usize>,
     at: Instant,
-    backoff: Duration,
+    backoff: Backoff,
 }
 
 impl Due {
@@ -138,7 +139,7 @@ impl Due {
         Self {
             pending: (0..count).collect(),
             at: Instant::now(),
-            backoff: BACKOFF_MIN,
+            backoff: Backoff::new(BACKOFF_MIN, BACKOFF_MAX),
         }
     }
 
@@ -164,6 +165,7 @@ impl Due {
     /// due after the backoff, which doubles.
     async fn inject(&mut self, targets: &[Target], want: &str) {
         let mut failed = false;
+        let mut failures = Vec::new();
         for i in std::mem::take(&mut self.pending) {
             let target = &targets[i];
             match inject(target, want).await {
@@ -177,17 +179,20 @@ impl Due {
                     failed = true;
                 }
                 Err(error) => {
-                    tracing::warn!(kind = target.label, name = %target.name, error = %ErrorChain(&error), retry_in = ?self.backoff, "cannot inject the CA bundle; retrying");
+                    failures.push((target, error));
                     self.pending.insert(i);
                     failed = true;
                 }
             }
         }
         if failed {
-            self.at = Instant::now() + self.backoff;
-            self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+            let wait = self.backoff.next_delay();
+            for (target, error) in failures {
+                tracing::warn!(kind = target.label, name = %target.name, error = %ErrorChain(&error), retry_in = ?wait, "cannot inject the CA bundle; retrying");
+            }
+            self.at = Instant::now() + wait;
         } else {
-            self.backoff = BACKOFF_MIN;
+            self.backoff.reset();
         }
     }
 }

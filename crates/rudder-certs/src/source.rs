@@ -11,6 +11,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use rudder_cache::watch::{self as engine, Event};
 use rudder_core::ErrorChain;
+use rudder_core::backoff::Backoff;
 use rudder_webhook::CertificateStore;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -280,7 +281,7 @@ impl Inner {
         let mut events =
             engine::watch(api.clone(), engine::Config::default().fields(&fields)).boxed();
         let mut next_check = Instant::now() + interval;
-        let mut retry = RETRY_MIN;
+        let mut retry = Backoff::new(RETRY_MIN, interval.clamp(RETRY_MIN, RETRY_MAX));
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
@@ -309,13 +310,13 @@ impl Inner {
                 () = tokio::time::sleep_until(next_check) => {
                     match self.ensure(&api).await {
                         Ok(()) => {
-                            retry = RETRY_MIN;
+                            retry.reset();
                             next_check = Instant::now() + interval;
                         }
                         Err(error) => {
-                            tracing::warn!(secret = %name, error = %ErrorChain(&error), retry_in = ?retry, "checking the webhook certificates failed");
-                            next_check = Instant::now() + retry;
-                            retry = (retry * 2).min(interval.clamp(RETRY_MIN, RETRY_MAX));
+                            let wait = retry.next_delay();
+                            tracing::warn!(secret = %name, error = %ErrorChain(&error), retry_in = ?wait, "checking the webhook certificates failed");
+                            next_check = Instant::now() + wait;
                         }
                     }
                 }

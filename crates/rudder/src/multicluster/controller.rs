@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use rudder_cache::{Typed, WriteTracker};
 use rudder_controller::{Controller, LeaderGate, Options, Reconciler, WatchSpec};
+use rudder_core::backoff::Backoff;
 use rudder_core::writes::WriteObserver;
 use rudder_core::{Event, Shutdown, Synced};
 use rudder_handler::{DropOwnEchoes, EnqueueObject, EnqueueOwner, EventHandler, Kind, Predicate};
@@ -316,7 +317,7 @@ impl<R: Reconciler> Instance<R> {
 
     async fn supervise(self, shutdown: Shutdown) {
         let cluster = self.cluster.name().to_owned();
-        let mut backoff = Duration::from_secs(1);
+        let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
         loop {
             let error = match self.build() {
                 Ok(controller) => {
@@ -341,11 +342,12 @@ impl<R: Reconciler> Instance<R> {
             if shutdown.is_stopped() {
                 return;
             }
+            let wait = backoff.next_delay();
             tracing::warn!(
                 cluster = %cluster,
                 controller = %self.name,
                 error = %error,
-                retry_in_ms = backoff.as_millis() as u64,
+                retry_in_ms = wait.as_millis() as u64,
                 "a member cluster's controller ended; starting it again"
             );
             metrics::counter!(
@@ -355,10 +357,9 @@ impl<R: Reconciler> Instance<R> {
             )
             .increment(1);
             tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
+                () = tokio::time::sleep(wait) => {}
                 _ = shutdown.stopped() => return,
             }
-            backoff = (backoff * 2).min(Duration::from_secs(60));
         }
     }
 }
