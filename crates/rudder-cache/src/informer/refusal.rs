@@ -10,8 +10,6 @@
 //! engine (`watch/`) hands a refusal over as [`watch::Error::Refused`](crate::watch::Error::Refused),
 //! so the informer's own line is the only one logged at `warn`.
 
-use crate::watch;
-
 /// The API server refused a list or a watch with 401 Unauthorized or 403 Forbidden: the
 /// identity the client acts as may not list or watch the resource there (its RBAC lacks
 /// the rule), or its credentials were not accepted.
@@ -33,14 +31,6 @@ impl Refusal {
     /// Whether `code` is a refusal's: 401 or 403.
     pub fn is_refusal(code: u16) -> bool {
         matches!(code, 401 | 403)
-    }
-
-    /// The refusal an engine error reports, if it is one.
-    pub fn of_watch_error(error: &watch::Error) -> Option<Self> {
-        match error {
-            watch::Error::Refused(refusal) => Some(refusal.clone()),
-            _ => None,
-        }
     }
 
     /// The refusal a client error reports, if it is one: a 401 or 403 answer.
@@ -86,14 +76,8 @@ mod tests {
         let refused = Refusal::of_kube_error(&api(403));
         assert_eq!(refused.unwrap().message, "configmaps is forbidden");
         assert!(Refusal::of_kube_error(&api(401)).is_some());
-        assert_eq!(
-            Refusal::of_watch_error(&watch::Error::of_kube(api(403))).map(|r| r.code),
-            Some(403)
-        );
         for code in [404, 410, 422, 500] {
             assert!(Refusal::of_kube_error(&api(code)).is_none());
-            assert!(Refusal::of_watch_error(&watch::Error::of_kube(api(code))).is_none());
         }
-        assert!(Refusal::of_watch_error(&watch::Error::NoResourceVersion).is_none());
     }
 }

@@ -15,7 +15,11 @@ use rudder_core::backoff::Backoff;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use super::{Config, Error, Event, INITIAL_EVENTS_END, ListMode, ListStrategy, request};
+use super::config::Config;
+use super::error::Error;
+use super::event::{Event, INITIAL_EVENTS_END};
+use super::request;
+use super::strategy::{ListMode, ListStrategy};
 
 type Events<K> = BoxStream<'static, kube::Result<WatchEvent<K>>>;
 

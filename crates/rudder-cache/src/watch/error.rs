@@ -44,6 +44,16 @@ pub enum Error {
     NoResourceVersion,
 }
 
+impl Refusal {
+    /// The refusal an engine error reports, if it is one.
+    pub fn of_watch_error(error: &Error) -> Option<Self> {
+        match error {
+            Error::Refused(refusal) => Some(refusal.clone()),
+            _ => None,
+        }
+    }
+}
+
 impl Error {
     /// Whether this is an object that did not decode.
     pub fn is_decode(&self) -> bool {
@@ -88,6 +98,14 @@ mod tests {
     #[test]
     fn kube_errors_are_classified_by_what_helps() {
         assert!(matches!(Error::of_kube(api(403)), Error::Refused(r) if r.code == 403));
+        assert_eq!(
+            Refusal::of_watch_error(&Error::of_kube(api(403))).map(|r| r.code),
+            Some(403)
+        );
+        for code in [404, 410, 422, 500] {
+            assert!(Refusal::of_watch_error(&Error::of_kube(api(code))).is_none());
+        }
+        assert!(Refusal::of_watch_error(&Error::NoResourceVersion).is_none());
         assert!(matches!(Error::of_kube(api(401)), Error::Refused(_)));
         assert!(matches!(
             Error::of_kube(api(500)),

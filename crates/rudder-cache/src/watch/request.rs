@@ -4,7 +4,7 @@
 use http::header::ACCEPT;
 use kube::api::ListParams;
 
-use super::Config;
+use super::config::Config;
 
 /// What a metadata-only watch asks for: each object as a `PartialObjectMetadata`.
 const METADATA_WATCH: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
