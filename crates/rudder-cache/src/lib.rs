@@ -51,8 +51,9 @@
 //!
 //! # Informers and their events
 //!
-//! An [`Informer`] runs one kube-runtime [`watcher`](kube_runtime::watcher::watcher) (with
-//! its default backoff) and applies each object to its [`Store`] one at a time. Every
+//! An [`Informer`] runs one list/watch of Rudder's own engine ([`watch`], on kube-client's
+//! HTTP client, with client-go's reflector's backoff) and applies each object to its
+//! [`Store`] one at a time. Every
 //! handler receives an [`Event`], rudder-core's, the same type the controllers' predicates
 //! and event handlers take (`rudder_handler::Event` is it too), so nothing is renamed on
 //! the way:
@@ -86,7 +87,7 @@
 //! # Relists
 //!
 //! When the watch cannot be resumed (410 Gone after compaction, or an expired watch), the
-//! watcher lists again. Every list has an epoch number; each listed object is stamped with
+//! engine lists again. Every list has an epoch number; each listed object is stamped with
 //! it as it is applied, and compared with the stored one by `resourceVersion`: new objects
 //! give `Create`, changed ones `Update`, unchanged ones nothing (the listed copy is dropped at
 //! once, keeping the stored `Arc`). At the end of the list, objects not stamped with the
@@ -166,13 +167,11 @@
 //! backoff. The choice is the informer's: it streams again at the first relist
 //! [`InformerBuilder::streaming_retry`] after falling back, never by breaking a healthy watch.
 //! [`CacheBuilder::list_strategy`] and [`InformerBuilder::list_strategy`] make every list
-//! paginated. The [`Cache`]'s informers start a streaming list at the most recent state (no
-//! `resourceVersion`, as client-go's reflector does: the server answers once its watch cache
-//! is current), so they never sync without an object written before they started; an
-//! informer built with [`Informer::builder`] on an `Api` of your own asks as kube-runtime's
-//! watcher does, with `resourceVersion=0`, which the server may answer from a watch cache a
-//! moment behind (the missing object then arrives as an add right after the sync), unless
-//! that `Api` is built on a client from [`most_recent_client`], as the cache's are. The first list stores each object as it arrives. A relist (a watch that cannot
+//! paginated. Every informer, the [`Cache`]'s and one built with [`Informer::builder`] on
+//! any `Api`, starts its lists at the most recent state (no `resourceVersion`, as client-go's
+//! reflector does: the server answers once its watch cache is current, or reads etcd), so it
+//! never syncs without an object written before it started. A watch that ends is resumed
+//! from the last resourceVersion seen (bookmarks included), without a list. The first list stores each object as it arrives. A relist (a watch that cannot
 //! resume, e.g. 410 Gone) replaces the store in one step at its end: objects it brings
 //! unchanged (same resourceVersion) are only stamped, those it brings changed or new wait
 //! aside, and when it ends they are applied and what it did not list removed (a delete with
@@ -183,7 +182,8 @@
 //! # Errors and malformed objects
 //!
 //! Watch errors never stop an informer: each is logged with `tracing`, counted in
-//! [`Informer::stats`] and retried after kube-runtime's default backoff. An object that
+//! [`Informer::stats`] and retried after the engine's backoff (client-go's reflector's:
+//! 800 ms doubling to 30 s, jittered, [`rudder_core::backoff::Backoff`]). An object that
 //! does not decode into the informer's type is logged at `warn`, counted as
 //! [`InformerStats::malformed_objects`] (and, with the `metrics` feature, in
 //! `rudder_cache_malformed_objects_total`) and skipped; the watch goes on. In a list, the
@@ -192,7 +192,7 @@
 //! list, which would keep the informer from ever syncing: once a page or a watch event
 //! fails on such an object (a custom resource written under an older schema), the informer
 //! lists again decoding each object on its own ([`Lenient`]). An object that turns malformed keeps its
-//! last good version in the store until it is deleted. A bare [`Informer::builder`] decodes list pages whole (kube-runtime's way): one
+//! last good version in the store until it is deleted. A bare [`Informer::builder`] decodes list pages whole: one
 //! bad object fails the page, retried with backoff; a streaming list sends each object as an
 //! event of its own, so there the bad one is skipped and counted like a bad watch event. Dynamic and metadata-only informers
 //! decode anything.
@@ -204,10 +204,9 @@
 //! allowed ([`Informer::refusal`], [`Informer::wait_until_allowed`]). A streak of refusals
 //! is logged once at `warn` (at `debug` while it lasts, once at `info` when it ends) and
 //! each is counted in [`InformerStats::refusals`] (and, with the `metrics` feature, in
-//! `rudder_cache_watch_refusals_total`, labels `resource` and `code`). The cache's informers
-//! list and watch through a client ([`most_recent_client`]) that hands such an answer to
-//! kube-runtime's watcher as a [`Refusal`] rather than an API error, so the watcher, which
-//! logs every 401 and 403 API error at `warn` with a debug dump, reports it at `debug` only.
+//! `rudder_cache_watch_refusals_total`, labels `resource` and `code`). The engine hands such
+//! an answer over as [`watch::Error::Refused`], never logging it itself, so the informer's
+//! line is the only one at `warn`.
 //!
 //! # Panics in user code
 //!
@@ -266,19 +265,19 @@ mod release;
 mod store;
 mod transform;
 mod unwind;
+pub mod watch;
 pub mod writes;
 
-pub use cache::most_recent::most_recent as most_recent_client;
 pub use cache::{
     ApiScope, ByObject, Cache, CacheBuilder, DEFAULT_SYNC_TIMEOUT, InformerUse, ListOptions, Scope,
     Typed,
 };
 pub use error::{Error, IndexError, Result, SyncError};
 pub use informer::{
-    DEFAULT_INITIAL_EVENTS_BOUND, DEFAULT_RESYNC, DEFAULT_STREAMING_RETRY, Event, EventStream,
-    Informer, InformerBuilder, InformerStats, ListStrategy, Refusal,
+    DEFAULT_RESYNC, Event, EventStream, Informer, InformerBuilder, InformerStats, Refusal,
 };
 pub use lenient::{Lenient, Malformed};
 pub use store::{IndexFn, NAMESPACE_INDEX, ObjectKey, Store};
 pub use transform::{Transform, strip_managed_fields};
+pub use watch::strategy::{DEFAULT_INITIAL_EVENTS_BOUND, DEFAULT_STREAMING_RETRY, ListStrategy};
 pub use writes::WriteTracker;

@@ -14,9 +14,9 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use kube_runtime::WatchStreamExt;
-use kube_runtime::watcher::{self, Event, watcher};
+use rudder_cache::watch::{self as engine, Event};
 use rudder_core::ErrorChain;
+use rudder_core::backoff::Backoff;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{FIELD_MANAGER, InjectTargets};
 
-/// The first wait after a failed or conflicting write; doubles up to [`BACKOFF_MAX`].
+/// The first wait after a failed or conflicting write; doubles (jittered) up to [`BACKOFF_MAX`].
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
@@ -108,18 +108,17 @@ fn targets_of(client: &Client, targets: &InjectTargets) -> Vec<Target> {
     all
 }
 
+/// One target's watch item.
+type Seen = Result<Event<DynamicObject>, engine::Error>;
+
 /// The events of every target's field-selected watch, each with the target's index.
-fn watch_all(
-    targets: &[Target],
-) -> futures::stream::SelectAll<BoxStream<'static, (usize, watcher::Result<Event<DynamicObject>>)>>
-{
+fn watch_all(targets: &[Target]) -> futures::stream::SelectAll<BoxStream<'static, (usize, Seen)>> {
     let streams: Vec<BoxStream<'static, _>> = targets
         .iter()
         .enumerate()
         .map(|(i, t)| {
             let fields = format!("metadata.name={}", t.name);
-            watcher(t.api.clone(), watcher::Config::default().fields(&fields))
-                .default_backoff()
+            engine::watch(t.api.clone(), engine::Config::default().fields(&fields))
                 .map(move |event| (i, event))
                 .boxed()
         })
@@ -131,7 +130,7 @@ fn watch_all(
 struct Due {
     pending: BTreeSet<usize>,
     at: Instant,
-    backoff: Duration,
+    backoff: Backoff,
 }
 
 impl Due {
@@ -140,18 +139,12 @@ impl Due {
         Self {
             pending: (0..count).collect(),
             at: Instant::now(),
-            backoff: BACKOFF_MIN,
+            backoff: Backoff::new(BACKOFF_MIN, BACKOFF_MAX),
         }
     }
 
     /// Target `i` was seen: due now if its bundle differs from `want`.
-    fn observe(
-        &mut self,
-        i: usize,
-        target: &Target,
-        event: watcher::Result<Event<DynamicObject>>,
-        want: Option<&str>,
-    ) {
+    fn observe(&mut self, i: usize, target: &Target, event: Seen, want: Option<&str>) {
         match event {
             Ok(Event::Apply(object) | Event::InitApply(object)) => {
                 let mut data = object.data;
@@ -172,6 +165,7 @@ impl Due {
     /// due after the backoff, which doubles.
     async fn inject(&mut self, targets: &[Target], want: &str) {
         let mut failed = false;
+        let mut failures = Vec::new();
         for i in std::mem::take(&mut self.pending) {
             let target = &targets[i];
             match inject(target, want).await {
@@ -185,17 +179,20 @@ impl Due {
                     failed = true;
                 }
                 Err(error) => {
-                    tracing::warn!(kind = target.label, name = %target.name, error = %ErrorChain(&error), retry_in = ?self.backoff, "cannot inject the CA bundle; retrying");
+                    failures.push((target, error));
                     self.pending.insert(i);
                     failed = true;
                 }
             }
         }
         if failed {
-            self.at = Instant::now() + self.backoff;
-            self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+            let wait = self.backoff.next_delay();
+            for (target, error) in failures {
+                tracing::warn!(kind = target.label, name = %target.name, error = %ErrorChain(&error), retry_in = ?wait, "cannot inject the CA bundle; retrying");
+            }
+            self.at = Instant::now() + wait;
         } else {
-            self.backoff = BACKOFF_MIN;
+            self.backoff.reset();
         }
     }
 }

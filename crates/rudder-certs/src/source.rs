@@ -9,9 +9,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
-use kube_runtime::WatchStreamExt;
-use kube_runtime::watcher::{self, Event, watcher};
+use rudder_cache::watch::{self as engine, Event};
 use rudder_core::ErrorChain;
+use rudder_core::backoff::Backoff;
 use rudder_webhook::CertificateStore;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -278,11 +278,10 @@ impl Inner {
         let name = self.config.secret().to_owned();
         let interval = self.config.check_interval_value();
         let fields = format!("metadata.name={name}");
-        let mut events = watcher(api.clone(), watcher::Config::default().fields(&fields))
-            .default_backoff()
-            .boxed();
+        let mut events =
+            engine::watch(api.clone(), engine::Config::default().fields(&fields)).boxed();
         let mut next_check = Instant::now() + interval;
-        let mut retry = RETRY_MIN;
+        let mut retry = Backoff::new(RETRY_MIN, interval.clamp(RETRY_MIN, RETRY_MAX));
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
@@ -305,19 +304,19 @@ impl Inner {
                     Some(Err(error)) => {
                         tracing::warn!(secret = %name, error = %ErrorChain(&error), "watching the certificate Secret failed; retrying");
                     }
-                    // The watcher retries for ever; should it end, the checks still run.
+                    // The engine retries for ever; should it end, the checks still run.
                     None => events = futures::stream::pending().boxed(),
                 },
                 () = tokio::time::sleep_until(next_check) => {
                     match self.ensure(&api).await {
                         Ok(()) => {
-                            retry = RETRY_MIN;
+                            retry.reset();
                             next_check = Instant::now() + interval;
                         }
                         Err(error) => {
-                            tracing::warn!(secret = %name, error = %ErrorChain(&error), retry_in = ?retry, "checking the webhook certificates failed");
-                            next_check = Instant::now() + retry;
-                            retry = (retry * 2).min(interval.clamp(RETRY_MIN, RETRY_MAX));
+                            let wait = retry.next_delay();
+                            tracing::warn!(secret = %name, error = %ErrorChain(&error), retry_in = ?wait, "checking the webhook certificates failed");
+                            next_check = Instant::now() + wait;
                         }
                     }
                 }

@@ -129,7 +129,9 @@
 //! # Helpers
 //!
 //! [`ErrorChain`] displays an error with its sources; [`panic_message`] reads a caught
-//! panic; [`sync`] recovers std locks from poisoning, and says once why that is right.
+//! panic; [`sync`] recovers std locks from poisoning, and says once why that is right;
+//! [`backoff::Backoff`] is the one retry policy (client-go's reflector's: exponential, capped,
+//! jittered) every watch and retry loop of the workspace uses.
 
 // Unit tests may spawn: the test is the owner. The library build keeps clippy's
 // `disallowed_methods` (clippy.toml: a spawn is owned by whoever joins it).
@@ -141,6 +143,7 @@
     )
 )]
 
+pub mod backoff;
 pub mod cause;
 mod error;
 mod event;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use futures::stream::{BoxStream, StreamExt};
 use kube::Resource;
 use rudder_cache::{Cache, Informer, Scope, Typed};
+use rudder_core::backoff::Backoff;
 use rudder_core::sync::LockExt;
 
 use crate::source::{SourceError, Started};
@@ -269,18 +270,18 @@ where
         replaced,
     };
     futures::stream::unfold(state, |mut state| async move {
-        let mut backoff = REPLACE_BACKOFF_MIN;
+        let mut backoff = Backoff::new(REPLACE_BACKOFF_MIN, REPLACE_BACKOFF_MAX);
         loop {
             if let Some(event) = state.events.next().await {
                 return Some((event, state));
             }
+            let wait = backoff.next_delay();
             tracing::warn!(
                 resource = %state.resource,
-                ?backoff,
+                backoff = ?wait,
                 "an informer this source reads from ended; asking the cache for a new one"
             );
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(REPLACE_BACKOFF_MAX);
+            tokio::time::sleep(wait).await;
             match (state.resolve)() {
                 Ok(informer) => {
                     state.events = informer.subscribe().boxed();

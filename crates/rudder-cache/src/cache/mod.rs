@@ -20,7 +20,6 @@ use serde::de::DeserializeOwned;
 use crate::error::{Error, Result, SyncError};
 use crate::informer::Informer;
 
-pub(crate) mod most_recent;
 mod options;
 mod reader;
 mod registry;
@@ -358,9 +357,6 @@ impl Cache {
         self.inner.token.cancel();
         let informers: Vec<_> = self.inner.informers().drain().collect();
         drop(informers);
-        // The informers' client: its request buffer's task (which the tracker tracks) ends
-        // once the informers' clones are gone too.
-        self.inner.informer_client.lock_unpoisoned().take();
         self.inner.tracker.close();
         self.inner.tracker.wait().await;
     }
@@ -459,9 +455,9 @@ fn typed_scope<K: Typed>(scope: &Scope) -> Scope {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+    use crate::watch::Event as W;
     use futures::StreamExt;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube_runtime::watcher::Event as W;
     use tokio::sync::mpsc;
 
     use tokio_util::sync::CancellationToken;

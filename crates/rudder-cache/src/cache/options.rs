@@ -13,7 +13,8 @@ use tokio_util::task::TaskTracker;
 use super::Cache;
 use super::registry::{Inner, TypeKey};
 use super::scope::ByObject;
-use crate::informer::{DEFAULT_RESYNC, ListStrategy};
+use crate::ListStrategy;
+use crate::informer::DEFAULT_RESYNC;
 use crate::writes::WriteTracker;
 
 /// How long the reader waits for a new informer's first list by default.
@@ -149,7 +150,6 @@ impl CacheBuilder {
                 token: token.child_token(),
                 tracker: TaskTracker::new(),
                 writes: Arc::new(WriteTracker::new()),
-                informer_client: Mutex::new(None),
             }),
         }
     }

@@ -108,26 +108,13 @@ pub(crate) struct Inner {
     pub(crate) tracker: TaskTracker,
     /// Writes made through this cache's clients that its informers have not delivered yet.
     pub(crate) writes: Arc<WriteTracker>,
-    /// `client` with streaming lists asking for the most recent state, made when the first
-    /// informer starts (a Tokio runtime is there by then; building the cache needs none),
-    /// and dropped when the cache stops: its request buffer is a task, which ends with the
-    /// last clone and which `tracker` tracks, so a stopped cache has joined it.
-    pub(crate) informer_client: Mutex<Option<Client>>,
 }
 
 impl Inner {
-    /// The client informers watch with (see `most_recent.rs`); once the cache has stopped,
-    /// the plain client, so that no new buffer task outlives the stop.
+    /// The client informers watch with: the cache's own (the list/watch engine makes
+    /// every list consistent on any client).
     pub(crate) fn informer_client(&self) -> Client {
-        let mut slot = self.informer_client.lock_unpoisoned();
-        if self.token.is_cancelled() {
-            *slot = None;
-            return self.client.clone();
-        }
-        slot.get_or_insert_with(|| {
-            super::most_recent::most_recent_tracked(self.client.clone(), self.tracker.token())
-        })
-        .clone()
+        self.client.clone()
     }
 
     pub(crate) fn informers(&self) -> MutexGuard<'_, HashMap<InformerKey, Slot>> {

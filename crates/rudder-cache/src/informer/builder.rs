@@ -1,5 +1,5 @@
-//! Options for one informer ([`InformerBuilder`]) and the watch stream they make: kube-runtime's
-//! watcher with its default backoff, switched to per-object decoding when an object does not
+//! Options for one informer ([`InformerBuilder`]) and the event stream they make: the
+//! list/watch engine (`watch/`), switched to per-object decoding when an object does not
 //! decode.
 
 use std::fmt::Debug;
@@ -14,12 +14,11 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::list_strategy::{self, ListMode, ListStrategy, Lists};
-use super::watch_task::is_malformed;
 use super::watch_task::start_on;
 use super::{Informer, footprint};
 use crate::lenient::Lenient;
 use crate::transform::{Transform, strip_managed_fields};
+use crate::watch::{self, Event, ListMode, ListStrategy, Lists};
 use crate::writes::{Tracked, WriteTracker};
 
 /// Options for one informer; start it with [`InformerBuilder::start`].
@@ -42,7 +41,9 @@ impl<K> InformerBuilder<K>
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
 {
-    /// Watcher options: label and field selectors, page size, timeouts.
+    /// Label and field selectors, page size and the watch's server-side timeout, read from
+    /// kube-runtime's watcher options (its other fields, which choose how kube-runtime's own
+    /// watcher lists, do not apply: see [`list_strategy`](Self::list_strategy)).
     #[must_use]
     pub fn config(mut self, config: watcher::Config) -> Self {
         self.config = config;
@@ -61,7 +62,7 @@ where
     /// How long a streaming list may go without an event before its end-of-initial-events
     /// bookmark has arrived; past it the informer falls back to paginated lists, as a server
     /// too old to know `sendInitialEvents` sends the objects and then nothing more (default
-    /// [`DEFAULT_INITIAL_EVENTS_BOUND`](super::DEFAULT_INITIAL_EVENTS_BOUND)). The bound is
+    /// [`DEFAULT_INITIAL_EVENTS_BOUND`](crate::DEFAULT_INITIAL_EVENTS_BOUND)). The bound is
     /// on the silence, not on the whole list, so a large collection streams for as long as
     /// its objects keep coming.
     #[must_use]
@@ -71,7 +72,7 @@ where
     }
 
     /// After a fall back to paginated lists, the first relist this long after it streams
-    /// again (default [`DEFAULT_STREAMING_RETRY`](super::DEFAULT_STREAMING_RETRY)): a server
+    /// again (default [`DEFAULT_STREAMING_RETRY`](crate::DEFAULT_STREAMING_RETRY)): a server
     /// upgraded since, or whose feature gate was turned on, is used as it now allows. A
     /// healthy watch is never broken to retry; only a relist the watch needs anyway does.
     #[must_use]
@@ -152,25 +153,19 @@ where
             .writes
             .map(|tracker| Tracked::new(tracker, self.api.resource_url()));
         let mode = Arc::new(ListMode::default());
-        let strict = list_strategy::watch(
+        let config = watch::Config::of_watcher(&self.config, &self.lists);
+        let strict = watch::watch_with(
             self.api,
-            self.config.clone(),
-            self.lists.clone(),
+            config.clone(),
             Arc::clone(&mode),
             resource.clone(),
         )
         .map(|item| item.map(wrap))
         .boxed();
         let stream = match self.lenient {
-            Some(api) => lenient_on_failure(
-                strict,
-                api,
-                self.config,
-                self.lists,
-                Arc::clone(&mode),
-                resource.clone(),
-            )
-            .boxed(),
+            Some(api) => {
+                lenient_on_failure(strict, api, config, Arc::clone(&mode), resource.clone()).boxed()
+            }
             None => strict,
         };
         start_on(
@@ -239,8 +234,7 @@ where
     }
 }
 
-type WatchStream<K> =
-    futures::stream::BoxStream<'static, Result<watcher::Event<Lenient<K>>, watcher::Error>>;
+type WatchStream<K> = futures::stream::BoxStream<'static, Result<Event<Lenient<K>>, watch::Error>>;
 
 /// `strict` until an object does not decode (in a list page or a watch event), then a new
 /// watch of `lenient` (from a fresh list) for good: decoding objects one by one costs
@@ -248,15 +242,14 @@ type WatchStream<K> =
 fn lenient_on_failure<K>(
     strict: WatchStream<K>,
     lenient: Api<Lenient<K>>,
-    config: watcher::Config,
-    lists: Lists,
+    config: watch::Config,
     mode: Arc<ListMode>,
     resource: String,
-) -> impl Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send
+) -> impl Stream<Item = Result<Event<Lenient<K>>, watch::Error>> + Send
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let fallback = Some((lenient, config, lists, mode, resource));
+    let fallback = Some((lenient, config, mode, resource));
     futures::stream::unfold(
         (strict, fallback),
         |(mut stream, mut fallback)| async move {
@@ -265,14 +258,14 @@ where
                 // A list page that failed on one object, or a watch event whose object did
                 // not decode (skipping it would lose that object's later deletion: the watch
                 // resumes after it, and the store would keep the old version for good).
-                let malformed = matches!(&item, Err(e) if is_malformed(e));
+                let malformed = matches!(&item, Err(e) if e.is_decode());
                 match fallback.take() {
-                    Some((api, config, lists, mode, resource)) if malformed => {
+                    Some((api, config, mode, resource)) if malformed => {
                         tracing::info!(
                             %resource,
                             "an object does not decode; listing again, decoding each object on its own"
                         );
-                        stream = list_strategy::watch(api, config, lists, mode, resource).boxed();
+                        stream = watch::watch_with(api, config, mode, resource).boxed();
                     }
                     unused => {
                         fallback = unused;
@@ -284,14 +277,14 @@ where
     )
 }
 
-/// A strict watcher's event, as a lenient one's.
-fn wrap<K>(event: watcher::Event<K>) -> watcher::Event<Lenient<K>> {
+/// A strict engine's event, as a lenient one's.
+fn wrap<K>(event: Event<K>) -> Event<Lenient<K>> {
     match event {
-        watcher::Event::Apply(obj) => watcher::Event::Apply(Lenient::Ok(obj)),
-        watcher::Event::Delete(obj) => watcher::Event::Delete(Lenient::Ok(obj)),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(obj) => watcher::Event::InitApply(Lenient::Ok(obj)),
-        watcher::Event::InitDone => watcher::Event::InitDone,
+        Event::Apply(obj) => Event::Apply(Lenient::Ok(obj)),
+        Event::Delete(obj) => Event::Delete(Lenient::Ok(obj)),
+        Event::Init => Event::Init,
+        Event::InitApply(obj) => Event::InitApply(Lenient::Ok(obj)),
+        Event::InitDone => Event::InitDone,
     }
 }
 

@@ -1,7 +1,7 @@
 //! The informer: one watch feeding one [`Store`], fanned out to every handler.
 //!
-//! `builder.rs` holds the options and how the watch stream is made, `list_strategy.rs` how it
-//! lists (streaming, or paginated when the server refuses), `watch_task.rs` the watch task
+//! `builder.rs` holds the options and how the event stream is made (on the list/watch engine,
+//! `watch/`, which also decides how to list), `watch_task.rs` the watch task
 //! (applying events to the store, relists, resync, errors and panics), `subscribers.rs` the
 //! events and the per-subscriber queues, `refusal.rs` a list or watch the API server refused
 //! (401, 403).
@@ -17,18 +17,17 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
+use crate::ListStrategy;
 use crate::error::SyncError;
 use crate::store::{ObjectKey, Store};
 
 mod builder;
 mod footprint;
-mod list_strategy;
 mod refusal;
 mod subscribers;
 mod watch_task;
 
 pub use builder::InformerBuilder;
-pub use list_strategy::{DEFAULT_INITIAL_EVENTS_BOUND, DEFAULT_STREAMING_RETRY, ListStrategy};
 pub use refusal::Refusal;
 pub use rudder_core::Event;
 pub use subscribers::EventStream;
@@ -47,7 +46,7 @@ pub struct InformerStats {
     /// `rudder_cache_malformed_objects_total`).
     pub malformed_objects: u64,
     /// Other errors from the watch (failed lists, failed or broken watches), each followed
-    /// by kube-runtime's default backoff. Each is logged, except a refusal that continues a
+    /// by the engine's backoff. Each is logged, except a refusal that continues a
     /// streak of them (see [`refusals`](Self::refusals)).
     pub watch_errors: u64,
     /// Lists and watches the API server refused with 401 Unauthorized or 403 Forbidden
@@ -332,7 +331,7 @@ pub(crate) struct Shared<K> {
     /// The cache's write tracker, told what the informer stores and removes.
     pub(crate) writes: Option<crate::writes::Tracked>,
     /// What the informer lists with now.
-    pub(crate) lists: Arc<list_strategy::ListMode>,
+    pub(crate) lists: Arc<crate::watch::ListMode>,
     /// What it holds, in bytes, and how long its first sync took.
     pub(crate) footprint: footprint::Footprint,
     /// How it measures an object for `footprint` (none: bytes are not counted).
@@ -392,8 +391,8 @@ mod tests {
 
     use futures::StreamExt;
 
-    use super::watch_task::{is_malformed, jittered};
-    use kube_runtime::watcher;
+    use super::watch_task::jittered;
+    use crate::watch::Event as W;
 
     use super::*;
     use crate::lenient::{Lenient, Malformed};
@@ -410,26 +409,6 @@ mod tests {
                 "{d:?}"
             );
         }
-    }
-
-    #[test]
-    fn decode_failures_count_as_malformed_and_api_errors_do_not() {
-        let serde = serde_json::from_str::<u32>("x").unwrap_err();
-        assert!(is_malformed(&watcher::Error::WatchFailed(
-            kube::Error::SerdeError(serde)
-        )));
-        let lenient = kube::core::Status::default();
-        assert!(is_malformed(&watcher::Error::WatchFailed(
-            kube::Error::Api(Box::new(lenient))
-        )));
-        let gone = kube::core::Status {
-            code: 410,
-            ..Default::default()
-        };
-        assert!(!is_malformed(&watcher::Error::WatchFailed(
-            kube::Error::Api(Box::new(gone))
-        )));
-        assert!(!is_malformed(&watcher::Error::NoResourceVersion));
     }
 
     fn cm(name: &str, rv: &str) -> Lenient<k8s_openapi::api::core::v1::ConfigMap> {
@@ -457,7 +436,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_relist_replaces_the_store_in_one_step_at_its_end() {
-        use watcher::Event as W;
         type Cm = k8s_openapi::api::core::v1::ConfigMap;
         let (tx, rx) = mpsc::unbounded_channel::<W<Lenient<Cm>>>();
         // How many events the informer's task has taken.
@@ -565,7 +543,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_malformed_object_keeps_its_last_good_version_until_deleted() {
-        use watcher::Event as W;
         type Cm = k8s_openapi::api::core::v1::ConfigMap;
         let (tx, rx) = mpsc::unbounded_channel::<W<Lenient<Cm>>>();
         let stream = futures::stream::unfold(rx, |mut rx| async move {
@@ -661,7 +638,7 @@ mod tests {
     }
 
     type Cm = k8s_openapi::api::core::v1::ConfigMap;
-    type Sender = mpsc::UnboundedSender<watcher::Event<Lenient<Cm>>>;
+    type Sender = mpsc::UnboundedSender<W<Lenient<Cm>>>;
 
     /// An informer fed by hand, through the returned sender.
     fn fed_informer(transform: Option<Transform<Cm>>) -> (Sender, Informer<Cm>) {
@@ -711,7 +688,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_handler_is_counted_and_gets_the_next_event() {
-        use watcher::Event as W;
         let (tx, informer) = fed_informer(None);
         let (seen_tx, mut seen) = mpsc::unbounded_channel();
         informer.add_handler(move |event: Event<Cm>| {
@@ -749,7 +725,6 @@ mod tests {
 
     #[tokio::test]
     async fn an_index_function_panic_skips_the_object_and_the_watch_goes_on() {
-        use watcher::Event as W;
         let (tx, informer) = fed_informer(None);
         informer
             .store()
@@ -798,7 +773,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_transform_panic_skips_the_object_and_the_watch_goes_on() {
-        use watcher::Event as W;
         let transform: Transform<Cm> = Arc::new(|c: &mut Cm| {
             c.data = Some([("seen".to_owned(), "yes".to_owned())].into());
             let rv = c.metadata.resource_version.as_deref().unwrap();
@@ -836,9 +810,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_watch_task_that_panics_ends_every_stream_and_says_it_failed() {
-        use watcher::Event as W;
         let (tx, rx) = mpsc::unbounded_channel::<Option<W<Lenient<Cm>>>>();
-        // `None` stands for something in the watch (kube-runtime, say) panicking.
+        // `None` stands for something in the watch (the engine, say) panicking.
         let stream = futures::stream::unfold(rx, |mut rx| async move {
             let event = rx.recv().await?;
             let event = event.expect("the watch broke");

@@ -1,4 +1,4 @@
-//! The watch task: applies watcher events to the store one object at a time and fans the
+//! The watch task: applies the engine's events to the store one object at a time and fans the
 //! resulting events out; a relist's diff (epochs, then a sweep), resync, errors, malformed
 //! objects and panics caught in user code.
 
@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt};
 use kube::Resource;
-use kube_runtime::watcher;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -26,6 +25,7 @@ use crate::lenient::{Lenient, Malformed};
 use crate::store::{Applied, IndexPanic, ObjectKey, Store};
 use crate::transform::Transform;
 use crate::unwind;
+use crate::watch::{self as engine, Event as W};
 use crate::writes::{Seen, Tracked};
 
 /// Starts an informer's task on `stream`.
@@ -41,12 +41,12 @@ pub(crate) fn start_on<K, S>(
     token: CancellationToken,
     tracker: TaskTracker,
     writes: Option<Tracked>,
-    lists: Arc<super::list_strategy::ListMode>,
+    lists: Arc<crate::watch::ListMode>,
     sizer: Option<super::footprint::Sizer<K>>,
 ) -> Informer<K>
 where
     K: Resource + Clone + Send + Sync + 'static,
-    S: Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send + 'static,
+    S: Stream<Item = Result<W<Lenient<K>>, engine::Error>> + Send + 'static,
 {
     let (synced, _) = watch::channel(false);
     let (refused, _) = watch::channel(None);
@@ -107,7 +107,7 @@ pub(crate) async fn supervise<K>(shared: Arc<Shared<K>>, run: impl Future<Output
     shared.subscribers().clear();
 }
 
-/// The watch loop: applies watcher events to the store, one object at a time, and fans
+/// The watch loop: applies the engine's events to the store, one object at a time, and fans
 /// the resulting events out.
 pub(crate) async fn run<K, S>(
     shared: Arc<Shared<K>>,
@@ -116,7 +116,7 @@ pub(crate) async fn run<K, S>(
     resync: Option<Duration>,
 ) where
     K: Resource + Clone + Send + Sync + 'static,
-    S: Stream<Item = Result<watcher::Event<Lenient<K>>, watcher::Error>> + Send,
+    S: Stream<Item = Result<W<Lenient<K>>, engine::Error>> + Send,
 {
     // As the informer starts, not when it is built: the recorder is installed by now.
     #[cfg(feature = "metrics")]
@@ -185,14 +185,12 @@ pub(crate) async fn run<K, S>(
             Ok(event) => {
                 // Something was listed or watched: whatever refused it before allows it now.
                 allowed(&watch.shared);
-                let list_ended = matches!(event, watcher::Event::InitDone);
+                let list_ended = matches!(event, W::InitDone);
                 watch.apply(event);
                 watch.publish(list_ended);
             }
-            Err(err) => match Refusal::of_watch_error(&err) {
-                Some(refusal) => record_refusal(&watch.shared, refusal),
-                None => record_error(&watch.shared, &err),
-            },
+            Err(engine::Error::Refused(refusal)) => record_refusal(&watch.shared, refusal),
+            Err(err) => record_error(&watch.shared, &err),
         }
     }
 }
@@ -221,26 +219,26 @@ impl<K> Watch<K>
 where
     K: Resource + Clone + Send + Sync + 'static,
 {
-    /// Applies one watcher event to the store and sends what it changed.
-    fn apply(&mut self, event: watcher::Event<Lenient<K>>) {
+    /// Applies one engine event to the store and sends what it changed.
+    fn apply(&mut self, event: W<Lenient<K>>) {
         let mut panics = Vec::new();
         match event {
-            watcher::Event::Init => self.list_begins(),
-            watcher::Event::InitApply(Lenient::Malformed(bad))
-            | watcher::Event::Apply(Lenient::Malformed(bad)) => {
+            W::Init => self.list_begins(),
+            W::InitApply(Lenient::Malformed(bad)) | W::Apply(Lenient::Malformed(bad)) => {
                 record_malformed(&self.shared, &bad);
                 // Keep the last good version through a relist's sweep.
                 self.shared
                     .store
                     .touch(&key_of_meta(&bad.metadata), self.epoch);
             }
-            watcher::Event::Delete(Lenient::Malformed(bad)) => {
+            W::Delete(Lenient::Malformed(bad)) => {
                 self.delete_malformed(&bad, &mut panics);
             }
-            watcher::Event::InitApply(Lenient::Ok(obj))
-            | watcher::Event::Apply(Lenient::Ok(obj)) => self.add_or_update(obj, &mut panics),
-            watcher::Event::InitDone => self.list_ends(&mut panics),
-            watcher::Event::Delete(Lenient::Ok(obj)) => self.delete(obj, &mut panics),
+            W::InitApply(Lenient::Ok(obj)) | W::Apply(Lenient::Ok(obj)) => {
+                self.add_or_update(obj, &mut panics);
+            }
+            W::InitDone => self.list_ends(&mut panics),
+            W::Delete(Lenient::Ok(obj)) => self.delete(obj, &mut panics),
         }
         for panic in panics {
             record_index_panic(&self.shared, &panic);
@@ -552,8 +550,8 @@ fn record_index_panic<K>(shared: &Shared<K>, panic: &IndexPanic) {
     count_panic(shared, "index");
 }
 
-fn record_error<K>(shared: &Shared<K>, err: &watcher::Error) {
-    if is_malformed(err) {
+fn record_error<K>(shared: &Shared<K>, err: &engine::Error) {
+    if err.is_decode() {
         shared.stats.malformed.fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "metrics")]
         metrics::counter!(crate::metrics::MALFORMED_OBJECTS_TOTAL, shared.labels()).increment(1);
@@ -568,7 +566,7 @@ fn record_error<K>(shared: &Shared<K>, err: &watcher::Error) {
 
 /// A list or watch refused (401, 403): counted every time, as a watch error and as a
 /// refusal, and told to whoever waits for the sync; logged at `warn` only when it begins a
-/// streak of refusals, at `debug` while the streak goes on (each retry after the watcher's
+/// streak of refusals, at `debug` while the streak goes on (each retry after the engine's
 /// backoff would otherwise log again, for as long as the RBAC is missing).
 fn record_refusal<K>(shared: &Shared<K>, refusal: Refusal) {
     shared.stats.errors.fetch_add(1, Ordering::Relaxed);
@@ -604,21 +602,6 @@ fn allowed<K>(shared: &Shared<K>) {
     }
     shared.refused.send_replace(None);
     tracing::info!(resource = %shared.resource, "the API server allows listing and watching the resource again");
-}
-
-/// Whether a watcher error is an object that did not decode. kube-client reports a watch
-/// line that is not a `WatchEvent<K>` as a `SerdeError`, or, when the line happens to parse
-/// as a `Status` (every field of which is optional), as an API error with code 0, which a
-/// real status from the server never has.
-pub(crate) fn is_malformed(err: &watcher::Error) -> bool {
-    match err {
-        watcher::Error::WatchFailed(e) | watcher::Error::InitialListFailed(e) => match e {
-            kube::Error::SerdeError(_) => true,
-            kube::Error::Api(status) => status.code == 0,
-            _ => false,
-        },
-        _ => false,
-    }
 }
 
 /// `period` plus a random fraction of up to 10% of it.

@@ -299,12 +299,12 @@ pub async fn namespace_with(
     (ns, api)
 }
 
-/// The `K` API in `ns` on a most-recent client ([`rudder_cache::most_recent_client`]), as
-/// the cache's informers have it: a bare informer on it never syncs without an object
-/// written before it started.
+/// The `K` API in `ns` on the namespace's plain client: the engine's lists are consistent
+/// on any client, so a bare informer on it never syncs without an object written before it
+/// started.
 pub fn api<K>(ns: &rudder_envtest::TestNamespace) -> kube::Api<K>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
 {
-    kube::Api::namespaced(rudder_cache::most_recent_client(ns.client()), ns.name())
+    kube::Api::namespaced(ns.client(), ns.name())
 }

@@ -9,8 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube_runtime::WatchStreamExt;
-use kube_runtime::watcher;
+use rudder_cache::watch::{self as engine, Event as WatchEvent};
 use rudder_core::sync::LockExt;
 use tokio::sync::{Mutex, Notify, watch};
 use tokio::task::JoinHandle;
@@ -761,14 +760,14 @@ async fn keep_leading(
     Ok(())
 }
 
-/// Watches the Lease (a list and watch selecting its name, kube-runtime's watcher with its
-/// default backoff) and wakes the acquire loop whenever it is seen free: released (an empty
+/// Watches the Lease (a consistent list and watch selecting its name, on rudder-cache's
+/// list/watch engine with its backoff) and wakes the acquire loop whenever it is seen free: released (an empty
 /// holder), deleted, or absent when listed. A permit is kept if the loop is busy with an
 /// attempt, so a release seen meanwhile is not missed.
 async fn watch_for_free(shared: Arc<Shared>, free: Arc<Notify>) {
     let config =
-        watcher::Config::default().fields(&format!("metadata.name={}", shared.config.lease_name()));
-    let events = watcher(shared.api.clone(), config).default_backoff();
+        engine::Config::default().fields(&format!("metadata.name={}", shared.config.lease_name()));
+    let events = engine::watch(shared.api.clone(), config);
     let mut events = std::pin::pin!(events);
     let mut listed = false;
     let mut failing = false;
@@ -791,17 +790,17 @@ async fn watch_for_free(shared: Arc<Shared>, free: Arc<Notify>) {
             }
         };
         let is_free = match event {
-            watcher::Event::Init => {
+            WatchEvent::Init => {
                 listed = false;
                 false
             }
-            watcher::Event::InitApply(lease) => {
+            WatchEvent::InitApply(lease) => {
                 listed = true;
                 is_released(&lease)
             }
-            watcher::Event::InitDone => !listed,
-            watcher::Event::Apply(lease) => is_released(&lease),
-            watcher::Event::Delete(_) => true,
+            WatchEvent::InitDone => !listed,
+            WatchEvent::Apply(lease) => is_released(&lease),
+            WatchEvent::Delete(_) => true,
         };
         if is_free {
             free.notify_one();

@@ -10,6 +10,7 @@ use std::time::Duration;
 use kube::Resource;
 use rudder_cache::Typed;
 use rudder_controller::{Controller, LeaderGate, Options, Reconciler};
+use rudder_core::backoff::Backoff;
 use rudder_core::{Shutdown, Synced};
 use rudder_handler::{EventHandler, MetaPredicate, MetaPredicates, Predicate, Source};
 use rudder_manager::rbac::{Permissions, Verb};
@@ -479,7 +480,7 @@ impl<R: Reconciler> Instance<R> {
 
     async fn supervise(self, shutdown: Shutdown) {
         let cluster = self.cluster.name().to_owned();
-        let mut backoff = Duration::from_secs(1);
+        let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
         loop {
             let error = match self.build() {
                 Ok(controller) => {
@@ -504,11 +505,12 @@ impl<R: Reconciler> Instance<R> {
             if shutdown.is_stopped() {
                 return;
             }
+            let wait = backoff.next_delay();
             tracing::warn!(
                 cluster = %cluster,
                 controller = %self.name,
                 error = %rudder_core::ErrorChain(&error),
-                retry_in_ms = backoff.as_millis() as u64,
+                retry_in_ms = wait.as_millis() as u64,
                 "a member cluster's controller ended; starting it again"
             );
             metrics::counter!(
@@ -518,10 +520,9 @@ impl<R: Reconciler> Instance<R> {
             )
             .increment(1);
             tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
+                () = tokio::time::sleep(wait) => {}
                 _ = shutdown.stopped() => return,
             }
-            backoff = (backoff * 2).min(Duration::from_secs(60));
         }
     }
 }

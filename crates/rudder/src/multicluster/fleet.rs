@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 use rudder_cache::{Cache, CacheBuilder};
 use rudder_client::layers::{self, ObserveLayer, host_of};
 use rudder_controller::{LeaderGate, ShardPermit};
+use rudder_core::backoff::Backoff;
 use rudder_core::sync::LockExt;
 use rudder_core::{BoxError, Shutdown, Synced};
 use rudder_handler::Request;
@@ -1018,7 +1019,7 @@ async fn hold(
 /// Runs `provider` until `shutdown`, again after a failure (1 s doubling to 60 s).
 async fn supervise(provider: Arc<dyn Provider>, announcer: Announcer, shutdown: Shutdown) {
     let name = provider.name();
-    let mut backoff = Duration::from_secs(1);
+    let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
     loop {
         match provider.run(announcer.clone(), shutdown.clone()).await {
             Ok(()) if shutdown.is_stopped() => return,
@@ -1033,10 +1034,9 @@ async fn supervise(provider: Arc<dyn Provider>, announcer: Announcer, shutdown: 
             }
         }
         tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
+            () = backoff.wait() => {}
             _ = shutdown.stopped() => return,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(60));
     }
 }
 

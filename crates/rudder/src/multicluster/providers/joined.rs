@@ -9,8 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject};
-use kube_runtime::WatchStreamExt;
-use kube_runtime::watcher::{self, Event};
+use rudder_cache::watch::{self as engine, Event};
 use rudder_core::{BoxError, Shutdown};
 
 use super::{config_from_yaml, fingerprint};
@@ -58,11 +57,9 @@ impl Joined {
                 Api::all(self.client.clone()),
             ),
         };
-        let mut objects =
-            std::pin::pin!(watcher::watcher(objects, watcher::Config::default()).default_backoff());
-        let secret_config = watcher::Config::default().labels(&self.secret_selector);
-        let mut secrets =
-            std::pin::pin!(watcher::watcher(secrets, secret_config).default_backoff());
+        let mut objects = std::pin::pin!(engine::watch(objects, engine::Config::default()));
+        let secret_config = engine::Config::default().labels(&self.secret_selector);
+        let mut secrets = std::pin::pin!(engine::watch(secrets, secret_config));
         let mut join = Join {
             spec: &self,
             clusters: &clusters,
@@ -137,7 +134,7 @@ enum Credentials {
 
 impl Join<'_> {
     /// Follows one event of the objects' watch.
-    async fn object_event(&mut self, event: Result<Event<DynamicObject>, watcher::Error>) {
+    async fn object_event(&mut self, event: Result<Event<DynamicObject>, engine::Error>) {
         match event {
             Ok(Event::Init) => self.listed_objects.clear(),
             Ok(Event::InitApply(object)) => {
@@ -165,7 +162,7 @@ impl Join<'_> {
                 }
             }
             Err(error) => {
-                // The watcher retries with its backoff; members stay as they are.
+                // The engine retries with its backoff; members stay as they are.
                 tracing::warn!(%error, provider = %self.provider, "watching {} failed (is the CRD installed, and may the operator list it?); retrying", self.spec.what);
                 crate::multicluster::metrics::provider_error(self.provider);
             }
@@ -173,7 +170,7 @@ impl Join<'_> {
     }
 
     /// Follows one event of the Secrets' watch.
-    async fn secret_event(&mut self, event: Result<Event<Secret>, watcher::Error>) {
+    async fn secret_event(&mut self, event: Result<Event<Secret>, engine::Error>) {
         match event {
             Ok(Event::Init) => self.listed_secrets.clear(),
             Ok(Event::InitApply(secret)) => {

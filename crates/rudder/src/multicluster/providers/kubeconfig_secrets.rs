@@ -7,8 +7,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube_runtime::WatchStreamExt;
-use kube_runtime::watcher::{self, Event};
+use rudder_cache::watch::{self as engine, Event};
 use rudder_core::{BoxError, Shutdown};
 use rudder_manager::rbac::{Permissions, RuleScope, Verb};
 
@@ -123,8 +122,8 @@ impl Provider for KubeconfigSecrets {
                 return Err("the kubeconfig Secrets provider has no client".into());
             };
             let api: Api<Secret> = Api::namespaced(client, &namespace);
-            let config = watcher::Config::default().labels(&selector);
-            let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+            let config = engine::Config::default().labels(&selector);
+            let mut events = std::pin::pin!(engine::watch(api, config));
             // Per Secret name: the fingerprint of the kubeconfig last seen, and whether it
             // was announced.
             let mut seen: HashMap<String, (u64, bool)> = HashMap::new();
@@ -170,7 +169,7 @@ impl Provider for KubeconfigSecrets {
                         }
                     }
                     Err(error) => {
-                        // The watcher retries with its backoff; clusters stay as they are.
+                        // The engine retries with its backoff; clusters stay as they are.
                         tracing::warn!(%error, provider = %provider, "watching kubeconfig Secrets failed; retrying");
                         crate::multicluster::metrics::provider_error(&provider);
                     }

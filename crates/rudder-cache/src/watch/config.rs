@@ -1,0 +1,113 @@
+//! [`Config`]: what one engine lists and watches, and how.
+
+use std::time::Duration;
+
+use rudder_core::backoff::Backoff;
+
+use super::strategy::{DEFAULT_INITIAL_EVENTS_BOUND, DEFAULT_STREAMING_RETRY, ListStrategy, Lists};
+
+/// The default of [`Config::silence_bound`] past the server's own watch timeout: the server
+/// sends a bookmark about every minute, so a healthy watch is never this silent.
+pub const SILENCE_MARGIN: Duration = Duration::from_secs(30);
+
+/// What one engine lists and watches, and how.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Config {
+    /// A label selector in the API server's syntax.
+    pub labels: Option<String>,
+    /// A field selector in the API server's syntax.
+    pub fields: Option<String>,
+    /// The server-side timeout of each watch request, in seconds (the server ends the watch
+    /// then, and the engine resumes it).
+    pub timeout: u32,
+    /// Objects per page of a paginated list.
+    pub page_size: u32,
+    /// How to list.
+    pub strategy: ListStrategy,
+    /// See [`ListStrategy::Streaming`].
+    pub initial_events_bound: Duration,
+    /// See [`ListStrategy::Streaming`].
+    pub streaming_retry: Duration,
+    /// How long a watch may send nothing at all before it is dropped and resumed.
+    pub silence_bound: Duration,
+    /// The waits after errors.
+    pub backoff: Backoff,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let timeout = 290;
+        Self {
+            labels: None,
+            fields: None,
+            timeout,
+            page_size: 500,
+            strategy: ListStrategy::default(),
+            initial_events_bound: DEFAULT_INITIAL_EVENTS_BOUND,
+            streaming_retry: DEFAULT_STREAMING_RETRY,
+            silence_bound: Duration::from_secs(timeout.into()) + SILENCE_MARGIN,
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Only objects whose labels match `selector`.
+    #[must_use]
+    pub fn labels(mut self, selector: &str) -> Self {
+        self.labels = Some(selector.to_owned());
+        self
+    }
+
+    /// Only objects whose fields match `selector`.
+    #[must_use]
+    pub fn fields(mut self, selector: &str) -> Self {
+        self.fields = Some(selector.to_owned());
+        self
+    }
+
+    /// How to list.
+    #[must_use]
+    pub fn strategy(mut self, strategy: ListStrategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    /// The server-side timeout of each watch request, in seconds; the silence bound
+    /// follows it.
+    #[must_use]
+    pub fn timeout(mut self, seconds: u32) -> Self {
+        self.timeout = seconds;
+        self.silence_bound = Duration::from_secs(seconds.into()) + SILENCE_MARGIN;
+        self
+    }
+
+    /// How long a watch may send nothing at all before it is dropped and resumed.
+    #[must_use]
+    pub fn silence_bound(mut self, bound: Duration) -> Self {
+        self.silence_bound = bound;
+        self
+    }
+
+    /// The waits after errors.
+    #[must_use]
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The selectors, page size and timeout of a kube-runtime watcher configuration (what
+    /// [`InformerBuilder::config`](crate::InformerBuilder::config) takes), with the list
+    /// options of `lists`.
+    pub(crate) fn of_watcher(config: &kube_runtime::watcher::Config, lists: &Lists) -> Self {
+        let mut out = Self::default().timeout(config.timeout.unwrap_or(290));
+        out.labels.clone_from(&config.label_selector);
+        out.fields.clone_from(&config.field_selector);
+        out.page_size = config.page_size.unwrap_or(500);
+        out.strategy = lists.strategy;
+        out.initial_events_bound = lists.initial_events_bound;
+        out.streaming_retry = lists.streaming_retry;
+        out
+    }
+}
