@@ -96,7 +96,7 @@ fn covers(scope: &Scope, namespace: Option<&str>) -> bool {
 /// A read from the cache of a type no declaration covers: the rendered RBAC does not grant
 /// the list and watch its informer needs, so in a cluster the API server would refuse it.
 /// Declare the type where it is read (the controller builder's `reads::<K>()`,
-/// `watches_kind`, or [`Permissions::informer`] given to `permissions`); retrying does not
+/// `watches_kind`, or [`Permissions::informer`](rudder_manifests::rbac::Permissions::informer) given to `permissions`); retrying does not
 /// help until it is declared.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(

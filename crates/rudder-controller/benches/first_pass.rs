@@ -64,7 +64,9 @@ fn main() {
             all: Arc::clone(&all),
             of: n,
         };
-        let c = Controller::builder("first-pass", reconciler).build().unwrap();
+        let c = Controller::builder("first-pass", reconciler)
+            .build()
+            .unwrap();
         let (events, source) = channel::<ConfigMap>(1024);
         c.watch(source, EnqueueObject, vec![]).unwrap();
         let stop = CancellationToken::new();

@@ -4,7 +4,7 @@
 //! JavaScript write (the extremes, subnormals, `-0.0`, and a fixed pseudo-random spread over
 //! every exponent and over `[0, 1)`, where a parser that is not correctly rounded is one unit
 //! in the last place off for about one in ten); [`integers`] the integers a double cannot
-//! hold (beyond 2^53) up to the 64-bit limits. [`array`] reads the number tokens of a JSON
+//! hold (beyond 2^53) up to the 64-bit limits. [`array()`] reads the number tokens of a JSON
 //! array from text, with no JSON library, and [`same_float`] compares two tokens with the
 //! standard library's correctly rounded parser: a test's oracle that is not the code it
 //! tests.
