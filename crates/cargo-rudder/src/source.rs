@@ -215,7 +215,8 @@ pub(crate) const DEPENDENCIES: &[Dependency] = &[
         name: "serde_json",
         version: "1",
         default_features: true,
-        features: &[],
+        // Floats read correctly rounded, as Rudder's own crates read them.
+        features: &["float_roundtrip"],
     },
     Dependency {
         name: "serde_yaml",

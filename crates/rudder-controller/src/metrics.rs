@@ -91,8 +91,9 @@ pub const WRITES_PENDING: &str = "rudder_controller_writes_pending";
 /// `rudder_controller_reconcile_triggers_total{controller,source,event}`: reconciles by what
 /// first queued their key since it last ran (its [`Cause`](rudder_core::Cause)): the watch
 /// (`for`, `owns`, `watches`, or a name the builder gave it) and the event (`create`,
-/// `update`, `delete`, `generic`, `initial`), or `requeue`/`requeue`, `retry`/`error`,
-/// `handoff`/`handoff`, `unknown`/`unknown` when nothing was recorded.
+/// `update`, `delete`, `generic`, `initial`), or `requeue`/`requeue`,
+/// `requeue`/`requeue_after`, `retry`/`error`, `retry`/`panic`, `handoff`/`handoff`, and
+/// `unknown`/`unknown` when nothing was recorded for the key.
 pub const RECONCILE_TRIGGERS_TOTAL: &str = "rudder_controller_reconcile_triggers_total";
 
 /// Buckets of `rudder_controller_write_wait_seconds`: from a loopback watch's milliseconds

@@ -68,6 +68,7 @@ impl Reconciler for Recording {
             }
             ("fails", 0) => Err(std::io::Error::other("the first try fails")),
             ("requeues", 0) => Ok(Action::requeue_after(Duration::from_millis(10))),
+            ("later", 0) => Ok(Action::requeue_after(Duration::from_secs(600))),
             _ => Ok(Action::done()),
         }
     }
@@ -188,12 +189,39 @@ async fn each_reconcile_is_told_what_queued_it() {
     assert_eq!(seen_of(&seen, "fails")[1].1, "retry/error");
     assert_eq!(seen_of(&seen, "requeues")[1].1, "requeue/requeue_after");
 
+    // An event for a key waiting out a long requeue runs it now, and the run is the event's.
+    objects
+        .send(Event::Create {
+            object: cm("later", "10"),
+            initial_list: false,
+        })
+        .await
+        .unwrap();
+    until("later ran once", || seen_of(&seen, "later").len() == 1).await;
+    objects
+        .send(Event::Update {
+            old: cm("later", "10"),
+            new: cm("later", "11"),
+        })
+        .await
+        .unwrap();
+    until("later ran again", || seen_of(&seen, "later").len() == 2).await;
+    assert_eq!(
+        seen_of(&seen, "later")[1],
+        (
+            2,
+            "for/update ConfigMap ns/later@11".to_owned(),
+            "requeue/requeue_after".to_owned()
+        )
+    );
+
     stop.cancel();
     task.await.unwrap().unwrap();
     let text = handle.render();
     for line in [
         r#"rudder_controller_reconcile_triggers_total{controller="causes",source="for",event="initial"} 1"#,
-        r#"rudder_controller_reconcile_triggers_total{controller="causes",source="for",event="create"} 3"#,
+        r#"rudder_controller_reconcile_triggers_total{controller="causes",source="for",event="create"} 4"#,
+        r#"rudder_controller_reconcile_triggers_total{controller="causes",source="for",event="update"} 1"#,
         r#"rudder_controller_reconcile_triggers_total{controller="causes",source="retry",event="error"} 1"#,
         r#"rudder_controller_reconcile_triggers_total{controller="causes",source="requeue",event="requeue_after"} 1"#,
     ] {

@@ -74,7 +74,12 @@ impl Backoff {
     /// Each wait is the previous one times `factor` (at least 1).
     #[must_use]
     pub fn factor(mut self, factor: f64) -> Self {
-        self.factor = factor.max(1.0);
+        // Not a number, or below 1: no growth; infinite: straight to the cap.
+        self.factor = if factor.is_nan() {
+            1.0
+        } else {
+            factor.max(1.0)
+        };
         self
     }
 
@@ -82,7 +87,12 @@ impl Backoff {
     /// off.
     #[must_use]
     pub fn jitter(mut self, jitter: f64) -> Self {
-        self.jitter = jitter.max(0.0);
+        // Not a finite number: none; above 1 000: 1 000 (the sum is capped below anyway).
+        self.jitter = if jitter.is_finite() {
+            jitter.clamp(0.0, 1_000.0)
+        } else {
+            0.0
+        };
         self
     }
 
@@ -104,8 +114,8 @@ impl Backoff {
         }
         self.last = Some(now);
         let base = self.next.min(self.cap);
-        self.next = base.mul_f64(self.factor).min(self.cap);
-        base + base.mul_f64(self.jitter * random_fraction())
+        self.next = scaled(base, self.factor).min(self.cap);
+        base.saturating_add(scaled(base, self.jitter * random_fraction()))
     }
 
     /// Waits [`next_delay`](Self::next_delay).
@@ -122,6 +132,12 @@ impl Backoff {
 
 /// A random fraction in `[0, 1)`, from std's randomly keyed hasher (no random-number crate
 /// for one number per retry).
+/// `d` times `by`, saturating at `Duration::MAX` (never a panic: `by` is finite and not
+/// negative here, or infinite for an infinite factor).
+fn scaled(d: Duration, by: f64) -> Duration {
+    Duration::try_from_secs_f64(d.as_secs_f64() * by).unwrap_or(Duration::MAX)
+}
+
 fn random_fraction() -> f64 {
     let random = RandomState::new().hash_one(Instant::now());
     // The top 53 bits as a fraction in [0, 1).
@@ -136,6 +152,30 @@ fn random_fraction() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn extreme_settings_never_panic_and_stay_capped() {
+        for (factor, jitter) in [
+            (f64::INFINITY, 1.0),
+            (f64::NAN, f64::NAN),
+            (2.0, f64::INFINITY),
+            (1e300, 1e300),
+        ] {
+            let cap = Duration::from_secs(30);
+            let mut backoff = Backoff::new(Duration::from_secs(1), cap)
+                .factor(factor)
+                .jitter(jitter);
+            for _ in 0..10 {
+                let delay = backoff.next_delay();
+                assert!(
+                    delay <= cap.saturating_mul(1_001),
+                    "{factor} {jitter}: {delay:?}"
+                );
+            }
+        }
+        let mut huge = Backoff::new(Duration::MAX, Duration::MAX);
+        assert_eq!(huge.next_delay(), Duration::MAX);
+    }
 
     const MS: Duration = Duration::from_millis(1);
 

@@ -13,7 +13,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use kube::Resource;
 
@@ -58,9 +58,10 @@ pub mod source {
     pub const REQUEUE: &str = "requeue";
     /// The reconcile failed (an error, a panic or its timeout) and is retried with backoff.
     pub const RETRY: &str = "retry";
-    /// A shard (or a fleet member) was handed to this replica, and its keys queued.
+    /// A shard was handed to this replica, and its keys queued.
     pub const HANDOFF: &str = "handoff";
-    /// Queued by code outside any watch (a handler called directly, a test).
+    /// The label counted when nothing was recorded for a key (queued by code outside any
+    /// watch: a handler called directly, a test).
     pub const UNKNOWN: &str = "unknown";
 }
 
@@ -71,6 +72,8 @@ pub struct Cause {
     event: &'static str,
     object: Option<Arc<dyn Trigger>>,
     at: SystemTime,
+    /// For an add that waits (a requeue after a delay, a retry): how long at least.
+    after: Option<Duration>,
 }
 
 impl Cause {
@@ -83,7 +86,29 @@ impl Cause {
             event,
             object: None,
             at: SystemTime::now(),
+            after: None,
         }
+    }
+
+    /// A cause of an add that makes the key ready only after `after` (a requeue after a
+    /// delay; `Duration::ZERO` when the delay is the rate limiter's, unknown here). An add
+    /// that makes the key ready at once takes its place as the run's first cause.
+    pub fn scheduled(source: Arc<str>, event: &'static str, after: Duration) -> Self {
+        Self {
+            after: Some(after),
+            ..Self::new(source, event)
+        }
+    }
+
+    /// Whether the add waits for a time of its own ([`scheduled`](Self::scheduled)).
+    pub fn is_scheduled(&self) -> bool {
+        self.after.is_some()
+    }
+
+    /// When the add made (or makes) the key ready: when it was recorded, plus the delay of
+    /// a scheduled add.
+    pub fn due(&self) -> SystemTime {
+        self.at + self.after.unwrap_or_default()
     }
 
     /// This cause, about `object`.
@@ -100,7 +125,8 @@ impl Cause {
     }
 
     /// The event (`create`, `update`, `delete`, `generic`, `initial`), or the reason for the
-    /// sources that are not watches (`requeue`, `error`, `handoff`).
+    /// sources that are not watches: `requeue` and `requeue_after` (source `requeue`),
+    /// `error` and `panic` (source `retry`), `handoff` (source `handoff`).
     pub fn event(&self) -> &'static str {
         self.event
     }
@@ -140,8 +166,9 @@ impl fmt::Display for Cause {
     }
 }
 
-/// The causes of one run of a key: the first add since it last ran, the last one if there
-/// were more, and how many there were.
+/// The causes of one run of a key: the add the run answers (the first that made the key
+/// ready: an add from a watch takes the place of a requeue or retry still waiting for its
+/// delay), the latest other add if there were more, and how many there were.
 #[derive(Clone, Debug)]
 pub struct Causes {
     first: Cause,
@@ -159,18 +186,26 @@ impl Causes {
         }
     }
 
-    /// Adds `cause`, merged into these (the first is kept, the last replaced).
+    /// Adds `cause`, merged into these: the first is kept, unless it waits for its time and
+    /// `cause` does not (the run is then `cause`'s); the last is replaced.
     pub fn merge(&mut self, cause: Cause) {
-        self.last = Some(cause);
         self.count = self.count.saturating_add(1);
+        if self.first.is_scheduled() && !cause.is_scheduled() {
+            let waiting = std::mem::replace(&mut self.first, cause);
+            if self.last.is_none() {
+                self.last = Some(waiting);
+            }
+            return;
+        }
+        self.last = Some(cause);
     }
 
-    /// The first add since the key last ran.
+    /// The add the run answers: the first since the key last ran that made it ready.
     pub fn first(&self) -> &Cause {
         &self.first
     }
 
-    /// The last add, if there was more than one.
+    /// The latest other add, if there was more than one.
     pub fn last(&self) -> Option<&Cause> {
         self.last.as_ref()
     }
@@ -190,7 +225,7 @@ impl Causes {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
+    use kube::core::ObjectMeta;
 
     #[test]
     fn merged_causes_keep_the_first_the_last_and_a_count() {
@@ -213,5 +248,28 @@ mod tests {
         assert_eq!(causes.count(), 1002);
         assert_eq!(causes.first().source(), "for");
         assert_eq!(causes.latest().to_string(), "owns/delete");
+    }
+
+    #[test]
+    fn an_add_ready_at_once_takes_the_place_of_a_scheduled_one() {
+        let later = Duration::from_secs(600);
+        let mut causes = Causes::new(Cause::scheduled(
+            source::REQUEUE.into(),
+            "requeue_after",
+            later,
+        ));
+        assert!(causes.first().due() >= causes.first().at() + later);
+        causes.merge(Cause::new("for".into(), "update"));
+        assert_eq!(causes.first().to_string(), "for/update");
+        assert_eq!(causes.last().unwrap().to_string(), "requeue/requeue_after");
+        assert_eq!(causes.count(), 2);
+        // A scheduled add does not displace one that is ready.
+        causes.merge(Cause::scheduled(
+            source::RETRY.into(),
+            "error",
+            Duration::ZERO,
+        ));
+        assert_eq!(causes.first().to_string(), "for/update");
+        assert_eq!(causes.last().unwrap().to_string(), "retry/error");
     }
 }

@@ -18,8 +18,9 @@
 //! assert!(read.iter().zip(&corpus).all(|(a, b)| same_float(a, b)));
 //! ```
 
-/// Doubles as their shortest decimal forms, valid JSON numbers: fixed cases first, then 512
-/// pseudo-random ones (the same on every run).
+/// Doubles as decimal text, valid JSON numbers (shortest forms but for a few written as
+/// people write them, `9007199254740993.0`): fixed cases first, then 512 pseudo-random ones
+/// (the same on every run).
 pub fn floats() -> Vec<String> {
     let mut corpus: Vec<String> = [
         // Found one unit in the last place off through a conversion webhook.

@@ -100,15 +100,28 @@ impl Profiler {
         tracing::info!(seconds, "taking a CPU profile");
         // The profile's length: the time to sample, not a wait for a condition.
         tokio::time::sleep(Duration::from_secs(seconds)).await;
-        let report = guard
-            .report()
-            .build()
-            .map_err(|error| ProfileError::Profiler(error.to_string()))?;
-        let profile = report
-            .pprof()
-            .map_err(|error| ProfileError::Profiler(error.to_string()))?;
-        drop(guard);
-        Ok(pprof::protos::Message::encode_to_vec(&profile))
+        // Resolving symbols and encoding can take a while on a large binary: off the
+        // runtime's workers. The task is joined here (its result awaited).
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "owned: awaited at once below; if the request is dropped first, the task still ends on its own when the encoding is done"
+        )]
+        let encoded = tokio::task::spawn_blocking(move || {
+            let report = guard
+                .report()
+                .build()
+                .map_err(|error| ProfileError::Profiler(error.to_string()))?;
+            let profile = report
+                .pprof()
+                .map_err(|error| ProfileError::Profiler(error.to_string()))?;
+            drop(guard);
+            Ok(pprof::protos::Message::encode_to_vec(&profile))
+        })
+        .await;
+        match encoded {
+            Ok(result) => result,
+            Err(error) => Err(ProfileError::Profiler(error.to_string())),
+        }
     }
 }
 

@@ -665,8 +665,13 @@ async fn update_unfinished_work<K>(shared: Weak<Shared<K>>, busy: Arc<Notify>) {
             busy.notified().await;
             continue;
         }
-        // Keys in flight: every period, until none is.
-        let mut tick = tokio::time::interval(UNFINISHED_WORK_UPDATE_PERIOD);
+        // Keys in flight: every period, until none is. The first round a period from now, so
+        // a key done before then costs no round (a queue that drains between keys wakes
+        // this task once per key, not three times).
+        let mut tick = tokio::time::interval_at(
+            Instant::now() + UNFINISHED_WORK_UPDATE_PERIOD,
+            UNFINISHED_WORK_UPDATE_PERIOD,
+        );
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;

@@ -55,7 +55,15 @@ pub(crate) struct Engine<K> {
     absent: Option<Backoff>,
     /// The wait before the next request.
     wait: Option<Duration>,
+    /// When the open watch was opened, and how many events (bookmarks too) it has sent: a
+    /// watch the server ends at once with nothing sent is not resumed at once (a server or
+    /// proxy closing every watch would otherwise be asked again as fast as it answers).
+    opened: Option<(Instant, u64)>,
 }
+
+/// A watch that ends sooner than this having sent nothing is waited on before it is
+/// resumed (client-go's reflector calls such a watch "very short").
+const SHORT_WATCH: Duration = Duration::from_secs(1);
 
 /// What a failure happened during, for the rules that depend on it.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -101,6 +109,7 @@ where
             synced: false,
             absent: None,
             wait: None,
+            opened: None,
         }
     }
 
@@ -195,6 +204,7 @@ where
         };
         match self.client.request_events::<K>(request).await {
             Ok(events) => {
+                self.opened = Some((Instant::now(), 0));
                 self.served();
                 if streaming_list {
                     self.pending.push_back(Event::Init);
@@ -242,7 +252,15 @@ where
                     self.initial = false;
                     self.version = None;
                     self.wait = Some(self.config.backoff.next_delay());
+                } else if let Some((at, 0)) = self.opened
+                    && at.elapsed() < SHORT_WATCH
+                {
+                    let wait = self.config.backoff.next_delay();
+                    tracing::debug!(resource = %self.resource, ?wait,
+                        "the watch ended at once with nothing sent; resuming it after a wait");
+                    self.wait = Some(wait);
                 }
+                self.opened = None;
                 Ok(())
             }
             Some(Ok(event)) => self.event(event),
@@ -268,6 +286,9 @@ where
 
     /// One watch event.
     fn event(&mut self, event: WatchEvent<K>) -> Result<(), Option<Error>> {
+        if let Some((_, events)) = &mut self.opened {
+            *events += 1;
+        }
         match event {
             WatchEvent::Added(object) | WatchEvent::Modified(object) => {
                 self.seen(&object);

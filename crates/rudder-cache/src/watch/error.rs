@@ -8,7 +8,8 @@ use crate::Refusal;
 /// engine itself handles what has one right answer: a `404` (the resource is not served, a
 /// state: [`Informer::resource_served`](crate::Informer::resource_served)), a `410 Gone` (relist), a streaming
 /// list refused with `400` or `422` (list in pages). After every error here it retries on
-/// its own, after a [`Backoff`](rudder_core::backoff::Backoff) wait; none ends the stream.
+/// its own, after a [`Backoff`](rudder_core::backoff::Backoff) wait (a [`Decode`](Self::Decode)
+/// error needs none: the watch goes on); none ends the stream.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

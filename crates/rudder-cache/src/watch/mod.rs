@@ -27,7 +27,9 @@
 //! - **Silence.** A watch that sends nothing, not even a bookmark, for
 //!   [`Config::silence_bound`] is taken for dead ([`Error::Silent`]) and resumed.
 //! - **Errors** are [`Error`]s, each followed by a [`Backoff`](rudder_core::backoff::Backoff) wait (client-go's reflector's
-//!   policy by default) before the engine tries again.
+//!   policy by default) before the engine tries again; but an object that does not decode
+//!   ([`Error::Decode`]) is reported and the watch goes on at once (an informer then
+//!   switches to lenient decoding).
 
 mod config;
 mod engine;
@@ -48,8 +50,8 @@ pub use event::{Event, INITIAL_EVENTS_END};
 pub(crate) use strategy::{ListMode, ListStrategy, Lists};
 
 /// The events of `api`'s objects as [`Config`] says: lists, then changes, for as long as the
-/// stream is polled. Errors are items, each followed by a backoff wait; the stream never ends
-/// on its own.
+/// stream is polled. Errors are items, each followed by a backoff wait (but for an object that
+/// does not decode, after which the watch goes on); the stream never ends on its own.
 ///
 /// ```no_run
 /// # async fn demo(client: kube::Client) {

@@ -155,7 +155,9 @@ async fn process<R: Reconciler>(
         Some(causes) => {
             let first = causes.first();
             inner.metrics().triggered(first.source(), first.event());
-            let waited = first.at().elapsed().unwrap_or_default();
+            // From when the run's cause made the key ready (a requeue's own delay is not a
+            // wait; a retry's backoff, which only the rate limiter knows, is).
+            let waited = first.due().elapsed().unwrap_or_default();
             tracing::info_span!(
                 "reconcile",
                 controller = %inner.name,
@@ -233,7 +235,13 @@ async fn process<R: Reconciler>(
                 std::panic::resume_unwind(panic);
             }
             tracing::error!(panic = %message, "reconcile panicked; retrying with backoff");
-            file(inner, &request, cause::source::RETRY, "panic");
+            file(
+                inner,
+                &request,
+                cause::source::RETRY,
+                "panic",
+                Duration::ZERO,
+            );
             inner.queue.add_rate_limited(request);
             Outcome::Error
         }
@@ -326,14 +334,27 @@ fn retry_unless_terminal<R>(
         inner.queue.forget(&request);
     } else {
         tracing::error!(error = %ErrorChain(error), "reconcile failed; retrying with backoff");
-        file(inner, &request, cause::source::RETRY, "error");
+        file(
+            inner,
+            &request,
+            cause::source::RETRY,
+            "error",
+            Duration::ZERO,
+        );
         inner.queue.add_rate_limited(request);
     }
     Outcome::Error
 }
 
-/// Files why the worker queues `request` again (`source` one of [`cause::source`]'s).
-fn file<R>(inner: &Inner<R>, request: &Request, source: &'static str, event: &'static str) {
+/// Files why the worker queues `request` again (`source` one of [`cause::source`]'s), to
+/// be ready after `after` at the earliest.
+fn file<R>(
+    inner: &Inner<R>,
+    request: &Request,
+    source: &'static str,
+    event: &'static str,
+    after: Duration,
+) {
     /// The worker's sources, made once.
     static SOURCES: std::sync::LazyLock<[Arc<str>; 2]> = std::sync::LazyLock::new(|| {
         [
@@ -346,7 +367,9 @@ fn file<R>(inner: &Inner<R>, request: &Request, source: &'static str, event: &'s
         cause::source::RETRY => Arc::clone(&SOURCES[1]),
         other => Arc::from(other),
     };
-    inner.causes.file(request, Cause::new(source, event));
+    inner
+        .causes
+        .file(request, Cause::scheduled(source, event, after));
 }
 
 /// Queues what a successful reconcile asked for.
@@ -358,14 +381,26 @@ fn requeue<R>(inner: &Inner<R>, request: Request, action: Action) -> Outcome {
             Outcome::Success
         }
         Next::Requeue => {
-            file(inner, &request, cause::source::REQUEUE, "requeue");
+            file(
+                inner,
+                &request,
+                cause::source::REQUEUE,
+                "requeue",
+                Duration::ZERO,
+            );
             let options = AddOptions::new().rate_limited().priority(priority);
             inner.queue.add_with(request, options);
             Outcome::Requeue
         }
         Next::RequeueAfter(delay) => {
             inner.queue.forget(&request);
-            file(inner, &request, cause::source::REQUEUE, "requeue_after");
+            file(
+                inner,
+                &request,
+                cause::source::REQUEUE,
+                "requeue_after",
+                delay,
+            );
             let options = AddOptions::new().after(delay).priority(priority);
             inner.queue.add_with(request, options);
             Outcome::RequeueAfter

@@ -1016,7 +1016,8 @@ async fn hold(
     drop(permit);
 }
 
-/// Runs `provider` until `shutdown`, again after a failure (1 s doubling to 60 s).
+/// Runs `provider` until `shutdown`, again after a failure (1 s doubling to 60 s, each wait
+/// jittered up to twice as long).
 async fn supervise(provider: Arc<dyn Provider>, announcer: Announcer, shutdown: Shutdown) {
     let name = provider.name();
     let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));

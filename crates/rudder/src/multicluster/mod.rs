@@ -78,7 +78,8 @@
 //! own keys: its informers retry with their backoff, its reconciles fail and back off in its
 //! own queue, its workers are its own. An instance that ends with an error (its cache did not
 //! sync within `Options::cache_sync_timeout`, for a cluster down when engaged) is started
-//! again after 1 s, doubling to 60 s, counted in `rudder_fleet_controller_restarts_total`.
+//! again after 1 s, doubling to 60 s (each wait jittered up to twice as long), counted in
+//! `rudder_fleet_controller_restarts_total`.
 //!
 //! **Readiness** never depends on a member: the manager's readiness probe reports the home
 //! cluster's controllers, webhooks and caches as before, and a member's failure is not one of

@@ -15,7 +15,8 @@ use tokio::sync::mpsc;
 /// name again with a new configuration (a rotated kubeconfig) replaces the cluster: the fleet
 /// disengages the old one and engages the new. A provider that returns an error is logged
 /// and counted (`rudder_fleet_provider_errors_total`) and run again after a backoff (1 s
-/// doubling to 60 s); the clusters it announced stay as they are meanwhile.
+/// doubling to 60 s, each wait jittered up to twice as long); the clusters it announced
+/// stay as they are meanwhile.
 ///
 /// The built-in providers: [`StaticClusters`](super::StaticClusters),
 /// [`KubeconfigDir`](super::KubeconfigDir),

@@ -40,8 +40,9 @@ const KUBECONFIG_SUFFIX: &str = "-kubeconfig";
 /// longer provisioned, or whose Secret is deleted is disengaged. A Secret without the key, or
 /// whose kubeconfig does not parse, is logged at warn and counted
 /// (`rudder_fleet_provider_errors_total`) once per version and changes nothing: a cluster
-/// engaged from an earlier valid version stays. A missing CRD is a watch error, logged,
-/// counted and retried with the watch's backoff.
+/// engaged from an earlier valid version stays. While the Cluster CRD is not served (the
+/// server answers 404), the watch sees no Clusters: the members it announced are withdrawn,
+/// and announced again once the CRD is served.
 ///
 /// Needs `get`, `list` and `watch` on Clusters and on Secrets in the namespace (or cluster
 /// wide), recorded on the manager when the fleet is built
