@@ -31,6 +31,9 @@ pub const SYNC_DURATION_SECONDS: &str = "rudder_cache_sync_duration_seconds";
 /// `rudder_cache_list_strategy{resource, strategy}`: 1 for the strategy (`streaming`,
 /// `paginated`) an informer lists with now, 0 for the other.
 pub const LIST_STRATEGY: &str = "rudder_cache_list_strategy";
+/// `rudder_cache_wire_format{resource, format}`: 1 for the wire format (`protobuf`, `json`)
+/// an informer lists and watches in now, 0 for the other.
+pub const WIRE_FORMAT: &str = "rudder_cache_wire_format";
 /// `rudder_cache_reader_started_informers_total{resource}`: cluster-wide informers that a
 /// cached read started because none was running (each also logged at `warn`).
 pub const READER_STARTED_INFORMERS_TOTAL: &str = "rudder_cache_reader_started_informers_total";
@@ -73,6 +76,11 @@ pub fn describe() {
     metrics::describe_gauge!(
         LIST_STRATEGY,
         "1 for the list strategy (streaming or paginated) an informer uses now, by resource."
+    );
+    metrics::describe_gauge!(
+        WIRE_FORMAT,
+        "1 for the wire format (protobuf or json) an informer lists and watches in now, by \
+         resource."
     );
     metrics::describe_counter!(
         PANICS_TOTAL,

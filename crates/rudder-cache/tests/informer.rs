@@ -321,6 +321,11 @@ async fn relist_after_expired_watch_emits_deletes_and_updates() {
         ]
     );
     assert_eq!(informer.stats().relists, 1);
+    // All of it in protobuf: the list, the watches, the 410 and the relist.
+    assert_eq!(
+        informer.stats().wire_format,
+        rudder_cache::WireFormat::Protobuf
+    );
     api.create(&PostParams::default(), &config_map("sentinel", &l))
         .await
         .unwrap();

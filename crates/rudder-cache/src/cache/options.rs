@@ -13,9 +13,9 @@ use tokio_util::task::TaskTracker;
 use super::Cache;
 use super::registry::{Inner, TypeKey};
 use super::scope::ByObject;
-use crate::ListStrategy;
 use crate::informer::DEFAULT_RESYNC;
 use crate::writes::WriteTracker;
+use crate::{ListStrategy, WireFormat};
 
 /// How long the reader waits for a new informer's first list by default.
 pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -32,6 +32,7 @@ impl Cache {
             fail_on_missing_informer: false,
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             list_strategy: ListStrategy::default(),
+            wire_format: WireFormat::default(),
             cluster: None,
         }
     }
@@ -46,6 +47,7 @@ pub struct CacheBuilder {
     pub(crate) fail_on_missing_informer: bool,
     pub(crate) sync_timeout: Duration,
     pub(crate) list_strategy: ListStrategy,
+    pub(crate) wire_format: WireFormat,
     pub(crate) cluster: Option<Arc<str>>,
 }
 
@@ -123,6 +125,14 @@ impl CacheBuilder {
         self
     }
 
+    /// How every informer of the cache encodes its lists and watches (see [`WireFormat`]):
+    /// protobuf for built-in types by default, [`WireFormat::Json`] for JSON everywhere.
+    #[must_use]
+    pub fn wire_format(mut self, wire: WireFormat) -> Self {
+        self.wire_format = wire;
+        self
+    }
+
     /// The member cluster this cache is of, for a process with a cache per cluster (the
     /// `rudder` facade's fleet sets it): its informers' metrics carry a `cluster` label, so
     /// the same resource in two clusters makes two series.
@@ -143,6 +153,7 @@ impl CacheBuilder {
                 fail_on_missing_informer: self.fail_on_missing_informer,
                 sync_timeout: self.sync_timeout,
                 list_strategy: self.list_strategy,
+                wire_format: self.wire_format,
                 cluster: self.cluster,
                 informers: Mutex::new(HashMap::new()),
                 scopes_set: Mutex::new(HashMap::new()),

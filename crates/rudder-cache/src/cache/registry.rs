@@ -95,6 +95,7 @@ pub(crate) struct Inner {
     pub(crate) fail_on_missing_informer: bool,
     pub(crate) sync_timeout: Duration,
     pub(crate) list_strategy: crate::ListStrategy,
+    pub(crate) wire_format: crate::WireFormat,
     /// The member cluster the cache is of (`CacheBuilder::cluster`), for its metrics.
     pub(crate) cluster: Option<Arc<str>>,
     pub(crate) informers: Mutex<HashMap<InformerKey, Slot>>,
@@ -197,6 +198,7 @@ impl Inner {
         let informer = builder(scope.namespace.as_deref())
             .config(scope.watcher_config())
             .list_strategy(self.list_strategy)
+            .wire_format(self.wire_format)
             .transform_opt(transform)
             .resync(self.resync)
             .with_token(token.clone())

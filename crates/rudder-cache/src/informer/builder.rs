@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use super::watch_task::start_on;
 use super::{Informer, footprint};
+use crate::WireFormat;
 use crate::lenient::Lenient;
 use crate::transform::{Transform, strip_managed_fields};
 use crate::watch::{self, Event, ListMode, ListStrategy, Lists};
@@ -29,6 +30,7 @@ pub struct InformerBuilder<K> {
     lenient: Option<Api<Lenient<K>>>,
     config: watcher::Config,
     lists: Lists,
+    wire: WireFormat,
     transform: Option<Transform<K>>,
     resync: Option<Duration>,
     token: CancellationToken,
@@ -56,6 +58,17 @@ where
     #[must_use]
     pub fn list_strategy(mut self, strategy: ListStrategy) -> Self {
         self.lists.strategy = strategy;
+        self
+    }
+
+    /// How the informer's lists and watches are encoded: [`WireFormat::Protobuf`] (the
+    /// default) asks for protobuf for a built-in type and decodes it straight into its
+    /// k8s-openapi type (custom resources and other types stay JSON);
+    /// [`WireFormat::Json`] asks for JSON for every type. The format in use is in
+    /// [`InformerStats::wire_format`](crate::InformerStats::wire_format).
+    #[must_use]
+    pub fn wire_format(mut self, wire: WireFormat) -> Self {
+        self.wire = wire;
         self
     }
 
@@ -153,7 +166,7 @@ where
             .writes
             .map(|tracker| Tracked::new(tracker, self.api.resource_url()));
         let mode = Arc::new(ListMode::default());
-        let config = watch::Config::of_watcher(&self.config, &self.lists);
+        let config = watch::Config::of_watcher(&self.config, &self.lists).wire(self.wire);
         let strict = watch::watch_with(
             self.api,
             config.clone(),
@@ -224,6 +237,7 @@ where
             lenient: None,
             config: watcher::Config::default(),
             lists: Lists::default(),
+            wire: WireFormat::default(),
             transform: Some(Arc::new(strip_managed_fields::<K>)),
             resync: None,
             token: CancellationToken::new(),

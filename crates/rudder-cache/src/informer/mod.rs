@@ -17,9 +17,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
-use crate::ListStrategy;
 use crate::error::SyncError;
 use crate::store::{ObjectKey, Store};
+use crate::{ListStrategy, WireFormat};
 
 mod builder;
 mod footprint;
@@ -77,6 +77,11 @@ pub struct InformerStats {
     pub bytes_held: u64,
     /// How long the informer took from its start to its first sync; `None` before it.
     pub sync_duration: Option<Duration>,
+    /// The wire format the informer lists and watches in now: [`WireFormat::Protobuf`] for a
+    /// built-in type (unless the informer or its cache asked for JSON), until an object of
+    /// it does not decode (the informer then lists again in JSON, decoding each object on
+    /// its own) or the server answers JSON; [`WireFormat::Json`] for every other type.
+    pub wire_format: WireFormat,
 }
 
 /// One watch feeding one [`Store`], shared by every handler registered on it.
@@ -239,6 +244,7 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
         let s = &self.shared.stats;
         InformerStats {
             streaming_fallbacks: self.shared.lists.fallbacks(),
+            wire_format: self.shared.lists.wire(),
             bytes_held: self.shared.footprint.bytes(),
             sync_duration: self.shared.footprint.sync_duration(),
             malformed_objects: s.malformed.load(Ordering::Relaxed),

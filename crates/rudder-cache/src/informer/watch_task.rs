@@ -638,6 +638,14 @@ fn publish_gauges<K: Resource + Send + Sync + 'static>(shared: &Shared<K>) {
         )
         .set(if strategy == current { 1.0 } else { 0.0 });
     }
+    let wire = shared.lists.wire();
+    for format in [crate::WireFormat::Protobuf, crate::WireFormat::Json] {
+        metrics::gauge!(
+            crate::metrics::WIRE_FORMAT,
+            with_label(&labels, "format", format.as_str())
+        )
+        .set(if format == wire { 1.0 } else { 0.0 });
+    }
 }
 
 #[cfg(feature = "metrics")]
@@ -654,6 +662,13 @@ fn forget_gauges<K>(shared: &Shared<K>) {
         metrics::gauge!(
             crate::metrics::LIST_STRATEGY,
             with_label(&labels, "strategy", strategy.as_str())
+        )
+        .set(0.0);
+    }
+    for format in [crate::WireFormat::Protobuf, crate::WireFormat::Json] {
+        metrics::gauge!(
+            crate::metrics::WIRE_FORMAT,
+            with_label(&labels, "format", format.as_str())
         )
         .set(0.0);
     }

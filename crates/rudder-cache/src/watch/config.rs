@@ -5,6 +5,7 @@ use std::time::Duration;
 use rudder_core::backoff::Backoff;
 
 use super::strategy::{DEFAULT_INITIAL_EVENTS_BOUND, DEFAULT_STREAMING_RETRY, ListStrategy, Lists};
+use super::wire::WireFormat;
 
 /// The default of [`Config::silence_bound`] past the server's own watch timeout: the server
 /// sends a bookmark about every minute, so a healthy watch is never this silent.
@@ -33,6 +34,8 @@ pub struct Config {
     pub silence_bound: Duration,
     /// The waits after errors.
     pub backoff: Backoff,
+    /// How lists and watches are encoded: protobuf for built-in types by default.
+    pub wire: WireFormat,
 }
 
 impl Default for Config {
@@ -48,6 +51,7 @@ impl Default for Config {
             streaming_retry: DEFAULT_STREAMING_RETRY,
             silence_bound: Duration::from_secs(timeout.into()) + SILENCE_MARGIN,
             backoff: Backoff::default(),
+            wire: WireFormat::default(),
         }
     }
 }
@@ -94,6 +98,14 @@ impl Config {
     #[must_use]
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// How lists and watches are encoded ([`WireFormat::Protobuf`] by default: protobuf
+    /// for the types that have it, JSON for the rest).
+    #[must_use]
+    pub fn wire(mut self, wire: WireFormat) -> Self {
+        self.wire = wire;
         self
     }
 

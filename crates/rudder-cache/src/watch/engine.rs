@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::stream::BoxStream;
 
 use kube::core::WatchEvent;
 use kube::{Api, Client, Resource};
@@ -20,8 +19,7 @@ use super::error::Error;
 use super::event::{Event, INITIAL_EVENTS_END};
 use super::request;
 use super::strategy::{ListMode, ListStrategy};
-
-type Events<K> = BoxStream<'static, kube::Result<WatchEvent<K>>>;
+use super::wire::{self, Answer, Decoder, Events, Failure, Page, WireFormat};
 
 /// The first wait before asking again for a resource the server does not serve.
 const ABSENT_BACKOFF_MIN: Duration = Duration::from_millis(500);
@@ -41,6 +39,8 @@ pub(crate) struct Engine<K> {
     /// The last resourceVersion seen, where a dropped watch resumes; `None` when a list is
     /// needed (the first, after `410 Gone`, or after a list that did not end).
     version: Option<String>,
+    /// The type's protobuf decoder while the engine asks for protobuf; `None` in JSON.
+    protobuf: Option<Decoder<K>>,
     /// The open watch.
     events: Option<Events<K>>,
     /// Whether the open watch is a streaming list still sending its initial events.
@@ -92,6 +92,11 @@ where
             ListStrategy::Paginated
         };
         mode.set(current);
+        let protobuf = match config.wire {
+            WireFormat::Protobuf if !K::metadata_api() => rudder_protobuf::decoder::<K>(),
+            _ => None,
+        };
+        mode.protobuf.store(protobuf.is_some(), Ordering::Release);
         let client = api.clone().into_client();
         Self {
             api,
@@ -102,6 +107,7 @@ where
             current,
             fell_back_at: None,
             version: None,
+            protobuf,
             events: None,
             initial: false,
             paging: None,
@@ -153,9 +159,28 @@ where
         let begun = self.paging.is_some();
         let token = self.paging.take().flatten();
         let params = request::list_page(&self.config, token);
-        let page = match self.api.list(&params).await {
+        let page = match self.protobuf {
+            Some(decode) => {
+                match wire::list(&self.client, self.api.resource_url(), &params, decode).await {
+                    Ok(Answer::Protobuf(page)) => Ok(page),
+                    Ok(Answer::Json(page)) => {
+                        self.answered_json();
+                        page.ok_or(Failure::Decode("an empty answer".into()))
+                    }
+                    Err(failure) => Err(failure),
+                }
+            }
+            None => self
+                .api
+                .list(&params)
+                .await
+                .map(Page::from)
+                .map_err(Failure::of_kube),
+        };
+        let page = match page {
             Ok(page) => page,
-            Err(error) => return Err(self.failed(error, During::List)),
+            Err(Failure::Kube(error)) => return Err(self.failed(error, During::List)),
+            Err(Failure::Decode(error)) => return Err(self.undecodable_page(error)),
         };
         self.served();
         if !begun {
@@ -163,11 +188,11 @@ where
         }
         self.pending
             .extend(page.items.into_iter().map(Event::InitApply));
-        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+        match page.continue_.filter(|token| !token.is_empty()) {
             Some(token) => self.paging = Some(Some(token)),
             None => {
                 self.paging = None;
-                let Some(version) = page.metadata.resource_version.filter(|v| !v.is_empty()) else {
+                let Some(version) = page.resource_version.filter(|v| !v.is_empty()) else {
                     // The list did not end: the next one begins with an `Init` of its own.
                     self.pending.clear();
                     self.wait = Some(self.config.backoff.next_delay());
@@ -202,7 +227,23 @@ where
                 ))));
             }
         };
-        match self.client.request_events::<K>(request).await {
+        let opened = match self.protobuf {
+            Some(decode) => match wire::watch(&self.client, request, decode).await {
+                Ok(Answer::Protobuf(events)) => Ok(events),
+                Ok(Answer::Json(_)) => {
+                    // Asked again at once, in JSON.
+                    self.answered_json();
+                    return Ok(());
+                }
+                Err(error) => Err(error),
+            },
+            None => self
+                .client
+                .request_events::<K>(request)
+                .await
+                .map(|events| events.map(|item| item.map_err(Failure::of_kube)).boxed()),
+        };
+        match opened {
             Ok(events) => {
                 self.opened = Some((Instant::now(), 0));
                 self.served();
@@ -210,11 +251,31 @@ where
                     self.pending.push_back(Event::Init);
                     self.initial = true;
                 }
-                self.events = Some(events.boxed());
+                self.events = Some(events);
                 Ok(())
             }
             Err(error) => Err(self.failed(error, during)),
         }
+    }
+
+    /// The server answered JSON to a request for protobuf: it has no protobuf for the type
+    /// (an aggregated API server may not). JSON from now on, said once.
+    fn answered_json(&mut self) {
+        tracing::info!(resource = %self.resource,
+            "the server answers JSON when asked for protobuf; using JSON for this resource");
+        self.protobuf = None;
+        self.mode.protobuf.store(false, Ordering::Release);
+    }
+
+    /// A list page with an object that does not decode: reported (an informer then lists
+    /// again decoding each object on its own), after a backoff wait, the list begun again.
+    fn undecodable_page(&mut self, error: wire::BoxError) -> Option<Error> {
+        self.events = None;
+        self.initial = false;
+        self.paging = None;
+        self.version = None;
+        self.wait = Some(self.config.backoff.next_delay());
+        Some(Error::Decode(error))
     }
 
     /// Reads the open watch's next event, within the bound on silence.
@@ -264,21 +325,14 @@ where
                 Ok(())
             }
             Some(Ok(event)) => self.event(event),
-            Some(Err(error)) => {
+            // An object that did not decode: reported, and the watch goes on.
+            Some(Err(Failure::Decode(error))) => Err(Some(Error::Decode(error))),
+            Some(Err(Failure::Kube(error))) => {
                 let during = if self.initial {
                     During::StreamingList
                 } else {
                     During::Watch
                 };
-                let decode = match &error {
-                    kube::Error::SerdeError(_) => true,
-                    kube::Error::Api(status) => status.code == 0,
-                    _ => false,
-                };
-                if decode {
-                    // An object that did not decode: reported, and the watch goes on.
-                    return Err(Some(Error::of_kube(error)));
-                }
                 Err(self.failed(error, during))
             }
         }

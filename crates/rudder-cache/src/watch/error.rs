@@ -20,7 +20,7 @@ pub enum Error {
     /// An object did not decode into the Rust type (a strict decode; a lenient one skips
     /// such objects instead). Retrying the same list does not help.
     #[error("an object does not decode")]
-    Decode(#[source] kube::Error),
+    Decode(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The server answered with an error status the engine has no rule for (a `500`, a
     /// `429` past the client's retries, ...). Retrying may help.
     #[error("the server answered {code} {reason}: {message}")]
@@ -67,8 +67,8 @@ impl Error {
     /// real status from the server never has: both are objects that did not decode.
     pub(crate) fn of_kube(error: kube::Error) -> Self {
         match error {
-            kube::Error::SerdeError(_) => Self::Decode(error),
-            kube::Error::Api(ref status) if status.code == 0 => Self::Decode(error),
+            kube::Error::SerdeError(_) => Self::Decode(Box::new(error)),
+            kube::Error::Api(ref status) if status.code == 0 => Self::Decode(Box::new(error)),
             kube::Error::Api(status) => match Refusal::of_status(&status) {
                 Some(refusal) => Self::Refused(refusal),
                 None => Self::Api {

@@ -26,6 +26,11 @@
 //!   resource), waits (500 ms doubling to 10 s) and asks again.
 //! - **Silence.** A watch that sends nothing, not even a bookmark, for
 //!   [`Config::silence_bound`] is taken for dead ([`Error::Silent`]) and resumed.
+//! - **Protobuf.** A built-in type (one `rudder-protobuf` has a generated decoder for) is
+//!   listed and watched in protobuf, as client-go and controller-runtime do, and decoded
+//!   straight into its k8s-openapi type; custom resources, dynamic objects and
+//!   metadata-only watches in JSON ([`WireFormat`](crate::WireFormat), [`Config::wire`]). A server that
+//!   answers JSON when asked for protobuf is read in JSON from then on.
 //! - **Errors** are [`Error`]s, each followed by a [`Backoff`](rudder_core::backoff::Backoff) wait (client-go's reflector's
 //!   policy by default) before the engine tries again; but an object that does not decode
 //!   ([`Error::Decode`]) is reported and the watch goes on at once (an informer then
@@ -37,6 +42,7 @@ mod error;
 mod event;
 mod request;
 pub(crate) mod strategy;
+pub(crate) mod wire;
 
 use std::sync::Arc;
 

@@ -1,6 +1,7 @@
 //! How the engine lists: streaming lists (a watch with `sendInitialEvents=true`) first, and
 //! paginated lists when the server refuses them, remembered per informer and retried later.
 
+use super::wire::WireFormat;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -51,6 +52,8 @@ pub(crate) struct ListMode {
     /// Set while the server answers 404 for the resource (its CRD not installed yet, or
     /// deleted).
     pub(crate) not_served: AtomicBool,
+    /// Set while the engine lists and watches in protobuf.
+    pub(crate) protobuf: AtomicBool,
 }
 
 impl ListMode {
@@ -69,6 +72,15 @@ impl ListMode {
     /// Whether the server serves the resource, as far as the last answer said.
     pub(crate) fn served(&self) -> bool {
         !self.not_served.load(Ordering::Acquire)
+    }
+
+    /// The wire format the engine reads now.
+    pub(crate) fn wire(&self) -> WireFormat {
+        if self.protobuf.load(Ordering::Acquire) {
+            WireFormat::Protobuf
+        } else {
+            WireFormat::Json
+        }
     }
 
     pub(crate) fn set(&self, strategy: ListStrategy) {

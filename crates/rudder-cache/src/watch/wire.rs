@@ -1,0 +1,398 @@
+//! The wire: what the engine's requests accept and how their answers are read.
+//!
+//! A type that `rudder-protobuf` has a generated decoder for (the built-in types of
+//! k8s-openapi) is asked for in protobuf (`application/vnd.kubernetes.protobuf`, JSON
+//! accepted as well): a list answer is one `runtime.Unknown` envelope holding the `XxxList`
+//! message, a watch answer a stream of frames, each a 4-byte big-endian length and a
+//! `WatchEvent` message whose object is an envelope of its own. Everything else (custom
+//! resources, dynamic objects, metadata-only watches, lenient decoding) goes as JSON through
+//! kube-client, as does a type whose server answers JSON when asked for protobuf.
+
+use std::io;
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use http::header::{ACCEPT, ACCEPT_ENCODING, CONTENT_TYPE};
+use http_body_util::BodyExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+use kube::Resource;
+use kube::client::Body;
+use kube::core::watch::{Bookmark, BookmarkMeta};
+use kube::core::{ObjectList, Status, TypeMeta, WatchEvent};
+use serde::de::DeserializeOwned;
+
+/// How an engine's lists and watches are encoded on the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WireFormat {
+    /// Protobuf for every type Rudder has a generated decoder for (k8s-openapi's built-in
+    /// types, as the API server serves them in protobuf), JSON for every other type (custom
+    /// resources, dynamic objects, metadata-only watches). The default, as in client-go and
+    /// controller-runtime.
+    #[default]
+    Protobuf,
+    /// JSON for every type.
+    Json,
+}
+
+impl WireFormat {
+    /// The name used in logs and metrics: `protobuf` or `json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Protobuf => "protobuf",
+            Self::Json => "json",
+        }
+    }
+}
+
+/// A generated decoder of one type's protobuf message.
+pub(crate) type Decoder<K> = fn(&[u8]) -> Result<K, rudder_protobuf::DecodeError>;
+
+/// A boxed error, for objects that do not decode.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the engine asks for in protobuf: protobuf first, JSON if the server has no protobuf
+/// for the type (an aggregated API server may not).
+const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
+
+/// The longest watch frame read: a length past it is garbage (an object in etcd is at most
+/// a few MiB), and is not allocated for.
+const MAX_FRAME: usize = 64 << 20;
+
+/// Why an event could not be read: the request's failure (handled by the engine's rules),
+/// or an object that did not decode (reported; the watch goes on).
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Kube(kube::Error),
+    Decode(BoxError),
+}
+
+impl Failure {
+    /// kube-client's error, classified: a watch line that is not a `WatchEvent<K>` comes as
+    /// a `SerdeError` or, when it parses as a `Status` (every field of which is optional), as
+    /// an API error with code 0, which a real status never has.
+    pub(crate) fn of_kube(error: kube::Error) -> Self {
+        match error {
+            kube::Error::SerdeError(_) => Self::Decode(Box::new(error)),
+            kube::Error::Api(ref status) if status.code == 0 => Self::Decode(Box::new(error)),
+            other => Self::Kube(other),
+        }
+    }
+}
+
+/// A watch's events as the engine reads them.
+pub(crate) type Events<K> = BoxStream<'static, Result<WatchEvent<K>, Failure>>;
+
+/// An answer read in protobuf, or the news that the server answered JSON.
+pub(crate) enum Answer<T> {
+    Protobuf(T),
+    /// The server answered JSON (it has no protobuf for the type); for a list, the page
+    /// decoded from it.
+    Json(Option<T>),
+}
+
+/// One page of a list.
+pub(crate) struct Page<K> {
+    pub(crate) items: Vec<K>,
+    pub(crate) resource_version: Option<String>,
+    pub(crate) continue_: Option<String>,
+}
+
+impl<K: Clone> From<ObjectList<K>> for Page<K> {
+    fn from(list: ObjectList<K>) -> Self {
+        Self {
+            items: list.items,
+            resource_version: list.metadata.resource_version,
+            continue_: list.metadata.continue_,
+        }
+    }
+}
+
+fn is_json(response: &http::Response<Body>) -> bool {
+    response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.trim_start().starts_with("application/json"))
+}
+
+/// Opens a watch asking for protobuf.
+pub(crate) async fn watch<K>(
+    client: &kube::Client,
+    mut request: http::Request<Vec<u8>>,
+    decode: Decoder<K>,
+) -> Result<Answer<Events<K>>, kube::Error>
+where
+    K: Resource + Send + 'static,
+{
+    let headers = request.headers_mut();
+    headers.insert(ACCEPT, http::HeaderValue::from_static(ACCEPT_PROTOBUF));
+    // As kube-client does for its watches: the API server gzips a watch one member per
+    // event, which the client's decompression does not read.
+    headers.insert(ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+    let response = checked(client.send(request.map(Body::from)).await?).await?;
+    if is_json(&response) {
+        return Ok(Answer::Json(None));
+    }
+    let frames = frames(response.into_body());
+    let events = frames.map(move |frame| match frame {
+        Ok(frame) => event(&frame, decode),
+        Err(error) => Err(Failure::Kube(kube::Error::ReadEvents(error))),
+    });
+    Ok(Answer::Protobuf(events.boxed()))
+}
+
+/// Reads a page of a list asking for protobuf.
+pub(crate) async fn list<K>(
+    client: &kube::Client,
+    url: &str,
+    params: &kube::api::ListParams,
+    decode: Decoder<K>,
+) -> Result<Answer<Page<K>>, Failure>
+where
+    K: Clone + DeserializeOwned,
+{
+    let mut request = kube::core::Request::new(url)
+        .list(params)
+        .map_err(|error| Failure::Kube(kube::Error::BuildRequest(error)))?;
+    request
+        .headers_mut()
+        .insert(ACCEPT, http::HeaderValue::from_static(ACCEPT_PROTOBUF));
+    let response = client
+        .send(request.map(Body::from))
+        .await
+        .map_err(Failure::Kube)?;
+    let response = checked(response).await.map_err(Failure::Kube)?;
+    let json = is_json(&response);
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(Failure::Kube)?
+        .to_bytes();
+    if json {
+        let list: ObjectList<K> = serde_json::from_slice(&body)
+            .map_err(|error| Failure::Decode(Box::new(kube::Error::SerdeError(error))))?;
+        return Ok(Answer::Json(Some(list.into())));
+    }
+    let envelope = rudder_protobuf::unknown(&body).map_err(decode_failure)?;
+    let list = rudder_protobuf::list(envelope.raw, decode).map_err(decode_failure)?;
+    let mut items = Vec::with_capacity(list.items.len());
+    for item in list.items {
+        items.push(item.map_err(decode_failure)?);
+    }
+    Ok(Answer::Protobuf(Page {
+        items,
+        resource_version: list.resource_version,
+        continue_: list.continue_,
+    }))
+}
+
+fn decode_failure(error: rudder_protobuf::DecodeError) -> Failure {
+    Failure::Decode(Box::new(error))
+}
+
+/// `response` if it is a success; its `Status` as an error if not (read in protobuf or JSON,
+/// as the server sent it).
+async fn checked(response: http::Response<Body>) -> Result<http::Response<Body>, kube::Error> {
+    let code = response.status();
+    if !(code.is_client_error() || code.is_server_error()) {
+        return Ok(response);
+    }
+    let json = is_json(&response);
+    let body = response.into_body().collect().await?.to_bytes();
+    let mut status = if json {
+        serde_json::from_slice::<Status>(&body).ok()
+    } else {
+        status_of_protobuf(&body)
+    }
+    .unwrap_or_else(|| {
+        let text = String::from_utf8_lossy(&body);
+        Status::failure(text.trim(), "Failed to parse error data")
+    });
+    if status.code == 0 {
+        status.code = code.as_u16();
+    }
+    Err(kube::Error::Api(status.boxed()))
+}
+
+/// A `Status` message in its envelope, as kube-client's type (the two share the JSON form).
+fn status_of_protobuf(bytes: &[u8]) -> Option<Status> {
+    let envelope = rudder_protobuf::unknown(bytes).ok()?;
+    let status: meta::Status = rudder_protobuf::decode(envelope.raw).ok()?;
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|value| serde_json::from_value(value).ok())
+}
+
+/// One watch frame's event.
+fn event<K: Resource>(frame: &[u8], decode: Decoder<K>) -> Result<WatchEvent<K>, Failure> {
+    let watch_event = rudder_protobuf::watch_event(frame).map_err(decode_failure)?;
+    let envelope = rudder_protobuf::unknown(watch_event.object).map_err(decode_failure)?;
+    let object = || decode(envelope.raw).map_err(decode_failure);
+    Ok(match watch_event.type_ {
+        "ADDED" => WatchEvent::Added(object()?),
+        "MODIFIED" => WatchEvent::Modified(object()?),
+        "DELETED" => WatchEvent::Deleted(object()?),
+        "BOOKMARK" => {
+            let object = object()?;
+            let meta = object.meta();
+            WatchEvent::Bookmark(Bookmark {
+                types: TypeMeta {
+                    api_version: envelope.api_version.to_owned(),
+                    kind: envelope.kind.to_owned(),
+                },
+                metadata: BookmarkMeta {
+                    resource_version: meta.resource_version.clone().unwrap_or_default(),
+                    annotations: meta.annotations.clone().unwrap_or_default(),
+                },
+            })
+        }
+        "ERROR" => {
+            let status: meta::Status =
+                rudder_protobuf::decode(envelope.raw).map_err(decode_failure)?;
+            let status: Status = serde_json::to_value(status)
+                .and_then(serde_json::from_value)
+                .map_err(|error| Failure::Decode(Box::new(error)))?;
+            WatchEvent::Error(status.boxed())
+        }
+        other => {
+            return Err(Failure::Decode(
+                format!("a watch event of unknown type {other:?}").into(),
+            ));
+        }
+    })
+}
+
+/// The frames of a protobuf watch body: each a 4-byte big-endian length and that many
+/// bytes. The stream ends with the body (a partial frame at its end is dropped: the watch
+/// is resumed from the last event read); a body cut off mid-chunk (an unexpected EOF) ends
+/// it too, as kube-client's JSON watches do.
+fn frames(body: Body) -> impl Stream<Item = Result<Bytes, io::Error>> + Send {
+    let reader = FrameReader {
+        body: body.into_data_stream(),
+        buffer: BytesMut::new(),
+    };
+    futures::stream::unfold(Some(reader), |reader| async move {
+        let mut reader = reader?;
+        match reader.next().await {
+            Some(Ok(frame)) => Some((Ok(frame), Some(reader))),
+            Some(Err(error)) => Some((Err(error), None)),
+            None => None,
+        }
+    })
+}
+
+struct FrameReader {
+    body: http_body_util::BodyDataStream<Body>,
+    buffer: BytesMut,
+}
+
+impl FrameReader {
+    async fn next(&mut self) -> Option<Result<Bytes, io::Error>> {
+        loop {
+            match split_frame(&mut self.buffer) {
+                Ok(Some(frame)) => return Some(Ok(frame)),
+                Ok(None) => {}
+                Err(error) => return Some(Err(error)),
+            }
+            match self.body.next().await? {
+                Ok(chunk) => self.buffer.extend_from_slice(&chunk),
+                Err(error) => {
+                    if is_unexpected_eof(&error) {
+                        tracing::debug!(%error, "a protobuf watch ended mid-stream; resuming it");
+                        return None;
+                    }
+                    return Some(Err(io::Error::other(error)));
+                }
+            }
+        }
+    }
+}
+
+/// The next whole frame at the start of `buffer`, if it holds one.
+fn split_frame(buffer: &mut BytesMut) -> Result<Option<Bytes>, io::Error> {
+    let Some(prefix) = buffer.get(..4) else {
+        return Ok(None);
+    };
+    let length = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+    if length > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a watch frame of {length} bytes, more than the {MAX_FRAME} allowed"),
+        ));
+    }
+    if buffer.len() < 4 + length {
+        buffer.reserve(4 + length - buffer.len());
+        return Ok(None);
+    }
+    buffer.advance(4);
+    Ok(Some(buffer.split_to(length).freeze()))
+}
+
+/// Whether a body error is the connection's end mid-stream (a TLS stack's nested
+/// `UnexpectedEof`, or hyper's chunk decoder's), which ends a watch to be resumed.
+fn is_unexpected_eof(error: &kube::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
+        if let Some(io) = current.downcast_ref::<io::Error>()
+            && io.kind() == io::ErrorKind::UnexpectedEof
+        {
+            return true;
+        }
+        if current.to_string().contains("unexpected EOF during chunk") {
+            return true;
+        }
+        source = current.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn frames_are_split_whole_whatever_the_chunks() {
+        let mut wire = Vec::new();
+        for payload in [&b"abc"[..], b"", b"0123456789"] {
+            wire.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_be_bytes());
+            wire.extend_from_slice(payload);
+        }
+        for chunk in 1..wire.len() {
+            let mut buffer = BytesMut::new();
+            let mut out = Vec::new();
+            for piece in wire.chunks(chunk) {
+                buffer.extend_from_slice(piece);
+                while let Some(frame) = split_frame(&mut buffer).unwrap() {
+                    out.push(frame);
+                }
+            }
+            assert_eq!(out, [&b"abc"[..], b"", b"0123456789"], "chunks of {chunk}");
+            assert!(buffer.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_frame_longer_than_allowed_is_an_error_not_an_allocation() {
+        let mut buffer = BytesMut::from(&u32::MAX.to_be_bytes()[..]);
+        let error = split_frame(&mut buffer).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        assert!(buffer.capacity() < 1024);
+    }
+
+    #[test]
+    fn a_kube_decode_error_is_a_decode_failure() {
+        let serde = serde_json::from_str::<u8>("x").unwrap_err();
+        assert!(matches!(
+            Failure::of_kube(kube::Error::SerdeError(serde)),
+            Failure::Decode(_)
+        ));
+        assert!(matches!(
+            Failure::of_kube(kube::Error::LinesCodecMaxLineLengthExceeded),
+            Failure::Kube(_)
+        ));
+    }
+}
