@@ -219,3 +219,131 @@ async fn paginated_lists_read_the_latest_state_in_pages() {
         "{pages:?}"
     );
 }
+
+/// A paginated list whose continue token expires before its next page (etcd compacted past
+/// the list's version: `410` on the page) is listed again whole, without pages, as
+/// client-go's pager does; not again in pages, which on a busy server could expire again.
+#[tokio::test]
+async fn an_expired_continue_token_lists_again_whole() {
+    let env = TestEnv::builder()
+        // Lists from etcd, compacted every second.
+        .apiserver_arg("--watch-cache=false")
+        .apiserver_arg("--etcd-compaction-interval=1s")
+        .start()
+        .await
+        .unwrap();
+    let admin: Api<ConfigMap> = Api::namespaced(env.client().unwrap(), "default");
+    let l = [("test", "continue")];
+    for name in ["a", "b", "c"] {
+        admin
+            .create(&PostParams::default(), &config_map(name, &l))
+            .await
+            .unwrap();
+    }
+    let gate = WatchGate::default();
+    let api: Api<ConfigMap> = Api::namespaced(gate.client(env.config()), "default");
+    let mut config = watch::Config::default()
+        .labels("test=continue")
+        .strategy(ListStrategy::Paginated);
+    config.page_size = 1;
+    let mut events = pin!(watch::watch(api, config));
+    let first = |event: Option<Result<Event<ConfigMap>, watch::Error>>| match event {
+        Some(Ok(event)) => event,
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(first(events.next().await), Event::Init));
+    let Event::InitApply(a) = first(events.next().await) else {
+        panic!("the first page's object");
+    };
+    assert_eq!(a.metadata.name.as_deref(), Some("a"));
+    // Hold the second page until etcd has compacted past the list's version.
+    gate.hold_lists();
+    gate.close();
+    let mut next = Box::pin(events.next());
+    let compacted = async {
+        until("the second page to wait at the gate", WAIT, || {
+            gate.waiting() == 1
+        })
+        .await;
+        let mut bumps = 0;
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let version = a.metadata.resource_version.clone().unwrap();
+        loop {
+            let mut watch = admin
+                .watch(&kube::api::WatchParams::default().timeout(1), &version)
+                .await
+                .unwrap()
+                .boxed();
+            if matches!(watch.next().await, Some(Ok(kube::core::WatchEvent::Error(ref e))) if e.code == 410)
+            {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "etcd did not compact"
+            );
+            bumps += 1;
+            admin
+                .create(
+                    &PostParams::default(),
+                    &config_map(&format!("bump{bumps}"), &[]),
+                )
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        gate.open();
+    };
+    let (event, ()) = tokio::join!(&mut next, compacted);
+    drop(next);
+    // The list begins again, whole.
+    assert!(
+        matches!(first(event), Event::Init),
+        "a new list after the 410"
+    );
+    let mut names = Vec::new();
+    loop {
+        match first(tokio::time::timeout(WAIT, events.next()).await.unwrap()) {
+            Event::InitApply(cm) => names.push(cm.metadata.name.unwrap()),
+            Event::InitDone => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(names, ["a", "b", "c"]);
+    let requests = gate.requests();
+    let pages: Vec<&String> = requests
+        .iter()
+        .filter(|r| !r.contains("watch=true") && r.contains("/configmaps?"))
+        .collect();
+    assert_eq!(pages.len(), 3, "{pages:?}");
+    assert!(
+        pages[0].contains("limit=1") && !pages[0].contains("continue="),
+        "{pages:?}"
+    );
+    assert!(pages[1].contains("continue="), "{pages:?}");
+    assert!(
+        !pages[2].contains("limit=") && !pages[2].contains("continue="),
+        "{pages:?}"
+    );
+    env.stop().unwrap();
+}
+
+/// The bound on silence, set on an informer: an idle watch (nothing to send for a second)
+/// is taken for dead and resumed, counted as a watch error, and the informer stays synced.
+#[tokio::test]
+async fn an_informer_takes_its_silence_bound() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("engine-silence").await.unwrap();
+    let gate = WatchGate::default();
+    let api: Api<ConfigMap> = Api::namespaced(gate.client(env.config()), ns.name());
+    let informer = Informer::builder(api)
+        .silence_bound(Duration::from_secs(1))
+        .start();
+    informer.wait_for_sync(WAIT).await.unwrap();
+    until("two silent watches resumed", WAIT, || {
+        informer.stats().watch_errors >= 2 && gate.watches() >= 3
+    })
+    .await;
+    assert!(informer.has_synced());
+    informer.stop().await;
+}

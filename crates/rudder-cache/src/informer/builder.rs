@@ -31,6 +31,7 @@ pub struct InformerBuilder<K> {
     config: watcher::Config,
     lists: Lists,
     wire: WireFormat,
+    silence_bound: Option<Duration>,
     transform: Option<Transform<K>>,
     resync: Option<Duration>,
     token: CancellationToken,
@@ -69,6 +70,17 @@ where
     #[must_use]
     pub fn wire_format(mut self, wire: WireFormat) -> Self {
         self.wire = wire;
+        self
+    }
+
+    /// How long the informer's watch may send nothing at all, not even a bookmark, before it
+    /// is taken for dead (a frozen API server, a connection a middlebox dropped without a
+    /// word), dropped and resumed from the last resourceVersion. Default: the watch's timeout
+    /// plus [`SILENCE_MARGIN`](crate::watch::SILENCE_MARGIN) (290 s + 30 s); the server sends
+    /// a bookmark about every minute, so a healthy watch is never that silent.
+    #[must_use]
+    pub fn silence_bound(mut self, bound: Duration) -> Self {
+        self.silence_bound = Some(bound);
         self
     }
 
@@ -166,7 +178,8 @@ where
             .writes
             .map(|tracker| Tracked::new(tracker, self.api.resource_url()));
         let mode = Arc::new(ListMode::default());
-        let config = watch::Config::of_watcher(&self.config, &self.lists).wire(self.wire);
+        let mut config = watch::Config::of_watcher(&self.config, &self.lists).wire(self.wire);
+        config.silence_bound = self.silence_bound;
         let strict = watch::watch_with(
             self.api,
             config.clone(),
@@ -238,6 +251,7 @@ where
             config: watcher::Config::default(),
             lists: Lists::default(),
             wire: WireFormat::default(),
+            silence_bound: None,
             transform: Some(Arc::new(strip_managed_fields::<K>)),
             resync: None,
             token: CancellationToken::new(),

@@ -30,8 +30,10 @@ pub struct Config {
     pub initial_events_bound: Duration,
     /// See [`ListStrategy::Streaming`].
     pub streaming_retry: Duration,
-    /// How long a watch may send nothing at all before it is dropped and resumed.
-    pub silence_bound: Duration,
+    /// How long a watch may send nothing at all before it is dropped and resumed; `None`
+    /// (the default) for the watch's timeout plus [`SILENCE_MARGIN`] (see
+    /// [`Config::effective_silence_bound`]).
+    pub silence_bound: Option<Duration>,
     /// The waits after errors.
     pub backoff: Backoff,
     /// How lists and watches are encoded: protobuf for built-in types by default.
@@ -49,7 +51,7 @@ impl Default for Config {
             strategy: ListStrategy::default(),
             initial_events_bound: DEFAULT_INITIAL_EVENTS_BOUND,
             streaming_retry: DEFAULT_STREAMING_RETRY,
-            silence_bound: Duration::from_secs(timeout.into()) + SILENCE_MARGIN,
+            silence_bound: None,
             backoff: Backoff::default(),
             wire: WireFormat::default(),
         }
@@ -78,20 +80,29 @@ impl Config {
         self
     }
 
-    /// The server-side timeout of each watch request, in seconds; the silence bound
-    /// follows it.
+    /// The server-side timeout of each watch request, in seconds (at least 1: a `0` would
+    /// leave the timeout to the server, and the silence bound would no longer follow it);
+    /// the silence bound follows it unless set with [`silence_bound`](Self::silence_bound).
     #[must_use]
     pub fn timeout(mut self, seconds: u32) -> Self {
-        self.timeout = seconds;
-        self.silence_bound = Duration::from_secs(seconds.into()) + SILENCE_MARGIN;
+        self.timeout = seconds.max(1);
         self
     }
 
-    /// How long a watch may send nothing at all before it is dropped and resumed.
+    /// How long a watch may send nothing at all before it is dropped and resumed, whatever
+    /// the timeout (set before or after this).
     #[must_use]
     pub fn silence_bound(mut self, bound: Duration) -> Self {
-        self.silence_bound = bound;
+        self.silence_bound = Some(bound);
         self
+    }
+
+    /// The bound on a watch's silence in effect: [`silence_bound`](Self::silence_bound) if
+    /// set, else the watch's timeout plus [`SILENCE_MARGIN`] (the server ends a healthy watch
+    /// at its timeout and sends a bookmark about every minute before it).
+    pub fn effective_silence_bound(&self) -> Duration {
+        self.silence_bound
+            .unwrap_or_else(|| Duration::from_secs(self.timeout.into()) + SILENCE_MARGIN)
     }
 
     /// The waits after errors.
@@ -121,5 +132,21 @@ impl Config {
         out.initial_events_bound = lists.initial_events_bound;
         out.streaming_retry = lists.streaming_retry;
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silence_bound_survives_a_timeout_set_after_it() {
+        let config = Config::default()
+            .silence_bound(Duration::from_secs(5))
+            .timeout(10);
+        assert_eq!(config.effective_silence_bound(), Duration::from_secs(5));
+        let config = Config::default().timeout(10);
+        assert_eq!(config.effective_silence_bound(), Duration::from_secs(40));
+        assert_eq!(Config::default().timeout(0).timeout, 1);
     }
 }

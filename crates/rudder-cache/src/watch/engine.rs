@@ -49,6 +49,9 @@ pub(crate) struct Engine<K> {
     paging: Option<Option<String>>,
     /// Events ready to hand out.
     pending: VecDeque<Event<K>>,
+    /// Whether the next list is asked for whole, without pages: a paginated list's
+    /// continue token expired (`410` on a later page), as client-go's pager does then.
+    unpaged: bool,
     /// Whether a list has ended (the consumer holds a whole list).
     synced: bool,
     /// While the server does not serve the resource: the waits between asks.
@@ -112,6 +115,7 @@ where
             initial: false,
             paging: None,
             pending: VecDeque::new(),
+            unpaged: false,
             synced: false,
             absent: None,
             wait: None,
@@ -158,7 +162,11 @@ where
         // `paging` is `Some` once the list's first page (and its `Init`) is out.
         let begun = self.paging.is_some();
         let token = self.paging.take().flatten();
-        let params = request::list_page(&self.config, token);
+        let continued = token.is_some();
+        let mut params = request::list_page(&self.config, token);
+        if self.unpaged {
+            params.limit = None;
+        }
         let page = match self.protobuf {
             Some(decode) => {
                 match wire::list(&self.client, self.api.resource_url(), &params, decode).await {
@@ -179,6 +187,17 @@ where
         };
         let page = match page {
             Ok(page) => page,
+            Err(Failure::Kube(kube::Error::Api(status))) if status.code == 410 && continued => {
+                // The continue token expired before the list ended (etcd compacted past the
+                // list's version): the list again, whole, as client-go's pager does.
+                tracing::info!(resource = %self.resource,
+                    "a paginated list's continue token expired (410); listing again without pages");
+                self.unpaged = true;
+                self.initial = false;
+                self.paging = None;
+                self.version = None;
+                return Ok(());
+            }
             Err(Failure::Kube(error)) => return Err(self.failed(error, During::List)),
             Err(Failure::Decode(error)) => return Err(self.undecodable_page(error)),
         };
@@ -199,6 +218,7 @@ where
                     return Err(Some(Error::NoResourceVersion));
                 };
                 self.version = Some(version);
+                self.unpaged = false;
                 self.list_ended();
             }
         }
@@ -287,7 +307,7 @@ where
         let bound = if streaming_list {
             self.config.initial_events_bound
         } else {
-            self.config.silence_bound
+            self.config.effective_silence_bound()
         };
         let item = match tokio::time::timeout(bound, events.next()).await {
             Ok(item) => item,
