@@ -28,15 +28,17 @@ thread_local! {
 /// Runs `handle` with `cause` as the cause of every key it adds to a controller's queue on
 /// this thread.
 pub(crate) fn handling<T>(cause: Cause, handle: impl FnOnce() -> T) -> T {
-    /// Clears the slot however `handle` ends.
-    struct Clear;
-    impl Drop for Clear {
+    /// Puts back what the slot held before however `handle` ends: a handler that drives
+    /// another watch's handling inside its own gets its own cause back after it.
+    struct Restore(Option<Cause>);
+    impl Drop for Restore {
         fn drop(&mut self) {
-            HANDLING.with(|slot| slot.borrow_mut().take());
+            let outer = self.0.take();
+            HANDLING.with(|slot| *slot.borrow_mut() = outer);
         }
     }
-    HANDLING.with(|slot| *slot.borrow_mut() = Some(cause));
-    let _clear = Clear;
+    let outer = HANDLING.with(|slot| slot.borrow_mut().replace(cause));
+    let _restore = Restore(outer);
     handle()
 }
 
@@ -117,5 +119,19 @@ mod tests {
         assert_eq!((causes.count(), causes.first().source()), (1, "for"));
         assert_eq!(book.take(&b).unwrap().count(), 1);
         assert!(book.take(&a).is_none());
+        // Nested: the inner cause while inside, the outer one again after.
+        handling(Cause::new(Arc::from("outer"), "update"), || {
+            handling(Cause::new(Arc::from("inner"), "create"), || {
+                book.file_handled(&a);
+            });
+            book.file_handled(&b);
+        });
+        assert_eq!(book.take(&a).unwrap().first().source(), "inner");
+        assert_eq!(book.take(&b).unwrap().first().source(), "outer");
+        book.file_handled(&a);
+        assert!(
+            book.take(&a).is_none(),
+            "nothing filed after the outer handling"
+        );
     }
 }
