@@ -26,7 +26,6 @@
 //! [`ManagerBuilder::profiling_address`]: crate::ManagerBuilder::profiling_address
 //! [`ManagerBuilder::secure_metrics`]: crate::ManagerBuilder::secure_metrics
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -54,18 +53,21 @@ pub enum ProfileError {
     Profiler(String),
 }
 
-/// Takes CPU profiles, one at a time. Cloning shares the one-at-a-time state.
+/// Whether a profile is being taken in this process: the sampling profiler is one per
+/// process (a signal timer), so two managers in one process share it, and the second
+/// request is a `409` whichever manager it reaches.
+static BUSY: AtomicBool = AtomicBool::new(false);
+
+/// Takes CPU profiles, one at a time in the process.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Profiler {
-    busy: Arc<AtomicBool>,
-}
+pub(crate) struct Profiler;
 
 /// Marks the profiler free again when dropped (the request may be dropped mid-profile).
-struct Taking(Arc<AtomicBool>);
+struct Taking;
 
 impl Drop for Taking {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        BUSY.store(false, Ordering::Release);
     }
 }
 
@@ -87,10 +89,10 @@ pub(crate) fn seconds(query: Option<&str>) -> Result<u64, ProfileError> {
 impl Profiler {
     /// A CPU profile of the process over `seconds`, encoded as pprof's protobuf.
     pub(crate) async fn cpu(&self, seconds: u64) -> Result<Vec<u8>, ProfileError> {
-        if self.busy.swap(true, Ordering::AcqRel) {
+        if BUSY.swap(true, Ordering::AcqRel) {
             return Err(ProfileError::Busy);
         }
-        let _taking = Taking(Arc::clone(&self.busy));
+        let _taking = Taking;
         let guard = pprof::ProfilerGuardBuilder::default()
             .frequency(FREQUENCY)
             // Stacks that end in these are the unwinder's own or a signal trampoline's.
@@ -132,6 +134,27 @@ pub(crate) const INDEX: &str = "Profiles:\n\
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two managers in one process each have a profiler; the process has one sampling
+    /// profiler, so a request to the second while the first profiles is `Busy` (409), not a
+    /// profiler failure (500).
+    #[tokio::test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the test joins the task it spawns"
+    )]
+    async fn a_second_profile_in_the_process_is_busy_whichever_manager_it_reaches() {
+        let (first, second) = (Profiler, Profiler);
+        let taking = tokio::spawn(async move { first.cpu(1).await.map(|bytes| bytes.len()) });
+        rudder_envtest::poll::until(
+            "the first profile to start",
+            Duration::from_secs(10),
+            || BUSY.load(Ordering::Acquire),
+        )
+        .await;
+        assert!(matches!(second.cpu(1).await, Err(ProfileError::Busy)));
+        assert!(taking.await.unwrap().unwrap() > 0);
+    }
 
     #[test]
     fn seconds_are_whole_and_bounded() {

@@ -199,7 +199,7 @@ impl Manager {
         let Some(addr) = self.profiling_address else {
             return Ok(());
         };
-        let routes = Routes::Profiles(crate::profiling::Profiler::default());
+        let routes = Routes::Profiles(crate::profiling::Profiler);
         #[cfg(feature = "webhook")]
         let secure = self
             .tls
