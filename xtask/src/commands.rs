@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use cargo_rudder::OperatorOptions;
 
-use crate::{checkov, ci, demo, diagrams, scaffold, tidy};
+use crate::{checkov, ci, demo, diagrams, protobuf, scaffold, tidy};
 use xtask::util;
 
 /// One command.
@@ -124,6 +124,16 @@ pub(crate) const COMMANDS: &[Command] = &[
         help: "regenerate docs/diagrams: the crate graph from the manifests, each .dot \
                rendered to .svg with Graphviz's dot",
         run: |_| diagrams::run(&[]),
+    },
+    Command {
+        name: "protobuf",
+        args: &[],
+        flags: &[],
+        rest: None,
+        help: "regenerate crates/rudder-protobuf: schema.json from go/cmd/proto-schema (the Go \
+               types' protobuf and JSON tags), then src/generated.rs from it and k8s-openapi's \
+               source (tidy checks the Rust, ci the schema)",
+        run: |_| protobuf::run(),
     },
     Command {
         name: "new-controller",

@@ -13,6 +13,7 @@ mod demo;
 mod diagrams;
 mod manifests;
 mod mirror;
+mod protobuf;
 mod scaffold;
 mod tidy;
 

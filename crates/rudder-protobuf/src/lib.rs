@@ -1,53 +1,129 @@
-//! stub
-#![allow(clippy::type_complexity, missing_docs)]
-#[derive(Debug)]
-pub struct DecodeError;
-impl std::fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("x")
-    }
+//! Kubernetes' protobuf wire format (`application/vnd.kubernetes.protobuf`) decoded straight
+//! into [k8s-openapi]'s types, by generated code: no intermediate structs, no `.proto`
+//! compiler, no serde on the way.
+//!
+//! ```
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! // A ConfigMap's body as the API server sends it: the `k8s\0` magic, then a
+//! // runtime.Unknown envelope (typeMeta = 1, raw = 2) around the ConfigMap's own message
+//! // (metadata = 1 with name = 1; data = 2, a map entry of key = 1 and value = 2).
+//! let body = b"k8s\0\x0a\x0f\x0a\x02v1\x12\x09ConfigMap\x12\x15\x0a\x06\x0a\x04conf\x12\x0b\x0a\x04mode\x12\x03dev";
+//! let envelope = rudder_protobuf::unknown(body)?;
+//! assert_eq!((envelope.api_version, envelope.kind), ("v1", "ConfigMap"));
+//!
+//! let decode = rudder_protobuf::decoder::<ConfigMap>().expect("a built-in kind");
+//! let config_map = decode(envelope.raw)?;
+//! assert_eq!(config_map.metadata.name.as_deref(), Some("conf"));
+//! assert_eq!(config_map.data.unwrap()["mode"], "dev");
+//! # Ok::<(), rudder_protobuf::DecodeError>(())
+//! ```
+//!
+//! # What is decoded, and how it is generated
+//!
+//! Every k8s-openapi struct a built-in kind reaches has a [`Message`] impl, and every kind
+//! (and `Status`) a [`decoder`]: about 1,000 types, from `src/generated.rs`, which
+//! `cargo xtask protobuf` writes in two steps. `go/cmd/proto-schema` walks client-go's
+//! scheme and apiextensions' v1 (k8s.io/api and k8s.io/apimachinery v0.37.2, the Kubernetes
+//! release the project defaults to) with `reflect` and prints every struct's fields:
+//! protobuf number, JSON name and `omitempty`, pointer, slice or map (`schema.json`). The
+//! Go struct tags are the one source with both the protobuf number and the JSON name (from
+//! which k8s-openapi names its fields, and whose `omitempty` decides what JSON leaves out);
+//! the `.proto` files have neither JSON names nor pointers. The xtask then reads
+//! k8s-openapi's own source for each struct's fields and the JSON key each deserialises
+//! from, and writes one `match` on the tag per struct; a field k8s-openapi lacks is skipped
+//! like an unknown tag (the list is at the top of `generated.rs`). Custom resources have no
+//! generated decoder: a client reads them, and CustomResourceDefinitions' schemas are
+//! decoded (apiextensions.k8s.io/v1 is covered), as JSON.
+//!
+//! The generated code is for k8s-openapi's Kubernetes 1.37 types (its `v1_37` or `latest`
+//! feature): another version's structs have other fields, and the crate does not build
+//! against them. Objects from older servers decode fine (the fields they lack are absent).
+//!
+//! # Equal to what JSON gives
+//!
+//! A decoded object equals what serde_json makes of the server's JSON for the same object:
+//!
+//! - gogo-protobuf writes every non-pointer field, zero or not; Go's JSON leaves out a zero
+//!   field tagged `omitempty`. A zero value of such a field is `None`; a pointer field on
+//!   the wire is `Some` even when zero; a field without `omitempty` is `Some` when zero.
+//! - A zero `Time` or `MicroTime` is `None` (JSON writes `null`). `Time` keeps whole
+//!   seconds and `MicroTime` microseconds, as Go reads them.
+//! - An empty list or map is absent on the wire, so it is `None` where k8s-openapi has an
+//!   `Option`. JSON tells a nil list (`null`, or left out with `omitempty`) from an empty
+//!   one (`[]`) for a field without `omitempty`; protobuf cannot, and the decoder gives
+//!   `None`, what JSON gives for the usual nil. The agreement test found no built-in kind
+//!   where the server keeps an empty non-nil list.
+//! - `Quantity` is its canonical string, `IntOrString` its int or string, `FieldsV1` and
+//!   `RawExtension` their JSON bytes parsed, `Duration` Go's `1h2m3s` form.
+//!
+//! Unknown tags are skipped (a newer server's fields); packed and unpacked repeated scalars
+//! are both read. Bad input (truncated varints, lengths past the end, wrong wire types,
+//! invalid UTF-8 or JSON, messages nested more than [`MAX_DEPTH`] deep) is a
+//! [`DecodeError`] naming the message, field and tag, never a panic.
+//!
+//! # Lists and watches
+//!
+//! [`unknown`] opens a body's envelope, [`list`] reads a `XxxList` item by item, and
+//! [`watch_event`] reads one frame of a protobuf watch stream; an `ERROR` event's object is
+//! a [`Status`](k8s_openapi::apimachinery::pkg::apis::meta::v1::Status), which
+//! [`decode`] reads like any kind.
+//!
+//! [k8s-openapi]: https://docs.rs/k8s-openapi
+
+mod codec;
+mod envelope;
+#[allow(
+    clippy::too_many_lines,
+    clippy::match_same_arms,
+    missing_docs,
+    unreachable_pub
+)]
+mod generated;
+mod registry;
+mod wire;
+
+pub use envelope::{List, MAGIC, Unknown, WatchEvent, list, unknown, watch_event};
+pub use registry::{Decoder, decoder};
+pub use wire::{DecodeError, MAX_DEPTH};
+
+k8s_openapi::k8s_if_le_1_36! {
+    compile_error!(
+        "rudder-protobuf's decoders are generated for Kubernetes 1.37's types: enable \
+         k8s-openapi's `v1_37` (or `latest`) feature"
+    );
 }
-impl std::error::Error for DecodeError {}
+
+/// A protobuf message k8s-openapi's type can be read from: every struct a built-in kind
+/// reaches (generated).
 pub trait Message: Default {
-    fn merge(&mut self, buf: &[u8]) -> Result<(), DecodeError>;
-}
-pub fn decode<T: Message>(_bytes: &[u8]) -> Result<T, DecodeError> {
-    Err(DecodeError)
-}
-pub fn decoder<K: 'static>() -> Option<fn(&[u8]) -> Result<K, DecodeError>> {
-    None
-}
-pub struct Unknown<'a> {
-    pub api_version: &'a str,
-    pub kind: &'a str,
-    pub raw: &'a [u8],
-    pub content_encoding: &'a str,
-    pub content_type: &'a str,
-}
-pub fn unknown(_bytes: &[u8]) -> Result<Unknown<'_>, DecodeError> {
-    Err(DecodeError)
-}
-pub struct List<K> {
-    pub resource_version: Option<String>,
-    pub continue_: Option<String>,
-    pub remaining_item_count: Option<i64>,
-    pub items: Vec<Result<K, DecodeError>>,
-}
-pub fn list<K>(
-    _raw: &[u8],
-    _item: fn(&[u8]) -> Result<K, DecodeError>,
-) -> Result<List<K>, DecodeError> {
-    Err(DecodeError)
-}
-pub struct WatchEvent<'a> {
-    pub type_: &'a str,
-    pub object: &'a [u8],
-}
-pub fn watch_event(_frame: &[u8]) -> Result<WatchEvent<'_>, DecodeError> {
-    Err(DecodeError)
-}
-impl Message for k8s_openapi::apimachinery::pkg::apis::meta::v1::Status {
-    fn merge(&mut self, _b: &[u8]) -> Result<(), DecodeError> {
-        Ok(())
+    /// Reads `buf`, one message's bytes, into `self`: fields present replace (lists and maps
+    /// extend) what is there, as protobuf merges.
+    fn merge(&mut self, buf: &[u8]) -> Result<(), DecodeError> {
+        self.merge_depth(buf, 0)
     }
+
+    /// [`merge`](Message::merge) of a message nested `depth` deep (the generated code's
+    /// recursion, bounded by [`MAX_DEPTH`]).
+    #[doc(hidden)]
+    fn merge_depth(&mut self, buf: &[u8], depth: u32) -> Result<(), DecodeError>;
 }
+
+/// Decodes `T` from its message, or from a whole body (the `k8s\0` magic and
+/// [`Unknown`] envelope, whose `raw` is then read).
+///
+/// The envelope's kind is not checked against `T`; [`unknown`] gives it when it matters.
+pub fn decode<T: Message>(bytes: &[u8]) -> Result<T, DecodeError> {
+    let raw = if bytes.starts_with(MAGIC) {
+        unknown(bytes)?.raw
+    } else {
+        bytes
+    };
+    let mut out = T::default();
+    out.merge(raw)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
+mod tests;

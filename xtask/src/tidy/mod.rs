@@ -8,6 +8,9 @@
 //! - No two source files of a crate import each other, directly or round a cycle.
 //! - The diagrams in `docs/diagrams/` are what `cargo xtask diagrams` makes of their sources
 //!   (the crate graph from the manifests, each `.svg` from its `.dot`).
+//! - rudder-protobuf's `src/generated.rs` is what `cargo xtask protobuf` makes of the
+//!   committed `schema.json` and k8s-openapi's source (CI's Go step checks the schema
+//!   against the Go program).
 //!
 //! Each check reports every problem it finds, naming the file and what to change.
 
@@ -30,9 +33,10 @@ pub(crate) fn run(args: &[&str], commands: &[&str]) -> Result<(), String> {
     problems.extend(readme_commands(&root, commands)?);
     problems.extend(import_cycles(&root));
     problems.extend(diagrams_current(&root)?);
+    problems.extend(crate::protobuf::stale(&root)?);
     if problems.is_empty() {
         println!(
-            "tidy: the map, the feature tables, the README, the imports and the diagrams agree with the code"
+            "tidy: the map, the feature tables, the README, the imports, the diagrams and the generated decoders agree with the code"
         );
         Ok(())
     } else {
