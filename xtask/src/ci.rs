@@ -78,7 +78,7 @@ pub(crate) fn run_ci(test_args: &[&str], commands: &[&str]) -> Result<(), String
     step("cargo package (every publishable crate)", package)?;
     step("cargo xtask checkov", crate::checkov::run_checkov)?;
     step(
-        "go/: go mod tidy -diff, go vet, the benches built and run briefly",
+        "go/: go mod tidy -diff, go vet, the protobuf schema, the benches built and run briefly",
         go_checks,
     )?;
     // What is tested is what ships (DESIGN.md, invariant 21): the default features, as an
@@ -202,12 +202,24 @@ const FEATURE_TESTS: &[FeatureTest] = &[
     },
 ];
 
-/// The Go module's own checks: go.mod and go.sum as `go mod tidy` leaves them, `go vet`, and
+/// The Go module's own checks: go.mod and go.sum as `go mod tidy` leaves them, `go vet`,
+/// rudder-protobuf's `schema.json` as `go/cmd/proto-schema` prints it, and
 /// each benchmark built and run a hundred times, so the anchors keep working between sittings.
 fn go_checks() -> Result<(), String> {
     let go = xtask::go::Go::find()?;
     sh(go.command().args(["mod", "tidy", "-diff"]))?;
     sh(go.command().args(["vet", "./..."]))?;
+    // rudder-protobuf's schema is what the Go program prints (tidy checks the Rust made
+    // from it).
+    let root = xtask::util::workspace_root();
+    let committed =
+        std::fs::read_to_string(crate::protobuf::schema_path(&root)).unwrap_or_default();
+    if committed != crate::protobuf::go_schema()? {
+        return Err(format!(
+            "{}: not what go/cmd/proto-schema prints; run `cargo xtask protobuf`",
+            crate::protobuf::schema_path(&root).display()
+        ));
+    }
     sh(go.command().args([
         "test",
         "-run",

@@ -531,7 +531,7 @@ pub(crate) fn generate(root: &Path, schema: &str) -> Result<String, String> {
          // k8s-openapi's source. Do not edit.\n\n\
          use k8s_openapi as k;\n\n\
          use crate::codec::*;\n\
-         use crate::registry::Registry;\n\
+         use crate::kinds::Registry;\n\
          use crate::wire::Reader;\n\
          use crate::{DecodeError, Message};\n\n",
     );

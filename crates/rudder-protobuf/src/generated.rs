@@ -4,7 +4,7 @@
 use k8s_openapi as k;
 
 use crate::codec::*;
-use crate::registry::Registry;
+use crate::kinds::Registry;
 use crate::wire::Reader;
 use crate::{DecodeError, Message};
 

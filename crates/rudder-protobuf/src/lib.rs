@@ -80,11 +80,13 @@ mod envelope;
     unreachable_pub
 )]
 mod generated;
+mod kinds;
 mod registry;
 mod wire;
 
 pub use envelope::{List, MAGIC, Unknown, WatchEvent, list, unknown, watch_event};
-pub use registry::{Decoder, decoder};
+pub use kinds::Decoder;
+pub use registry::decoder;
 pub use wire::{DecodeError, MAX_DEPTH};
 
 k8s_openapi::k8s_if_le_1_36! {
