@@ -156,6 +156,9 @@ mod authz;
 pub mod health;
 mod manager;
 pub mod metrics;
+#[cfg(feature = "otlp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
+pub mod otlp;
 #[cfg(feature = "profiling")]
 #[cfg_attr(docsrs, doc(cfg(feature = "profiling")))]
 pub mod profiling;
