@@ -116,22 +116,8 @@ async fn the_manager_exports_a_reconcile_span_with_its_cause_service_and_cluster
     assert_eq!(span.span_id.len(), 8);
 
     // The exporter's thread is the manager's: joined when it stops.
-    assert_eq!(exporter_threads(), 1);
+    assert_eq!(otlp_receiver::exporter_threads(), 1);
     stop.cancel();
     task.await.unwrap().unwrap();
-    assert_eq!(
-        exporter_threads(),
-        0,
-        "the batch processor's thread outlived the manager"
-    );
-}
-
-/// How many of this process's threads are the SDK's batch processor
-/// (`OpenTelemetry.Traces.BatchProcessor`, which Linux shortens to 15 bytes).
-fn exporter_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .filter(|comm| comm.trim_end() == "OpenTelemetry.T")
-        .count()
+    otlp_receiver::no_exporter_thread().await;
 }

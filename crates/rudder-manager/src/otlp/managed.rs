@@ -53,11 +53,11 @@ impl Managed {
     /// reason for an operator not to run.
     pub(crate) fn start(&self) {
         let mut state = self.state.lock_unpoisoned();
+        if !matches!(&*state, State::Configured(_)) {
+            // Handed over (running under the program's subscriber), or started before.
+            return;
+        }
         let State::Configured(otlp) = std::mem::replace(&mut *state, State::Off) else {
-            // Handed over (still running), or started before.
-            if let State::Running(_) = &*state {
-                tracing::debug!("exporting spans over OTLP with the exporter given");
-            }
             return;
         };
         if !otlp.is_configured() {
@@ -91,10 +91,10 @@ impl Managed {
     /// `deadline`.
     pub(crate) async fn stop(&self, deadline: Option<tokio::time::Instant>) {
         let running = std::mem::replace(&mut *self.state.lock_unpoisoned(), State::Off);
-        if let State::Running(exporter) = running {
-            if let Err(error) = exporter.shutdown(deadline).await {
-                tracing::warn!(error = %rudder_core::ErrorChain(&error), "spans may be lost");
-            }
+        if let State::Running(exporter) = running
+            && let Err(error) = exporter.shutdown(deadline).await
+        {
+            tracing::warn!(error = %rudder_core::ErrorChain(&error), "spans may be lost");
         }
     }
 }

@@ -306,10 +306,10 @@ fn resource(service_name: Option<String>, cluster_name: Option<String>) -> Resou
     let mut resource = Resource::builder();
     if let Some(name) = non_empty_var("OTEL_SERVICE_NAME") {
         resource = resource.with_service_name(name);
-    } else if !resource_attributes_name_service() {
-        if let Some(name) = service_name {
-            resource = resource.with_service_name(name);
-        }
+    } else if !resource_attributes_name_service()
+        && let Some(name) = service_name
+    {
+        resource = resource.with_service_name(name);
     }
     if let Some(cluster) = cluster_name {
         resource = resource.with_attribute(KeyValue::new(CLUSTER_NAME_ATTRIBUTE, cluster));

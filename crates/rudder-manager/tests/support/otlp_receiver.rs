@@ -220,3 +220,24 @@ fn text(value: Option<&AnyValue>) -> String {
         None => String::new(),
     }
 }
+
+/// How many of this process's threads are the SDK's batch processor
+/// (`OpenTelemetry.Traces.BatchProcessor`, which Linux shortens to 15 bytes).
+pub(crate) fn exporter_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == "OpenTelemetry.T")
+        .count()
+}
+
+/// Waits (5 s at most) until no batch processor's thread is left: a joined thread's entry
+/// in `/proc` may outlive the join by a moment, one that was not joined stays.
+pub(crate) async fn no_exporter_thread() {
+    rudder_envtest::poll::eventually(
+        "the batch processor's thread joined",
+        std::time::Duration::from_secs(5),
+        async || (exporter_threads() == 0).then_some(()),
+    )
+    .await;
+}
