@@ -11,7 +11,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use opentelemetry_http::hyper::HyperClient;
 use opentelemetry_http::{HttpClient, HttpError};
 
-use super::OtlpError;
+use super::error::OtlpError;
 
 /// hyper's client (HTTPS with rustls on `ring` and the system's roots, or plain HTTP) whose
 /// requests run as tasks on `runtime`: the SDK's batch processor calls it from a thread of
