@@ -2,8 +2,8 @@
 //! configured and no subscriber installed, the manager installs its exporter's layer, and a
 //! receiver on loopback (OTLP over HTTP/protobuf, decoded with the protocol's own messages)
 //! gets the `reconcile` span of a created ConfigMap with its controller, request and cause,
-//! under the service name and cluster the manager was given. The manager's stop shuts the
-//! exporter down and joins its thread.
+//! under the service name and cluster the manager was given, and the client's API request
+//! spans. The manager's stop shuts the exporter down and joins its thread.
 
 #![allow(
     clippy::disallowed_methods,
@@ -114,6 +114,23 @@ async fn the_manager_exports_a_reconcile_span_with_its_cause_service_and_cluster
     );
     assert_eq!(span.trace_id.len(), 16);
     assert_eq!(span.span_id.len(), 8);
+    // The client's API requests (kube's `HTTP` spans, the informers' lists among them) were
+    // exported before the reconciles they fed.
+    let requests = receiver
+        .spans()
+        .into_iter()
+        .filter(|span| span.attributes.contains_key("http.method"))
+        .collect::<Vec<_>>();
+    assert!(
+        requests.iter().any(|span| span.attributes["http.url"]
+            .contains(&format!("/api/v1/namespaces/{}/configmaps", ns.name()))),
+        "no API request span for the ConfigMaps: {requests:?}"
+    );
+    assert!(
+        requests
+            .iter()
+            .all(|span| span.resource["service.name"] == "otlp-operator")
+    );
 
     // The exporter's thread is the manager's: joined when it stops.
     assert_eq!(otlp_receiver::exporter_threads(), 1);
