@@ -169,6 +169,11 @@ impl FeatureTest {
 /// - `rudder-manager/profiling` (and `rudder-runtime/profiling`, which turns it on): a CPU
 ///   profile taken while a controller works, read by `go tool pprof` (`tests/profiling.rs`),
 ///   and the unit tests of `profiling.rs`.
+/// - `rudder-manager/otlp` (and `rudder-runtime/otlp`, which turns it on, and the
+///   `rudder-webhook/otlp` it turns on): a reconcile span exported over HTTP/protobuf by the
+///   manager's own setup (`tests/otlp.rs`), a webhook span under the `traceparent` sent,
+///   exported over gRPC from the program's own subscriber (`tests/otlp_webhook.rs`), both
+///   read by a receiver decoding the protocol's own messages; and the unit tests of `otlp`.
 /// - `rudder-runtime/envtest`: a re-export of rudder-envtest, which the tests use directly.
 ///
 /// Each feature set rebuilds the crates above the ones it changes (and third-party crates
@@ -199,6 +204,11 @@ const FEATURE_TESTS: &[FeatureTest] = &[
         package: "rudder-manager",
         features: "profiling",
         targets: &["--test", "profiling", "--test", "secure_metrics", "--lib"],
+    },
+    FeatureTest {
+        package: "rudder-manager",
+        features: "otlp",
+        targets: &["--test", "otlp", "--test", "otlp_webhook", "--lib"],
     },
 ];
 

@@ -141,12 +141,24 @@
 //! only on acquire, as before). Other leader-only runnables (closures made with
 //! [`runnable`]`(.., true, ..)`) start only once the replica leads, either way.
 //!
+//! # Traces
+//!
+//! With the `otlp` feature and an OTLP endpoint configured (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+//! or `ManagerBuilder::otlp`), the manager exports its spans (reconciles, webhook requests,
+//! API requests) to an OpenTelemetry collector, under the manager's name as the service name
+//! and `ManagerBuilder::cluster_name` as `k8s.cluster.name`; with no endpoint there is no
+//! exporter and no background work. A program with a subscriber of its own puts the
+//! exporter's layer under it and hands the exporter over
+//! (`ManagerBuilder::otlp_exporter`). The exporter is flushed and shut down last when the
+//! manager stops, within its deadline. See the `otlp` module.
+//!
 //! # Features
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `webhook` | yes | the webhook server (rudder-webhook), self-signed webhook certificates (rudder-certs) and secure metrics: TLS on the server side, rustls on `ring`; without it the manager compiles no TLS stack |
 //! | `profiling` | no | CPU profiles on demand in pprof's format on an opt-in address (module `profiling`, `ManagerBuilder::profiling_address`), with pprof-rs |
+//! | `otlp` | no | OpenTelemetry export over OTLP (HTTP/protobuf or gRPC, the `OTEL_*` variables; module `otlp`, `ManagerBuilder::otlp`, `ManagerBuilder::otlp_exporter`, `ManagerBuilder::cluster_name`), with the opentelemetry SDK and tracing-opentelemetry; the webhook server's spans take the API server's `traceparent` as their parent |
 
 // Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -156,6 +168,9 @@ mod authz;
 pub mod health;
 mod manager;
 pub mod metrics;
+#[cfg(feature = "otlp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
+pub mod otlp;
 #[cfg(feature = "profiling")]
 #[cfg_attr(docsrs, doc(cfg(feature = "profiling")))]
 pub mod profiling;

@@ -118,6 +118,14 @@
 //! metadata and their order, and a failed conversion is a `Failure` result with the
 //! message.
 //!
+//! # Tracing
+//!
+//! Every request to a registered path runs in an info span named `webhook` with the method,
+//! the path (`url.path`) and the answer's status (`http.response.status_code`); with the
+//! `otlp` feature, the trace context the API server sends (a W3C `traceparent` header, when
+//! its own tracing is configured) is that span's parent, so an exported trace shows the
+//! review under the API request that caused it.
+//!
 //! # Metrics
 //!
 //! controller-runtime's names, through the `metrics` crate: see [`metrics`]; and one of
@@ -129,6 +137,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `http2` | no | HTTP/2 for clients that negotiate it by ALPN, when `Options::http2(true)` (rudder-server's `http2`) |
+//! | `otlp` | no | a request's `webhook` span takes the W3C `traceparent` the API server sends as its parent (through tracing-opentelemetry; rudder-manager's `otlp` turns it on) |
 
 // Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -144,6 +153,8 @@ mod options;
 mod paths;
 mod server;
 mod tls;
+#[cfg(feature = "otlp")]
+mod trace_context;
 mod webhook;
 
 pub use certificate::{CertificateError, CertificateStore, parse_pem_pair};

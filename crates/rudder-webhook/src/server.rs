@@ -17,6 +17,7 @@ use rudder_core::sync::RwLockExt;
 use rudder_server::{Body, BodyError, Server, ServerHandle, StopReport};
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
+use tracing::Instrument;
 
 use crate::certificate::CertificateStore;
 use crate::certwatcher::{FileWatcher, LoadError};
@@ -331,9 +332,15 @@ impl tower_service::Service<Request<Body>> for Router {
             let Some(Route { webhook, label }) = route else {
                 return Ok(plain(StatusCode::NOT_FOUND, "no webhook at this path\n"));
             };
+            let span = request_span(&request);
             let recorded = RequestMetrics::start(&label);
-            let response = serve(webhook, request).await;
-            recorded.finish(response.status().as_u16());
+            let response = serve(webhook, request).instrument(span.clone()).await;
+            let status = response.status().as_u16();
+            span.record("http.response.status_code", status);
+            if status >= 500 {
+                span.record("otel.status_code", "ERROR");
+            }
+            recorded.finish(status);
             Ok(response)
         })
     }
@@ -387,6 +394,24 @@ async fn serve(webhook: Webhook, request: Request<Body>) -> Response<Full<Bytes>
         }
         Err(rejection) => plain(rejection.status, &format!("{}\n", rejection.message)),
     }
+}
+
+/// The span of one webhook request (named `webhook`, a server span in OpenTelemetry's
+/// terms), with the attributes OpenTelemetry's HTTP conventions name. With the `otlp`
+/// feature, the W3C trace context the API server sends (`traceparent`, `tracestate`) is its
+/// parent, so the request joins the trace of the API call that caused it.
+fn request_span(request: &Request<Body>) -> tracing::Span {
+    let span = tracing::info_span!(
+        "webhook",
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = %request.method(),
+        url.path = request.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    #[cfg(feature = "otlp")]
+    crate::trace_context::set_parent(&span, request.headers());
+    span
 }
 
 fn plain(status: StatusCode, text: &str) -> Response<Full<Bytes>> {

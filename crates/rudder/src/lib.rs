@@ -125,6 +125,7 @@
 //! | `webhook` | yes | [`webhook`] and its builder, [`certs`], secure metrics, [`manifests`] (and `manager`): TLS on the server side, rustls on `ring` |
 //! | `webhook-http2` | no | HTTP/2 for the webhook server when its options ask for it (`webhook::Options::http2(true)`; and `webhook`) |
 //! | `profiling` | no | CPU profiles in pprof's format on an opt-in address (`ManagerBuilder::profiling_address`, `rudder::manager::profiling`; and `manager`) |
+//! | `otlp` | no | OpenTelemetry export over OTLP, HTTP/protobuf or gRPC, configured by the `OTEL_*` variables (`rudder::manager::otlp`, `ManagerBuilder::otlp`, `ManagerBuilder::cluster_name`; and `manager`): reconcile, webhook and API-request spans, the webhook's span a child of the API server's `traceparent` |
 //! | `rustls-tls` | yes | TLS to the API server with rustls, `ring` as its crypto provider |
 //! | `envtest` | no | `rudder::envtest` (rudder-envtest): the test control plane, for dev-dependencies |
 //! | `openssl-tls` | no | TLS to the API server with OpenSSL (turn default features off to leave rustls out) |

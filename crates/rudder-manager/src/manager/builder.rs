@@ -46,6 +46,12 @@ pub struct ManagerBuilder {
     pub(crate) tls: crate::webhooks::Declared,
     render_only: bool,
     require_declared_reads: bool,
+    /// What the manager exports spans with: a configuration, or an exporter made by the
+    /// program (`None`: the `OTEL_*` variables alone).
+    #[cfg(feature = "otlp")]
+    otlp: Option<Result<crate::otlp::Otlp, crate::otlp::OtlpExporter>>,
+    #[cfg(feature = "otlp")]
+    cluster_name: Option<String>,
 }
 
 impl std::fmt::Debug for ManagerBuilder {
@@ -60,9 +66,43 @@ impl std::fmt::Debug for ManagerBuilder {
 }
 
 impl ManagerBuilder {
-    /// The name events are reported under (default `rudder`).
+    /// The name events are reported under (default `rudder`); with the `otlp` feature, also
+    /// the service name spans are exported under, unless `OTEL_SERVICE_NAME` or
+    /// `OTEL_RESOURCE_ATTRIBUTES` names one.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
+        self
+    }
+
+    /// How spans are exported over OTLP (default: [`Otlp::new`](crate::otlp::Otlp::new), the
+    /// `OTEL_*` variables alone). At start, if an endpoint is configured, the manager builds
+    /// the exporter and installs a subscriber with its layer as the global default (if the
+    /// process has none; otherwise it logs that spans are not exported: see
+    /// [`otlp_exporter`](Self::otlp_exporter)); it shuts the exporter down when it stops.
+    #[cfg(feature = "otlp")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
+    pub fn otlp(mut self, otlp: crate::otlp::Otlp) -> Self {
+        self.otlp = Some(Ok(otlp));
+        self
+    }
+
+    /// An exporter whose [layer](crate::otlp::OtlpExporter::layer) the program put under its
+    /// own subscriber: the manager installs nothing, and flushes and shuts the exporter down
+    /// when it stops, within its stop's deadline.
+    #[cfg(feature = "otlp")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
+    pub fn otlp_exporter(mut self, exporter: crate::otlp::OtlpExporter) -> Self {
+        self.otlp = Some(Err(exporter));
+        self
+    }
+
+    /// The name of the cluster this manager runs against, exported as the resource
+    /// attribute `k8s.cluster.name` (the API gives no cluster a name of its own). It applies
+    /// to the exporter the manager builds ([`otlp`](Self::otlp)), not to one it is handed.
+    #[cfg(feature = "otlp")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
+    pub fn cluster_name(mut self, name: impl Into<String>) -> Self {
+        self.cluster_name = Some(name.into());
         self
     }
 
@@ -312,6 +352,18 @@ impl ManagerBuilder {
             bound: Mutex::new(Bound::default()),
             started: std::sync::atomic::AtomicBool::new(false),
             stop_deadline: OnceLock::new(),
+            #[cfg(feature = "otlp")]
+            otlp: match self.otlp {
+                None => crate::otlp::Managed::configured(
+                    crate::otlp::Otlp::new(),
+                    &self.name,
+                    self.cluster_name,
+                ),
+                Some(Ok(otlp)) => {
+                    crate::otlp::Managed::configured(otlp, &self.name, self.cluster_name)
+                }
+                Some(Err(exporter)) => crate::otlp::Managed::given(exporter),
+            },
         })
     }
 }
@@ -421,6 +473,10 @@ impl Manager {
             tls: crate::webhooks::Declared::default(),
             render_only: false,
             require_declared_reads: true,
+            #[cfg(feature = "otlp")]
+            otlp: None,
+            #[cfg(feature = "otlp")]
+            cluster_name: None,
         }
     }
 }

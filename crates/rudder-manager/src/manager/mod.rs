@@ -98,6 +98,9 @@ pub struct Manager {
     /// The deadline of the stop once it began (`None` inside: no deadline), for what stops
     /// last (the servers).
     stop_deadline: OnceLock<Option<tokio::time::Instant>>,
+    /// The OTLP exporter: started first, shut down last.
+    #[cfg(feature = "otlp")]
+    otlp: crate::otlp::Managed,
 }
 
 impl std::fmt::Debug for Manager {

@@ -70,6 +70,9 @@ impl Manager {
         // Again at start: a handle given to the builder belongs to a recorder installed
         // elsewhere, whose descriptions only the recorder present now can take.
         crate::metrics::describe();
+        // Before anything that makes spans.
+        #[cfg(feature = "otlp")]
+        self.otlp.start();
         let mut servers = Vec::new();
         let result = self.run(&cancel, &mut servers).await;
         // Servers last: probes keep answering while the rest stops, within the same
@@ -83,6 +86,9 @@ impl Manager {
         futures::future::join_all(servers.into_iter().map(|s| s.stop(deadline))).await;
         self.cache_token.cancel();
         self.cache.stop().await;
+        // Last, so the spans of everything above are exported, within the same deadline.
+        #[cfg(feature = "otlp")]
+        self.otlp.stop(deadline).await;
         result
     }
 
