@@ -40,6 +40,12 @@
 //!
 //! [`order`] holds the marker traits that make a call before `for_` fail with a message that
 //! names the fix, for both builders.
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `webhook` | no | `Error::Webhook`, for a webhook that cannot be registered (the facade's `webhook` feature turns it on) |
 
 // Unit tests may spawn: the test is the owner.
 #![cfg_attr(
