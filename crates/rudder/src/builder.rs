@@ -21,13 +21,10 @@ use rudder_manager::rbac::{Permissions, Verb};
 use rudder_manager::sharding::fence::Fence;
 use rudder_manager::sharding::{Ring, ShardMode, ShardingConfig};
 
-use crate::{Error, Result, Tools};
+use rudder_builder::{Error, Result, Tools};
 
-pub(crate) mod declaration;
-pub(crate) mod order;
-
-use declaration::{Declaration, Declared, Echoes, Site};
-use order::{
+use rudder_builder::declaration::{Declaration, Declared, Echoes, Site};
+use rudder_builder::order::{
     CompleteAfterFor, CompleteWithAfterFor, EventFilterAfterFor, ForOnce, NamedAfterFor,
     OwnsAfterFor, OwnsWithAfterFor, OwnsWritesAfterFor, PermissionsAfterFor, ReadsAfterFor,
     ShardedAfterFor, WatchesAfterFor, WatchesKindAfterFor, WatchesKindWithAfterFor,

@@ -158,11 +158,6 @@ pub mod conditions;
 #[cfg(feature = "webhook")]
 #[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub mod manifests;
-#[cfg(feature = "manager")]
-#[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
-pub mod multicluster;
-#[cfg(feature = "manager")]
-mod tools;
 #[cfg(feature = "webhook")]
 mod webhook_builder;
 
@@ -223,6 +218,12 @@ pub use rudder_manager::rbac;
 #[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub use rudder_certs as certs;
 
+/// One manager, many clusters: a fleet of member clusters engaged and disengaged as providers
+/// announce them, and controllers declared once that run in each: rudder-fleet.
+#[cfg(feature = "manager")]
+#[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
+pub use rudder_fleet as multicluster;
+
 /// The test control plane: a real kube-apiserver and etcd for tests, rudder-envtest (feature
 /// `envtest`, for dev-dependencies).
 #[cfg(feature = "envtest")]
@@ -247,6 +248,10 @@ pub use webhook_builder::{WebhookBuilder, WebhookManifests, new_webhook, webhook
 pub mod events {
     pub use kube_runtime::events::{Event, EventType, Recorder, Reporter};
 }
+#[cfg(feature = "manager")]
+#[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
+#[doc(inline)]
+pub use rudder_builder::{Error, Result, Tools};
 #[cfg(feature = "cache")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
 #[doc(inline)]
@@ -273,10 +278,6 @@ pub use rudder_manager::Manager;
 #[cfg_attr(docsrs, doc(cfg(feature = "workqueue")))]
 #[doc(inline)]
 pub use rudder_workqueue::WorkQueue;
-#[cfg(feature = "manager")]
-#[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
-#[doc(inline)]
-pub use tools::Tools;
 
 /// The names an operator uses most, to `use rudder::prelude::*`.
 pub mod prelude {
@@ -301,47 +302,3 @@ pub mod prelude {
     #[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
     pub use rudder_manager::Manager;
 }
-
-/// Errors of the builder API.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// The API server does not serve a watched type (a CRD not installed, or the wrong
-    /// group or version); install it, then build the controller.
-    #[error("the API server does not serve {kind}")]
-    NotServed {
-        /// `group/version Kind`.
-        kind: String,
-        /// The discovery error.
-        #[source]
-        source: kube::Error,
-    },
-    /// The controller could not be built (a duplicate or empty name).
-    #[cfg(feature = "controller")]
-    #[error("cannot build the controller")]
-    Controller(#[source] rudder_controller::BuildError),
-    /// A webhook could not be registered: its path is taken (webhooks declared twice for a
-    /// type), or a conversion does not cover every served version of its kind.
-    #[cfg(feature = "webhook")]
-    #[error("cannot register the webhook")]
-    Webhook(#[source] rudder_webhook::RegisterError),
-    /// A watch could not be added. Before the controller runs, adding a watch only records
-    /// it, so the builder meets this only for a controller that is already running.
-    #[cfg(feature = "controller")]
-    #[error("cannot add a watch to the controller")]
-    Watch(#[source] rudder_controller::RunError),
-    /// A sharded controller's ring has invalid Lease timings or names
-    /// ([`ControllerBuilder::sharded`](crate::ControllerBuilder::sharded)); fix the
-    /// configuration.
-    #[cfg(feature = "manager")]
-    #[error("invalid sharding configuration")]
-    Sharding(#[source] rudder_manager::leader_election::ConfigError),
-    /// A fleet's controller could not be added: its name is taken in the fleet
-    /// ([`multicluster`]).
-    #[cfg(feature = "manager")]
-    #[error("cannot add the controller to the fleet")]
-    Fleet(#[source] multicluster::FleetError),
-}
-
-/// The result of the builder API.
-pub type Result<T, E = Error> = std::result::Result<T, E>;

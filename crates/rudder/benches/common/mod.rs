@@ -1,4 +1,5 @@
-//! What the facade's benches share: their flags, and the process's own CPU time and RSS.
+//! What the facade's and rudder-fleet's benches share (rudder-fleet's include this module by
+//! its path): their flags, and the process's own CPU time and RSS.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::time::Duration;

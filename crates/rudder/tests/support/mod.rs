@@ -1,4 +1,5 @@
-//! What the facade's integration tests share: ConfigMaps to shard, a manager per replica, the
+//! What the facade's and rudder-fleet's integration tests share (rudder-fleet's include this
+//! module by its path): ConfigMaps to shard, a manager per replica, the
 //! ring's configuration with short Lease timings, running a manager, a defaulter and a
 //! validator, a plain HTTP GET, an object's field managers, [`gizmo`], a kind in two
 //! versions for the conversion tests, and [`go_module`], CRDs from a Go module.

@@ -31,60 +31,60 @@ macro_rules! after_for {
 }
 
 after_for! {
-    /// The primary type, for [`owns`](super::ControllerBuilder::owns).
+    /// The primary type, for `owns`.
     OwnsAfterFor =>
         "call `.for_::<K>()` first: `owns` needs the controller's primary type";
-    /// The primary type, for [`owns_with`](super::ControllerBuilder::owns_with).
+    /// The primary type, for `owns_with`.
     OwnsWithAfterFor =>
         "call `.for_::<K>()` first: `owns_with` needs the controller's primary type";
-    /// The primary type, for [`owns_writes`](super::ControllerBuilder::owns_writes).
+    /// The primary type, for `owns_writes`.
     OwnsWritesAfterFor =>
         "call `.for_::<K>()` first: `owns_writes` needs the controller's primary type";
-    /// The primary type, for [`reads`](super::ControllerBuilder::reads).
+    /// The primary type, for `reads`.
     ReadsAfterFor =>
         "call `.for_::<K>()` first: `reads` comes after the controller's primary type";
-    /// The primary type, for [`permissions`](super::ControllerBuilder::permissions).
+    /// The primary type, for `permissions`.
     PermissionsAfterFor =>
         "call `.for_::<K>()` first: `permissions` comes after the controller's primary type";
-    /// The primary type, for [`watches_kind`](super::ControllerBuilder::watches_kind).
+    /// The primary type, for `watches_kind`.
     WatchesKindAfterFor =>
         "call `.for_::<K>()` first: `watches_kind` comes after the controller's primary type";
     /// The primary type, for
-    /// [`watches_kind_with`](super::ControllerBuilder::watches_kind_with).
+    /// `watches_kind_with`.
     WatchesKindWithAfterFor =>
         "call `.for_::<K>()` first: `watches_kind_with` comes after the controller's primary type";
-    /// The primary type, for [`watches`](super::ControllerBuilder::watches).
+    /// The primary type, for `watches`.
     WatchesAfterFor =>
         "call `.for_::<K>()` first: `watches` comes after the controller's primary type";
-    /// The primary type, for [`watches_with`](super::ControllerBuilder::watches_with).
+    /// The primary type, for `watches_with`.
     WatchesWithAfterFor =>
         "call `.for_::<K>()` first: `watches_with` comes after the controller's primary type";
-    /// The primary type, for [`watches_raw`](super::ControllerBuilder::watches_raw).
+    /// The primary type, for `watches_raw`.
     WatchesRawAfterFor =>
         "call `.for_::<K>()` first: `watches_raw` comes after the controller's primary type";
-    /// The primary type, for [`event_filter`](super::ControllerBuilder::event_filter).
+    /// The primary type, for `event_filter`.
     EventFilterAfterFor =>
         "call `.for_::<K>()` first: `event_filter` comes after the controller's primary type";
-    /// The primary type, for [`named`](super::ControllerBuilder::named).
+    /// The primary type, for `named`.
     NamedAfterFor =>
         "call `.for_::<K>()` first: `named` comes after the controller's primary type";
-    /// The primary type, for [`with_options`](super::ControllerBuilder::with_options).
+    /// The primary type, for `with_options`.
     WithOptionsAfterFor =>
         "call `.for_::<K>()` first: `with_options` comes after the controller's primary type";
-    /// The primary type, for [`sharded`](super::ControllerBuilder::sharded), which shards
+    /// The primary type, for `sharded`, which shards
     /// its objects.
     ShardedAfterFor =>
         "call `.for_::<K>()` first: `sharded` needs the controller's primary type";
-    /// The primary type, for [`complete`](super::ControllerBuilder::complete).
+    /// The primary type, for `complete`.
     CompleteAfterFor =>
         "call `.for_::<K>()` before `complete`: a controller needs a primary type to reconcile";
-    /// The primary type, for [`complete_with`](super::ControllerBuilder::complete_with).
+    /// The primary type, for `complete_with`.
     CompleteWithAfterFor =>
         "call `.for_::<K>()` before `complete_with`: a controller needs a primary type to reconcile";
 }
 
-/// A builder that has no primary type yet, for [`for_`](super::ControllerBuilder::for_) and
-/// [`for_with`](super::ControllerBuilder::for_with): a controller reconciles one type.
+/// A builder that has no primary type yet, for `for_` and
+/// `for_with`: a controller reconciles one type.
 #[diagnostic::on_unimplemented(
     message = "the controller's primary type is already `{Self}`: call `for_` or `for_with` once",
     label = "this builder has a primary type",

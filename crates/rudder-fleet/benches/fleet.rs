@@ -2,7 +2,7 @@
 //! heap and idle CPU per engaged member with one watched kind, and the time from a kubeconfig
 //! Secret's creation to the member's first reconcile.
 //!
-//! Run with `cargo bench -p rudder-runtime --bench fleet -- --bench [--go-binary PATH]
+//! Run with `cargo bench -p rudder-fleet --bench fleet -- --bench [--go-binary PATH]
 //! [--clusters N] [--objects N] [--idle SECONDS] [--probe-every SECONDS]` with
 //! `RUDDER_ENVTEST_ASSETS` set (`--probe-every` sets Rudder's member probe period, 10 s by
 //! default, to see what the probes cost);
@@ -63,6 +63,8 @@ use rudder::multicluster::{
 };
 use rudder::prelude::*;
 
+// The facade's bench helpers, one module for both crates' benches.
+#[path = "../../rudder/benches/common/mod.rs"]
 mod common;
 use common::{arg, arg_value, cpu_time, rss_bytes};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};

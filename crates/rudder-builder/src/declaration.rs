@@ -1,8 +1,8 @@
 //! [`Declaration`]: what a controller declares (its primary type, owned and watched types,
 //! sources, predicates, options, name and permissions), one record shared by the
-//! single-cluster [`ControllerBuilder`](super::ControllerBuilder) and the fleet's
-//! [`FleetControllerBuilder`](crate::multicluster::FleetControllerBuilder), so that the two
-//! cannot drift: each of their methods delegates here.
+//! single-cluster `ControllerBuilder` (the facade's, `rudder::ControllerBuilder`) and the
+//! fleet's `FleetControllerBuilder` (rudder-fleet's), so that the two cannot drift: each of
+//! their methods delegates here.
 //!
 //! Watches are recorded as makers, called where the controller runs (a [`Place`]): once for
 //! a single-cluster controller (the manager's cache), once per member cluster for a fleet's
@@ -28,7 +28,7 @@ use rudder_manager::Manager;
 use rudder_manager::rbac::{Permissions, Verb};
 
 /// Where a controller's watches are made: the manager (one cluster), or a fleet's member.
-pub(crate) trait Place: Send + Sync + 'static {
+pub trait Place: Send + Sync + 'static {
     /// The cache the controller's typed watches read.
     fn cache(&self) -> &Cache;
 }
@@ -39,32 +39,40 @@ impl Place for Manager {
     }
 }
 
-impl Place for crate::multicluster::Cluster {
-    fn cache(&self) -> &Cache {
-        crate::multicluster::Cluster::cache(self)
-    }
+/// A member cluster of a fleet, as the fleet's controllers see it: its name, its client and
+/// its cache ([`Tools::for_cluster`](crate::Tools::for_cluster) makes a reconciler's tools from
+/// them). rudder-fleet's `Cluster` is the one implementation.
+pub trait Member {
+    /// The cluster's name in the fleet.
+    fn name(&self) -> &str;
+    /// The client of the cluster's API server.
+    fn kube(&self) -> &kube::Client;
+    /// The cluster's own cache.
+    fn cache(&self) -> &Cache;
 }
 
 /// The echoes of a controller's own writes to drop (with `Options::filter_own_echoes`): the
 /// place's write tracker and the controller's observer.
-pub(crate) type Echoes = Option<(Arc<WriteTracker>, Arc<dyn WriteObserver>)>;
+pub type Echoes = Option<(Arc<WriteTracker>, Arc<dyn WriteObserver>)>;
 
 /// What a watch is made with: its place, and what is known once the controller is built.
-pub(crate) struct Site<'a, P> {
-    pub(crate) place: &'a P,
+pub struct Site<'a, P> {
+    /// Where the controller runs: the manager, or a fleet's member.
+    pub place: &'a P,
     /// The [`event_filter`](Declaration::event_filter) predicates.
-    pub(crate) global: &'a MetaPredicates,
-    pub(crate) echoes: &'a Echoes,
+    pub global: &'a MetaPredicates,
+    /// The echoes of the controller's own writes to drop, when it filters them.
+    pub echoes: &'a Echoes,
 }
 
 /// A watch made again at each place the controller runs.
-pub(crate) type Watch<P> = Arc<dyn Fn(&Site<'_, P>) -> WatchSpec + Send + Sync>;
+pub type Watch<P> = Arc<dyn Fn(&Site<'_, P>) -> WatchSpec + Send + Sync>;
 
 /// A watch of a source given once, made where the one controller runs.
-pub(crate) type WatchOnce<P> = Box<dyn FnOnce(&Site<'_, P>) -> WatchSpec + Send>;
+pub type WatchOnce<P> = Box<dyn FnOnce(&Site<'_, P>) -> WatchSpec + Send>;
 
 /// A watch as declared.
-pub(crate) enum Declared<P> {
+pub enum Declared<P> {
     /// Made at each place (every member of a fleet).
     Each(Watch<P>),
     /// A source given once, for a single-cluster controller.
@@ -73,17 +81,23 @@ pub(crate) enum Declared<P> {
 
 /// A controller's declaration; `K` is its primary type once [`for_`](Self::for_) is called,
 /// `P` where it runs.
-pub(crate) struct Declaration<K, P> {
-    pub(crate) name: Option<String>,
-    pub(crate) options: Options,
-    pub(crate) permissions: Permissions,
+pub struct Declaration<K, P> {
+    /// The name given ([`named`](Self::named)); the primary kind in lower case otherwise.
+    pub name: Option<String>,
+    /// The controller's options ([`with_options`](Self::with_options)).
+    pub options: Options,
+    /// What the controller needs from the API server: its watches' reads and what it
+    /// declared beyond them.
+    pub permissions: Permissions,
     /// Every type watched or read through the cache, for a check that the API server serves
     /// it.
-    pub(crate) served: Vec<GroupVersionKind>,
-    pub(crate) global: Vec<Arc<dyn MetaPredicate>>,
-    pub(crate) watches: Vec<Declared<P>>,
+    pub served: Vec<GroupVersionKind>,
+    /// The [`event_filter`](Self::event_filter) predicates, for every watch.
+    pub global: Vec<Arc<dyn MetaPredicate>>,
+    /// The watches besides the primary type's, in their order.
+    pub watches: Vec<Declared<P>>,
     /// The primary type's own predicate.
-    pub(crate) primary: Option<Arc<dyn Predicate<K>>>,
+    pub primary: Option<Arc<dyn Predicate<K>>>,
     _primary: PhantomData<fn() -> K>,
 }
 
@@ -97,9 +111,15 @@ impl<K, P> std::fmt::Debug for Declaration<K, P> {
     }
 }
 
+impl<P> Default for Declaration<(), P> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<P> Declaration<(), P> {
     /// Nothing declared yet.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Self {
             name: None,
             options: Options::default(),
@@ -116,10 +136,7 @@ impl<P> Declaration<(), P> {
 impl<K, P: Place> Declaration<K, P> {
     /// The primary type `T`, with its own predicate: list and watch on it (its informer),
     /// and a check that it is served.
-    pub(crate) fn for_<T: Typed>(
-        self,
-        predicate: Option<Arc<dyn Predicate<T>>>,
-    ) -> Declaration<T, P> {
+    pub fn for_<T: Typed>(self, predicate: Option<Arc<dyn Predicate<T>>>) -> Declaration<T, P> {
         let mut declaration = Declaration {
             name: self.name,
             options: self.options,
@@ -136,7 +153,7 @@ impl<K, P: Place> Declaration<K, P> {
     }
 
     /// Owned objects of type `O`, written with `writes`, their events queueing their owner.
-    pub(crate) fn owns<O: Typed>(
+    pub fn owns<O: Typed>(
         mut self,
         writes: impl IntoIterator<Item = Verb>,
         predicate: Option<Arc<dyn Predicate<O>>>,
@@ -160,7 +177,7 @@ impl<K, P: Place> Declaration<K, P> {
 
     /// `T` from the place's cache through `handler`: list and watch on `T`, and a check
     /// that it is served.
-    pub(crate) fn watch_kind<T: Typed, H: EventHandler<T> + 'static>(
+    pub fn watch_kind<T: Typed, H: EventHandler<T> + 'static>(
         self,
         handler: H,
         predicate: Option<Arc<dyn Predicate<T>>>,
@@ -193,7 +210,7 @@ impl<K, P: Place> Declaration<K, P> {
 
     /// A type read through the client: its informer starts with the controller (its events
     /// queue nothing), list and watch on it, and a check that it is served.
-    pub(crate) fn reads<T: Typed>(mut self) -> Self {
+    pub fn reads<T: Typed>(mut self) -> Self {
         self.served.push(gvk::<T>());
         self.permissions = std::mem::take(&mut self.permissions).informer::<T>();
         self.watches
@@ -210,7 +227,7 @@ impl<K, P: Place> Declaration<K, P> {
 
     /// A source made at each place by `source`, through `handler`; the global predicates,
     /// then `predicate`, apply.
-    pub(crate) fn watches_each<T, S, H>(
+    pub fn watches_each<T, S, H>(
         mut self,
         source: impl Fn(&P) -> S + Send + Sync + 'static,
         handler: H,
@@ -236,25 +253,25 @@ impl<K, P: Place> Declaration<K, P> {
     }
 
     /// More permissions.
-    pub(crate) fn permissions(mut self, permissions: Permissions) -> Self {
+    pub fn permissions(mut self, permissions: Permissions) -> Self {
         self.permissions = std::mem::take(&mut self.permissions).and(permissions);
         self
     }
 
     /// A predicate on every watch but raw ones, before their own.
-    pub(crate) fn event_filter(mut self, predicate: impl MetaPredicate + 'static) -> Self {
+    pub fn event_filter(mut self, predicate: impl MetaPredicate + 'static) -> Self {
         self.global.push(Arc::new(predicate));
         self
     }
 
     /// The controller's name.
-    pub(crate) fn named(mut self, name: impl Into<String>) -> Self {
+    pub fn named(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
     }
 
     /// How the controller (each instance of it) runs.
-    pub(crate) fn with_options(mut self, options: Options) -> Self {
+    pub fn with_options(mut self, options: Options) -> Self {
         self.options = options;
         self
     }
@@ -262,7 +279,7 @@ impl<K, P: Place> Declaration<K, P> {
 
 impl<K: Typed, P: Place> Declaration<K, P> {
     /// The controller's name: the one given, or the primary kind in lower case.
-    pub(crate) fn name(&self) -> String {
+    pub fn name(&self) -> String {
         self.name
             .clone()
             .unwrap_or_else(|| K::kind(&()).to_lowercase())
@@ -270,27 +287,26 @@ impl<K: Typed, P: Place> Declaration<K, P> {
 
     /// The primary type's watch of `source` (its informers, or a shard's), each event
     /// queueing the object itself.
-    pub(crate) fn primary_spec(&self, source: impl Source<K>, site: &Site<'_, P>) -> WatchSpec {
+    pub fn primary_spec(&self, source: impl Source<K>, site: &Site<'_, P>) -> WatchSpec {
         typed_spec(source, EnqueueObject, self.primary.as_ref(), site, FOR)
     }
 }
 
-impl<K: Typed> Declaration<K, crate::multicluster::Cluster> {
+impl<K: Typed, P: Place> Declaration<K, P> {
     /// Every watch, made again for each member: the primary type's on the member's cache
     /// first, then the others in their order. (Only a `Declaration<_, Manager>` records a
     /// source given once, so every watch here is made per member.)
-    pub(crate) fn per_member(&mut self) -> Vec<Watch<crate::multicluster::Cluster>> {
+    pub fn per_member(&mut self) -> Vec<Watch<P>> {
         let predicate = self.primary.clone();
-        let primary: Watch<crate::multicluster::Cluster> =
-            Arc::new(move |site: &Site<'_, crate::multicluster::Cluster>| {
-                typed_spec(
-                    Kind::<K>::from_cache(site.place.cache()),
-                    EnqueueObject,
-                    predicate.as_ref(),
-                    site,
-                    FOR,
-                )
-            });
+        let primary: Watch<P> = Arc::new(move |site: &Site<'_, P>| {
+            typed_spec(
+                Kind::<K>::from_cache(site.place.cache()),
+                EnqueueObject,
+                predicate.as_ref(),
+                site,
+                FOR,
+            )
+        });
         std::iter::once(primary)
             .chain(
                 std::mem::take(&mut self.watches)
@@ -307,7 +323,7 @@ impl<K: Typed> Declaration<K, crate::multicluster::Cluster> {
 impl<K> Declaration<K, Manager> {
     /// A source given once (a single-cluster controller's), through `handler`; the global
     /// predicates, then `predicate`, apply.
-    pub(crate) fn watches_once<T, H>(
+    pub fn watches_once<T, H>(
         mut self,
         source: impl Source<T>,
         handler: H,
@@ -325,7 +341,7 @@ impl<K> Declaration<K, Manager> {
     }
 
     /// A source of anything, given once, through `handler`; no global predicate applies.
-    pub(crate) fn watches_raw<T, H>(mut self, source: impl Source<T>, handler: H) -> Self
+    pub fn watches_raw<T, H>(mut self, source: impl Source<T>, handler: H) -> Self
     where
         T: Send + Sync + 'static,
         H: EventHandler<T> + 'static,
@@ -338,7 +354,7 @@ impl<K> Declaration<K, Manager> {
 }
 
 /// A predicate or handler shared by the watches of every place.
-pub(crate) struct Shared<T: ?Sized>(pub(crate) Arc<T>);
+struct Shared<T: ?Sized>(Arc<T>);
 
 impl<K, P: Predicate<K> + ?Sized> Predicate<K> for Shared<P> {
     fn filter(&self, event: &Event<K>) -> bool {

@@ -3,7 +3,7 @@
 use futures::future::BoxFuture;
 use rudder_core::{BoxError, Shutdown};
 
-use crate::multicluster::provider::{Announcer, Provider};
+use crate::provider::{Announcer, Provider};
 
 /// A fixed list of member clusters, each a name and a client configuration, announced when
 /// the fleet starts and never withdrawn.

@@ -5,10 +5,10 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ApiResource, DynamicObject};
 use rudder_core::{BoxError, Shutdown};
-use rudder_manager::rbac::{Permissions, RuleScope, Verb};
+use rudder_manager::rbac::Permissions;
 
-use super::joined::{Joined, member_name};
-use crate::multicluster::provider::{Announcer, Provider};
+use super::joined::{JoinedKind, JoinedScope, member_name};
+use crate::provider::{Announcer, Provider};
 
 /// The label Cluster API puts on the Secrets it makes for a Cluster (its value is the
 /// Cluster's name); the provider watches the Secrets that carry it.
@@ -46,11 +46,10 @@ const KUBECONFIG_SUFFIX: &str = "-kubeconfig";
 ///
 /// Needs `get`, `list` and `watch` on Clusters and on Secrets in the namespace (or cluster
 /// wide), recorded on the manager when the fleet is built
-/// ([`FleetBuilder::cluster_api`](super::super::FleetBuilder::cluster_api)).
+/// ([`FleetBuilder::cluster_api`](crate::FleetBuilder::cluster_api)).
 #[derive(Clone)]
 pub struct ClusterApiClusters {
-    client: Option<kube::Client>,
-    namespace: Option<String>,
+    scope: JoinedScope,
     version: String,
     secret_selector: String,
 }
@@ -58,7 +57,7 @@ pub struct ClusterApiClusters {
 impl std::fmt::Debug for ClusterApiClusters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterApiClusters")
-            .field("namespace", &self.namespace)
+            .field("namespace", &self.scope.namespace)
             .field("version", &self.version)
             .field("secret_selector", &self.secret_selector)
             .finish_non_exhaustive()
@@ -78,8 +77,7 @@ impl ClusterApiClusters {
 
     fn scoped(namespace: Option<String>) -> Self {
         Self {
-            client: None,
-            namespace,
+            scope: JoinedScope::new(namespace),
             version: "v1beta2".to_owned(),
             secret_selector: CLUSTER_NAME_LABEL.to_owned(),
         }
@@ -106,37 +104,34 @@ impl ClusterApiClusters {
     /// Watches the Clusters and Secrets with `client` instead of the manager's.
     #[must_use]
     pub fn client(mut self, client: kube::Client) -> Self {
-        self.client = Some(client);
+        self.scope.client = Some(client);
         self
     }
 
     /// The client set with [`client`](Self::client), else `home`.
     pub(crate) fn resolve_client(&mut self, home: &kube::Client) {
-        if self.client.is_none() {
-            self.client = Some(home.clone());
-        }
+        self.scope.resolve_client(home);
     }
 
-    fn scope(&self) -> RuleScope {
-        self.namespace
-            .clone()
-            .map_or(RuleScope::Cluster, RuleScope::Namespace)
+    /// The Clusters' resource at the chosen version.
+    fn resource(&self) -> ApiResource {
+        ApiResource {
+            group: "cluster.x-k8s.io".to_owned(),
+            version: self.version.clone(),
+            api_version: format!("cluster.x-k8s.io/{}", self.version),
+            kind: "Cluster".to_owned(),
+            plural: "clusters".to_owned(),
+        }
     }
 }
 
 impl Provider for ClusterApiClusters {
     fn name(&self) -> String {
-        match &self.namespace {
-            Some(ns) => format!("cluster-api {ns}"),
-            None => "cluster-api all namespaces".to_owned(),
-        }
+        self.scope.name("cluster-api")
     }
 
     fn permissions(&self) -> Permissions {
-        let read = [Verb::Get, Verb::List, Verb::Watch];
-        Permissions::new()
-            .resource(self.scope(), "cluster.x-k8s.io", "clusters", read)
-            .resource(self.scope(), "", "secrets", read)
+        self.scope.permissions(&self.resource())
     }
 
     fn run(
@@ -144,34 +139,16 @@ impl Provider for ClusterApiClusters {
         clusters: Announcer,
         shutdown: Shutdown,
     ) -> BoxFuture<'static, Result<(), BoxError>> {
-        let provider = self.name();
-        let client = self.client.clone();
-        let namespace = self.namespace.clone();
-        let resource = ApiResource {
-            group: "cluster.x-k8s.io".to_owned(),
-            version: self.version.clone(),
-            api_version: format!("cluster.x-k8s.io/{}", self.version),
-            kind: "Cluster".to_owned(),
-            plural: "clusters".to_owned(),
+        let kind = JoinedKind {
+            resource: self.resource(),
+            what: "Cluster API Clusters",
+            ready: provisioned,
+            secret_selector: self.secret_selector.clone(),
+            secret_member: kubeconfig_secret_member,
+            key: "value".to_owned(),
         };
-        let secret_selector = self.secret_selector.clone();
-        Box::pin(async move {
-            let Some(client) = client else {
-                return Err("the Cluster API provider has no client".into());
-            };
-            Joined {
-                client,
-                namespace,
-                resource,
-                what: "Cluster API Clusters",
-                ready: provisioned,
-                secret_selector,
-                secret_member: kubeconfig_secret_member,
-                key: "value".to_owned(),
-            }
-            .run(clusters, shutdown, provider)
-            .await
-        })
+        self.scope
+            .run(kind, "Cluster API", self.name(), clusters, shutdown)
     }
 }
 

@@ -4,6 +4,8 @@
 //! overlap, and a stop that leaves nothing of the fleet running.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+// The facade's test helpers, one module for both crates' tests.
+#[path = "../../rudder/tests/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;

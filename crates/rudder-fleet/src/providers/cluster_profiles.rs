@@ -6,10 +6,10 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ApiResource, DynamicObject};
 use rudder_core::{BoxError, Shutdown};
-use rudder_manager::rbac::{Permissions, RuleScope, Verb};
+use rudder_manager::rbac::Permissions;
 
-use super::joined::{Joined, member_name};
-use crate::multicluster::provider::{Announcer, Provider};
+use super::joined::{JoinedKind, JoinedScope, member_name};
+use crate::provider::{Announcer, Provider};
 
 /// The label that names the consumer a kubeconfig Secret is for.
 const CONSUMER_LABEL: &str = "x-k8s.io/cluster-inventory-consumer";
@@ -46,18 +46,17 @@ const HEALTHY: &str = "ControlPlaneHealthy";
 ///
 /// Needs `get`, `list` and `watch` on ClusterProfiles and on Secrets in the namespace (or
 /// cluster wide), recorded on the manager when the fleet is built
-/// ([`FleetBuilder::cluster_profiles`](super::super::FleetBuilder::cluster_profiles)).
+/// ([`FleetBuilder::cluster_profiles`](crate::FleetBuilder::cluster_profiles)).
 #[derive(Clone)]
 pub struct ClusterProfiles {
-    client: Option<kube::Client>,
-    namespace: Option<String>,
+    scope: JoinedScope,
     consumer: String,
 }
 
 impl std::fmt::Debug for ClusterProfiles {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterProfiles")
-            .field("namespace", &self.namespace)
+            .field("namespace", &self.scope.namespace)
             .field("consumer", &self.consumer)
             .finish_non_exhaustive()
     }
@@ -68,8 +67,7 @@ impl ClusterProfiles {
     /// `consumer` (a label value).
     pub fn new(namespace: impl Into<String>, consumer: impl Into<String>) -> Self {
         Self {
-            client: None,
-            namespace: Some(namespace.into()),
+            scope: JoinedScope::new(Some(namespace.into())),
             consumer: consumer.into(),
         }
     }
@@ -78,8 +76,7 @@ impl ClusterProfiles {
     /// `consumer`.
     pub fn all_namespaces(consumer: impl Into<String>) -> Self {
         Self {
-            client: None,
-            namespace: None,
+            scope: JoinedScope::new(None),
             consumer: consumer.into(),
         }
     }
@@ -87,42 +84,31 @@ impl ClusterProfiles {
     /// Watches the profiles and Secrets with `client` instead of the manager's.
     #[must_use]
     pub fn client(mut self, client: kube::Client) -> Self {
-        self.client = Some(client);
+        self.scope.client = Some(client);
         self
     }
 
     /// The client set with [`client`](Self::client), else `home`.
     pub(crate) fn resolve_client(&mut self, home: &kube::Client) {
-        if self.client.is_none() {
-            self.client = Some(home.clone());
-        }
+        self.scope.resolve_client(home);
     }
+}
 
-    fn scope(&self) -> RuleScope {
-        self.namespace
-            .clone()
-            .map_or(RuleScope::Cluster, RuleScope::Namespace)
-    }
+/// The ClusterProfiles' resource.
+fn resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("multicluster.x-k8s.io", "v1alpha1", "ClusterProfile"),
+        "clusterprofiles",
+    )
 }
 
 impl Provider for ClusterProfiles {
     fn name(&self) -> String {
-        match &self.namespace {
-            Some(ns) => format!("cluster-profiles {ns}"),
-            None => "cluster-profiles all namespaces".to_owned(),
-        }
+        self.scope.name("cluster-profiles")
     }
 
     fn permissions(&self) -> Permissions {
-        let read = [Verb::Get, Verb::List, Verb::Watch];
-        Permissions::new()
-            .resource(
-                self.scope(),
-                "multicluster.x-k8s.io",
-                "clusterprofiles",
-                read,
-            )
-            .resource(self.scope(), "", "secrets", read)
+        self.scope.permissions(&resource())
     }
 
     fn run(
@@ -130,35 +116,16 @@ impl Provider for ClusterProfiles {
         clusters: Announcer,
         shutdown: Shutdown,
     ) -> BoxFuture<'static, Result<(), BoxError>> {
-        let provider = self.name();
-        let client = self.client.clone();
-        let namespace = self.namespace.clone();
-        let resource = ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk(
-                "multicluster.x-k8s.io",
-                "v1alpha1",
-                "ClusterProfile",
-            ),
-            "clusterprofiles",
-        );
-        let secret_selector = format!("{CONSUMER_LABEL}={},{PROFILE_LABEL}", self.consumer);
-        Box::pin(async move {
-            let Some(client) = client else {
-                return Err("the ClusterProfile provider has no client".into());
-            };
-            Joined {
-                client,
-                namespace,
-                resource,
-                what: "ClusterProfiles",
-                ready: healthy,
-                secret_selector,
-                secret_member: profile_secret_member,
-                key: "Config".to_owned(),
-            }
-            .run(clusters, shutdown, provider)
-            .await
-        })
+        let kind = JoinedKind {
+            resource: resource(),
+            what: "ClusterProfiles",
+            ready: healthy,
+            secret_selector: format!("{CONSUMER_LABEL}={},{PROFILE_LABEL}", self.consumer),
+            secret_member: profile_secret_member,
+            key: "Config".to_owned(),
+        };
+        self.scope
+            .run(kind, "ClusterProfile", self.name(), clusters, shutdown)
     }
 }
 

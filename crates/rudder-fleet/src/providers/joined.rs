@@ -1,25 +1,100 @@
-//! What the Cluster API and ClusterProfile providers share: two watches on the home cluster
-//! joined per member, an object that says whether the member is ready (a `Cluster`, a
-//! `ClusterProfile`) and the Secret that holds its kubeconfig; a member is engaged while both
-//! say yes.
+//! What the Cluster API and ClusterProfile providers share: their builders' half
+//! ([`JoinedScope`]: the client, the namespace or all of them, the provider's name and
+//! permissions, and the run), and two watches on the home cluster joined per member, an object
+//! that says whether the member is ready (a `Cluster`, a `ClusterProfile`) and the Secret that
+//! holds its kubeconfig; a member is engaged while both say yes. Each provider keeps only what
+//! differs: its resource, what makes an object ready, which Secrets hold the kubeconfig.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject};
 use rudder_cache::watch::{self as engine, Event};
 use rudder_core::{BoxError, Shutdown};
+use rudder_manager::rbac::{Permissions, RuleScope, Verb};
 
-use super::{config_from_yaml, fingerprint};
-use crate::multicluster::provider::Announcer;
+use super::{config_from_bytes, fingerprint, kubeconfig_bytes, unlisted};
+use crate::provider::Announcer;
 
-/// The two watches of a joined provider and how to read them.
-pub(crate) struct Joined {
-    pub(crate) client: kube::Client,
+/// A joined provider's builder half: where it watches, and with which client.
+#[derive(Clone)]
+pub(crate) struct JoinedScope {
+    /// The client given, or the manager's once the fleet is built.
+    pub(crate) client: Option<kube::Client>,
     /// One namespace, or every namespace.
     pub(crate) namespace: Option<String>,
+}
+
+impl JoinedScope {
+    /// In `namespace` (`None`: every namespace), with the manager's client.
+    pub(crate) fn new(namespace: Option<String>) -> Self {
+        Self {
+            client: None,
+            namespace,
+        }
+    }
+
+    /// The client given, else `home`.
+    pub(crate) fn resolve_client(&mut self, home: &kube::Client) {
+        if self.client.is_none() {
+            self.client = Some(home.clone());
+        }
+    }
+
+    /// The provider's name: `prefix` and the namespace, or `prefix all namespaces`.
+    pub(crate) fn name(&self, prefix: &str) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{prefix} {ns}"),
+            None => format!("{prefix} all namespaces"),
+        }
+    }
+
+    /// Reading `resource` (its group and plural) and Secrets, where the provider watches.
+    pub(crate) fn permissions(&self, resource: &ApiResource) -> Permissions {
+        let scope = self
+            .namespace
+            .clone()
+            .map_or(RuleScope::Cluster, RuleScope::Namespace);
+        let read = [Verb::Get, Verb::List, Verb::Watch];
+        Permissions::new()
+            .resource(scope.clone(), &resource.group, &resource.plural, read)
+            .resource(scope, "", "secrets", read)
+    }
+
+    /// Runs the joined watches of `kind` as the provider named `provider`, announcing members
+    /// through `clusters` until `shutdown` fires; `who` names the provider in the error for a
+    /// provider run without a client.
+    pub(crate) fn run(
+        &self,
+        kind: JoinedKind,
+        who: &'static str,
+        provider: String,
+        clusters: Announcer,
+        shutdown: Shutdown,
+    ) -> BoxFuture<'static, Result<(), BoxError>> {
+        let client = self.client.clone();
+        let namespace = self.namespace.clone();
+        Box::pin(async move {
+            let Some(client) = client else {
+                return Err(format!("the {who} provider has no client").into());
+            };
+            Joined {
+                client,
+                namespace,
+                kind,
+            }
+            .run(clusters, shutdown, provider)
+            .await
+        })
+    }
+}
+
+/// What differs between joined providers: the kind whose objects say which members exist and
+/// whether each is ready, and the Secrets that hold their kubeconfigs.
+pub(crate) struct JoinedKind {
     /// The kind whose objects say which members exist and whether each is ready.
     pub(crate) resource: ApiResource,
     /// The kind's name in logs ("Cluster API Clusters").
@@ -34,6 +109,14 @@ pub(crate) struct Joined {
     pub(crate) key: String,
 }
 
+/// The two watches of a joined provider and how to read them.
+struct Joined {
+    client: kube::Client,
+    /// One namespace, or every namespace.
+    namespace: Option<String>,
+    kind: JoinedKind,
+}
+
 /// A member's name: `namespace/name` of the object that announces it.
 pub(crate) fn member_name(namespace: Option<&str>, name: &str) -> String {
     format!("{}/{name}", namespace.unwrap_or_default())
@@ -41,7 +124,7 @@ pub(crate) fn member_name(namespace: Option<&str>, name: &str) -> String {
 
 impl Joined {
     /// Announces members through `clusters` until `shutdown` fires.
-    pub(crate) async fn run(
+    async fn run(
         self,
         clusters: Announcer,
         shutdown: Shutdown,
@@ -49,19 +132,19 @@ impl Joined {
     ) -> Result<(), BoxError> {
         let (objects, secrets): (Api<DynamicObject>, Api<Secret>) = match &self.namespace {
             Some(ns) => (
-                Api::namespaced_with(self.client.clone(), ns, &self.resource),
+                Api::namespaced_with(self.client.clone(), ns, &self.kind.resource),
                 Api::namespaced(self.client.clone(), ns),
             ),
             None => (
-                Api::all_with(self.client.clone(), &self.resource),
+                Api::all_with(self.client.clone(), &self.kind.resource),
                 Api::all(self.client.clone()),
             ),
         };
         let mut objects = std::pin::pin!(engine::watch(objects, engine::Config::default()));
-        let secret_config = engine::Config::default().labels(&self.secret_selector);
+        let secret_config = engine::Config::default().labels(&self.kind.secret_selector);
         let mut secrets = std::pin::pin!(engine::watch(secrets, secret_config));
         let mut join = Join {
-            spec: &self,
+            spec: &self.kind,
             clusters: &clusters,
             provider: &provider,
             ready: HashMap::new(),
@@ -104,7 +187,7 @@ fn secret_id(secret: &Secret) -> String {
 
 /// The state of both watches, and what was announced.
 struct Join<'a> {
-    spec: &'a Joined,
+    spec: &'a JoinedKind,
     clusters: &'a Announcer,
     provider: &'a str,
     /// Per member with an object: whether the object says it is ready.
@@ -145,13 +228,7 @@ impl Join<'_> {
             }
             Ok(Event::InitDone) => {
                 let listed = std::mem::take(&mut self.listed_objects);
-                let gone: Vec<String> = self
-                    .ready
-                    .keys()
-                    .filter(|member| !listed.contains(*member))
-                    .cloned()
-                    .collect();
-                for member in gone {
+                for member in unlisted(&self.ready, &listed) {
                     self.object_deleted(&member).await;
                 }
             }
@@ -164,7 +241,7 @@ impl Join<'_> {
             Err(error) => {
                 // The engine retries with its backoff; members stay as they are.
                 tracing::warn!(%error, provider = %self.provider, "watching {} failed (is the CRD installed, and may the operator list it?); retrying", self.spec.what);
-                crate::multicluster::metrics::provider_error(self.provider);
+                crate::metrics::provider_error(self.provider);
             }
         }
     }
@@ -179,13 +256,7 @@ impl Join<'_> {
             }
             Ok(Event::InitDone) => {
                 let listed = std::mem::take(&mut self.listed_secrets);
-                let gone: Vec<String> = self
-                    .secret_members
-                    .keys()
-                    .filter(|id| !listed.contains(*id))
-                    .cloned()
-                    .collect();
-                for id in gone {
+                for id in unlisted(&self.secret_members, &listed) {
                     self.secret_deleted(&id).await;
                 }
             }
@@ -193,7 +264,7 @@ impl Join<'_> {
             Ok(Event::Delete(secret)) => self.secret_deleted(&secret_id(&secret)).await,
             Err(error) => {
                 tracing::warn!(%error, provider = %self.provider, "watching kubeconfig Secrets failed; retrying");
-                crate::multicluster::metrics::provider_error(self.provider);
+                crate::metrics::provider_error(self.provider);
             }
         }
     }
@@ -221,11 +292,7 @@ impl Join<'_> {
             self.secret_deleted(&id).await;
             return;
         };
-        let bytes = secret
-            .data
-            .as_ref()
-            .and_then(|data| data.get(&self.spec.key))
-            .map(|bytes| bytes.0.clone());
+        let bytes = kubeconfig_bytes(secret, &self.spec.key);
         let before = self.secret_members.insert(id.clone(), member.clone());
         if let Some(before) = before.filter(|before| *before != member) {
             self.secrets.remove(&(before.clone(), id.clone()));
@@ -301,11 +368,7 @@ impl Join<'_> {
         if self.announced.get(member) == Some(&print) {
             return;
         }
-        let parsed = match std::str::from_utf8(&bytes) {
-            Ok(text) => config_from_yaml(text).await.map_err(|e| e.to_string()),
-            Err(e) => Err(format!("not UTF-8: {e}")),
-        };
-        match parsed {
+        match config_from_bytes(&bytes).await {
             Ok(config) => {
                 self.clusters.engage(member, config);
                 self.announced.insert(member.to_owned(), print);
@@ -327,7 +390,7 @@ impl Join<'_> {
             return;
         }
         tracing::warn!(cluster = %member, provider = %self.provider, "a member's credentials are unusable, {reason}; the cluster is left as it was");
-        crate::multicluster::metrics::provider_error(self.provider);
+        crate::metrics::provider_error(self.provider);
         self.reported.insert(member.to_owned(), print);
     }
 }

@@ -1,6 +1,6 @@
 //! [`FleetControllerBuilder`]: a controller declared once and run in every member cluster.
 //!
-//! Its declaration is the single-cluster builder's (`crate::builder::declaration`): the
+//! Its declaration is the single-cluster builder's (rudder-builder's `Declaration`): the
 //! methods the two share delegate to one record, and check their call order with the same
 //! marker traits.
 
@@ -16,17 +16,16 @@ use rudder_handler::{EventHandler, MetaPredicate, MetaPredicates, Predicate, Sou
 use rudder_manager::rbac::{Permissions, Verb};
 use tokio::sync::watch;
 
-use super::cluster::Cluster;
-use super::error::FleetError;
-use super::fleet::{Fleet, Recipe, Running};
-use super::metrics::CONTROLLER_RESTARTS_TOTAL;
-use crate::builder::declaration::{Declaration, Echoes, Site, Watch};
-use crate::builder::order::{
+use crate::cluster::Cluster;
+use crate::fleet::{Fleet, Recipe, Running};
+use crate::metrics::CONTROLLER_RESTARTS_TOTAL;
+use rudder_builder::declaration::{Declaration, Echoes, Site, Watch};
+use rudder_builder::order::{
     CompleteWithAfterFor, EventFilterAfterFor, ForOnce, NamedAfterFor, OwnsAfterFor,
     OwnsWithAfterFor, OwnsWritesAfterFor, PermissionsAfterFor, ReadsAfterFor, WatchesAfterFor,
     WatchesKindAfterFor, WatchesKindWithAfterFor, WatchesWithAfterFor, WithOptionsAfterFor,
 };
-use crate::{Error, Result, Tools};
+use rudder_builder::{Error, FleetError, Result, Tools};
 
 type ClusterFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
@@ -34,13 +33,13 @@ type ClusterFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 /// each instance with its own queue, workers and rate limiter, watching that cluster's
 /// cache, its reconciler made for that cluster ([`Tools::cluster`], [`Tools::client`] on that
 /// cluster; Events to the home cluster unless
-/// [`FleetBuilder::events_in_members`](super::FleetBuilder::events_in_members)) and its
-/// reconciles' [`Context::cluster`](crate::Context::cluster) naming it.
+/// [`FleetBuilder::events_in_members`](crate::FleetBuilder::events_in_members)) and its
+/// reconciles' [`Context::cluster`](rudder_controller::Context::cluster) naming it.
 /// Start with [`Fleet::new_controller`].
 ///
 /// # One declaration
 ///
-/// Its methods are [`ControllerBuilder`](crate::ControllerBuilder)'s, delegating to the same
+/// Its methods are `rudder::ControllerBuilder`'s, delegating to the same
 /// record, so a controller is declared the same way for one cluster or a fleet: `for_`,
 /// `for_with`, `owns`, `owns_with`, `owns_writes`, `watches_kind`, `watches_kind_with`,
 /// `watches`, `watches_with`, `reads`, `permissions`, `event_filter`, `named`,
@@ -55,7 +54,7 @@ type ClusterFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 ///   ([`Options::rate_limiter_with`]), or `complete_with` refuses it;
 /// - handlers and predicates are shared by the instances (they take `&self`, and the queue
 ///   they feed is handed to them);
-/// - there is no `sharded` (a fleet shards its clusters: [`FleetBuilder::sharded`](super::FleetBuilder::sharded))
+/// - there is no `sharded` (a fleet shards its clusters: [`FleetBuilder::sharded`](crate::FleetBuilder::sharded))
 ///   and no `watches_raw`; [`clusters`](Self::clusters) chooses the members served.
 ///
 /// # Permissions
@@ -64,9 +63,9 @@ type ClusterFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 /// builder does (list and watch on every watched or read type, what `owns` writes, what
 /// `permissions` declares, Events about the primary), and [`complete_with`](Self::complete_with)
 /// records them on the manager, placed where a member's cache watches (the fleet's
-/// [`cache`](super::FleetBuilder::cache) options): they are in
+/// [`cache`](crate::FleetBuilder::cache) options): they are in
 /// [`Manager::permissions`](rudder_manager::Manager::permissions) and so in the rendered
-/// Role or ClusterRole ([`manifests`](crate::manifests)). That is the role to bind, in each
+/// Role or ClusterRole (`rudder::manifests`). That is the role to bind, in each
 /// member, to the identity its kubeconfig names; in the home cluster it also covers the
 /// Events, which go there by default. Unlike the single-cluster builder, `complete_with`
 /// cannot check that the API server serves each type (members are not known yet): an
@@ -134,12 +133,12 @@ impl<'f, K> FleetControllerBuilder<'f, K> {
     }
 }
 
-// The same marker traits as `ControllerBuilder`'s (`crate::builder::order`): a call before
+// The same marker traits as `ControllerBuilder`'s (rudder-builder's `order`): a call before
 // `for_` fails to compile with the fix as its message.
 impl<K> FleetControllerBuilder<'_, K> {
     /// Objects of type `O` that the primary type owns (controller owner reference), in the
     /// same cluster: their events queue their owner. Records what
-    /// [`ControllerBuilder::owns`](crate::ControllerBuilder::owns) records.
+    /// `rudder::ControllerBuilder::owns` records.
     #[must_use]
     pub fn owns<O: Typed>(self) -> Self
     where
@@ -158,7 +157,7 @@ impl<K> FleetControllerBuilder<'_, K> {
     }
 
     /// [`owns`](Self::owns), the reconciler writing `O` with exactly `writes`
-    /// ([`ControllerBuilder::owns_writes`](crate::ControllerBuilder::owns_writes)).
+    /// (`rudder::ControllerBuilder::owns_writes`).
     #[must_use]
     pub fn owns_writes<O: Typed>(self, writes: impl IntoIterator<Item = Verb>) -> Self
     where
@@ -168,7 +167,7 @@ impl<K> FleetControllerBuilder<'_, K> {
     }
 
     /// A type the reconciler reads through the client without its events queueing anything
-    /// ([`ControllerBuilder::reads`](crate::ControllerBuilder::reads)): its informer starts
+    /// (`rudder::ControllerBuilder::reads`): its informer starts
     /// with each instance, in its member.
     #[must_use]
     pub fn reads<T: Typed>(self) -> Self
@@ -179,7 +178,7 @@ impl<K> FleetControllerBuilder<'_, K> {
     }
 
     /// Permissions each instance needs in its member beyond what the builder sees
-    /// ([`ControllerBuilder::permissions`](crate::ControllerBuilder::permissions)); recorded
+    /// (`rudder::ControllerBuilder::permissions`); recorded
     /// on the manager by [`complete_with`](Self::complete_with).
     #[must_use]
     pub fn permissions(self, permissions: Permissions) -> Self
@@ -217,7 +216,7 @@ impl<K> FleetControllerBuilder<'_, K> {
     /// `handler` (shared by the instances); the global predicates apply to it. A source is
     /// consumed as it starts and reads from one cluster, so each instance needs its own:
     /// `source` is called each time an instance is built in a member (again after a
-    /// restart). As with [`ControllerBuilder::watches`](crate::ControllerBuilder::watches),
+    /// restart). As with `rudder::ControllerBuilder::watches`,
     /// declare what the source reads with [`permissions`](Self::permissions).
     ///
     /// ```no_run
@@ -279,7 +278,7 @@ impl<K> FleetControllerBuilder<'_, K> {
     }
 
     /// A predicate for every watch of every instance, before each watch's own
-    /// ([`ControllerBuilder::event_filter`](crate::ControllerBuilder::event_filter)).
+    /// (`rudder::ControllerBuilder::event_filter`).
     #[must_use]
     pub fn event_filter(self, predicate: impl MetaPredicate + 'static) -> Self
     where
@@ -331,13 +330,13 @@ impl<K> FleetControllerBuilder<'_, K> {
 
     /// Adds the controller to the fleet, each cluster's reconciler made by `make` from that
     /// cluster's [`Tools`] (its typed client and cache; Events go to the home cluster
-    /// unless [`FleetBuilder::events_in_members`](super::FleetBuilder::events_in_members)),
+    /// unless [`FleetBuilder::events_in_members`](crate::FleetBuilder::events_in_members)),
     /// and records its permissions on the manager (see [Permissions](Self#permissions)),
     /// with create and patch on Events about the primary type for the tools' recorder.
     ///
     /// # Errors
     ///
-    /// [`Error::Fleet`](crate::Error::Fleet): [`FleetError::DuplicateController`] if the
+    /// [`Error::Fleet`](rudder_builder::Error::Fleet): [`FleetError::DuplicateController`] if the
     /// fleet has a controller of that name, [`FleetError::SharedRateLimiter`] if the options
     /// carry one rate limiter for every instance. Nothing is recorded by a failure.
     pub fn complete_with<R: Reconciler>(

@@ -1,5 +1,6 @@
 //! [`FleetError`]: why a fleet's controller could not be added, or one of its instances
-//! could not be built in a member cluster.
+//! could not be built in a member cluster. It lives here, below rudder-fleet, because the
+//! builder API's one [`Error`](crate::Error) carries it ([`Error::Fleet`](crate::Error::Fleet)).
 
 /// Why a fleet's controller could not be added ([`Error::Fleet`](crate::Error::Fleet)), or
 /// why one of its instances could not be built in a member cluster (logged, and the
@@ -8,7 +9,7 @@
 #[non_exhaustive]
 pub enum FleetError {
     /// The fleet already has a controller of this name; give one of them another name
-    /// ([`FleetControllerBuilder::named`](super::FleetControllerBuilder::named)). Retrying
+    /// (rudder-fleet's `FleetControllerBuilder::named`). Retrying
     /// does not help.
     #[error("the fleet already has a controller named {name:?}")]
     DuplicateController {

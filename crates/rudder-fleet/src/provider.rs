@@ -18,11 +18,11 @@ use tokio::sync::mpsc;
 /// doubling to 60 s, each wait jittered up to twice as long); the clusters it announced
 /// stay as they are meanwhile.
 ///
-/// The built-in providers: [`StaticClusters`](super::StaticClusters),
-/// [`KubeconfigDir`](super::KubeconfigDir),
-/// [`KubeconfigSecrets`](super::KubeconfigSecrets),
-/// [`ClusterApiClusters`](super::ClusterApiClusters) and
-/// [`ClusterProfiles`](super::ClusterProfiles).
+/// The built-in providers: [`StaticClusters`](crate::StaticClusters),
+/// [`KubeconfigDir`](crate::KubeconfigDir),
+/// [`KubeconfigSecrets`](crate::KubeconfigSecrets),
+/// [`ClusterApiClusters`](crate::ClusterApiClusters) and
+/// [`ClusterProfiles`](crate::ClusterProfiles).
 pub trait Provider: Send + Sync + 'static {
     /// The provider's name, for logs and the `provider` label.
     fn name(&self) -> String;
@@ -82,7 +82,7 @@ impl Announcer {
     /// a provider should announce a name again only when its configuration changed.
     ///
     /// The name labels the cluster's metrics and logs and is what
-    /// [`Context::cluster`](crate::Context::cluster) says: a DNS label is best.
+    /// [`Context::cluster`](rudder_controller::Context::cluster) says: a DNS label is best.
     pub fn engage(&self, name: impl Into<String>, config: kube::Config) {
         // The fleet is gone only after its shutdown, when providers should stop anyway.
         let _ = self.tx.send(Announcement::Engage {

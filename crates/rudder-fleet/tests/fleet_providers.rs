@@ -8,6 +8,8 @@
 //! controller or cluster manager runs: the tests write the status themselves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// The facade's test helpers, one module for both crates' tests.
+#[path = "../../rudder/tests/support/mod.rs"]
 mod support;
 
 use std::sync::Arc;

@@ -1,15 +1,21 @@
 //! One manager, many clusters: a [`Fleet`] of member clusters that join and leave while the
 //! operator runs, and controllers declared once that run in each of them.
 //!
+//! The facade re-exports this crate as `rudder::multicluster`, which is where an operator
+//! reaches it; depend on it alone to build a fleet without the facade.
+//!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;
-//! use rudder::multicluster::{Fleet, KubeconfigSecrets};
-//! use rudder::prelude::*;
+//! use rudder_builder::Tools;
+//! use rudder_controller::{Action, Context, Reconciler};
+//! use rudder_fleet::{Fleet, KubeconfigSecrets};
+//! use rudder_handler::Request;
+//! use rudder_manager::Manager;
 //!
-//! struct Stamp(rudder::Tools);
+//! struct Stamp(Tools);
 //!
 //! impl Reconciler for Stamp {
-//!     type Error = rudder::client::ClientError;
+//!     type Error = rudder_client::ClientError;
 //!
 //!     async fn reconcile(&self, request: Request, ctx: Context) -> Result<Action, Self::Error> {
 //!         // `self.0` reads and writes the cluster this instance serves.
@@ -44,7 +50,7 @@
 //! [`ClusterProfiles`] (one per healthy Cluster Inventory API `ClusterProfile` with the
 //! kubeconfig Secret made for this consumer, watched). The fleet *engages* an announced
 //! cluster: a client for it (counted in `rest_client_requests_total` under its host, and
-//! watched for failures), a [`Cache`](crate::cache::Cache) of its own, and one instance of
+//! watched for failures), a [`Cache`](rudder_cache::Cache) of its own, and one instance of
 //! every fleet controller that serves it. It *disengages* a withdrawn one: its controllers
 //! stop (their reconciles get the manager's graceful-shutdown timeout, and one still running
 //! at its end is aborted), their queues and
@@ -65,9 +71,9 @@
 //! as a member's cache watches, and rendered with its RBAC
 //! ([Permissions](FleetControllerBuilder#permissions)). Each engaged cluster runs its own
 //! instance: its own queue, workers (`Options::workers` are per cluster) and rate limiter,
-//! its sources on that cluster's cache, and a reconciler made for it from [`Tools`](crate::Tools) whose client
+//! its sources on that cluster's cache, and a reconciler made for it from [`Tools`](rudder_builder::Tools) whose client
 //! reads that cluster's cache and writes to its API server. A reconcile's
-//! [`Context::cluster`](crate::Context::cluster) (and [`Tools::cluster`](crate::Tools::cluster))
+//! [`Context::cluster`](rudder_controller::Context::cluster) (and [`Tools::cluster`](rudder_builder::Tools::cluster))
 //! names its cluster. Owner references, finalizers and read-your-writes work within each
 //! cluster, as for one cluster. [`clusters`](FleetControllerBuilder::clusters) chooses a
 //! subset.
@@ -90,7 +96,7 @@
 //! # Several replicas
 //!
 //! [`FleetBuilder::sharded`] spreads clusters (not keys) over the operator's replicas with
-//! the Lease ring of `rudder::manager::sharding`: each cluster hashes to a shard, a replica engages a
+//! the Lease ring of `rudder_manager::sharding`: each cluster hashes to a shard, a replica engages a
 //! cluster only while it holds its shard's Lease, and its instances take requests only while
 //! that holding is valid by the monotonic clock (so a frozen replica stops by itself). A
 //! shard moves only after the replica giving it up has disengaged its clusters, so no
@@ -119,10 +125,19 @@
 //! state change of a member (failing, answering again) is logged once at warn or info, not
 //! per request. See `docs/multicluster.md`.
 
+// Unit tests may spawn: the test is the owner. The library build keeps clippy's
+// `disallowed_methods` (clippy.toml: a spawn is owned by whoever joins it).
+#![cfg_attr(
+    test,
+    allow(
+        clippy::disallowed_methods,
+        reason = "unit tests may spawn: the test owns its tasks"
+    )
+)]
+
 mod cluster;
 mod controller;
 mod decide;
-mod error;
 mod fleet;
 pub mod metrics;
 mod provider;
@@ -130,10 +145,10 @@ mod providers;
 
 pub use cluster::{Cluster, ClusterHealth};
 pub use controller::FleetControllerBuilder;
-pub use error::FleetError;
 pub use fleet::{DEFAULT_PROBE_PERIOD, Fleet, FleetBuilder};
 pub use provider::{Announcer, Provider};
 pub use providers::{
     ClusterApiClusters, ClusterProfiles, DEFAULT_KUBECONFIG_KEY, DEFAULT_SECRET_LABEL,
     KubeconfigDir, KubeconfigSecrets, StaticClusters,
 };
+pub use rudder_builder::FleetError;

@@ -10,7 +10,7 @@ use rudder_cache::Cache;
 use rudder_client::layers::{Answer, Observer};
 use tokio_util::sync::CancellationToken;
 
-use super::metrics::{CLUSTER_HEALTHY, REQUEST_FAILURES_TOTAL};
+use crate::metrics::{CLUSTER_HEALTHY, REQUEST_FAILURES_TOTAL};
 
 /// One member cluster while it is engaged on this replica: its name, a client for its API
 /// server and a cache of its own (informers started by the controllers that serve it).
@@ -225,5 +225,25 @@ impl Observer for Health {
             },
             Answer::None => ClusterHealth::Unreachable,
         });
+    }
+}
+
+impl rudder_builder::declaration::Place for Cluster {
+    fn cache(&self) -> &Cache {
+        Cluster::cache(self)
+    }
+}
+
+impl rudder_builder::declaration::Member for Cluster {
+    fn name(&self) -> &str {
+        Cluster::name(self)
+    }
+
+    fn kube(&self) -> &kube::Client {
+        Cluster::kube(self)
+    }
+
+    fn cache(&self) -> &Cache {
+        Cluster::cache(self)
     }
 }

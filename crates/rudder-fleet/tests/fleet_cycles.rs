@@ -16,6 +16,8 @@
 )]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+// The facade's test helpers, one module for both crates' tests.
+#[path = "../../rudder/tests/support/mod.rs"]
 mod support;
 
 use std::alloc::System;

@@ -9,11 +9,14 @@ use rudder_cache::{Cache, Typed};
 use rudder_handler::Request;
 use rudder_manager::Manager;
 
-use crate::client::{Client, ClientError};
+use rudder_client::{Client, ClientError};
+
+use crate::declaration::Member;
 
 /// A reconciler's tools: the typed [`Client`] (reads from the manager's shared cache,
 /// writes to the API server), and an event recorder that reports as the controller.
-/// [`ControllerBuilder::complete_with`](crate::ControllerBuilder::complete_with) hands them
+/// The controller builders' `complete_with` (`rudder::ControllerBuilder::complete_with`, and
+/// the fleet's) hands them
 /// to the function that makes the reconciler, so nothing has to be threaded through by
 /// hand. Cloning is cheap: every part is shared.
 ///
@@ -91,25 +94,25 @@ impl Tools {
     }
 
     /// Tools for the controller named `controller` serving the member cluster `cluster` of a
-    /// [fleet](crate::multicluster): the typed client reads that cluster's cache and writes
+    /// fleet (rudder-fleet's `Cluster`): the typed client reads that cluster's cache and writes
     /// to its API server; the event recorder writes with `events` (the home cluster's client
     /// by default, the member's with `FleetBuilder::events_in_members`). A member's reads are
     /// not checked against the declarations
     /// ([`Manager::declared_reads`] answers for the manager's cache, not a member's).
-    pub fn for_cluster(
-        cluster: &crate::multicluster::Cluster,
-        events: &kube::Client,
-        controller: &str,
-    ) -> Self {
+    pub fn for_cluster(cluster: &impl Member, events: &kube::Client, controller: &str) -> Self {
         let reporter = Reporter {
             controller: controller.to_owned(),
             instance: std::env::var("HOSTNAME").ok(),
         };
         Self {
-            client: Client::new(cluster.kube().clone(), cluster.cache().clone(), controller),
+            client: Client::new(
+                Member::kube(cluster).clone(),
+                Member::cache(cluster).clone(),
+                controller,
+            ),
             recorder: Recorder::new(events.clone(), reporter),
             controller: controller.into(),
-            cluster: Some(cluster.name_arc()),
+            cluster: Some(Member::name(cluster).into()),
         }
     }
 
@@ -144,11 +147,11 @@ impl Tools {
     }
 
     /// The object `request` names, from the cache; the same as
-    /// [`Client::get`](crate::client::Client::get).
+    /// [`Client::get`].
     ///
     /// # Errors
     ///
-    /// As [`Client::get`](crate::client::Client::get): the cache's (the type's informer
+    /// As [`Client::get`]: the cache's (the type's informer
     /// could not be made or was refused, or the namespace is not cached), or
     /// [`ClientError::Undeclared`] for a type no declaration covers.
     pub async fn get<K: Typed>(&self, request: &Request) -> Result<Option<Arc<K>>, ClientError> {

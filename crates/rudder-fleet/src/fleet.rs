@@ -20,12 +20,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
 
-use super::cluster::{Cluster, Health};
-use super::decide::{self, Action, Inputs, Shards};
-use super::error::FleetError;
-use super::metrics::{self, CLUSTER_ENGAGED, CLUSTER_SYNCED, CLUSTERS_ENGAGED, ENGAGE_SECONDS};
-use super::provider::{Announcement, Announcer, Provider};
-use crate::{Error, Result};
+use crate::cluster::{Cluster, Health};
+use crate::decide::{self, Action, Inputs, Shards};
+use crate::metrics::{self, CLUSTER_ENGAGED, CLUSTER_SYNCED, CLUSTERS_ENGAGED, ENGAGE_SECONDS};
+use crate::provider::{Announcement, Announcer, Provider};
+use rudder_builder::{Error, FleetError, Result};
 
 /// How a member cluster's cache is built from its client (the fleet's default: a cache of
 /// every namespace, as the manager's).
@@ -152,30 +151,30 @@ impl<'m> FleetBuilder<'m> {
         self
     }
 
-    /// Adds the built-in [`KubeconfigSecrets`](super::KubeconfigSecrets) provider, watching
+    /// Adds the built-in [`KubeconfigSecrets`](crate::KubeconfigSecrets) provider, watching
     /// the manager's cluster unless it was given a client.
     #[must_use]
-    pub fn kubeconfig_secrets(mut self, mut provider: super::KubeconfigSecrets) -> Self {
+    pub fn kubeconfig_secrets(mut self, mut provider: crate::KubeconfigSecrets) -> Self {
         provider.resolve_client(self.manager.client());
         self.providers.push(Box::new(provider));
         self
     }
 
-    /// Adds the built-in [`ClusterApiClusters`](super::ClusterApiClusters) provider (Cluster
+    /// Adds the built-in [`ClusterApiClusters`](crate::ClusterApiClusters) provider (Cluster
     /// API `Cluster`s and their kubeconfig Secrets), watching the manager's cluster unless it
     /// was given a client.
     #[must_use]
-    pub fn cluster_api(mut self, mut provider: super::ClusterApiClusters) -> Self {
+    pub fn cluster_api(mut self, mut provider: crate::ClusterApiClusters) -> Self {
         provider.resolve_client(self.manager.client());
         self.providers.push(Box::new(provider));
         self
     }
 
-    /// Adds the built-in [`ClusterProfiles`](super::ClusterProfiles) provider (Cluster
+    /// Adds the built-in [`ClusterProfiles`](crate::ClusterProfiles) provider (Cluster
     /// Inventory API `ClusterProfile`s and their kubeconfig Secrets), watching the manager's
     /// cluster unless it was given a client.
     #[must_use]
-    pub fn cluster_profiles(mut self, mut provider: super::ClusterProfiles) -> Self {
+    pub fn cluster_profiles(mut self, mut provider: crate::ClusterProfiles) -> Self {
         provider.resolve_client(self.manager.client());
         self.providers.push(Box::new(provider));
         self
@@ -1046,7 +1045,7 @@ mod tests {
     use rudder_controller::{KeyAffinity, ShardGate};
 
     use super::*;
-    use crate::multicluster::StaticClusters;
+    use crate::StaticClusters;
 
     /// A client configuration for a server nobody asks (the probe's period is an hour, and
     /// no controller runs).

@@ -1,7 +1,7 @@
 //! [`KubeconfigSecrets`]: one member cluster per labelled kubeconfig Secret in a namespace
 //! of the home cluster.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -11,8 +11,8 @@ use rudder_cache::watch::{self as engine, Event};
 use rudder_core::{BoxError, Shutdown};
 use rudder_manager::rbac::{Permissions, RuleScope, Verb};
 
-use super::{config_from_yaml, fingerprint};
-use crate::multicluster::provider::{Announcer, Provider};
+use super::{config_from_bytes, fingerprint, kubeconfig_bytes, unlisted};
+use crate::provider::{Announcer, Provider};
 
 /// The label that marks a kubeconfig Secret by default (multicluster-runtime's convention).
 pub const DEFAULT_SECRET_LABEL: &str = "sigs.k8s.io/multicluster-runtime-kubeconfig=true";
@@ -25,7 +25,7 @@ pub const DEFAULT_KUBECONFIG_KEY: &str = "kubeconfig";
 /// (its current context): the convention multicluster-runtime's kubeconfig provider uses
 /// ([`DEFAULT_SECRET_LABEL`], [`DEFAULT_KUBECONFIG_KEY`]); Cluster API's `<cluster>-kubeconfig`
 /// Secrets keep theirs under `value` ([`key`](Self::key)), and
-/// [`ClusterApiClusters`](super::super::ClusterApiClusters) serves them only while their
+/// [`ClusterApiClusters`](crate::ClusterApiClusters) serves them only while their
 /// `Cluster` is provisioned.
 ///
 /// The Secrets are watched: a Secret created engages its cluster within the watch's latency,
@@ -127,8 +127,9 @@ impl Provider for KubeconfigSecrets {
             // Per Secret name: the fingerprint of the kubeconfig last seen, and whether it
             // was announced.
             let mut seen: HashMap<String, (u64, bool)> = HashMap::new();
-            // Names listed by the relist in progress.
-            let mut listed: Vec<String> = Vec::new();
+            // Names listed by the relist in progress (a set: each listed Secret is looked up
+            // once at the relist's end).
+            let mut listed: HashSet<String> = HashSet::new();
             loop {
                 let event = tokio::select! {
                     event = events.next() => event,
@@ -141,17 +142,12 @@ impl Provider for KubeconfigSecrets {
                     Ok(Event::Init) => listed.clear(),
                     Ok(Event::InitApply(secret)) => {
                         if let Some(name) = secret.metadata.name.clone() {
-                            listed.push(name);
+                            listed.insert(name);
                         }
                         apply(&secret, &key, &mut seen, &clusters, &provider).await;
                     }
                     Ok(Event::InitDone) => {
-                        let gone: Vec<String> = seen
-                            .keys()
-                            .filter(|name| !listed.contains(name))
-                            .cloned()
-                            .collect();
-                        for name in gone {
+                        for name in unlisted(&seen, &listed) {
                             if let Some((_, true)) = seen.remove(&name) {
                                 clusters.disengage(name);
                             }
@@ -171,7 +167,7 @@ impl Provider for KubeconfigSecrets {
                     Err(error) => {
                         // The engine retries with its backoff; clusters stay as they are.
                         tracing::warn!(%error, provider = %provider, "watching kubeconfig Secrets failed; retrying");
-                        crate::multicluster::metrics::provider_error(&provider);
+                        crate::metrics::provider_error(&provider);
                     }
                 }
             }
@@ -190,16 +186,11 @@ async fn apply(
     let Some(name) = secret.metadata.name.clone() else {
         return;
     };
-    let bytes = secret
-        .data
-        .as_ref()
-        .and_then(|data| data.get(key))
-        .map(|bytes| bytes.0.clone());
-    let Some(bytes) = bytes else {
+    let Some(bytes) = kubeconfig_bytes(secret, key) else {
         let print = fingerprint(b"");
         if seen.get(&name).is_none_or(|(p, _)| *p != print) {
             tracing::warn!(cluster = %name, key, "a kubeconfig Secret has no kubeconfig under its key; the cluster is left as it was");
-            crate::multicluster::metrics::provider_error(provider);
+            crate::metrics::provider_error(provider);
             let announced = seen.get(&name).is_some_and(|(_, a)| *a);
             seen.insert(name, (print, announced));
         }
@@ -210,18 +201,14 @@ async fn apply(
         return;
     }
     let announced = seen.get(&name).is_some_and(|(_, a)| *a);
-    let parsed = match std::str::from_utf8(&bytes) {
-        Ok(text) => config_from_yaml(text).await.map_err(|e| e.to_string()),
-        Err(e) => Err(format!("not UTF-8: {e}")),
-    };
-    match parsed {
+    match config_from_bytes(&bytes).await {
         Ok(config) => {
             clusters.engage(name.clone(), config);
             seen.insert(name, (print, true));
         }
         Err(error) => {
             tracing::warn!(cluster = %name, %error, "a kubeconfig Secret does not parse; the cluster is left as it was");
-            crate::multicluster::metrics::provider_error(provider);
+            crate::metrics::provider_error(provider);
             seen.insert(name, (print, announced));
         }
     }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rudder_core::{BoxError, Shutdown};
 
-use super::{config_from_yaml, fingerprint};
-use crate::multicluster::provider::{Announcer, Provider};
+use super::{config_from_bytes, fingerprint};
+use crate::provider::{Announcer, Provider};
 
 /// One member cluster per kubeconfig file in a directory, named by the file's name without
 /// its extension (`east.yaml` is `east`), with the file's current context.
@@ -73,7 +73,7 @@ impl Provider for KubeconfigDir {
                         let text = error.to_string();
                         if dir_error.as_deref() != Some(&text) {
                             tracing::warn!(dir = %dir.display(), %error, "cannot read the kubeconfig directory");
-                            crate::multicluster::metrics::provider_error(&provider);
+                            crate::metrics::provider_error(&provider);
                             dir_error = Some(text);
                         }
                     }
@@ -100,18 +100,14 @@ async fn scan(
             continue;
         }
         let was_announced = seen.get(name).is_some_and(|(_, a)| *a);
-        let parsed = match std::str::from_utf8(bytes) {
-            Ok(text) => config_from_yaml(text).await.map_err(|e| e.to_string()),
-            Err(e) => Err(format!("not UTF-8: {e}")),
-        };
-        match parsed {
+        match config_from_bytes(bytes).await {
             Ok(config) => {
                 clusters.engage(name.clone(), config);
                 seen.insert(name.clone(), (print, true));
             }
             Err(error) => {
                 tracing::warn!(cluster = %name, %error, "a kubeconfig file does not parse; the cluster is left as it was");
-                crate::multicluster::metrics::provider_error(provider);
+                crate::metrics::provider_error(provider);
                 seen.insert(name.clone(), (print, was_announced));
             }
         }
@@ -172,7 +168,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::*;
-    use crate::multicluster::provider::Announcement;
+    use crate::provider::Announcement;
 
     fn kubeconfig(server: &str) -> String {
         format!(
