@@ -15,6 +15,7 @@ mod manifests;
 mod mirror;
 mod scaffold;
 mod tidy;
+mod tools;
 
 use std::process::ExitCode;
 fn main() -> ExitCode {

@@ -8,6 +8,8 @@
 //! - No two source files of a crate import each other, directly or round a cycle.
 //! - The diagrams in `docs/diagrams/` are what `cargo xtask diagrams` makes of their sources
 //!   (the crate graph from the manifests, each `.svg` from its `.dot`).
+//! - Every relative link and `#anchor` of the book's pages (`docs/*.md`) resolves to a file
+//!   in `docs/` and a heading of it (`links.rs`).
 //!
 //! Each check reports every problem it finds, naming the file and what to change.
 
@@ -17,6 +19,7 @@ use crate::diagrams;
 use xtask::util::workspace_root;
 
 mod cycles;
+mod links;
 
 /// Runs every check; fails listing all the problems found.
 pub(crate) fn run(args: &[&str], commands: &[&str]) -> Result<(), String> {
@@ -30,9 +33,10 @@ pub(crate) fn run(args: &[&str], commands: &[&str]) -> Result<(), String> {
     problems.extend(readme_commands(&root, commands)?);
     problems.extend(import_cycles(&root));
     problems.extend(diagrams_current(&root)?);
+    problems.extend(links::check(&root)?);
     if problems.is_empty() {
         println!(
-            "tidy: the map, the feature tables, the README, the imports and the diagrams agree with the code"
+            "tidy: the map, the feature tables, the README, the imports, the diagrams and the book's links agree with the code"
         );
         Ok(())
     } else {
