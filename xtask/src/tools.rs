@@ -22,14 +22,16 @@ pub(crate) struct CargoTool {
 }
 
 /// cargo-deny: licenses, bans (duplicate versions), sources and advisories of the tree.
-/// A cold install took 286 s on 2 cores (measured 2026-12-06).
+/// A cold install (empty target directory) took 761 s on 2 shared cores at a load average of
+/// 12-14, other builds beside it (2026-12-06); a second run finds it in under a second.
 pub(crate) const CARGO_DENY: CargoTool = CargoTool {
     package: "cargo-deny",
     version: "0.20.2",
     binary: "cargo-deny",
 };
 
-/// mdBook: `docs/` as a book. A cold install took 135 s on 2 cores (measured 2026-12-06).
+/// mdBook: `docs/` as a book. A cold install took 839 s under the same load (2026-12-06);
+/// the book then builds in about a second.
 pub(crate) const MDBOOK: CargoTool = CargoTool {
     package: "mdbook",
     version: "0.5.4",

@@ -22,7 +22,8 @@ pub(super) fn check(root: &Path) -> Result<Vec<String>, String> {
     pages.sort();
     let mut problems = Vec::new();
     for page in &pages {
-        let text = super::read(page)?;
+        let text = std::fs::read_to_string(page)
+            .map_err(|e| format!("reading {}: {e}", page.display()))?;
         let name = page
             .strip_prefix(root)
             .unwrap_or(page)
