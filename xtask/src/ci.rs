@@ -29,6 +29,14 @@ pub(crate) fn run_ci(test_args: &[&str], commands: &[&str]) -> Result<(), String
         sh(cargo().args(["fmt", "--all", "--check"]))
     })?;
     step("cargo xtask tidy", || crate::tidy::run(&[], commands))?;
+    // The dependency tree against deny.toml (licenses, duplicate versions, sources; the
+    // advisories need GitHub, so the GitHub workflow checks them), and docs/ as a book.
+    // Both tools are installed at pinned versions into ~/.cache/rudder/tools the first time.
+    step(
+        "cargo xtask deny (cargo deny check licenses bans sources)",
+        crate::tools::deny,
+    )?;
+    step("cargo xtask book (mdbook build)", crate::tools::book)?;
     step(
         "TLS crates only where a feature asks for them",
         tls_by_feature,

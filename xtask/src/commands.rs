@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use cargo_rudder::OperatorOptions;
 
-use crate::{checkov, ci, demo, diagrams, protobuf, scaffold, tidy};
+use crate::{checkov, ci, demo, diagrams, protobuf, scaffold, tidy, tools};
 use xtask::util;
 
 /// One command.
@@ -100,9 +100,10 @@ pub(crate) const COMMANDS: &[Command] = &[
         flags: &[],
         rest: Some("passed to cargo test"),
         help: "run everything CI runs: envtest install (Kubernetes 1.37.2 and 1.33.13), fmt \
-               check, clippy, docs, cargo package, checkov, the Go module's checks, tests on \
-               both releases (a freshly scaffolded controller's included), three scaffolded \
-               operators' tests (plain, with webhooks, multi-cluster), a short demo",
+               check, tidy, cargo deny, the book, clippy, docs, cargo package, checkov, the \
+               Go module's checks, tests on both releases (a freshly scaffolded controller's \
+               included), three scaffolded operators' tests (plain, with webhooks, \
+               multi-cluster), a short demo",
         run: |parsed| ci::run_ci(&parsed.rest, &names()),
     },
     Command {
@@ -113,8 +114,28 @@ pub(crate) const COMMANDS: &[Command] = &[
         help: "check what a reader trusts and the compiler does not: every crate on \
                ARCHITECTURE.md's map, each lib.rs feature table against its Cargo.toml, every \
                command in the README, no import cycle between a crate's files, the diagrams \
-               current (run by ci)",
+               current, the book's relative links and anchors (run by ci)",
         run: |_| tidy::run(&[], &names()),
+    },
+    Command {
+        name: "deny",
+        args: &[],
+        flags: &[],
+        rest: None,
+        help: "the dependency tree against deny.toml: cargo deny check licenses bans sources \
+               (cargo-deny installed at a pinned version into ~/.cache/rudder/tools if \
+               missing; advisories only in the GitHub workflow, which can fetch their database)",
+        run: |_| tools::deny(),
+    },
+    Command {
+        name: "book",
+        args: &[],
+        flags: &[],
+        rest: None,
+        help: "docs/ built as a book with mdBook (installed at a pinned version into \
+               ~/.cache/rudder/tools if missing) into the target directory's book/; tidy \
+               checks its links",
+        run: |_| tools::book(),
     },
     Command {
         name: "diagrams",

@@ -16,6 +16,7 @@ mod mirror;
 mod protobuf;
 mod scaffold;
 mod tidy;
+mod tools;
 
 use std::process::ExitCode;
 fn main() -> ExitCode {

@@ -11,6 +11,8 @@
 //! - rudder-protobuf's `src/generated.rs` is what `cargo xtask protobuf` makes of the
 //!   committed `schema.json` and k8s-openapi's source (CI's Go step checks the schema
 //!   against the Go program).
+//! - Every relative link and `#anchor` of the book's pages (`docs/*.md`) resolves to a file
+//!   in `docs/` and a heading of it (`links.rs`).
 //!
 //! Each check reports every problem it finds, naming the file and what to change.
 
@@ -20,6 +22,7 @@ use crate::diagrams;
 use xtask::util::workspace_root;
 
 mod cycles;
+mod links;
 
 /// Runs every check; fails listing all the problems found.
 pub(crate) fn run(args: &[&str], commands: &[&str]) -> Result<(), String> {
@@ -34,9 +37,10 @@ pub(crate) fn run(args: &[&str], commands: &[&str]) -> Result<(), String> {
     problems.extend(import_cycles(&root));
     problems.extend(diagrams_current(&root)?);
     problems.extend(crate::protobuf::stale(&root)?);
+    problems.extend(links::check(&root)?);
     if problems.is_empty() {
         println!(
-            "tidy: the map, the feature tables, the README, the imports, the diagrams and the generated decoders agree with the code"
+            "tidy: the map, the feature tables, the README, the imports, the diagrams, the generated decoders and the book's links agree with the code"
         );
         Ok(())
     } else {
