@@ -2,7 +2,8 @@
 //! process (this test binary again, with the variables set, since a test must not change its
 //! own environment) builds `Otlp::new()`, ends one span and shuts the exporter down; the
 //! receiver on loopback has the span, sent where and how the variables said, with the
-//! service name and resource attributes they give, by the specification's precedence.
+//! service name, resource attributes and headers they give, by the specification's
+//! precedence.
 
 #![allow(
     clippy::disallowed_methods,
@@ -75,6 +76,10 @@ async fn http_protobuf_to_the_generic_endpoint_with_the_service_name_variable() 
             ("OTEL_EXPORTER_OTLP_ENDPOINT", base),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_owned()),
             ("OTEL_SERVICE_NAME", "name-from-variable".to_owned()),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "x-tenant=acme%20corp".to_owned(),
+            ),
             (
                 "OTEL_RESOURCE_ATTRIBUTES",
                 "service.name=loses,k8s.cluster.name=cluster-from-variable".to_owned(),
