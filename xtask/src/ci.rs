@@ -180,8 +180,9 @@ impl FeatureTest {
 /// - `rudder-manager/otlp` (and `rudder-runtime/otlp`, which turns it on, and the
 ///   `rudder-webhook/otlp` it turns on): a reconcile span exported over HTTP/protobuf by the
 ///   manager's own setup (`tests/otlp.rs`), a webhook span under the `traceparent` sent,
-///   exported over gRPC from the program's own subscriber (`tests/otlp_webhook.rs`), both
-///   read by a receiver decoding the protocol's own messages; and the unit tests of `otlp`.
+///   exported over gRPC from the program's own subscriber (`tests/otlp_webhook.rs`), the
+///   `OTEL_*` variables honoured in child processes (`tests/otlp_env.rs`), all read by a
+///   receiver decoding the protocol's own messages; and the unit tests of `otlp`.
 /// - `rudder-runtime/envtest`: a re-export of rudder-envtest, which the tests use directly.
 ///
 /// Each feature set rebuilds the crates above the ones it changes (and third-party crates
@@ -216,7 +217,15 @@ const FEATURE_TESTS: &[FeatureTest] = &[
     FeatureTest {
         package: "rudder-manager",
         features: "otlp",
-        targets: &["--test", "otlp", "--test", "otlp_webhook", "--lib"],
+        targets: &[
+            "--test",
+            "otlp",
+            "--test",
+            "otlp_env",
+            "--test",
+            "otlp_webhook",
+            "--lib",
+        ],
     },
 ];
 

@@ -43,11 +43,14 @@ pub(crate) struct ReceivedSpan {
 }
 
 type Received = Arc<Mutex<Vec<ExportTraceServiceRequest>>>;
+type Headers = Arc<Mutex<Vec<http::HeaderMap>>>;
 
 /// A receiver serving on a loopback port until dropped.
 pub(crate) struct Receiver {
     addr: SocketAddr,
     received: Received,
+    /// The headers of each HTTP export.
+    headers: Headers,
     task: JoinHandle<()>,
 }
 
@@ -63,8 +66,10 @@ impl Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let received = Received::default();
+        let headers = Headers::default();
         let task = tokio::spawn({
             let received = Arc::clone(&received);
+            let headers = Arc::clone(&headers);
             async move {
                 let mut connections = tokio::task::JoinSet::new();
                 loop {
@@ -72,8 +77,10 @@ impl Receiver {
                         continue;
                     };
                     let received = Arc::clone(&received);
-                    let service = hyper::service::service_fn(move |request| {
+                    let headers = Arc::clone(&headers);
+                    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                         let received = Arc::clone(&received);
+                        headers.lock().unwrap().push(request.headers().clone());
                         async move { Ok::<_, Infallible>(export_http(&received, request).await) }
                     });
                     connections.spawn(async move {
@@ -87,6 +94,7 @@ impl Receiver {
         Self {
             addr,
             received,
+            headers,
             task,
         }
     }
@@ -109,8 +117,14 @@ impl Receiver {
         Self {
             addr,
             received,
+            headers: Headers::default(),
             task,
         }
+    }
+
+    /// The headers of each HTTP export received so far.
+    pub(crate) fn headers(&self) -> Vec<http::HeaderMap> {
+        self.headers.lock().unwrap().clone()
     }
 
     /// The URL of the HTTP receiver's traces path (an `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`).
