@@ -293,9 +293,10 @@ impl<K: Typed, P: Place> Declaration<K, P> {
 }
 
 impl<K: Typed, P: Place> Declaration<K, P> {
-    /// Every watch, made again for each member: the primary type's on the member's cache
-    /// first, then the others in their order. (Only a `Declaration<_, Manager>` records a
-    /// source given once, so every watch here is made per member.)
+    /// Every watch of a fleet's declaration (`P` a member), made again for each member: the
+    /// primary type's on the member's cache first, then the others in their order. (Only a
+    /// `Declaration<_, Manager>` records a source given once, so a member's declaration has
+    /// only watches made per member.)
     pub fn per_member(&mut self) -> Vec<Watch<P>> {
         let predicate = self.primary.clone();
         let primary: Watch<P> = Arc::new(move |site: &Site<'_, P>| {

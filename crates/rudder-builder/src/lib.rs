@@ -47,15 +47,6 @@
 //! |---|---|---|
 //! | `webhook` | no | `Error::Webhook`, for a webhook that cannot be registered (the facade's `webhook` feature turns it on) |
 
-// Unit tests may spawn: the test is the owner.
-#![cfg_attr(
-    test,
-    allow(
-        clippy::disallowed_methods,
-        reason = "unit tests may spawn: the test owns its tasks"
-    )
-)]
-
 pub mod declaration;
 mod error;
 mod fleet_error;

@@ -102,6 +102,26 @@ impl Cluster {
     }
 }
 
+impl rudder_builder::declaration::Place for Cluster {
+    fn cache(&self) -> &Cache {
+        Cluster::cache(self)
+    }
+}
+
+impl rudder_builder::declaration::Member for Cluster {
+    fn name(&self) -> &str {
+        Cluster::name(self)
+    }
+
+    fn kube(&self) -> &kube::Client {
+        Cluster::kube(self)
+    }
+
+    fn cache(&self) -> &Cache {
+        Cluster::cache(self)
+    }
+}
+
 /// What a member cluster's API server's last answer said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClusterHealth {
@@ -225,25 +245,5 @@ impl Observer for Health {
             },
             Answer::None => ClusterHealth::Unreachable,
         });
-    }
-}
-
-impl rudder_builder::declaration::Place for Cluster {
-    fn cache(&self) -> &Cache {
-        Cluster::cache(self)
-    }
-}
-
-impl rudder_builder::declaration::Member for Cluster {
-    fn name(&self) -> &str {
-        Cluster::name(self)
-    }
-
-    fn kube(&self) -> &kube::Client {
-        Cluster::kube(self)
-    }
-
-    fn cache(&self) -> &Cache {
-        Cluster::cache(self)
     }
 }
