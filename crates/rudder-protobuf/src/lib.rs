@@ -52,8 +52,9 @@
 //! - An empty list or map is absent on the wire, so it is `None` where k8s-openapi has an
 //!   `Option`. JSON tells a nil list (`null`, or left out with `omitempty`) from an empty
 //!   one (`[]`) for a field without `omitempty`; protobuf cannot, and the decoder gives
-//!   `None`, what JSON gives for the usual nil. The agreement test found no built-in kind
-//!   where the server keeps an empty non-nil list.
+//!   `None`, JSON's nil. The server itself cannot tell them apart either: it keeps built-in
+//!   objects in etcd as protobuf, so what it reads back (every GET, list and watch) has nil
+//!   where `[]` was written, and its JSON says `null` too.
 //! - `Quantity` is its canonical string, `IntOrString` its int or string, `FieldsV1` and
 //!   `RawExtension` their JSON bytes parsed, `Duration` Go's `1h2m3s` form.
 //!

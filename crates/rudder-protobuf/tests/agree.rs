@@ -77,6 +77,21 @@ impl Ctx {
         body
     }
 
+    /// With `RUDDER_PROTOBUF_FIXTURES=DIR`, writes the object at `url` to `DIR/NAME.json` and
+    /// `DIR/NAME.pb` (the bodies, as the server sent them): how `tests/fixtures/` was made.
+    async fn save_fixture(&self, url: &str, name: &str) {
+        let Some(dir) = std::env::var_os("RUDDER_PROTOBUF_FIXTURES") else {
+            return;
+        };
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::write(dir.join(format!("{name}.json")), self.get(url, JSON).await).unwrap();
+        std::fs::write(
+            dir.join(format!("{name}.pb")),
+            self.get(url, PROTOBUF).await,
+        )
+        .unwrap();
+    }
+
     async fn send_json(&self, method: &str, url: &str, content_type: &str, body: &Value) -> Value {
         let request = Request::builder()
             .method(method)
@@ -356,6 +371,9 @@ async fn run(ctx: &mut Ctx) {
     ctx.check::<core::ConfigMap>(json!({"metadata": meta("settings"), "data": {"level": "debug", "a": "x = 1\n", "empty": ""}, "binaryData": {"blob": "AAEC/w=="}}), None).await;
     ctx.check::<core::ConfigMap>(json!({"metadata": {"name": "bare"}}), None)
         .await;
+    let config_maps = collection::<core::ConfigMap>(Some(&ns));
+    ctx.save_fixture(&format!("{config_maps}/settings"), "configmap")
+        .await;
     ctx.check::<core::Secret>(json!({"metadata": meta("creds"), "type": "Opaque", "data": {"password": "aHVudGVyMg==", "empty": ""}, "stringData": {"user": "admin"}, "immutable": true}), None).await;
     ctx.check::<core::Pod>(
         json!({"metadata": meta("web-0"), "spec": pod_spec()}),
@@ -375,6 +393,8 @@ async fn run(ctx: &mut Ctx) {
         })),
     )
     .await;
+    let pods = collection::<core::Pod>(Some(&ns));
+    ctx.save_fixture(&format!("{pods}/web-0"), "pod").await;
     ctx.check::<core::Node>(
         json!({"metadata": meta(&format!("{ns}-node")), "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"], "taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": now}], "providerID": "kind://docker/x"}}),
         Some(json!({
@@ -399,6 +419,13 @@ async fn run(ctx: &mut Ctx) {
     ctx.check::<core::ResourceQuota>(json!({"metadata": {"name": "quota"}, "spec": {"hard": {"pods": "10", "requests.cpu": "4"}, "scopes": ["NotTerminating"]}}), None).await;
     ctx.check::<coordination::Lease>(json!({"metadata": {"name": "leader"}, "spec": {"holderIdentity": "pod-a_1234", "leaseDurationSeconds": 15, "acquireTime": micro, "renewTime": "2026-01-02T03:04:20.000001Z", "leaseTransitions": 0}}), None).await;
     ctx.check::<rbac::Role>(json!({"metadata": meta("reader"), "rules": [{"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list", "watch"]}, {"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"], "verbs": ["get"]}]}), None).await;
+    // An empty list written where the field has no `omitempty`: the server keeps it in etcd
+    // as protobuf, so it reads back nil (`null`), as the decoder gives it.
+    ctx.check::<rbac::Role>(
+        json!({"metadata": {"name": "empty-rules"}, "rules": []}),
+        None,
+    )
+    .await;
     ctx.check::<rbac::RoleBinding>(json!({"metadata": {"name": "reader"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"}, "subjects": [{"kind": "ServiceAccount", "name": "builder", "namespace": ns}, {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "jane"}]}), None).await;
     ctx.check::<rbac::ClusterRole>(json!({"metadata": {"name": format!("{ns}-aggregate")}, "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"rbac.example.com/aggregate": "true"}}]}}), None).await;
     ctx.check::<rbac::ClusterRole>(json!({"metadata": {"name": format!("{ns}-urls")}, "rules": [{"nonResourceURLs": ["/healthz", "/metrics"], "verbs": ["get"]}]}), None).await;
