@@ -405,6 +405,11 @@ impl Generator<'_> {
                     }
                 }
             };
+            if short == "ObjectMeta" && json == "managedFields" {
+                // Skipped unread where the caller drops them anyway (an informer's default
+                // transform): see `without_managed_fields` in the runtime.
+                let _ = writeln!(arms, "{tag} if skips_managed_fields() => r.skip(wire),");
+            }
             let _ = writeln!(
                 arms,
                 "{tag} => {call}.map_err(|e| e.at({short:?}, {json:?}, {tag})),"
@@ -533,7 +538,7 @@ pub(crate) fn generate(root: &Path, schema: &str) -> Result<String, String> {
          use crate::codec::*;\n\
          use crate::kinds::Registry;\n\
          use crate::wire::Reader;\n\
-         use crate::{DecodeError, Message};\n\n",
+         use crate::{DecodeError, Message, skips_managed_fields};\n\n",
     );
     let _ = writeln!(out, "/// Every kind's decoder ({} kinds).", kinds.len());
     out.push_str("pub(crate) fn register(registry: &mut Registry) {\n");

@@ -213,3 +213,35 @@ async fn dynamic_objects_stay_json() {
     assert_eq!(informer.stats().wire_format, WireFormat::Json);
     informer.stop().await;
 }
+
+/// With the default transform (managedFields dropped) a protobuf informer skips them unread;
+/// what it holds is what a JSON informer that strips them holds.
+#[tokio::test]
+async fn default_informers_skip_managed_fields_and_agree() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("protobuf-lean").await.unwrap();
+    let api = ns.api::<Pod>();
+    for name in ["a", "b"] {
+        api.create(&PostParams::default(), &pod(name)).await.unwrap();
+    }
+    let start = |wire| {
+        Informer::builder(api.clone())
+            .config(watcher::Config::default().labels("test=protobuf"))
+            .wire_format(wire)
+            .start()
+    };
+    let (protobuf, json) = (start(WireFormat::Protobuf), start(WireFormat::Json));
+    protobuf.wait_for_sync(WAIT).await.unwrap();
+    json.wait_for_sync(WAIT).await.unwrap();
+    agree(&protobuf, &json, &["a", "b"]).await;
+    assert!(
+        protobuf
+            .store()
+            .list()
+            .iter()
+            .all(|pod| pod.metadata.managed_fields.is_none())
+    );
+    assert_eq!(protobuf.stats().wire_format, WireFormat::Protobuf);
+    protobuf.stop().await;
+    json.stop().await;
+}

@@ -6,7 +6,7 @@ use k8s_openapi as k;
 use crate::codec::*;
 use crate::kinds::Registry;
 use crate::wire::Reader;
-use crate::{DecodeError, Message};
+use crate::{DecodeError, Message, skips_managed_fields};
 
 /// Every kind's decoder (105 kinds).
 pub(crate) fn register(registry: &mut Registry) {
@@ -24713,6 +24713,7 @@ impl Decode for k::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 .map_err(|e| e.at("ObjectMeta", "ownerReferences", 13)),
                 14 => rep_opt::<Str>(&mut this.finalizers, &mut r, wire)
                     .map_err(|e| e.at("ObjectMeta", "finalizers", 14)),
+                17 if skips_managed_fields() => r.skip(wire),
                 17 => rep_opt::<Msg<k::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>>(
                     &mut this.managed_fields,
                     &mut r,

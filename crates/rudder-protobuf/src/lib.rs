@@ -90,6 +90,46 @@ pub use kinds::Decoder;
 pub use registry::decoder;
 pub use wire::{DecodeError, MAX_DEPTH};
 
+thread_local! {
+    /// Set while [`without_managed_fields`] runs on this thread.
+    static SKIP_MANAGED_FIELDS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `decode` with every object's `metadata.managedFields` skipped unread (left `None`),
+/// for a caller that drops them anyway: Rudder's informers store objects without them by
+/// default, and reading them (each entry's `fieldsV1` is a JSON document in the message)
+/// is a large part of decoding a small object. Other decodes on the thread, before and
+/// after, read them as usual.
+///
+/// ```
+/// use k8s_openapi::api::core::v1::ConfigMap;
+///
+/// // A ConfigMap's message: metadata (tag 1) holding a name (tag 1) and one managedFields
+/// // entry (tag 17) naming its manager (tag 1).
+/// let bytes = [0x0a, 0x0b, 0x0a, 0x01, b'a', 0x8a, 0x01, 0x05, 0x0a, 0x03, b'k', b'c', b't'];
+/// let full: ConfigMap = rudder_protobuf::decode(&bytes).unwrap();
+/// assert_eq!(full.metadata.managed_fields.map(|m| m.len()), Some(1));
+/// let lean: ConfigMap = rudder_protobuf::without_managed_fields(|| rudder_protobuf::decode(&bytes)).unwrap();
+/// assert_eq!(lean.metadata.name.as_deref(), Some("a"));
+/// assert_eq!(lean.metadata.managed_fields, None);
+/// ```
+pub fn without_managed_fields<T>(decode: impl FnOnce() -> T) -> T {
+    /// Puts the thread's setting back however `decode` ends.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SKIP_MANAGED_FIELDS.with(|skip| skip.set(self.0));
+        }
+    }
+    let _restore = Restore(SKIP_MANAGED_FIELDS.with(|skip| skip.replace(true)));
+    decode()
+}
+
+/// Whether [`without_managed_fields`] runs on this thread (for the generated code).
+pub(crate) fn skips_managed_fields() -> bool {
+    SKIP_MANAGED_FIELDS.with(std::cell::Cell::get)
+}
+
 k8s_openapi::k8s_if_le_1_36! {
     compile_error!(
         "rudder-protobuf's decoders are generated for Kubernetes 1.37's types: enable \

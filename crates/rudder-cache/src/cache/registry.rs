@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use super::{ByObject, Scope};
 use crate::error::{Error, Result, SyncError};
 use crate::informer::{Informer, InformerBuilder};
-use crate::transform::{Transform, strip_managed_fields};
+use crate::transform::Transform;
 use crate::writes::WriteTracker;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -186,20 +186,21 @@ impl Inner {
                 .cloned()
                 .ok_or(Error::Stopped);
         }
-        let transform: Option<Transform<K>> = match self
+        // `None`: the informer's default, which drops managedFields (and so need not
+        // decode them).
+        let transform: Option<Option<Transform<K>>> = self
             .by_object::<K>(&key.ty)
-            .and_then(|b| b.transform.clone())
-        {
-            Some(t) => t,
-            None => Some(Arc::new(strip_managed_fields::<K>)),
-        };
+            .and_then(|b| b.transform.clone());
         let token = self.token.child_token();
         let tracker = TaskTracker::new();
-        let informer = builder(scope.namespace.as_deref())
+        let mut informer = builder(scope.namespace.as_deref())
             .config(scope.watcher_config())
             .list_strategy(self.list_strategy)
-            .wire_format(self.wire_format)
-            .transform_opt(transform)
+            .wire_format(self.wire_format);
+        if let Some(transform) = transform {
+            informer = informer.transform_opt(transform);
+        }
+        let informer = informer
             .resync(self.resync)
             .with_token(token.clone())
             .tracker(tracker.clone())

@@ -33,6 +33,9 @@ pub struct InformerBuilder<K> {
     wire: WireFormat,
     silence_bound: Option<Duration>,
     transform: Option<Transform<K>>,
+    /// Whether the transform is the default, [`strip_managed_fields`]: then protobuf
+    /// decoding skips managedFields unread.
+    strips_managed_fields: bool,
     resync: Option<Duration>,
     token: CancellationToken,
     tracker: TaskTracker,
@@ -111,6 +114,7 @@ where
     #[must_use]
     pub fn transform(mut self, transform: impl Fn(&mut K) + Send + Sync + 'static) -> Self {
         self.transform = Some(Arc::new(transform));
+        self.strips_managed_fields = false;
         self
     }
 
@@ -119,6 +123,7 @@ where
     #[must_use]
     pub fn transform_opt(mut self, transform: Option<Transform<K>>) -> Self {
         self.transform = transform;
+        self.strips_managed_fields = false;
         self
     }
 
@@ -180,6 +185,7 @@ where
         let mode = Arc::new(ListMode::default());
         let mut config = watch::Config::of_watcher(&self.config, &self.lists).wire(self.wire);
         config.silence_bound = self.silence_bound;
+        config.skip_managed_fields = self.strips_managed_fields;
         let strict = watch::watch_with(
             self.api,
             config.clone(),
@@ -253,6 +259,7 @@ where
             wire: WireFormat::default(),
             silence_bound: None,
             transform: Some(Arc::new(strip_managed_fields::<K>)),
+            strips_managed_fields: true,
             resync: None,
             token: CancellationToken::new(),
             tracker: TaskTracker::new(),

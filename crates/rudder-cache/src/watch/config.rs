@@ -38,6 +38,9 @@ pub struct Config {
     pub backoff: Backoff,
     /// How lists and watches are encoded: protobuf for built-in types by default.
     pub wire: WireFormat,
+    /// Whether protobuf decoding skips `metadata.managedFields` unread (an informer whose
+    /// transform drops them anyway).
+    pub(crate) skip_managed_fields: bool,
 }
 
 impl Default for Config {
@@ -54,6 +57,7 @@ impl Default for Config {
             silence_bound: None,
             backoff: Backoff::default(),
             wire: WireFormat::default(),
+            skip_managed_fields: false,
         }
     }
 }

@@ -169,7 +169,15 @@ where
         }
         let page = match self.protobuf {
             Some(decode) => {
-                match wire::list(&self.client, self.api.resource_url(), &params, decode).await {
+                match wire::list(
+                    &self.client,
+                    self.api.resource_url(),
+                    &params,
+                    decode,
+                    self.config.skip_managed_fields,
+                )
+                .await
+                {
                     Ok(Answer::Protobuf(page)) => Ok(page),
                     Ok(Answer::Json(page)) => {
                         self.answered_json();
@@ -248,7 +256,14 @@ where
             }
         };
         let opened = match self.protobuf {
-            Some(decode) => match wire::watch(&self.client, request, decode).await {
+            Some(decode) => match wire::watch(
+                &self.client,
+                request,
+                decode,
+                self.config.skip_managed_fields,
+            )
+            .await
+            {
                 Ok(Answer::Protobuf(events)) => Ok(events),
                 Ok(Answer::Json(_)) => {
                     // Asked again at once, in JSON.

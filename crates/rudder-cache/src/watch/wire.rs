@@ -122,6 +122,7 @@ pub(crate) async fn watch<K>(
     client: &kube::Client,
     mut request: http::Request<Vec<u8>>,
     decode: Decoder<K>,
+    skip_managed_fields: bool,
 ) -> Result<Answer<Events<K>>, kube::Error>
 where
     K: Resource + Send + 'static,
@@ -137,6 +138,9 @@ where
     }
     let frames = frames(response.into_body());
     let events = frames.map(move |frame| match frame {
+        Ok(frame) if skip_managed_fields => {
+            rudder_protobuf::without_managed_fields(|| event(&frame, decode))
+        }
         Ok(frame) => event(&frame, decode),
         Err(error) => Err(Failure::Kube(kube::Error::ReadEvents(error))),
     });
@@ -149,6 +153,7 @@ pub(crate) async fn list<K>(
     url: &str,
     params: &kube::api::ListParams,
     decode: Decoder<K>,
+    skip_managed_fields: bool,
 ) -> Result<Answer<Page<K>>, Failure>
 where
     K: Clone + DeserializeOwned,
@@ -177,7 +182,13 @@ where
         return Ok(Answer::Json(Some(list.into())));
     }
     let envelope = rudder_protobuf::unknown(&body).map_err(decode_failure)?;
-    let list = rudder_protobuf::list(envelope.raw, decode).map_err(decode_failure)?;
+    let read = || rudder_protobuf::list(envelope.raw, decode);
+    let list = if skip_managed_fields {
+        rudder_protobuf::without_managed_fields(read)
+    } else {
+        read()
+    }
+    .map_err(decode_failure)?;
     let mut items = Vec::with_capacity(list.items.len());
     for item in list.items {
         items.push(item.map_err(decode_failure)?);
