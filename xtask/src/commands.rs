@@ -248,9 +248,16 @@ pub(crate) const COMMANDS: &[Command] = &[
         args: &[],
         flags: &[
             flag(
+                "--kind",
+                "KIND",
+                "configmaps (one 400-byte value each) or pods (shaped like real ones, about 5 KB \
+                 of JSON each) (default configmaps)",
+            ),
+            flag(
                 "--objects",
                 "N",
-                "ConfigMaps in the namespace (default 50000)",
+                "objects in the namespace (default 100000 ConfigMaps, 50000 Pods); several, \
+                 comma-separated, sweep and redraw docs/informer-scaling.svg",
             ),
             flag("--runs", "N", "how many sittings (default 1)"),
             flag(
@@ -258,12 +265,24 @@ pub(crate) const COMMANDS: &[Command] = &[
                 "S",
                 "seconds after the sync before the steady reading (default 10)",
             ),
+            switch(
+                "--full",
+                "every implementation: also Rudder's paginated lists, kube-runtime's streaming \
+                 lists, client-go's informer (WatchListClient on and off, managedFields \
+                 dropped, JSON) and Rudder's informer released by its last user",
+            ),
+            switch(
+                "--callgrind",
+                "instead of the table, Rudder's instructions per object synced under valgrind's \
+                 callgrind, protobuf asked and JSON",
+            ),
         ],
         rest: None,
-        help: "informers at scale, each in its own process: Rudder's (streaming and paginated \
-               lists), kube-runtime's reflector and client-go's informer (go/cmd/informer-rss, \
-               WatchListClient on and off) and controller-runtime's cache: sync time, RSS \
-               before, peak, steady, and after Rudder's informer is released",
+        help: "informers at scale, each in its own process: Rudder's informer asking for \
+               protobuf and for JSON, controller-runtime's cache and kube-runtime's reflector \
+               (go/cmd/informer-rss for the Go side): sync time, CPU to sync and per object, \
+               RSS before, peak, steady, bytes read, the API server's CPU over each sync, and \
+               Rudder's ratios to controller-runtime beside issue 39's goals",
         run: |parsed| bench("informers", parsed.given),
     },
     Command {

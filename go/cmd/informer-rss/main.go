@@ -1,11 +1,16 @@
-// Command informer-rss syncs one client-go shared informer on the ConfigMaps of a namespace
-// and reports its memory and time, for Rudder's informer scale bench (cargo xtask
-// bench-informers). It prints, one per line:
+// Command informer-rss syncs one client-go shared informer on the ConfigMaps (or, with
+// -kind=pods, the Pods) of a namespace and reports its memory and time, for Rudder's
+// informer scale bench (cargo xtask bench-informers). It prints, one per line:
 //
 //	watchlist <true|false>   whether client-go listed with a streaming list (WatchListClient)
+//	wire <protobuf|json>     what it asked the API server for
 //	objects <n>              objects in the store once synced
 //	sync-ms <ms>             from the informer's start to HasSynced
 //	cpu-ms <ms>              CPU time (user and system, every thread) over the same span
+//	apiserver-cpu-ms <ms>    the CPU time of the process -apiserver-pid names over the same
+//	                         span (0 without it)
+//	apiserver-sent-bytes <n> the bytes that process wrote over the same span (wchar of its
+//	                         /proc/<pid>/io: what it sent, TLS and HTTP framing included)
 //	base <bytes>             VmRSS before the informer started (client built, one request made)
 //	peak <bytes>             VmHWM once synced: the highest RSS until then
 //	synced <bytes>           VmRSS once synced
@@ -15,7 +20,7 @@
 // KUBE_FEATURE_WatchListClient=false lists in pages. -strip drops managedFields in the
 // informer's transform (as Rudder's informers do by default). client-go's generated clients
 // ask for protobuf by default; -json makes it ask for JSON, as Rust's clients do.
-// -controller-runtime syncs controller-runtime's cache instead (its informer for ConfigMaps,
+// -controller-runtime syncs controller-runtime's cache instead (its informer for the kind,
 // restricted to the namespace), as a manager's controller would get it.
 package main
 
@@ -36,6 +41,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -76,14 +82,58 @@ func cpuMillis() int64 {
 	return (utime + stime) * 10
 }
 
+// cpuMillisOf is cpuMillis of another process (0 for pid 0).
+func cpuMillisOf(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		panic(err)
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return (utime + stime) * 10
+}
+
+// writtenBytes is the bytes the process pid has written so far, to files and sockets (wchar
+// of /proc/<pid>/io; 0 for pid 0).
+func writtenBytes(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		panic(err)
+	}
+	for _, line := range strings.Split(string(io), "\n") {
+		if rest, ok := strings.CutPrefix(line, "wchar:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+			if err != nil {
+				panic(err)
+			}
+			return n
+		}
+	}
+	panic("no wchar in /proc/<pid>/io")
+}
+
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file")
-	namespace := flag.String("namespace", "", "the ConfigMaps' namespace")
+	namespace := flag.String("namespace", "", "the objects' namespace")
+	kind := flag.String("kind", "configmaps", "what to sync: configmaps or pods")
+	apiserverPid := flag.Int("apiserver-pid", 0, "the kube-apiserver's process id, whose CPU time over the sync is reported")
 	strip := flag.Bool("strip", false, "drop managedFields in the informer's transform")
 	settle := flag.Duration("settle", 10*time.Second, "how long after the sync the steady RSS is read")
 	json := flag.Bool("json", false, "ask the API server for JSON instead of protobuf")
 	controllerRuntime := flag.Bool("controller-runtime", false, "sync controller-runtime's cache instead of a client-go informer")
 	flag.Parse()
+	if *kind != "configmaps" && *kind != "pods" {
+		fmt.Fprintln(os.Stderr, "-kind: configmaps or pods")
+		os.Exit(2)
+	}
+	pods := *kind == "pods"
 
 	config, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -94,10 +144,16 @@ func main() {
 		config.ContentType = "application/json"
 		config.AcceptContentTypes = "application/json"
 	}
-	client := kubernetes.NewForConfigOrDie(config)
+	clientset := kubernetes.NewForConfigOrDie(config)
 	ctx := context.Background()
 	// One request first, so the connection and the client's own buffers are in the baseline.
-	if _, err := client.CoreV1().ConfigMaps(*namespace).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+	var err1 error
+	if pods {
+		_, err1 = clientset.CoreV1().Pods(*namespace).List(ctx, metav1.ListOptions{Limit: 1})
+	} else {
+		_, err1 = clientset.CoreV1().ConfigMaps(*namespace).List(ctx, metav1.ListOptions{Limit: 1})
+	}
+	if err := err1; err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -105,8 +161,14 @@ func main() {
 	var informer cache.SharedIndexInformer
 	var store func() int
 	stop := make(chan struct{})
-	var cpuStart int64
+	var cpuStart, sentStart, serverStart int64
 	var start time.Time
+	begin := func() {
+		sentStart = writtenBytes(*apiserverPid)
+		serverStart = cpuMillisOf(*apiserverPid)
+		cpuStart = cpuMillis()
+		start = time.Now()
+	}
 	if *controllerRuntime {
 		c, err := crcache.New(config, crcache.Options{
 			Scheme:            scheme.Scheme,
@@ -115,9 +177,12 @@ func main() {
 		if err != nil {
 			panic(err)
 		}
-		cpuStart = cpuMillis()
-		start = time.Now()
-		if _, err := c.GetInformer(ctx, &corev1.ConfigMap{}); err != nil {
+		begin()
+		var object client.Object = &corev1.ConfigMap{}
+		if pods {
+			object = &corev1.Pod{}
+		}
+		if _, err := c.GetInformer(ctx, object); err != nil {
 			panic(err)
 		}
 		runCtx, cancel := context.WithCancel(ctx)
@@ -128,6 +193,13 @@ func main() {
 			os.Exit(1)
 		}
 		store = func() int {
+			if pods {
+				var list corev1.PodList
+				if err := c.List(ctx, &list); err != nil {
+					panic(err)
+				}
+				return len(list.Items)
+			}
 			var list corev1.ConfigMapList
 			if err := c.List(ctx, &list); err != nil {
 				panic(err)
@@ -135,9 +207,12 @@ func main() {
 			return len(list.Items)
 		}
 	} else {
-		informer = coreinformers.NewConfigMapInformer(client, *namespace, 0, cache.Indexers{
-			cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
-		})
+		indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+		if pods {
+			informer = coreinformers.NewPodInformer(clientset, *namespace, 0, indexers)
+		} else {
+			informer = coreinformers.NewConfigMapInformer(clientset, *namespace, 0, indexers)
+		}
 		if *strip {
 			if err := informer.SetTransform(func(obj interface{}) (interface{}, error) {
 				if object, ok := obj.(metav1.Object); ok {
@@ -148,8 +223,7 @@ func main() {
 				panic(err)
 			}
 		}
-		cpuStart = cpuMillis()
-		start = time.Now()
+		begin()
 		go informer.Run(stop)
 		if !cache.WaitForCacheSync(stop, informer.HasSynced) {
 			fmt.Fprintln(os.Stderr, "the informer did not sync")
@@ -158,7 +232,10 @@ func main() {
 		store = func() int { return len(informer.GetStore().ListKeys()) }
 	}
 	took := time.Since(start)
+	// The CPU and the bytes first, before this reads more of /proc.
 	cpu := cpuMillis() - cpuStart
+	server := cpuMillisOf(*apiserverPid) - serverStart
+	sent := writtenBytes(*apiserverPid) - sentStart
 	peak := status("VmHWM")
 	synced := status("VmRSS")
 	// Read after the peak and the synced RSS: controller-runtime's List copies every object.
@@ -170,6 +247,13 @@ func main() {
 	fmt.Printf("objects %d\n", objects)
 	fmt.Printf("sync-ms %d\n", took.Milliseconds())
 	fmt.Printf("cpu-ms %d\n", cpu)
+	fmt.Printf("apiserver-cpu-ms %d\n", server)
+	fmt.Printf("apiserver-sent-bytes %d\n", sent)
+	if *json {
+		fmt.Println("wire json")
+	} else {
+		fmt.Println("wire protobuf")
+	}
 	fmt.Printf("base %d\npeak %d\nsynced %d\nsteady %d\n", base, peak, synced, steady)
 	close(stop)
 }
