@@ -58,7 +58,7 @@ const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/
 
 /// The longest watch frame read: a length past it is garbage (an object in etcd is at most
 /// a few MiB), and is not allocated for.
-const MAX_FRAME: usize = 64 << 20;
+pub(crate) const MAX_FRAME: usize = 64 << 20;
 
 /// Why an event could not be read: the request's failure (handled by the engine's rules),
 /// or an object that did not decode (reported; the watch goes on).
@@ -312,7 +312,7 @@ impl FrameReader {
 }
 
 /// The next whole frame at the start of `buffer`, if it holds one.
-fn split_frame(buffer: &mut BytesMut) -> Result<Option<Bytes>, io::Error> {
+pub(crate) fn split_frame(buffer: &mut BytesMut) -> Result<Option<Bytes>, io::Error> {
     let Some(prefix) = buffer.get(..4) else {
         return Ok(None);
     };

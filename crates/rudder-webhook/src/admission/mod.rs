@@ -450,6 +450,47 @@ pub(crate) fn decode_object<K: serde::de::DeserializeOwned>(
     })
 }
 
+/// Internals the fuzz targets under `fuzz/` drive, in builds with `--cfg fuzzing` only
+/// (cargo-fuzz sets it): not part of the API, and absent from every other build.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+#[allow(missing_docs)]
+pub mod fuzzing {
+    use hyper::body::Bytes;
+    use serde_json::Value;
+
+    use super::patch::patch_between;
+    use super::tree::Tree;
+
+    /// The review parser's document reader ([`Tree::parse`]), its document as a `Value`.
+    pub fn parse_tree(json: &[u8]) -> Result<Value, String> {
+        Tree::parse(json)
+            .map(|tree| tree.to_value())
+            .map_err(|error| error.to_string())
+    }
+
+    /// A review body decoded as the server decodes it: the object and the old object as
+    /// the JSON text received (`None` when absent or `null`), or why it was refused.
+    pub fn review_objects(body: &[u8]) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>), String> {
+        match super::decode_json(&Bytes::copy_from_slice(body)) {
+            Ok(request) => Ok((
+                request.object().map(<[u8]>::to_vec),
+                request.old_object().map(<[u8]>::to_vec),
+            )),
+            Err(_) => Err("undecodable".to_owned()),
+        }
+    }
+
+    /// The defaulting patch as the server builds it, from the three documents' bytes read
+    /// as [`Tree`]s; `None` if one of them does not parse.
+    pub fn tree_patch(original: &[u8], before: &[u8], after: &[u8]) -> Option<json_patch::Patch> {
+        let original = Tree::parse(original).ok()?;
+        let before = Tree::parse(before).ok()?;
+        let after = Tree::parse(after).ok()?;
+        Some(patch_between(&original, &before, &after))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Pod;
