@@ -300,7 +300,19 @@ struct RequestFields<'a> {
 /// request type. A body that does not decode is read again as a `Value`, to say why and to
 /// find the uid to echo.
 fn decode_json(body: &Bytes) -> Result<JsonRequest, Undecodable> {
-    let envelope = match serde_json::from_slice::<Envelope<'_>>(body) {
+    // JSON is UTF-8, and serde_json skips the strings of fields it ignores without checking
+    // them (the fuzzer's `admission_review` found a review with invalid UTF-8 in an unknown
+    // field decoded): the body is checked whole first, as `diagnose` reads it.
+    let text = match std::str::from_utf8(body) {
+        Ok(text) => text,
+        Err(error) => {
+            return Err(Undecodable::NotJson(serde::de::Error::custom(format!(
+                "not UTF-8 at byte {}",
+                error.valid_up_to()
+            ))));
+        }
+    };
+    let envelope = match serde_json::from_str::<Envelope<'_>>(text) {
         Ok(envelope) => envelope,
         Err(error) => return Err(diagnose(body, &error)),
     };
@@ -570,6 +582,24 @@ mod tests {
         assert_eq!(decoded.object(), Some(&br#"{"a":[]}"#[..]));
         assert_eq!(decoded.old_object(), Some(&br#"{"b":1}"#[..]));
         assert_eq!(decoded.request.types.api_version, ADMISSION_V1BETA1);
+    }
+
+    #[test]
+    fn a_review_with_invalid_utf8_anywhere_is_not_json() {
+        // Found by fuzz/'s admission_review: invalid UTF-8 in a field the review ignores
+        // was skipped unchecked, and the review decoded.
+        let body = review(
+            r#""admission.k8s.io/v1""#,
+            &format!(r#"{{{REQUEST},"unknownField":"deXXfault","object":{{"a":1}}}}"#),
+        );
+        assert!(decode_json(&body).is_ok());
+        let mut body = body.to_vec();
+        let at = body.windows(2).position(|w| w == b"XX").unwrap();
+        body[at..at + 2].copy_from_slice(&[0xe9, 0xff]);
+        assert!(matches!(
+            decode_json(&Bytes::from(body)),
+            Err(Undecodable::NotJson(_))
+        ));
     }
 
     #[test]
