@@ -89,6 +89,10 @@ pub(crate) fn run_ci(test_args: &[&str], commands: &[&str]) -> Result<(), String
         "go/: go mod tidy -diff, go vet, the protobuf schema, the benches built and run briefly",
         go_checks,
     )?;
+    step(
+        "cargo fuzz: each target of fuzz/ briefly (nightly)",
+        fuzz_briefly,
+    )?;
     // What is tested is what ships (DESIGN.md, invariant 21): the default features, as an
     // operator builds them, then each feature-gated test in a build with its feature on.
     step("cargo test", || {
@@ -256,6 +260,91 @@ fn go_checks() -> Result<(), String> {
         "-benchtime=100x",
         "./...",
     ]))
+}
+
+/// cargo-fuzz, installed from crates.io with its lock file into the tools cache.
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
+
+/// The targets under `fuzz/fuzz_targets/` (fuzz/README.md says what each checks).
+const FUZZ_TARGETS: &[&str] = &[
+    "protobuf_decode",
+    "watch_frames",
+    "admission_review",
+    "defaulting_patch",
+];
+
+/// How long CI runs each fuzz target, from the committed seeds: long enough to catch a
+/// decoder that panics on its first mutations, short enough for CI's budget (the targets'
+/// cold build is most of the step; fuzz/README.md has the figures).
+const FUZZ_SECONDS: u32 = 15;
+
+/// Installs cargo-fuzz into `~/.cache/rudder/tools` if it is not there, builds the fuzz
+/// targets with nightly (no sanitizer: the decoders are safe Rust, and a sanitized build of
+/// their dependencies costs minutes), and runs each for [`FUZZ_SECONDS`] from its seeds. A
+/// crash fails the step, its input saved under `fuzz/artifacts/<target>/`.
+fn fuzz_briefly() -> Result<(), String> {
+    let tools = xtask::util::cache_base()?.join("tools");
+    let bin = tools.join("bin");
+    // The rustup proxy, not the toolchain's cargo this task runs under: `+nightly` is the
+    // proxy's, and the task's own toolchain variables would pin the stable one.
+    let rustup_cargo = || {
+        let mut cmd = cargo_of_path();
+        cmd.env_remove("RUSTUP_TOOLCHAIN").env_remove("CARGO");
+        cmd
+    };
+    if !bin.join("cargo-fuzz").is_file() {
+        sh(rustup_cargo()
+            .args([
+                "install",
+                "--locked",
+                "--version",
+                CARGO_FUZZ_VERSION,
+                "--root",
+            ])
+            .arg(&tools)
+            .arg("cargo-fuzz")
+            // A temporary target directory, removed once installed.
+            .env_remove("CARGO_TARGET_DIR"))?;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let path = std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&path)))
+        .map_err(|e| format!("cannot put the tools cache on PATH: {e}"))?;
+    let root = xtask::util::workspace_root();
+    let fuzz = |args: &[&str]| {
+        let mut cmd = rustup_cargo();
+        cmd.current_dir(&root)
+            .env("PATH", &path)
+            .args(["+nightly", "fuzz"])
+            .args(args);
+        cmd
+    };
+    sh(&mut fuzz(&["build", "-s", "none"]))?;
+    for target in FUZZ_TARGETS {
+        let corpus = root.join("fuzz/corpus").join(target);
+        std::fs::create_dir_all(&corpus)
+            .map_err(|e| format!("creating {}: {e}", corpus.display()))?;
+        let seeds = format!("fuzz/seeds/{target}");
+        let corpus = corpus.display().to_string();
+        let seconds = format!("-max_total_time={FUZZ_SECONDS}");
+        sh(&mut fuzz(&[
+            "run", target, "-s", "none", &corpus, &seeds, "--", &seconds,
+        ]))?;
+    }
+    Ok(())
+}
+
+/// `cargo` as found on PATH (rustup's proxy where rustup manages the toolchains), with the
+/// variables `cargo run` set for this task removed as [`cargo`] removes them.
+fn cargo_of_path() -> std::process::Command {
+    let from_task = cargo();
+    let mut cmd = std::process::Command::new("cargo");
+    for (key, value) in from_task.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    cmd
 }
 
 /// Debian packages of the programs some checks run, by the program each provides: Prometheus'

@@ -283,6 +283,25 @@ mod unwind;
 pub mod watch;
 pub mod writes;
 
+/// Internals the fuzz targets under `fuzz/` drive, in builds with `--cfg fuzzing` only
+/// (cargo-fuzz sets it): not part of the API, and absent from every other build.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+#[allow(missing_docs)]
+pub mod fuzzing {
+    use std::io;
+
+    use bytes::{Bytes, BytesMut};
+
+    /// The longest protobuf watch frame read.
+    pub const MAX_FRAME: usize = crate::watch::wire::MAX_FRAME;
+
+    /// The protobuf watch frame reader: the next whole frame at the start of `buffer`.
+    pub fn split_frame(buffer: &mut BytesMut) -> Result<Option<Bytes>, io::Error> {
+        crate::watch::wire::split_frame(buffer)
+    }
+}
+
 pub use cache::{
     ApiScope, ByObject, Cache, CacheBuilder, DEFAULT_SYNC_TIMEOUT, InformerUse, ListOptions, Scope,
     Typed,

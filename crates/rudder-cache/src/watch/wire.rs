@@ -58,7 +58,7 @@ const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/
 
 /// The longest watch frame read: a length past it is garbage (an object in etcd is at most
 /// a few MiB), and is not allocated for.
-const MAX_FRAME: usize = 64 << 20;
+pub(crate) const MAX_FRAME: usize = 64 << 20;
 
 /// Why an event could not be read: the request's failure (handled by the engine's rules),
 /// or an object that did not decode (reported; the watch goes on).
@@ -323,7 +323,7 @@ impl FrameReader {
 }
 
 /// The next whole frame at the start of `buffer`, if it holds one.
-fn split_frame(buffer: &mut BytesMut) -> Result<Option<Bytes>, io::Error> {
+pub(crate) fn split_frame(buffer: &mut BytesMut) -> Result<Option<Bytes>, io::Error> {
     let Some(prefix) = buffer.get(..4) else {
         return Ok(None);
     };
@@ -335,7 +335,9 @@ fn split_frame(buffer: &mut BytesMut) -> Result<Option<Bytes>, io::Error> {
         ));
     }
     if buffer.len() < 4 + length {
-        buffer.reserve(4 + length - buffer.len());
+        // Room for the frame as its bytes come, at most a MiB ahead: a length announced
+        // by four bytes is not taken on trust for a large reservation.
+        buffer.reserve((4 + length - buffer.len()).min(1 << 20));
         return Ok(None);
     }
     buffer.advance(4);

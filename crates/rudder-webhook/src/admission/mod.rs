@@ -300,7 +300,19 @@ struct RequestFields<'a> {
 /// request type. A body that does not decode is read again as a `Value`, to say why and to
 /// find the uid to echo.
 fn decode_json(body: &Bytes) -> Result<JsonRequest, Undecodable> {
-    let envelope = match serde_json::from_slice::<Envelope<'_>>(body) {
+    // JSON is UTF-8, and serde_json skips the strings of fields it ignores without checking
+    // them (the fuzzer's `admission_review` found a review with invalid UTF-8 in an unknown
+    // field decoded): the body is checked whole first, as `diagnose` reads it.
+    let text = match std::str::from_utf8(body) {
+        Ok(text) => text,
+        Err(error) => {
+            return Err(Undecodable::NotJson(serde::de::Error::custom(format!(
+                "not UTF-8 at byte {}",
+                error.valid_up_to()
+            ))));
+        }
+    };
+    let envelope = match serde_json::from_str::<Envelope<'_>>(text) {
         Ok(envelope) => envelope,
         Err(error) => return Err(diagnose(body, &error)),
     };
@@ -450,6 +462,47 @@ pub(crate) fn decode_object<K: serde::de::DeserializeOwned>(
     })
 }
 
+/// Internals the fuzz targets under `fuzz/` drive, in builds with `--cfg fuzzing` only
+/// (cargo-fuzz sets it): not part of the API, and absent from every other build.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+#[allow(missing_docs)]
+pub mod fuzzing {
+    use hyper::body::Bytes;
+    use serde_json::Value;
+
+    use super::patch::patch_between;
+    use super::tree::Tree;
+
+    /// The review parser's document reader ([`Tree::parse`]), its document as a `Value`.
+    pub fn parse_tree(json: &[u8]) -> Result<Value, String> {
+        Tree::parse(json)
+            .map(|tree| tree.to_value())
+            .map_err(|error| error.to_string())
+    }
+
+    /// A review body decoded as the server decodes it: the object and the old object as
+    /// the JSON text received (`None` when absent or `null`), or why it was refused.
+    pub fn review_objects(body: &[u8]) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>), String> {
+        match super::decode_json(&Bytes::copy_from_slice(body)) {
+            Ok(request) => Ok((
+                request.object().map(<[u8]>::to_vec),
+                request.old_object().map(<[u8]>::to_vec),
+            )),
+            Err(_) => Err("undecodable".to_owned()),
+        }
+    }
+
+    /// The defaulting patch as the server builds it, from the three documents' bytes read
+    /// as [`Tree`]s; `None` if one of them does not parse.
+    pub fn tree_patch(original: &[u8], before: &[u8], after: &[u8]) -> Option<json_patch::Patch> {
+        let original = Tree::parse(original).ok()?;
+        let before = Tree::parse(before).ok()?;
+        let after = Tree::parse(after).ok()?;
+        Some(patch_between(&original, &before, &after))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Pod;
@@ -529,6 +582,24 @@ mod tests {
         assert_eq!(decoded.object(), Some(&br#"{"a":[]}"#[..]));
         assert_eq!(decoded.old_object(), Some(&br#"{"b":1}"#[..]));
         assert_eq!(decoded.request.types.api_version, ADMISSION_V1BETA1);
+    }
+
+    #[test]
+    fn a_review_with_invalid_utf8_anywhere_is_not_json() {
+        // Found by fuzz/'s admission_review: invalid UTF-8 in a field the review ignores
+        // was skipped unchecked, and the review decoded.
+        let body = review(
+            r#""admission.k8s.io/v1""#,
+            &format!(r#"{{{REQUEST},"unknownField":"deXXfault","object":{{"a":1}}}}"#),
+        );
+        assert!(decode_json(&body).is_ok());
+        let mut body = body.to_vec();
+        let at = body.windows(2).position(|w| w == b"XX").unwrap();
+        body[at..at + 2].copy_from_slice(&[0xe9, 0xff]);
+        assert!(matches!(
+            decode_json(&Bytes::from(body)),
+            Err(Undecodable::NotJson(_))
+        ));
     }
 
     #[test]
