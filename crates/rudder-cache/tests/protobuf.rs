@@ -222,7 +222,9 @@ async fn default_informers_skip_managed_fields_and_agree() {
     let ns = env.namespace("protobuf-lean").await.unwrap();
     let api = ns.api::<Pod>();
     for name in ["a", "b"] {
-        api.create(&PostParams::default(), &pod(name)).await.unwrap();
+        api.create(&PostParams::default(), &pod(name))
+            .await
+            .unwrap();
     }
     let start = |wire| {
         Informer::builder(api.clone())

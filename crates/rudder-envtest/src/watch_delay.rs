@@ -367,7 +367,14 @@ async fn try_forward(
     }
     // A refused watch (a 410, a 422) is an answer, not an event: it goes back at once.
     let body = if watch && parts.status.is_success() {
-        Either::Right(LineBody::start(Arc::clone(control), body))
+        // A protobuf watch (`application/vnd.kubernetes.protobuf;stream=watch`) sends
+        // length-prefixed frames, each one event: delayed one by one like JSON's lines.
+        let framed = parts
+            .headers
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.contains("protobuf"));
+        Either::Right(LineBody::start(Arc::clone(control), body, framed))
     } else {
         Either::Left(body)
     };
@@ -421,7 +428,7 @@ struct LineBody {
 
 impl LineBody {
     /// Starts the task forwarding `upstream`'s lines and returns the body they go to.
-    fn start<B>(control: Arc<Control>, upstream: B) -> Self
+    fn start<B>(control: Arc<Control>, upstream: B, framed: bool) -> Self
     where
         B: Body<Data = Bytes, Error = kube::Error> + Send + Unpin + 'static,
     {
@@ -433,7 +440,7 @@ impl LineBody {
             clippy::disallowed_methods,
             reason = "owned: the body holds it, aborted when the body is dropped"
         )]
-        let forwarding = tokio::spawn(forward_lines(open, upstream, lines));
+        let forwarding = tokio::spawn(forward_lines(open, upstream, lines, framed));
         Self {
             lines: receiver,
             _forwarding: AbortOnDropHandle::new(forwarding),
@@ -493,12 +500,16 @@ async fn forward_lines<B>(
     mut open: OpenWatch,
     mut upstream: B,
     lines: mpsc::Sender<Result<Bytes, kube::Error>>,
+    framed: bool,
 ) where
     B: Body<Data = Bytes, Error = kube::Error> + Unpin,
 {
     let control = Arc::clone(&open.control);
     let mut settings = control.settings.subscribe();
-    let mut splitter = LineSplitter::default();
+    let mut splitter = LineSplitter {
+        framed,
+        ..LineSplitter::default()
+    };
     let queue = &mut open.queue;
     let mut upstream_open = true;
     // An error that broke the API server's stream, passed on once the lines before it left.
@@ -562,11 +573,16 @@ async fn forward_lines<B>(
 #[derive(Debug, Default)]
 struct LineSplitter {
     partial: Vec<u8>,
+    /// Protobuf frames (a 4-byte big-endian length, then as many bytes) instead of lines.
+    framed: bool,
 }
 
 impl LineSplitter {
-    /// The lines that `data` completes.
+    /// The lines (or frames, with their length prefixes) that `data` completes.
     fn push(&mut self, data: &Bytes) -> Vec<Bytes> {
+        if self.framed {
+            return self.push_frames(data);
+        }
         let mut lines = Vec::new();
         let mut rest = data.clone();
         while let Some(end) = rest.iter().position(|&byte| byte == b'\n') {
@@ -582,7 +598,24 @@ impl LineSplitter {
         lines
     }
 
-    /// What is left after the last `\n`, at the end of the stream.
+    fn push_frames(&mut self, data: &Bytes) -> Vec<Bytes> {
+        self.partial.extend_from_slice(data);
+        let mut frames = Vec::new();
+        let mut start = 0;
+        while let Some(prefix) = self.partial.get(start..start + 4) {
+            let length = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+            let end = start + 4 + length;
+            if self.partial.len() < end {
+                break;
+            }
+            frames.push(Bytes::copy_from_slice(&self.partial[start..end]));
+            start = end;
+        }
+        self.partial.drain(..start);
+        frames
+    }
+
+    /// What is left after the last `\n` (or the last whole frame), at the end of the stream.
     fn finish(&mut self) -> Option<Bytes> {
         (!self.partial.is_empty()).then(|| Bytes::from(std::mem::take(&mut self.partial)))
     }
@@ -631,7 +664,7 @@ mod tests {
         let (chunks, receiver) = mpsc::unbounded_channel();
         (
             chunks,
-            LineBody::start(Arc::clone(control), Chunks(receiver)),
+            LineBody::start(Arc::clone(control), Chunks(receiver), false),
         )
     }
 
@@ -661,6 +694,28 @@ mod tests {
         assert_eq!(splitter.finish(), None);
         assert!(splitter.push(&Bytes::from_static(b"tail")).is_empty());
         assert_eq!(splitter.finish().as_deref(), Some(&b"tail"[..]));
+    }
+
+    #[test]
+    fn protobuf_frames_are_cut_however_the_chunks_fall() {
+        let mut wire = Vec::new();
+        for payload in [&b"ab\ncd"[..], b"", b"\n\n\n"] {
+            wire.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_be_bytes());
+            wire.extend_from_slice(payload);
+        }
+        for size in 1..wire.len() {
+            let mut splitter = LineSplitter {
+                framed: true,
+                ..LineSplitter::default()
+            };
+            let frames: Vec<Bytes> = wire
+                .chunks(size)
+                .flat_map(|chunk| splitter.push(&Bytes::copy_from_slice(chunk)))
+                .collect();
+            assert_eq!(frames.len(), 3, "chunks of {size}");
+            assert_eq!(frames.concat(), wire, "chunks of {size}");
+            assert_eq!(splitter.finish(), None);
+        }
     }
 
     #[test]
