@@ -195,7 +195,7 @@ fn parse_file(module: &str, text: &str, out: &mut BTreeMap<String, RustStruct>) 
 fn k8s_openapi_src(root: &Path) -> Result<PathBuf, String> {
     let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(root)
-        .args(["metadata", "--format-version", "1", "--locked"])
+        .args(["metadata", "--format-version", "1"])
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("cargo metadata: {e}"))?;
