@@ -19,6 +19,8 @@ pub(crate) struct CargoTool {
     pub(crate) version: &'static str,
     /// The binary it installs.
     pub(crate) binary: &'static str,
+    /// More arguments to `cargo install` (features: only what CI runs is built).
+    pub(crate) install_args: &'static [&'static str],
 }
 
 /// cargo-deny: licenses, bans (duplicate versions), sources and advisories of the tree.
@@ -28,14 +30,18 @@ pub(crate) const CARGO_DENY: CargoTool = CargoTool {
     package: "cargo-deny",
     version: "0.20.2",
     binary: "cargo-deny",
+    install_args: &[],
 };
 
-/// mdBook: `docs/` as a book. A cold install took 839 s under the same load (2026-12-06);
-/// the book then builds in about a second.
+/// mdBook: `docs/` as a book, built without its `serve` and `watch` features (a web server and
+/// a file watcher CI never runs): a cold install took 144 s at a load average of about 3
+/// beside CI (839 s with the default features at 12-14, 2026-12-06); the book then builds in
+/// about a second.
 pub(crate) const MDBOOK: CargoTool = CargoTool {
     package: "mdbook",
     version: "0.5.4",
     binary: "mdbook",
+    install_args: &["--no-default-features", "--features", "search"],
 };
 
 impl CargoTool {
@@ -52,6 +58,7 @@ impl CargoTool {
         let started = Instant::now();
         sh(cargo()
             .args(["install", "--locked", "--force", "--version", self.version])
+            .args(self.install_args)
             .arg("--root")
             .arg(&root)
             .arg(self.package))?;
