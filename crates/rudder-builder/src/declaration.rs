@@ -17,13 +17,18 @@ use std::sync::Arc;
 
 use kube::Resource;
 use kube::core::GroupVersionKind;
-use rudder_cache::{Cache, Typed, WriteTracker};
+use rudder_cache::writes::WriteTracker;
+use rudder_cache::{Cache, Typed};
 use rudder_controller::{Options, WatchSpec};
+use rudder_core::Event;
+use rudder_core::EventHandler;
+use rudder_core::MetaPredicate;
+use rudder_core::MetaPredicates;
+use rudder_core::Predicate;
+use rudder_core::Queue;
+use rudder_core::Source;
 use rudder_core::writes::WriteObserver;
-use rudder_handler::{
-    DropOwnEchoes, EnqueueObject, EnqueueOwner, Event, EventHandler, Kind, MetaPredicate,
-    MetaPredicates, Predicate, Queue, Source,
-};
+use rudder_handler::{DropOwnEchoes, EnqueueObject, EnqueueOwner, Kind};
 use rudder_manager::Manager;
 use rudder_manager::rbac::{Permissions, Verb};
 

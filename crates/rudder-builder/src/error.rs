@@ -33,7 +33,7 @@ pub enum Error {
     /// (`ControllerBuilder::sharded`, a fleet's `FleetBuilder::sharded`); fix the
     /// configuration.
     #[error("invalid sharding configuration")]
-    Sharding(#[source] rudder_manager::leader_election::ConfigError),
+    Sharding(#[source] rudder_lease::leader_election::ConfigError),
     /// A fleet's controller could not be added: its name is taken in the fleet, or its
     /// options share one rate limiter between the members.
     #[error("cannot add the controller to the fleet")]

@@ -6,12 +6,12 @@
 //!
 //! This crate is an internal of Rudder: operators use it through the facade (`rudder-runtime`,
 //! imported as `rudder`), which re-exports [`Tools`], [`Error`] and [`Result`] at its root and
-//! [`FleetError`] as `rudder::multicluster::FleetError`. Start with [`Tools`]:
+//! [`FleetError`] as `rudder::FleetError`. Start with [`Tools`]:
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //! use rudder_builder::Tools;
-//! use rudder_handler::Request;
+//! use rudder_core::Request;
 //! use rudder_manager::Manager;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

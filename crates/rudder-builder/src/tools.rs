@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube_runtime::events::{Event, EventType, Recorder, Reporter};
 use rudder_cache::{Cache, Typed};
-use rudder_handler::Request;
+use rudder_core::Request;
 use rudder_manager::Manager;
 
 use rudder_client::{Client, ClientError};

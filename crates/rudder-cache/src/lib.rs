@@ -8,7 +8,8 @@
 //! use std::time::Duration;
 //!
 //! use k8s_openapi::api::core::v1::ConfigMap;
-//! use rudder_cache::{Cache, Event, ListOptions};
+//! use rudder_cache::{Cache, ListOptions};
+//! use rudder_core::Event;
 //! use tokio_util::sync::CancellationToken;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -55,17 +56,17 @@
 //! HTTP client, with client-go's reflector's backoff) and applies each object to its
 //! [`Store`] one at a time. Every
 //! handler receives an [`Event`], rudder-core's, the same type the controllers' predicates
-//! and event handlers take (`rudder_handler::Event` is it too), so nothing is renamed on
+//! and event handlers take (`rudder_core::Event` is it too), so nothing is renamed on
 //! the way:
 //!
-//! - [`Event::Create`] for a new object, with `initial_list` set for objects from the first
+//! - [`Event::Create`](rudder_core::Event::Create) for a new object, with `initial_list` set for objects from the first
 //!   list (and for the replay a late handler gets, below);
-//! - [`Event::Update`] with the old and new stored objects when the `resourceVersion`
+//! - [`Event::Update`](rudder_core::Event::Update) with the old and new stored objects when the `resourceVersion`
 //!   changed; a watch event that repeats the stored `resourceVersion` produces nothing;
-//! - [`Event::Delete`] with the deleted object, and `final_state_unknown` set when the
+//! - [`Event::Delete`](rudder_core::Event::Delete) with the deleted object, and `final_state_unknown` set when the
 //!   delete was inferred from a relist rather than seen.
 //!
-//! An informer never sends [`Event::Generic`]: only sources outside the cluster do.
+//! An informer never sends [`Event::Generic`](rudder_core::Event::Generic): only sources outside the cluster do.
 //!
 //! A handler registered after the informer has (partly) listed first gets a `Create` for every
 //! object already stored, then every change, without gap or overlap: the replay and the
@@ -256,6 +257,8 @@
 //! the event it is on and gets no more; [`Informer::subscribe`] streams end. An informer
 //! whose last handle and last `subscribe` stream are dropped stops by itself (its tasks end
 //! shortly after, unwaited); a cache holds a handle to each of its informers.
+//!
+//! [`Event`]: rudder_core::Event
 
 // Unit tests may spawn: the test is the owner. The library build keeps clippy's
 // `disallowed_methods` (clippy.toml: a spawn is owned by whoever joins it).
@@ -308,11 +311,10 @@ pub use cache::{
 };
 pub use error::{Error, IndexError, Result, SyncError};
 pub use informer::{
-    DEFAULT_RESYNC, Event, EventStream, Informer, InformerBuilder, InformerStats, Refusal,
+    DEFAULT_RESYNC, EventStream, Informer, InformerBuilder, InformerStats, Refusal,
 };
 pub use lenient::{Lenient, Malformed};
 pub use store::{IndexFn, NAMESPACE_INDEX, ObjectKey, Store};
 pub use transform::{Transform, strip_managed_fields};
 pub use watch::strategy::{DEFAULT_INITIAL_EVENTS_BOUND, DEFAULT_STREAMING_RETRY, ListStrategy};
 pub use watch::wire::WireFormat;
-pub use writes::WriteTracker;

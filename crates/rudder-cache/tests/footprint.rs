@@ -90,7 +90,7 @@ async fn an_informer_counts_its_objects_and_their_bytes_through_every_change() {
         // Published at the end of the list and at most a second after a change.
         let resource = informer.resource().to_owned();
         let strategy = informer.list_strategy().as_str();
-        rudder_envtest::eventually(
+        rudder_envtest::poll::eventually(
             "the gauges published",
             Duration::from_secs(10),
             async || {

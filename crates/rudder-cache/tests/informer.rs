@@ -15,7 +15,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchParams};
 use kube::core::WatchEvent;
 use kube_runtime::watcher;
-use rudder_cache::{Event, Informer, ListStrategy, SyncError};
+use rudder_cache::{Informer, ListStrategy, SyncError};
+use rudder_core::Event;
 use rudder_envtest::poll::until;
 use rudder_envtest::{TestCrd, TestEnv};
 

@@ -44,5 +44,4 @@ pub mod reads;
 mod typed;
 
 pub use helpers::*;
-pub use reads::Undeclared;
 pub use typed::Client;

@@ -33,9 +33,13 @@ use kube::core::ObjectMeta;
 use kube_runtime::controller::{Action as KubeAction, Config as KubeConfig};
 use kube_runtime::watcher;
 use rudder_cache::Cache;
-use rudder_controller::{Action, Context, Controller, Reconciler};
+use rudder_controller::Controller;
+use rudder_core::Action;
+use rudder_core::Context;
+use rudder_core::Reconciler;
+use rudder_core::Request;
 use rudder_envtest::TestEnv;
-use rudder_handler::{EnqueueObject, Kind, Request};
+use rudder_handler::{EnqueueObject, Kind};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 

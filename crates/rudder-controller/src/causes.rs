@@ -17,8 +17,10 @@ use std::sync::Mutex;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
+use rudder_core::Request;
+use rudder_core::cause::Cause;
+use rudder_core::cause::Causes;
 use rudder_core::sync::LockExt;
-use rudder_core::{Cause, Causes, Request};
 
 thread_local! {
     /// The cause of what the watch task on this thread is handling, while it handles it.

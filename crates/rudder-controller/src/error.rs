@@ -1,9 +1,9 @@
 //! Errors: the controller's own; [`TerminalError`] for reconcilers and [`ErrorChain`] are
-//! rudder-core's, re-exported here.
+//! rudder-core's (their one public path), imported here.
 
 use std::time::Duration;
 
-pub use rudder_core::{ErrorChain, TerminalError, is_terminal};
+pub(crate) use rudder_core::{ErrorChain, is_terminal};
 
 /// Why a controller could not be built ([`Builder::build`](crate::Builder::build)).
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +48,7 @@ pub enum RunError {
         controller: String,
         /// The source's error.
         #[source]
-        source: rudder_handler::SourceError,
+        source: rudder_core::SourceError,
     },
 
     /// `run` was called on a controller that already ran.

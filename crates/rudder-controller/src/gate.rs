@@ -1,4 +1,4 @@
-//! [`LeaderGate`] is rudder-core's (a runnable is offered one); re-exported here under the
-//! path the crate has always used.
+//! [`LeaderGate`] is rudder-core's (a runnable is offered one); imported here for the crate's
+//! own use (its one public path is rudder-core's).
 
-pub use rudder_core::LeaderGate;
+pub(crate) use rudder_core::LeaderGate;

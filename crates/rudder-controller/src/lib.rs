@@ -9,8 +9,13 @@
 //! use std::sync::Arc;
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //! use kube::core::ObjectMeta;
-//! use rudder_controller::{Action, Context, Controller, Options, Reconciler};
-//! use rudder_handler::{EnqueueObject, Event, Request, channel};
+//! use rudder_controller::{Controller, Options};
+//! use rudder_core::Action;
+//! use rudder_core::Context;
+//! use rudder_core::Reconciler;
+//! use rudder_handler::{EnqueueObject, channel};
+//! use rudder_core::Event;
+//! use rudder_core::Request;
 //! use tokio::sync::mpsc;
 //! use tokio_util::sync::CancellationToken;
 //!
@@ -59,12 +64,13 @@
 //!
 //! # Reconcilers
 //!
-//! A [`Reconciler`] gets a [`Request`](rudder_handler::Request) and a [`Context`]
+//! A [`Reconciler`] gets a [`Request`](rudder_core::Request) and a [`Context`]
 //! (cancellation, a reconcile id) and returns an [`Action`]: done, requeue with backoff, or
 //! requeue after a delay, optionally at a priority. An error means "retry with backoff"; an
 //! error whose chain holds a [`TerminalError`] is not retried, only counted and logged.
-//! These types, with [`Shutdown`] and [`LeaderGate`], are rudder-core's, re-exported here:
-//! a library of reconcilers depends on rudder-core alone.
+//! These types, with [`Shutdown`] and [`LeaderGate`], are rudder-core's (their one path;
+//! this crate does not re-export them): a library of reconcilers depends on rudder-core
+//! alone.
 //!
 //! # Controllers
 //!
@@ -85,7 +91,7 @@
 //! [`WriteScope`](rudder_core::writes::WriteScope); the writing client (the `rudder`
 //! facade's `Client`, and its create-or-update, finalizer, apply, status and delete helpers)
 //! records every successful write with the cache's write tracker
-//! (`rudder_cache::WriteTracker`): the object and the resourceVersion the server returned,
+//! (`rudder_cache::writes::WriteTracker`): the object and the resourceVersion the server returned,
 //! or for a delete the uid. Every write of a reconcile counts for the key reconciled,
 //! whether it wrote the key's own object or a child (creates and deletes of owned objects
 //! are expectations on the owner's key).
@@ -151,7 +157,7 @@
 //! when it opens. Each admitted key holds a [`ShardPermit`] while it runs, so a shard can be
 //! closed and drained before it is handed off; a reconcile whose shard's validity passes
 //! while it runs is cancelled (context cancelled, future dropped). `rudder-lease`'s `sharding` module (re-exported
-//! as `rudder_manager::sharding`) owns the shards through Leases; see `docs/sharding.md`.
+//! as `rudder_lease::sharding`) owns the shards through Leases; see `docs/sharding.md`.
 //!
 //! # Stopping
 //!
@@ -168,6 +174,12 @@
 //! # Metrics
 //!
 //! controller-runtime's names and labels; see [`metrics`].
+//!
+//! [`LeaderGate`]: rudder_core::LeaderGate
+//! [`Shutdown`]: rudder_core::Shutdown
+//! [`Context`]: rudder_core::Context
+//! [`Action`]: rudder_core::Action
+//! [`TerminalError`]: rudder_core::TerminalError
 
 // Unit tests may spawn: the test is the owner. The library build keeps clippy's
 // `disallowed_methods` (clippy.toml: a spawn is owned by whoever joins it).
@@ -192,11 +204,9 @@ mod shard;
 mod shutdown;
 
 pub use controller::{Builder, Controller, WatchSpec};
-pub use error::{BuildError, ErrorChain, Result, RunError, TerminalError, is_terminal};
-pub use gate::LeaderGate;
+pub use error::{BuildError, Result, RunError};
 pub use options::{
     DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_SHUTDOWN_GRACE, DEFAULT_WRITE_WAIT, Options,
 };
-pub use reconciler::{Action, BoxError, Context, Next, ReconcileId, Reconciler};
-pub use shard::{KeyAffinity, KeyLister, ShardGate, ShardPermit, fnv1a, fnv1a64, mix};
-pub use shutdown::Shutdown;
+pub(crate) use reconciler::Reconciler;
+pub use shard::{KeyAffinity, KeyLister, ShardGate, ShardPermit};

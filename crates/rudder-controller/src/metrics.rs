@@ -33,8 +33,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Unit};
+use rudder_workqueue::metrics::MetricsProvider;
+use rudder_workqueue::metrics::QueueMetrics;
 use rudder_workqueue::metrics_crate as workqueue;
-use rudder_workqueue::{MetricsCrateProvider, MetricsProvider, QueueMetrics};
+use rudder_workqueue::metrics_crate::MetricsCrateProvider;
 
 /// `controller_runtime_reconcile_total{controller, result}`.
 pub const RECONCILE_TOTAL: &str = "controller_runtime_reconcile_total";
@@ -89,7 +91,7 @@ pub const WRITE_WAIT_TIMEOUTS_TOTAL: &str = "rudder_controller_write_wait_timeou
 pub const WRITES_PENDING: &str = "rudder_controller_writes_pending";
 
 /// `rudder_controller_reconcile_triggers_total{controller,source,event}`: reconciles by what
-/// first queued their key since it last ran (its [`Cause`](rudder_core::Cause)): the watch
+/// first queued their key since it last ran (its [`Cause`](rudder_core::cause::Cause)): the watch
 /// (`for`, `owns`, `watches`, or a name the builder gave it) and the event (`create`,
 /// `update`, `delete`, `generic`, `initial`), or `requeue`/`requeue`,
 /// `requeue`/`requeue_after`, `retry`/`error`, `retry`/`panic`, `handoff`/`handoff`, and

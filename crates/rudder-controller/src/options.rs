@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rudder_handler::Request;
-use rudder_workqueue::RateLimiter;
+use rudder_core::Request;
+use rudder_workqueue::rate_limiter::RateLimiter;
 
 /// How long `run` waits for every source to sync before giving up, unless told otherwise
 /// (controller-runtime's default).
@@ -136,9 +136,9 @@ impl Options {
         self
     }
 
-    /// Cancels a reconcile's [`Context`](crate::Context) once it has run this long
+    /// Cancels a reconcile's [`Context`](rudder_core::Context) once it has run this long
     /// (default: never). The reconcile is not aborted: it should watch
-    /// [`Context::cancelled`](crate::Context::cancelled) and return.
+    /// [`Context::cancelled`](rudder_core::Context::cancelled) and return.
     pub fn reconcile_timeout(mut self, timeout: Duration) -> Self {
         self.reconcile_timeout = Some(timeout);
         self
@@ -230,7 +230,7 @@ impl Options {
 
     /// The member cluster this controller serves, for a controller run once per cluster (the
     /// `rudder` facade's multi-cluster controllers set it): every reconcile's
-    /// [`Context::cluster`](crate::Context::cluster) carries it, the controller's and its
+    /// [`Context::cluster`](rudder_core::Context::cluster) carries it, the controller's and its
     /// queue's metrics carry a `cluster` label and its reconcile spans a `cluster` field, and
     /// its name need be unique only among the controllers serving that cluster.
     pub fn cluster(mut self, name: impl Into<Arc<str>>) -> Self {

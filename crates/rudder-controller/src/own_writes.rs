@@ -14,9 +14,10 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
+use rudder_core::Queue;
+use rudder_core::Request;
 use rudder_core::sync::LockExt;
 use rudder_core::writes::{ObjectRef, RecentWrite, WriteObserver};
-use rudder_handler::{Queue, Request};
 use rudder_workqueue::AddOptions;
 use tokio::time::Instant;
 

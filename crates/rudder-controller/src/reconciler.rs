@@ -1,4 +1,4 @@
 //! The reconciler contract ([`Reconciler`], [`Action`], [`Context`], [`ReconcileId`]) is
-//! rudder-core's; this module re-exports it under the paths the crate has always used.
+//! rudder-core's (its one public path); imported here for the crate's own use.
 
-pub use rudder_core::{Action, BoxError, Context, Next, ReconcileId, Reconciler};
+pub(crate) use rudder_core::{Action, BoxError, Context, Next, ReconcileId, Reconciler};

@@ -10,8 +10,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use rudder_core::Request;
+use rudder_core::hash::{FNV_OFFSET, fnv1a, mix};
 use rudder_core::sync::LockExt;
-use rudder_handler::Request;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
@@ -38,7 +39,7 @@ pub enum KeyAffinity {
 /// Keys are hashed into a fixed number of shards ([`shard_of`](Self::shard_of): FNV-1a 64,
 /// stable across builds and platforms, so every replica agrees). Whoever owns shards (the
 /// manager's `sharding::Ring`, through Leases) [`open`](Self::open)s a shard with a validity
-/// channel like a [`LeaderGate`](crate::LeaderGate)'s: a key of that shard is admitted only
+/// channel like a [`LeaderGate`](rudder_core::LeaderGate)'s: a key of that shard is admitted only
 /// while the value is `Some(t)` with `now < t` on tokio's monotonic clock, so a shard closes
 /// by itself when its holder stops renewing or was frozen past `t`. An admitted key carries a
 /// [`ShardPermit`] for as long as it is reconciled; [`close`](Self::close) stops admitting a
@@ -355,45 +356,11 @@ fn is_valid(slot: &Slot, now: Instant) -> bool {
         .is_some_and(|validity| validity.is_open_at(now))
 }
 
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-
-/// FNV-1a 64 of `bytes`, continuing from `hash`: a hash whose value is fixed by its
-/// definition, so every replica, whatever built it, computes the same.
-pub fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
-    for byte in bytes {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(FNV_PRIME);
-    }
-    hash
-}
-
-/// FNV-1a 64 of `bytes` from the standard offset basis.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    fnv1a(FNV_OFFSET, bytes)
-}
-
-/// A finaliser (splitmix64's) spreading FNV's weak low bits over the whole word.
-pub fn mix(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
-
-    #[test]
-    fn fnv1a_matches_its_published_vectors() {
-        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
-    }
 
     #[test]
     fn namespace_affinity_puts_a_namespace_in_one_shard() {

@@ -1,4 +1,4 @@
-//! [`Shutdown`] is rudder-core's (every runnable is stopped with one); re-exported here under
-//! the path the crate has always used.
+//! [`Shutdown`] is rudder-core's (every runnable is stopped with one); imported here for the
+//! crate's own use (its one public path is rudder-core's).
 
-pub use rudder_core::Shutdown;
+pub(crate) use rudder_core::Shutdown;

@@ -16,9 +16,14 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::ObjectMeta;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use rudder_controller::{Action, Context, Controller, Reconciler, WatchSpec};
+use rudder_controller::{Controller, WatchSpec};
+use rudder_core::Action;
+use rudder_core::Context;
+use rudder_core::Event;
+use rudder_core::Reconciler;
+use rudder_core::Request;
 use rudder_envtest::poll::Poll;
-use rudder_handler::{EnqueueObject, Event, EventSender, Request, channel};
+use rudder_handler::{EnqueueObject, EventSender, channel};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 

@@ -17,13 +17,19 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::ObjectMeta;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use rudder_controller::{
-    Action, BuildError, Context, Controller, Reconciler, RunError, TerminalError,
-};
+use rudder_controller::{BuildError, Controller, RunError};
+use rudder_core::Action;
+use rudder_core::Context;
+use rudder_core::Event;
+use rudder_core::Reconciler;
+use rudder_core::Request;
+use rudder_core::Source;
+use rudder_core::SourceError;
+use rudder_core::Started;
+use rudder_core::Synced;
+use rudder_core::TerminalError;
 use rudder_envtest::poll::Poll;
-use rudder_handler::{
-    EnqueueObject, Event, EventSender, Request, Source, SourceError, Started, Synced, channel,
-};
+use rudder_handler::{EnqueueObject, EventSender, channel};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -595,7 +601,7 @@ async fn aborting_run_stops_its_workers_and_watches() {
 fn a_terminal_errors_chain_names_its_cause_once() {
     let error = TerminalError::new("spec.replicas is negative");
     assert_eq!(
-        rudder_controller::ErrorChain(&error).to_string(),
+        rudder_core::ErrorChain(&error).to_string(),
         "terminal error: spec.replicas is negative"
     );
 }
@@ -606,7 +612,7 @@ fn a_terminal_errors_chain_names_its_cause_once() {
 async fn a_boxed_reconciler_error_is_retried_and_a_boxed_terminal_one_is_not() {
     struct Boxed(Mutex<Vec<String>>);
     impl Reconciler for Boxed {
-        type Error = rudder_controller::BoxError;
+        type Error = rudder_core::BoxError;
         async fn reconcile(&self, request: Request, _: Context) -> Result<Action, Self::Error> {
             self.0.lock().unwrap().push(request.name().to_owned());
             if request.name() == "fatal" {

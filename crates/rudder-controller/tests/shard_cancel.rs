@@ -14,8 +14,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use rudder_controller::{Action, Context, Controller, KeyAffinity, Options, Reconciler, ShardGate};
-use rudder_handler::{EnqueueObject, EventSender, Request, channel};
+use rudder_controller::{Controller, KeyAffinity, Options, ShardGate};
+use rudder_core::Action;
+use rudder_core::Context;
+use rudder_core::Reconciler;
+use rudder_core::Request;
+use rudder_handler::{EnqueueObject, EventSender, channel};
 use support::{send, spawn_run};
 use tokio::sync::watch;
 use tokio::time::Instant;

@@ -11,8 +11,13 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::ObjectMeta;
-use rudder_controller::{Action, Context, Controller, Reconciler};
-use rudder_handler::{EnqueueObject, Event, Request, channel};
+use rudder_controller::Controller;
+use rudder_core::Action;
+use rudder_core::Context;
+use rudder_core::Event;
+use rudder_core::Reconciler;
+use rudder_core::Request;
+use rudder_handler::{EnqueueObject, channel};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::field::{Field, Visit};

@@ -149,6 +149,7 @@ mod error;
 mod event;
 mod gate;
 mod handler;
+pub mod hash;
 mod predicate;
 mod reconcile;
 mod request;
@@ -158,7 +159,6 @@ mod source;
 pub mod sync;
 pub mod writes;
 
-pub use cause::{Cause, Causes, Trigger};
 pub use error::{BoxError, ErrorChain, TerminalError, is_terminal, panic_message};
 pub use event::Event;
 pub use gate::LeaderGate;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
-pub use rudder_envtest_setup::{ASSETS_ENV, Version, cache_dir};
+use rudder_envtest_setup::{ASSETS_ENV, Version, cache_dir};
 
 use crate::error::{Error, Result};
 

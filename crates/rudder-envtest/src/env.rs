@@ -12,13 +12,12 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::binaries::{
-    self, ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KWOK, Version,
-};
+use crate::binaries::{self, ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KWOK};
 use crate::certs::Certs;
 use crate::error::{Error, Result};
 use crate::ports::free_ports;
 use crate::process::{Process, Watchdog};
+use crate::setup::Version;
 
 /// How often readiness is polled while starting. Loopback answers in well under this.
 const POLL: Duration = Duration::from_millis(25);

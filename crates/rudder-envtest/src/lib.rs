@@ -85,7 +85,8 @@
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::Pod;
-//! use rudder_envtest::{TestEnv, eventually};
+//! use rudder_envtest::TestEnv;
+//! use rudder_envtest::poll::eventually;
 //!
 //! # async fn demo(pod: Pod) -> Result<(), Box<dyn std::error::Error>> {
 //! let env = TestEnv::builder().nodes(2).start().await?;
@@ -279,6 +280,10 @@
 //! |---|---|---|
 //! | `rustls-tls` | yes | the clients' TLS to the control plane with rustls and `ring` |
 //! | `openssl-tls` | no | the clients' TLS with OpenSSL instead (turn default features off so as not to compile both) |
+//!
+//! [`cache_dir`]: setup::cache_dir
+//! [`ASSETS_ENV`]: setup::ASSETS_ENV
+//! [`eventually`]: poll::eventually
 
 // Unit tests may spawn: the test is the owner. The library build keeps clippy's
 // `disallowed_methods` (clippy.toml: a spawn is owned by whoever joins it).
@@ -314,22 +319,15 @@ mod webhook;
 
 /// Downloading a control plane: finds a Kubernetes release in controller-tools' envtest
 /// index, downloads and verifies it with kube-controller-manager, kube-scheduler and KWOK,
-/// and installs it where [`TestEnv`] looks ([`cache_dir`]). The `rudder-envtest-setup`
+/// and installs it where [`TestEnv`] looks ([`cache_dir`](setup::cache_dir)). The `rudder-envtest-setup`
 /// crate, which `cargo rudder envtest` runs too; its docs say what is verified and how.
-pub mod setup {
-    pub use rudder_envtest_setup::{
-        Component, DEFAULT_INDEX_URL, DEFAULT_KWOK_URL, DEFAULT_RELEASE_URL, Error, Installed,
-        Installer, KWOK_VERSION, Listed, Platform, Progress, Result, Selector,
-    };
-}
+pub use rudder_envtest_setup as setup;
 
 pub use apply::APPLY_FIELD_MANAGER;
-pub use binaries::{ASSETS_ENV, Version, cache_dir};
 pub use crd::{crds_from_file, crds_from_yaml};
 pub use env::{TestEnv, TestEnvBuilder};
 pub use error::{Error, Result};
 pub use namespace::{NAMESPACE_LABEL, TestNamespace};
-pub use poll::{POLL_INTERVAL, eventually};
 pub use ports::free_port;
 pub use test_crd::TestCrd;
 pub use users::{GRANT_TIMEOUT, TEST_TOKEN_LIFETIME, TestUser};

@@ -25,7 +25,7 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// use std::time::Duration;
 ///
 /// let mut calls = 0;
-/// let third = rudder_envtest::eventually("the third call", Duration::from_secs(5), async || {
+/// let third = rudder_envtest::poll::eventually("the third call", Duration::from_secs(5), async || {
 ///     calls += 1;
 ///     (calls == 3).then_some(calls)
 /// })

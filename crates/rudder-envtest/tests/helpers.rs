@@ -9,7 +9,8 @@ use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use rudder_envtest::poll::Poll;
-use rudder_envtest::{TestCrd, TestEnv, eventually};
+use rudder_envtest::poll::eventually;
+use rudder_envtest::{TestCrd, TestEnv};
 
 #[tokio::test]
 async fn a_test_crd_is_served_at_once_in_every_version_with_any_fields_and_a_status() {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
-use rudder_envtest::{TestEnv, eventually};
+use rudder_envtest::TestEnv;
+use rudder_envtest::poll::eventually;
 
 /// Scheduling and KWOK's stages take well under a second; allow for a loaded CI.
 const WITHIN: Duration = Duration::from_secs(60);

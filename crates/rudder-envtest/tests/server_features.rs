@@ -19,7 +19,8 @@ use kube::api::{
     PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::core::Status;
-use rudder_envtest::{TestEnv, eventually};
+use rudder_envtest::TestEnv;
+use rudder_envtest::poll::eventually;
 use serde_json::json;
 
 /// The annotation a streaming list's closing bookmark carries.

@@ -23,8 +23,10 @@ use std::thread::JoinHandle;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use ring::digest::{Context, SHA512};
+use rudder_envtest::TestEnv;
+use rudder_envtest::setup::ASSETS_ENV;
+use rudder_envtest::setup::Version;
 use rudder_envtest::setup::{Component, Error, Installer, KWOK_VERSION, Platform, Selector};
-use rudder_envtest::{ASSETS_ENV, TestEnv, Version};
 
 /// Set (to the install's directory) in the child process that starts a control plane from
 /// the install cache; this process's own environment stays as it is.

@@ -258,6 +258,6 @@ async fn a_watcher_that_hangs_up_and_a_dropped_proxy_end_the_forwarding() {
             Instant::now() < deadline,
             "the proxy still listens on {addr}"
         );
-        tokio::time::sleep(rudder_envtest::POLL_INTERVAL).await;
+        tokio::time::sleep(rudder_envtest::poll::POLL_INTERVAL).await;
     }
 }

@@ -26,9 +26,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
-use rudder_envtest::{
-    InstalledWebhooks, TestCrd, TestEnv, TestNamespace, WebhookOptions, eventually,
-};
+use rudder_envtest::poll::eventually;
+use rudder_envtest::{InstalledWebhooks, TestCrd, TestEnv, TestNamespace, WebhookOptions};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;

@@ -9,10 +9,16 @@ use std::time::Duration;
 
 use kube::Resource;
 use rudder_cache::Typed;
-use rudder_controller::{Controller, LeaderGate, Options, Reconciler};
+use rudder_controller::{Controller, Options};
+use rudder_core::EventHandler;
+use rudder_core::LeaderGate;
+use rudder_core::MetaPredicate;
+use rudder_core::MetaPredicates;
+use rudder_core::Predicate;
+use rudder_core::Reconciler;
+use rudder_core::Source;
 use rudder_core::backoff::Backoff;
 use rudder_core::{Shutdown, Synced};
-use rudder_handler::{EventHandler, MetaPredicate, MetaPredicates, Predicate, Source};
 use rudder_manager::rbac::{Permissions, Verb};
 use tokio::sync::watch;
 
@@ -34,7 +40,7 @@ type ClusterFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 /// cache, its reconciler made for that cluster ([`Tools::cluster`], [`Tools::client`] on that
 /// cluster; Events to the home cluster unless
 /// [`FleetBuilder::events_in_members`](crate::FleetBuilder::events_in_members)) and its
-/// reconciles' [`Context::cluster`](rudder_controller::Context::cluster) naming it.
+/// reconciles' [`Context::cluster`](rudder_core::Context::cluster) naming it.
 /// Start with [`Fleet::new_controller`].
 ///
 /// # One declaration
@@ -224,7 +230,7 @@ impl<K> FleetControllerBuilder<'_, K> {
     /// # use rudder::multicluster::Fleet;
     /// # use rudder::handler::EnqueueMapped;
     /// # use rudder::prelude::*;
-    /// # use rudder::rbac::Permissions;
+    /// # use rudder::manager::rbac::Permissions;
     /// # struct R;
     /// # impl Reconciler for R {
     /// #     type Error = std::convert::Infallible;

@@ -9,13 +9,15 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rudder_cache::{Cache, CacheBuilder};
 use rudder_client::layers::{self, ObserveLayer, host_of};
-use rudder_controller::{LeaderGate, ShardPermit};
+use rudder_controller::ShardPermit;
+use rudder_core::LeaderGate;
+use rudder_core::Request;
+use rudder_core::Runnable;
 use rudder_core::backoff::Backoff;
 use rudder_core::sync::LockExt;
 use rudder_core::{BoxError, Shutdown, Synced};
-use rudder_handler::Request;
-use rudder_manager::sharding::{Ring, ShardingConfig};
-use rudder_manager::{GracefulShutdown, Manager, Runnable};
+use rudder_lease::sharding::{Ring, ShardingConfig};
+use rudder_manager::{GracefulShutdown, Manager};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
@@ -189,7 +191,7 @@ impl<'m> FleetBuilder<'m> {
     }
 
     /// Spreads the member clusters over the replicas of the operator with a ring of Leases
-    /// in the home cluster (see `rudder::manager::sharding`): each cluster hashes to a shard, and a
+    /// in the home cluster (see `rudder::lease::sharding`): each cluster hashes to a shard, and a
     /// replica engages a cluster only while it holds that shard's Lease, with its
     /// controllers gated by that holding. A shard handed over is released only once the
     /// clusters it held here are disengaged (their reconciles ended), so no cluster is served

@@ -7,9 +7,11 @@
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //! use rudder_builder::Tools;
-//! use rudder_controller::{Action, Context, Reconciler};
+//! use rudder_core::Action;
+//! use rudder_core::Context;
+//! use rudder_core::Reconciler;
 //! use rudder_fleet::{Fleet, KubeconfigSecrets};
-//! use rudder_handler::Request;
+//! use rudder_core::Request;
 //! use rudder_manager::Manager;
 //!
 //! struct Stamp(Tools);
@@ -73,7 +75,7 @@
 //! instance: its own queue, workers (`Options::workers` are per cluster) and rate limiter,
 //! its sources on that cluster's cache, and a reconciler made for it from [`Tools`](rudder_builder::Tools) whose client
 //! reads that cluster's cache and writes to its API server. A reconcile's
-//! [`Context::cluster`](rudder_controller::Context::cluster) (and [`Tools::cluster`](rudder_builder::Tools::cluster))
+//! [`Context::cluster`](rudder_core::Context::cluster) (and [`Tools::cluster`](rudder_builder::Tools::cluster))
 //! names its cluster. Owner references, finalizers and read-your-writes work within each
 //! cluster, as for one cluster. [`clusters`](FleetControllerBuilder::clusters) chooses a
 //! subset.
@@ -96,7 +98,7 @@
 //! # Several replicas
 //!
 //! [`FleetBuilder::sharded`] spreads clusters (not keys) over the operator's replicas with
-//! the Lease ring of `rudder_manager::sharding`: each cluster hashes to a shard, a replica engages a
+//! the Lease ring of `rudder_lease::sharding`: each cluster hashes to a shard, a replica engages a
 //! cluster only while it holds its shard's Lease, and its instances take requests only while
 //! that holding is valid by the monotonic clock (so a frozen replica stops by itself). A
 //! shard moves only after the replica giving it up has disengaged its clusters, so no
@@ -151,4 +153,3 @@ pub use providers::{
     ClusterApiClusters, ClusterProfiles, DEFAULT_KUBECONFIG_KEY, DEFAULT_SECRET_LABEL,
     KubeconfigDir, KubeconfigSecrets, StaticClusters,
 };
-pub use rudder_builder::FleetError;

@@ -82,7 +82,7 @@ impl Announcer {
     /// a provider should announce a name again only when its configuration changed.
     ///
     /// The name labels the cluster's metrics and logs and is what
-    /// [`Context::cluster`](rudder_controller::Context::cluster) says: a DNS label is best.
+    /// [`Context::cluster`](rudder_core::Context::cluster) says: a DNS label is best.
     pub fn engage(&self, name: impl Into<String>, config: kube::Config) {
         // The fleet is gone only after its shutdown, when providers should stop anyway.
         let _ = self.tx.send(Announcement::Engage {

@@ -323,12 +323,12 @@ async fn a_member_follows_its_object_and_secret(kind: Kind) {
     let group = kind.resource().group;
     let plural = kind.resource().plural;
     let scope = match kind {
-        Kind::ClusterApi => rudder::rbac::RuleScope::Cluster,
-        Kind::ClusterProfile => rudder::rbac::RuleScope::Namespace(FLEET_NS.to_owned()),
+        Kind::ClusterApi => rudder::manager::rbac::RuleScope::Cluster,
+        Kind::ClusterProfile => rudder::manager::rbac::RuleScope::Namespace(FLEET_NS.to_owned()),
     };
     let rules = manager.permissions();
-    assert!(rules.allows(&scope, &group, &plural, rudder::rbac::Verb::Watch));
-    assert!(rules.allows(&scope, "", "secrets", rudder::rbac::Verb::Watch));
+    assert!(rules.allows(&scope, &group, &plural, rudder::manager::rbac::Verb::Watch));
+    assert!(rules.allows(&scope, "", "secrets", rudder::manager::rbac::Verb::Watch));
     let running = support::start(&manager);
 
     // Its Secret and a not-yet-ready object: nothing is engaged. Then the object turns

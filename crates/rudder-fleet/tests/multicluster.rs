@@ -277,8 +277,8 @@ async fn a_fleet_follows_its_secrets_and_keeps_faults_in_their_cluster() {
         .unwrap();
     // The provider's permissions are the manager's.
     let rules = manager.permissions();
-    let scope = rudder::rbac::RuleScope::Namespace(FLEET_NS.to_owned());
-    assert!(rules.allows(&scope, "", "secrets", rudder::rbac::Verb::Watch));
+    let scope = rudder::manager::rbac::RuleScope::Namespace(FLEET_NS.to_owned());
+    assert!(rules.allows(&scope, "", "secrets", rudder::manager::rbac::Verb::Watch));
     let running = support::start(&manager);
 
     // Every object is reconciled by its own cluster's client.
@@ -660,7 +660,7 @@ async fn owned_objects_map_to_their_owner_in_their_own_cluster_and_a_subset_is_s
 const WATCHED: &str = "fleet.rudder.dev/watched";
 
 /// Whether `event`'s object carries [`WATCHED`].
-fn watched(event: rudder::handler::MetaEvent<'_>) -> bool {
+fn watched(event: rudder::MetaEvent<'_>) -> bool {
     event
         .meta()
         .labels
@@ -760,7 +760,7 @@ async fn a_fleet_controllers_event_filter_and_source_act_in_each_member() {
                 )]
             }),
         )
-        .permissions(rudder::rbac::Permissions::new().informer::<Secret>())
+        .permissions(rudder::manager::rbac::Permissions::new().informer::<Secret>())
         .named("filtered")
         .with_options(ControllerOptions::new().workers(1))
         .complete_with({
@@ -963,8 +963,8 @@ impl rudder::multicluster::Provider for Members {
     fn run(
         &self,
         announcer: rudder::multicluster::Announcer,
-        shutdown: rudder::manager::Shutdown,
-    ) -> futures::future::BoxFuture<'static, Result<(), rudder::manager::BoxError>> {
+        shutdown: rudder::Shutdown,
+    ) -> futures::future::BoxFuture<'static, Result<(), rudder::BoxError>> {
         let alive = Arc::clone(&self.alive);
         let clusters = self.clusters.clone();
         Box::pin(async move {

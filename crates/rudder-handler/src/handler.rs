@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
-pub use rudder_core::{EventHandler, LOW_PRIORITY, Queue, enqueue};
+pub(crate) use rudder_core::{EventHandler, Queue, enqueue};
 
 use crate::{Event, Request};
 

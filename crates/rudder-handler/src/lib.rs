@@ -7,17 +7,16 @@
 //! work queue.
 //!
 //! The contracts ([`Event`], [`Request`], [`Source`], [`EventHandler`], [`Predicate`],
-//! [`MetaPredicate`], [`Compose`]) are rudder-core's, re-exported here at their old paths;
-//! this crate holds the concrete sources, handlers and predicates. A library that writes
-//! its own depends on rudder-core alone.
+//! [`MetaPredicate`], [`Compose`]) are rudder-core's, and reached there only (one path per
+//! item); this crate holds the concrete sources, handlers and predicates. A library that
+//! writes its own depends on rudder-core alone.
 //!
 //! ```
 //! use std::sync::Arc;
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //! use kube::core::ObjectMeta;
-//! use rudder_handler::{
-//!     EnqueueObject, Event, EventHandler, GenerationChanged, Predicate, Queue, Request,
-//! };
+//! use rudder_core::{Event, EventHandler, Predicate, Queue, Request};
+//! use rudder_handler::{EnqueueObject, GenerationChanged};
 //!
 //! let queue = Queue::new();
 //! let object = Arc::new(ConfigMap {
@@ -60,25 +59,34 @@
 //! [`Kind`] for a type's shared informer from rudder-cache, [`channel`] for events from
 //! outside the cluster, [`from_stream`] for any stream of events; each has a [`Synced`]
 //! signal.
+//!
+//! [`Compose`]: rudder_core::Compose
+//! [`MetaPredicate`]: rudder_core::MetaPredicate
+//! [`LOW_PRIORITY`]: rudder_core::LOW_PRIORITY
+//! [`And`]: rudder_core::And
+//! [`Or`]: rudder_core::Or
+//! [`Not`]: rudder_core::Not
+//! [`EventHandler`]: rudder_core::EventHandler
+//! [`Predicate`]: rudder_core::Predicate
+//! [`Event`]: rudder_core::Event
+//! [`Request`]: rudder_core::Request
+//! [`Source`]: rudder_core::Source
 
 mod handler;
 mod kind;
-pub mod predicate;
+mod predicate;
 mod source;
 
-pub use handler::{
-    EnqueueMapped, EnqueueObject, EnqueueOwner, EventHandler, HandlerFuncs, LOW_PRIORITY, Queue,
-    enqueue,
-};
+pub use handler::{EnqueueMapped, EnqueueObject, EnqueueOwner, HandlerFuncs};
 pub use kind::{Kind, resubscribing};
 pub use predicate::{
-    And, AnnotationChanged, Compose, DropOwnEchoes, Funcs, GenerationChanged, LabelChanged,
-    LabelSelectorPredicate, MetaEvent, MetaPredicate, MetaPredicates, Not, Or, Predicate,
-    ResourceVersionChanged,
+    AnnotationChanged, DropOwnEchoes, Funcs, GenerationChanged, LabelChanged,
+    LabelSelectorPredicate, ResourceVersionChanged,
 };
-pub use rudder_core::Event;
-pub use rudder_core::Request;
+pub(crate) use rudder_core::Event;
+pub(crate) use rudder_core::Request;
 pub use source::{
-    ChannelSource, EventSender, Source, SourceClosed, SourceError, Started, StreamSource, Synced,
-    channel, from_stream, from_stream_with_sync,
+    ChannelSource, EventSender, SourceClosed, StreamSource, channel, from_stream,
+    from_stream_with_sync,
 };
+pub(crate) use source::{Source, Synced};

@@ -1,6 +1,6 @@
 //! The predicates: which events reach the event handlers. The contract ([`Predicate`],
-//! [`MetaPredicate`], [`Compose`] and its [`And`], [`Or`], [`Not`]) is rudder-core's,
-//! re-exported here.
+//! [`MetaPredicate`], [`Compose`] and its [`And`], [`Or`], [`Not`]) is rudder-core's
+//! (their one public path).
 //!
 //! A predicate sees every event of a watch before its handler does and drops the ones it
 //! returns `false` for. The built-ins follow controller-runtime's: each filters updates only
@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use kube::Resource;
 use kube::core::{ObjectMeta, Selector, SelectorExt};
-pub use rudder_core::{And, Compose, MetaEvent, MetaPredicate, MetaPredicates, Not, Or, Predicate};
+pub(crate) use rudder_core::{MetaEvent, MetaPredicate, Predicate};
 
 use crate::Event;
-use rudder_cache::WriteTracker;
+use rudder_cache::writes::WriteTracker;
 use rudder_core::writes::{ObjectRef, WriteObserver};
 
 /// Lets an update through only if `changed(old, new)`; every other event passes.
@@ -267,6 +267,7 @@ mod tests {
 
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::core::ObjectMeta;
+    use rudder_core::{And, MetaPredicates, Not, Or};
 
     use super::*;
 

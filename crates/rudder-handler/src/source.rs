@@ -1,11 +1,11 @@
 //! Sources of events: [`channel`] (events pushed from outside the cluster) and
-//! [`from_stream`] (any stream of events); the [`Source`] contract itself is rudder-core's,
-//! re-exported here, and [`Kind`](crate::Kind) reads a shared informer from rudder-cache.
+//! [`from_stream`] (any stream of events); the [`Source`] contract itself is rudder-core's
+//! (its one public path), and [`Kind`](crate::Kind) reads a shared informer from rudder-cache.
 
 use futures::stream::{Stream, StreamExt};
 use tokio::sync::mpsc;
 
-pub use rudder_core::{Source, SourceError, Started, Synced};
+pub(crate) use rudder_core::{Source, SourceError, Started, Synced};
 
 use crate::Event;
 

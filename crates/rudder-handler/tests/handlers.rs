@@ -12,9 +12,15 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::core::ObjectMeta;
+use rudder_core::Event;
+use rudder_core::EventHandler;
+use rudder_core::LOW_PRIORITY;
+use rudder_core::Queue;
+use rudder_core::Request;
+use rudder_core::Source;
+use rudder_core::Synced;
 use rudder_handler::{
-    EnqueueMapped, EnqueueObject, EnqueueOwner, Event, EventHandler, HandlerFuncs, LOW_PRIORITY,
-    Queue, Request, Source, Synced, channel, from_stream,
+    EnqueueMapped, EnqueueObject, EnqueueOwner, HandlerFuncs, channel, from_stream,
 };
 
 fn owner(kind: &str, api_version: &str, name: &str, controller: bool) -> OwnerReference {

@@ -2,7 +2,7 @@
 //! current when [`describe`] is called (the manager calls it right after installing its
 //! own), with the buckets of the one histogram.
 
-pub use crate::leader_election::LEADER_ELECTION_MASTER_STATUS;
+use crate::leader_election::LEADER_ELECTION_MASTER_STATUS;
 
 /// The sharding ring's histogram (`rudder_shard_rebalance_seconds`), with its buckets.
 pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[(

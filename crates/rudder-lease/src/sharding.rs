@@ -2,10 +2,10 @@
 //! shards, and shard Leases held with the leader election's rules (see `docs/sharding.md`).
 //!
 //! ```no_run
-//! use rudder_controller::Shutdown;
+//! use rudder_core::Shutdown;
 //! use rudder_lease::sharding::{Ring, ShardingConfig};
 //!
-//! # fn demo<R: rudder_controller::Reconciler>(
+//! # fn demo<R: rudder_core::Reconciler>(
 //! #     client: kube::Client,
 //! #     controller: rudder_controller::Controller<R>,
 //! #     keys: rudder_controller::KeyLister,
@@ -70,7 +70,9 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use metrics::{Counter, Gauge, Histogram};
-use rudder_controller::{KeyAffinity, ShardGate, Shutdown, fnv1a, fnv1a64, mix};
+use rudder_controller::{KeyAffinity, ShardGate};
+use rudder_core::Shutdown;
+use rudder_core::hash::{fnv1a, fnv1a64, mix};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep_until};

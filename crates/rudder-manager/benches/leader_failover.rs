@@ -22,7 +22,7 @@
 use std::time::Duration;
 
 use rudder_envtest::TestEnv;
-use rudder_manager::leader_election::{LeaderElection, LeaderElectionConfig};
+use rudder_lease::leader_election::{LeaderElection, LeaderElectionConfig};
 use tokio::time::{Instant, sleep};
 use tokio_util::sync::CancellationToken;
 

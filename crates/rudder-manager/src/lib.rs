@@ -5,7 +5,8 @@
 //! and metrics servers, and starts and stops runnables (controllers first of all) in order.
 //!
 //! ```no_run
-//! use rudder_manager::{Manager, runnable};
+//! use rudder_manager::Manager;
+//! use rudder_core::runnable;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let client = kube::Client::try_default().await?;
@@ -43,7 +44,7 @@
 //!
 //! One deadline governs a stop: when it begins, the manager computes it from
 //! [`GracefulShutdown`] (30 s by default) and hands it to every runnable through its
-//! [`Shutdown`]; no layer below runs a timer of its own. A controller cancels its in-flight
+//! [`Shutdown`](rudder_core::Shutdown); no layer below runs a timer of its own. A controller cancels its in-flight
 //! reconciles' contexts when that deadline is near (a quarter of the time left, at most 5 s,
 //! before it), so a reconciler that watches its context returns in time and `start` returns
 //! `Ok`. Runnables still running at the deadline are aborted and named in
@@ -116,13 +117,14 @@
 //!
 //! # Leader election
 //!
-//! [`leader_election`] (from `rudder-lease`, with [`sharding`]; re-exported here) elects one
+//! [`leader_election`] (from `rudder-lease`, with
+//! [`sharding`](rudder_lease::sharding)) elects one
 //! leader among replicas with a `coordination.k8s.io/v1` Lease, compatible with client-go's (defaults: lease 15 s, renew deadline 10 s, retry 2 s).
 //! If this replica loses the Lease, the manager stops its leader-only runnables and returns
 //! [`Error::LeadershipLost`]: the process should then exit, to be restarted as a follower,
 //! since another replica leads now.
 //!
-//! Controllers do not wait to be told: each gets a [`LeaderGate`](rudder_controller::LeaderGate)
+//! Controllers do not wait to be told: each gets a [`LeaderGate`](rudder_core::LeaderGate)
 //! fed by the election's [`validity`](leader_election::LeaderElection::validity), and its
 //! workers take a request only while the clock (monotonic) is before the send time of the
 //! last successful acquire or renewal plus the lease duration, and leadership has not been
@@ -139,7 +141,7 @@
 //! once on what was queued, with no cache to fill first. Every replica then holds the
 //! controllers' caches; turn it off for memory-tight deployments (controllers then start
 //! only on acquire, as before). Other leader-only runnables (closures made with
-//! [`runnable`]`(.., true, ..)`) start only once the replica leads, either way.
+//! [`runnable`](rudder_core::runnable)`(.., true, ..)`) start only once the replica leads, either way.
 //!
 //! # Traces
 //!
@@ -186,15 +188,11 @@ pub use authz::{
     AuthStats, DEFAULT_ALLOWED_TTL, DEFAULT_CACHE_CAPACITY, DEFAULT_DENIED_TTL,
     DEFAULT_REVIEW_TIMEOUT, MAX_TOKEN_LENGTH, SecureMetrics,
 };
-pub use health::{HealthChecks, Probe};
 pub use manager::{
     BuildError, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_GRACEFUL_SHUTDOWN, DEFAULT_HEALTH_ADDRESS,
     DEFAULT_METRICS_ADDRESS, Error, ExtraHandler, GracefulShutdown, Manager, ManagerBuilder,
 };
-pub use rudder_controller::Shutdown;
-pub use rudder_lease::leader_election;
-pub use rudder_lease::sharding;
-pub use runnable::{BoxError, Runnable, runnable};
+pub(crate) use rudder_lease::leader_election;
 #[cfg(feature = "webhook")]
 #[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub use server::SecureMetricsError;

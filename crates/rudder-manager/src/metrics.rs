@@ -30,20 +30,18 @@
 //! | `workqueue_depth`, `workqueue_unfinished_work_seconds`, `workqueue_longest_running_processor_seconds` | gauge | `name`, `controller` | rudder-workqueue |
 //! | `workqueue_adds_total`, `workqueue_retries_total` | counter | `name`, `controller` | rudder-workqueue |
 //! | `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds` | histogram | `name`, `controller` | rudder-workqueue |
-//! | `leader_election_master_status` | gauge | `name` (the Lease) | [`leader_election`](crate::leader_election) |
+//! | `leader_election_master_status` | gauge | `name` (the Lease) | [`leader_election`](rudder_lease::leader_election) |
 //! | `rest_client_requests_total` | counter | `code`, `method`, `host` | [`rudder_client::layers`] |
 //! | `controller_runtime_webhook_requests_total` | counter | `webhook`, `code` | rudder-webhook |
 //! | `controller_runtime_webhook_requests_in_flight` | gauge | `webhook` | rudder-webhook |
 //! | `controller_runtime_webhook_latency_seconds` | histogram | `webhook` | rudder-webhook |
-//! | `rudder_shard_*` | gauge, counter, histogram | `ring` | [`sharding`](crate::sharding) |
+//! | `rudder_shard_*` | gauge, counter, histogram | `ring` | [`sharding`](rudder_lease::sharding) |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds` | counter, gauge | | `/proc/self` |
 
 use std::sync::{Mutex, OnceLock};
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use rudder_core::sync::LockExt;
-
-pub use rudder_lease::metrics::LEADER_ELECTION_MASTER_STATUS;
 
 /// Every histogram Rudder reports, by crate, with the buckets it is exported with.
 pub const HISTOGRAM_BUCKETS: &[&[(&str, &[f64])]] = &[

@@ -1,5 +1,6 @@
 //! [`Runnable`] and [`runnable`] are rudder-core's (a library can write a runnable without
-//! depending on the manager); re-exported here under the paths the crate has always used. A
+//! depending on the manager); imported here for the crate's own use (their one public path is
+//! rudder-core's). A
 //! controller's impl is rudder-controller's.
 
-pub use rudder_core::{BoxError, Runnable, runnable};
+pub(crate) use rudder_core::{BoxError, Runnable};

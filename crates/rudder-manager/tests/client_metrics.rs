@@ -19,8 +19,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ListParams, PostParams};
 use metrics_exporter_prometheus::PrometheusHandle;
 use rudder_client::layers::{NO_ANSWER, REQUESTS_TOTAL, instrument};
-use rudder_envtest::{TestEnv, eventually};
-use rudder_manager::leader_election::LeaderElectionConfig;
+use rudder_envtest::TestEnv;
+use rudder_envtest::poll::eventually;
+use rudder_lease::leader_election::LeaderElectionConfig;
 use rudder_manager::{Manager, metrics};
 use tokio_util::sync::CancellationToken;
 

@@ -17,9 +17,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use rudder_controller::{Action, Context, Controller, Reconciler};
+use rudder_controller::Controller;
+use rudder_core::Action;
+use rudder_core::Context;
+use rudder_core::Reconciler;
+use rudder_core::Request;
 use rudder_envtest::{TestEnv, TestNamespace};
-use rudder_handler::Request;
 use rudder_manager::{Error, Manager};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

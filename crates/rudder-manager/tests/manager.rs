@@ -13,10 +13,16 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kube::core::ObjectMeta;
-use rudder_controller::{Action, Context, Controller, Reconciler};
-use rudder_envtest::{TestEnv, TestNamespace, eventually};
-use rudder_handler::{EnqueueObject, Kind, Request};
-use rudder_manager::{Error, GracefulShutdown, Manager, runnable};
+use rudder_controller::Controller;
+use rudder_core::Action;
+use rudder_core::Context;
+use rudder_core::Reconciler;
+use rudder_core::Request;
+use rudder_core::runnable;
+use rudder_envtest::poll::eventually;
+use rudder_envtest::{TestEnv, TestNamespace};
+use rudder_handler::{EnqueueObject, Kind};
+use rudder_manager::{Error, GracefulShutdown, Manager};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -164,7 +170,7 @@ async fn not_ready_until_caches_sync() {
         .unwrap();
     let (_events, source) = rudder_handler::channel::<ConfigMap>(1);
     c.watch(source, EnqueueObject, vec![]).unwrap();
-    let unsynced = rudder_handler::Synced::new();
+    let unsynced = rudder_core::Synced::new();
     let never = rudder_handler::from_stream_with_sync(futures::stream::pending(), unsynced.clone());
     c.watch::<ConfigMap, _>(never, EnqueueObject, vec![])
         .unwrap();

@@ -22,10 +22,14 @@ use fixtures::{config_map, manager_builder};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use otlp_receiver::Receiver;
-use rudder_controller::{Action, Context, Controller, Reconciler, WatchSpec};
+use rudder_controller::{Controller, WatchSpec};
+use rudder_core::Action;
+use rudder_core::Context;
+use rudder_core::Reconciler;
+use rudder_core::Request;
 use rudder_envtest::TestEnv;
 use rudder_envtest::poll::eventually;
-use rudder_handler::{EnqueueObject, Kind, Request};
+use rudder_handler::{EnqueueObject, Kind};
 use rudder_manager::otlp::Otlp;
 
 struct Done;

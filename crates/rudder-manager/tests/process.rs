@@ -11,8 +11,9 @@ use kube::Resource;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::ObjectMeta;
 use kube_runtime::events::{Event, EventType};
+use rudder_core::runnable;
 use rudder_envtest::TestEnv;
-use rudder_manager::{Manager, runnable};
+use rudder_manager::Manager;
 
 const CHILD: &str = "RUDDER_MANAGER_SIGNAL_CHILD";
 

@@ -20,10 +20,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
-use rudder_controller::{Action, Context, Controller, Reconciler};
+use rudder_controller::Controller;
+use rudder_core::Action;
+use rudder_core::Context;
+use rudder_core::Reconciler;
+use rudder_core::Request;
 use rudder_envtest::TestEnv;
 use rudder_envtest::poll::eventually;
-use rudder_handler::Request;
 
 /// Spends CPU on every reconcile, in a function of its own the profile must name.
 struct Busy;

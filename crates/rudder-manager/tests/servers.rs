@@ -9,7 +9,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rudder_envtest::{TestEnv, eventually};
+use rudder_envtest::TestEnv;
+use rudder_envtest::poll::eventually;
 use rudder_manager::Manager;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;

@@ -20,11 +20,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use rudder_controller::{Action, Context, Controller, Options, Reconciler};
+use rudder_controller::{Controller, Options};
+use rudder_core::Action;
+use rudder_core::Context;
+use rudder_core::Reconciler;
+use rudder_core::Request;
 use rudder_envtest::{TestEnv, TestNamespace};
-use rudder_handler::Request;
+use rudder_lease::sharding::{Ring, RingStatus, owner};
 use rudder_manager::Error;
-use rudder_manager::sharding::{Ring, RingStatus, owner};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -170,7 +173,7 @@ async fn every_key_on_its_owner(
 ) {
     let gate = rudder_controller::ShardGate::new(
         SHARDS,
-        rudder_controller::fnv1a64(RING.as_bytes()),
+        rudder_core::hash::fnv1a64(RING.as_bytes()),
         rudder_controller::KeyAffinity::Name,
     );
     let deadline = Instant::now() + WAIT;

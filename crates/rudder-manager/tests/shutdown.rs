@@ -15,9 +15,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::ObjectMeta;
-use rudder_controller::{Action, Context, Controller, Reconciler};
-use rudder_handler::{EnqueueObject, Event, EventSender, channel};
-use rudder_manager::{Error, GracefulShutdown, Manager, runnable};
+use rudder_controller::Controller;
+use rudder_core::Action;
+use rudder_core::Context;
+use rudder_core::Event;
+use rudder_core::Reconciler;
+use rudder_core::runnable;
+use rudder_handler::{EnqueueObject, EventSender, channel};
+use rudder_manager::{Error, GracefulShutdown, Manager};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -49,7 +54,7 @@ impl Reconciler for Waiter {
     type Error = std::convert::Infallible;
     async fn reconcile(
         &self,
-        _: rudder_handler::Request,
+        _: rudder_core::Request,
         ctx: Context,
     ) -> Result<Action, Self::Error> {
         self.started.notify_one();

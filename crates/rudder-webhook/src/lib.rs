@@ -166,7 +166,6 @@ pub use options::{
     DEFAULT_CERT_POLL_PERIOD, DEFAULT_KEY_NAME, DEFAULT_MAX_BODY_SIZE, Options,
 };
 pub use paths::{CONVERT_PATH, mutate_path, path_for, validate_path};
-pub use rudder_server::StopReport;
 pub use server::{RunningWebhookServer, StartError, WebhookServer};
 pub use tls::Tls;
 pub use webhook::Webhook;

@@ -116,6 +116,9 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `metrics` | no | `MetricsCrateProvider`, reporting through the `metrics` crate |
+//!
+//! [`MetricsProvider`]: metrics::MetricsProvider
+//! [`RateLimiter`]: rate_limiter::RateLimiter
 
 // Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -132,11 +135,6 @@ mod ready;
 mod state;
 mod waiters;
 
-pub use metrics::{MetricsProvider, QueueMetrics};
-#[cfg(feature = "metrics")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-pub use metrics_crate::MetricsCrateProvider;
 pub use options::AddOptions;
 pub use queue::WorkItem;
 pub use queue::{Builder, DEFAULT_PRIORITY_AGING, QueueStats, WorkQueue};
-pub use rate_limiter::RateLimiter;

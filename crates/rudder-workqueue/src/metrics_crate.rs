@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Label, Unit};
 
-use crate::{MetricsProvider, QueueMetrics};
+use crate::metrics::{MetricsProvider, QueueMetrics};
 
 /// `workqueue_depth`: keys ready and waiting for a worker.
 pub const DEPTH: &str = "workqueue_depth";

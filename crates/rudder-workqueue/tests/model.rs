@@ -11,7 +11,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use rudder_workqueue::{AddOptions, RateLimiter, WorkItem, WorkQueue};
+use rudder_workqueue::rate_limiter::RateLimiter;
+use rudder_workqueue::{AddOptions, WorkItem, WorkQueue};
 use tokio::time::{Instant, advance};
 
 /// A limiter with a known schedule: 7 ms per recorded failure, so the model can follow it.

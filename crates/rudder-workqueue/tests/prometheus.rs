@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
-use rudder_workqueue::{MetricsCrateProvider, WorkQueue};
+use rudder_workqueue::WorkQueue;
+use rudder_workqueue::metrics_crate::MetricsCrateProvider;
 
 /// The value of the series `name{labels}` in `text`, if present.
 fn value(text: &str, series: &str) -> Option<f64> {

@@ -9,8 +9,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rudder_workqueue::metrics::MetricsProvider;
+use rudder_workqueue::metrics::QueueMetrics;
+use rudder_workqueue::rate_limiter::RateLimiter;
 use rudder_workqueue::rate_limiter::{ExponentialBackoff, FastSlow};
-use rudder_workqueue::{AddOptions, MetricsProvider, QueueMetrics, RateLimiter, WorkQueue};
+use rudder_workqueue::{AddOptions, WorkQueue};
 use tokio::time::{Instant, advance, timeout};
 
 fn ms(n: u64) -> Duration {

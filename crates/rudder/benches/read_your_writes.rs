@@ -53,11 +53,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
-use rudder::cache::WriteTracker;
+use rudder::cache::writes::WriteTracker;
 use rudder::cache::writes::{Cached, Written};
 use rudder::client::{ClientError, set_controller_reference};
-use rudder::core::writes::{ObjectRef, WriteObserver, WriteScope};
 use rudder::prelude::*;
+use rudder::writes::{ObjectRef, WriteObserver, WriteScope};
 
 mod common;
 use common::{arg, cpu_time};

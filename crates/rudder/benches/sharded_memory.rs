@@ -40,7 +40,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kube::core::ObjectMeta;
 use rudder::cache::ListOptions;
-use rudder::manager::sharding::{ShardMode, ShardingConfig};
+use rudder::lease::sharding::{ShardMode, ShardingConfig};
 use rudder::prelude::*;
 
 mod common;

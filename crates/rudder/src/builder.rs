@@ -12,14 +12,19 @@ use kube::Resource;
 use kube::core::GroupVersionKind;
 use rudder_cache::Typed;
 use rudder_cache::writes::Written;
-use rudder_controller::{Controller, KeyLister, Options, Reconciler};
-use rudder_handler::{
-    EventHandler, Kind, MetaPredicate, MetaPredicates, Predicate, Request, Source,
-};
+use rudder_controller::{Controller, KeyLister, Options};
+use rudder_core::EventHandler;
+use rudder_core::MetaPredicate;
+use rudder_core::MetaPredicates;
+use rudder_core::Predicate;
+use rudder_core::Reconciler;
+use rudder_core::Request;
+use rudder_core::Source;
+use rudder_handler::Kind;
+use rudder_lease::sharding::fence::Fence;
+use rudder_lease::sharding::{Ring, ShardMode, ShardingConfig};
 use rudder_manager::Manager;
 use rudder_manager::rbac::{Permissions, Verb};
-use rudder_manager::sharding::fence::Fence;
-use rudder_manager::sharding::{Ring, ShardMode, ShardingConfig};
 
 use rudder_builder::{Error, Result, Tools};
 
@@ -92,7 +97,7 @@ impl<'m, K> ControllerBuilder<'m, K> {
     }
 
     /// [`for_`](Self::for_) with a predicate on the primary type's events (compose several
-    /// with [`Compose`](rudder_handler::Compose): `a.and(b)`, `a.or(b)`, `a.not()`).
+    /// with [`Compose`](rudder_core::Compose): `a.and(b)`, `a.or(b)`, `a.not()`).
     pub fn for_with<P: Typed>(
         self,
         predicate: impl Predicate<P> + 'static,
@@ -178,7 +183,7 @@ impl<K> ControllerBuilder<'_, K> {
     /// ```no_run
     /// # use k8s_openapi::api::core::v1::{ConfigMap, Pod};
     /// # use rudder::prelude::*;
-    /// # use rudder::rbac::Verb;
+    /// # use rudder::manager::rbac::Verb;
     /// # struct R;
     /// # impl Reconciler for R {
     /// #     type Error = std::convert::Infallible;
@@ -234,7 +239,7 @@ impl<K> ControllerBuilder<'_, K> {
     /// ```no_run
     /// # use k8s_openapi::api::core::v1::ConfigMap;
     /// # use rudder::prelude::*;
-    /// # use rudder::rbac::{Permissions, Verb};
+    /// # use rudder::manager::rbac::{Permissions, Verb};
     /// # struct R;
     /// # impl Reconciler for R {
     /// #     type Error = std::convert::Infallible;
@@ -334,7 +339,7 @@ impl<K> ControllerBuilder<'_, K> {
     /// [`watches`](Self::watches), before or after this call (controller-runtime's
     /// `WithEventFilter`). It runs before each watch's own predicate; an event must pass all
     /// of them. Any of the built-in predicates will do, or a closure over a
-    /// [`MetaEvent`](rudder_handler::MetaEvent).
+    /// [`MetaEvent`](rudder_core::MetaEvent).
     pub fn event_filter(self, predicate: impl MetaPredicate + 'static) -> Self
     where
         K: EventFilterAfterFor,
@@ -473,7 +478,7 @@ impl<K> ControllerBuilder<'_, K> {
         let (primary, shard_keys) = match labelled {
             Some(ring) => {
                 let (source, keys) =
-                    rudder_manager::sharding::labels::source::<K>(manager.cache(), &client, ring);
+                    rudder_lease::sharding::labels::source::<K>(manager.cache(), &client, ring);
                 (declaration.primary_spec(source, &site), Some(keys))
             }
             None => (

@@ -2,7 +2,7 @@
 //! operators. This crate is the one to depend on: it re-exports the layers and wires them
 //! with a builder.
 //!
-//! Start with [`Manager`] and [`new_controller`]: declare a controller for a primary type,
+//! Start with [`Manager`](manager::Manager) and [`new_controller`]: declare a controller for a primary type,
 //! the types it owns, and complete it with your [`Reconciler`].
 //!
 //! ```no_run
@@ -41,8 +41,8 @@
 //! controllers from one informer per namespace). The builder also takes predicates for
 //! every watch ([`ControllerBuilder::event_filter`], controller-runtime's
 //! `WithEventFilter`) and per watch (`for_with`, `owns_with`, `watches_kind_with`,
-//! `watches_with`; compose them with [`Compose`](handler::Compose): `a.and(b)`, `a.or(b)`,
-//! `a.not()`), [`ControllerOptions`] (workers, rate limiter, timeouts), and with
+//! `watches_with`; compose them with [`Compose`]: `a.and(b)`, `a.or(b)`,
+//! `a.not()`), [`controller::Options`] (workers, rate limiter, timeouts), and with
 //! [`ControllerBuilder::complete_with`] makes the reconciler from its [`Tools`]: the typed
 //! [`client::Client`] (reads from the shared cache, writes inferred from the object) and an
 //! event recorder reporting as the controller.
@@ -103,7 +103,7 @@
 //! the cache watches: a Role per namespace, or a ClusterRole), `complete_with` the Events its
 //! recorder writes, the manager its Lease, secure metrics' reviews and self-signed
 //! certificates; [`ControllerBuilder::permissions`] declares what the reconciler writes
-//! beyond that ([`rbac::Permissions`], whose [`Verb`](rbac::Verb) has no wildcard).
+//! beyond that ([`manager::rbac::Permissions`], whose [`Verb`](manager::rbac::Verb) has no wildcard).
 //! [`manifests::manifests`] renders, from a manager built as the binary builds it (with
 //! [`ManagerBuilder::render_only`](manager::ManagerBuilder::render_only), so no cluster is
 //! needed), every object that runs it: CRDs, ServiceAccount, Roles and ClusterRole with
@@ -166,11 +166,14 @@ mod webhook_builder;
 /// a client's answers: rudder-client.
 pub use rudder_client as client;
 
-/// The contracts every layer shares (events, requests, the source, handler, predicate,
-/// reconciler and runnable traits): rudder-core. The layers' modules re-export the same
-/// types, so `rudder::core::Event`, `rudder::cache::Event` and `rudder::handler::Event` are
-/// one type.
-pub use rudder_core as core;
+/// The contracts every layer shares, at the facade's root: events, requests, the source,
+/// handler, predicate, reconciler and runnable traits, errors, and the modules `backoff`,
+/// `cause`, `hash`, `sync` and `writes` (rudder-core). Each has this one path (and the
+/// [`prelude`] for the most used): the layers' crates use them without re-exporting them,
+/// and the facade has no `core` module to make a bare `core::` ambiguous after
+/// `use rudder::*`.
+#[doc(inline)]
+pub use rudder_core::*;
 
 /// The work queue: rudder-workqueue.
 #[cfg(feature = "workqueue")]
@@ -203,12 +206,15 @@ pub use rudder_manager as manager;
 #[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
 pub use rudder_webhook as webhook;
 
-/// RBAC derived from the code: the [`Permissions`](rbac::Permissions) the builders record
-/// and the reconciler declares, resolved into [`Rules`](rbac::Rules) and rendered as Roles
-/// and ClusterRoles (see [`manifests`]).
+/// Leader election and sharding by Leases: rudder-lease.
 #[cfg(feature = "manager")]
 #[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
-pub use rudder_manager::rbac;
+pub use rudder_lease as lease;
+
+/// The HTTP server under the manager's endpoints and the webhook server: rudder-server.
+#[cfg(feature = "manager")]
+#[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
+pub use rudder_server as server;
 
 /// Webhook certificates the operator makes itself: a CA and a serving certificate shared
 /// through one Secret, renewed, and injected into webhook configurations and CRDs:
@@ -251,33 +257,7 @@ pub mod events {
 #[cfg(feature = "manager")]
 #[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
 #[doc(inline)]
-pub use rudder_builder::{Error, Result, Tools};
-#[cfg(feature = "cache")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
-#[doc(inline)]
-pub use rudder_cache::Cache;
-#[cfg(feature = "controller")]
-#[cfg_attr(docsrs, doc(cfg(feature = "controller")))]
-#[doc(inline)]
-pub use rudder_controller::{
-    Action, BoxError, Context, Controller, Options as ControllerOptions, Reconciler, TerminalError,
-};
-/// A change to an object, one type from the informer to the event handlers (also at
-/// `rudder::cache::Event` and `rudder::handler::Event`).
-#[doc(inline)]
-pub use rudder_core::Event;
-#[cfg(feature = "handler")]
-#[cfg_attr(docsrs, doc(cfg(feature = "handler")))]
-#[doc(inline)]
-pub use rudder_handler::Request;
-#[cfg(feature = "manager")]
-#[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
-#[doc(inline)]
-pub use rudder_manager::Manager;
-#[cfg(feature = "workqueue")]
-#[cfg_attr(docsrs, doc(cfg(feature = "workqueue")))]
-#[doc(inline)]
-pub use rudder_workqueue::WorkQueue;
+pub use rudder_builder::{Error, FleetError, Result, Tools};
 
 /// The names an operator uses most, to `use rudder::prelude::*`.
 pub mod prelude {
@@ -290,14 +270,11 @@ pub mod prelude {
     pub use rudder_cache::Cache;
     #[cfg(feature = "controller")]
     #[cfg_attr(docsrs, doc(cfg(feature = "controller")))]
-    pub use rudder_controller::{
-        Action, Context, Controller, Options as ControllerOptions, Reconciler, TerminalError,
-    };
+    pub use rudder_controller::{Controller, Options as ControllerOptions};
+    pub use rudder_core::{Action, Compose, Context, Reconciler, Request, TerminalError};
     #[cfg(feature = "handler")]
     #[cfg_attr(docsrs, doc(cfg(feature = "handler")))]
-    pub use rudder_handler::{
-        Compose, EnqueueObject, EnqueueOwner, GenerationChanged, Kind, Request,
-    };
+    pub use rudder_handler::{EnqueueObject, EnqueueOwner, GenerationChanged, Kind};
     #[cfg(feature = "manager")]
     #[cfg_attr(docsrs, doc(cfg(feature = "manager")))]
     pub use rudder_manager::Manager;

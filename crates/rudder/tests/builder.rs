@@ -335,14 +335,14 @@ async fn raw_sources_bypass_global_predicates() {
     let c = rudder::new_controller(&m)
         .for_::<ConfigMap>()
         // Drops every event of every object watch, saying which it judged...
-        .event_filter(move |event: rudder::handler::MetaEvent<'_>| {
+        .event_filter(move |event: rudder::MetaEvent<'_>| {
             let _ = judged_tx.send(event.meta().name.clone().unwrap_or_default());
             false
         })
         // ...but not those of a raw source, whose items are no objects.
         .watches_raw(
             source,
-            move |event: &rudder::handler::Event<String>, queue: &rudder::handler::Queue| {
+            move |event: &rudder::Event<String>, queue: &rudder::Queue| {
                 queue.add(Request::namespaced(&namespace, event.object()));
             },
         )
@@ -376,7 +376,7 @@ async fn raw_sources_bypass_global_predicates() {
         .unwrap();
     assert_eq!(judged_name, "filtered");
     events
-        .send(rudder::handler::Event::Generic {
+        .send(rudder::Event::Generic {
             object: Arc::new("from-the-channel".to_owned()),
         })
         .await

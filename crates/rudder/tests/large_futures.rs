@@ -48,7 +48,7 @@ struct Heavy {
 }
 
 impl Reconciler for Heavy {
-    type Error = rudder::controller::BoxError;
+    type Error = rudder::BoxError;
 
     async fn reconcile(&self, request: Request, ctx: Context) -> Result<Action, Self::Error> {
         let one = ballast().await;
@@ -177,7 +177,7 @@ async fn futures_of_64_kib_run_through_a_controller_a_manager_a_fleet_and_a_webh
         .unwrap();
     // A runnable whose future holds its ballast for as long as it runs.
     let ran = Arc::new(AtomicUsize::new(0));
-    manager.add(rudder::manager::runnable("heavy-runnable", false, {
+    manager.add(rudder::runnable("heavy-runnable", false, {
         let ran = Arc::clone(&ran);
         move |shutdown| async move {
             let held = [1u8; BALLAST];

@@ -32,9 +32,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{CustomResource, CustomResourceExt, ResourceExt};
 use rudder::cache::ListStrategy;
 use rudder::client::{ClientError, Operation, has_finalizer, set_controller_reference};
+use rudder::manager::rbac::{Permissions, Verb};
 use rudder::manifests::DeployOptions;
 use rudder::prelude::*;
-use rudder::rbac::{Permissions, Verb};
 use rudder_envtest::least_privilege::{
     FlowRun, ForbiddenWatch, GrantedRole, LogCapture, Outcome, forbidden_requests,
 };
@@ -228,7 +228,7 @@ async fn flow(ns: &TestNamespace, user: &TestUser, lists: ListStrategy, name: &s
         let (manager, stop) = (Arc::clone(&manager), stop.clone());
         async move { manager.start(stop).await }
     });
-    let metrics = rudder_envtest::eventually("the metrics server", STEP, async || {
+    let metrics = rudder_envtest::poll::eventually("the metrics server", STEP, async || {
         manager.metrics_address()
     })
     .await;

@@ -10,9 +10,9 @@
 use std::time::Duration;
 
 use kube::CustomResource;
+use rudder::Request;
 use rudder::cache::Cache;
 use rudder::client::Client;
-use rudder::core::Request;
 use rudder_envtest::numbers::{array, floats, integers, same_float};
 use rudder_envtest::poll::eventually;
 use schemars::JsonSchema;

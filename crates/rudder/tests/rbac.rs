@@ -5,10 +5,10 @@
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::core::PartialObjectMeta;
 use rudder::handler::EnqueueObject;
-use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder::lease::leader_election::LeaderElectionConfig;
+use rudder::manager::rbac::{Permissions, RuleScope, Verb};
 use rudder::manifests::{DeployOptions, manifests, offline_client};
 use rudder::prelude::*;
-use rudder::rbac::{Permissions, RuleScope, Verb};
 
 struct Noop;
 
@@ -287,9 +287,7 @@ async fn a_fleet_controller_refuses_one_rate_limiter_for_every_member() {
         .complete_with(|_| Noop);
     assert!(matches!(
         refused,
-        Err(rudder::Error::Fleet(
-            rudder::multicluster::FleetError::SharedRateLimiter
-        ))
+        Err(rudder::Error::Fleet(rudder::FleetError::SharedRateLimiter))
     ));
     // Nothing recorded by the refusal.
     assert!(

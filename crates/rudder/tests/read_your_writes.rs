@@ -15,7 +15,8 @@ use kube::{CustomResource, ResourceExt};
 use rudder::cache::ListOptions;
 use rudder::client::{ClientError, is_controlled_by, set_controller_reference};
 use rudder::prelude::*;
-use rudder_envtest::{TestCrd, TestEnv, TestNamespace, WatchDelay, eventually};
+use rudder_envtest::poll::eventually;
+use rudder_envtest::{TestCrd, TestEnv, TestNamespace, WatchDelay};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -760,7 +761,7 @@ async fn hand_off(env: &TestEnv, read_your_writes: bool) -> (usize, usize) {
         .find(|b| {
             let mut members = vec![a.clone(), b.clone()];
             members.sort();
-            let owners = rudder::manager::sharding::assign(&ring_name, 1, &members);
+            let owners = rudder::lease::sharding::assign(&ring_name, 1, &members);
             owners[0].map(|m| members[m] == a) == Some(true)
         })
         .unwrap();

@@ -25,14 +25,15 @@ use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::core::ObjectMeta;
 use rudder::client::layers::host_of;
-use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder::lease::leader_election::LeaderElectionConfig;
 use rudder::manifests::alerts::{AlertOptions, RECORDED, Rule, rule_groups};
 use rudder::manifests::dashboards::{dashboards, expressions};
 use rudder::manifests::promql::{Selector, metric_names, metric_of};
 use rudder::multicluster::{Fleet, StaticClusters};
 use rudder::prelude::*;
 use rudder::webhook::manifest::ClientConfig;
-use rudder_envtest::{TestNamespace, WebhookOptions, eventually};
+use rudder_envtest::poll::eventually;
+use rudder_envtest::{TestNamespace, WebhookOptions};
 
 mod support;
 use rudder_envtest::metrics::{has_label, samples};

@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use rudder::controller::{KeyAffinity, ShardGate, fnv1a64};
-use rudder::manager::sharding::owner;
+use rudder::controller::{KeyAffinity, ShardGate};
+use rudder::hash::fnv1a64;
+use rudder::lease::sharding::owner;
+use rudder::manager::rbac::Verb;
 use rudder::prelude::*;
-use rudder::rbac::Verb;
 use tokio::time::Instant;
 
 const SHARDS: usize = 8;
@@ -63,7 +64,7 @@ async fn sharded_controllers_split_the_keys_between_replicas() {
         assert!(controller.is_sharded());
         // The ring's Leases are in the rendered RBAC.
         let rules = manager.permissions();
-        let scope = rudder::rbac::RuleScope::Namespace(ns.name().to_owned());
+        let scope = rudder::manager::rbac::RuleScope::Namespace(ns.name().to_owned());
         for verb in [
             Verb::Get,
             Verb::List,

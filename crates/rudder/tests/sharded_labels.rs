@@ -19,10 +19,11 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
 use rudder::cache::ListOptions;
-use rudder::controller::{KeyAffinity, ShardGate, fnv1a64};
-use rudder::manager::sharding::{ShardMode, owner};
+use rudder::controller::{KeyAffinity, ShardGate};
+use rudder::hash::fnv1a64;
+use rudder::lease::sharding::{ShardMode, owner};
+use rudder::manager::rbac::Verb;
 use rudder::prelude::*;
-use rudder::rbac::Verb;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -156,7 +157,7 @@ async fn label_mode_splits_the_cache_between_replicas_and_moves_it_with_the_shar
         assert!(controller.is_sharded());
         // Labelling needs patch on the primary type: recorded.
         let rules = manager.permissions();
-        let scope = rudder::rbac::RuleScope::Namespace(ns.name().to_owned());
+        let scope = rudder::manager::rbac::RuleScope::Namespace(ns.name().to_owned());
         assert!(rules.allows(&scope, "", "configmaps", Verb::Patch));
         let (stop, task) = support::start(&manager);
         replicas.push(Replica {
@@ -217,7 +218,7 @@ async fn label_mode_splits_the_cache_between_replicas_and_moves_it_with_the_shar
     )
     .await
     .unwrap();
-    rudder_envtest::eventually("the labels written again", WAIT, async || {
+    rudder_envtest::poll::eventually("the labels written again", WAIT, async || {
         let labels = |name: &'static str| {
             let api = api.clone();
             async move {

@@ -14,7 +14,8 @@ use kube::core::ObjectMeta;
 use rudder::cache::{Cache, ListOptions};
 use rudder::client::Client;
 use rudder::{Request, client::ClientError};
-use rudder_envtest::{TestNamespace, eventually};
+use rudder_envtest::TestNamespace;
+use rudder_envtest::poll::eventually;
 use tokio_util::sync::CancellationToken;
 
 fn client(ns: &TestNamespace, token: &CancellationToken) -> Client {

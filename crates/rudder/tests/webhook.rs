@@ -18,7 +18,8 @@ use kube::core::ObjectMeta;
 use rudder::prelude::*;
 use rudder::webhook::KindConversion;
 use rudder::webhook::manifest::ClientConfig;
-use rudder_envtest::{InstalledWebhooks, TestNamespace, WebhookOptions, eventually};
+use rudder_envtest::poll::eventually;
+use rudder_envtest::{InstalledWebhooks, TestNamespace, WebhookOptions};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

@@ -4,14 +4,14 @@
 //! The ChaosPod example, after controller-runtime's: a `ChaosPod` custom resource holds a Pod
 //! template. Its controller runs a Pod from the template, owned by the ChaosPod, deletes it
 //! at the time in `spec.nextStop`, lets the next reconcile create a new one, and keeps count
-//! in the status. It runs under a [`rudder::Manager`] with leader election, health probes and
+//! in the status. It runs under a [`rudder::manager::Manager`] with leader election, health probes and
 //! metrics (see the `chaospod` binary).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let client = kube::Client::try_default().await?;
 //! chaospod::install_crd(&client).await?;
-//! let manager = rudder::Manager::builder(client).name("chaospod").build()?;
+//! let manager = rudder::manager::Manager::builder(client).name("chaospod").build()?;
 //! chaospod::add_controller(&manager).await?;
 //! manager.start_until_signal().await?;
 //! # Ok(())
@@ -42,9 +42,9 @@ use kube::core::admission::{AdmissionRequest, Operation};
 use kube::{CustomResource, CustomResourceExt, Resource, ResourceExt};
 use rudder::WebhookManifests;
 use rudder::client::{ClientError, is_controlled_by, set_controller_reference};
-use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder::lease::leader_election::LeaderElectionConfig;
+use rudder::manager::rbac::{Permissions, Verb};
 use rudder::prelude::*;
-use rudder::rbac::{Permissions, Verb};
 use rudder::webhook::admission::{Defaulter, Denial, FieldError, Validator, Warnings};
 use rudder::webhook::manifest::ClientConfig;
 use schemars::JsonSchema;

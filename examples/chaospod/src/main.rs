@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use chaospod::Options;
-use rudder::controller::ErrorChain;
-use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder::ErrorChain;
+use rudder::lease::leader_election::LeaderElectionConfig;
 use rudder::manifests::DeployOptions;
 use rudder::webhook::manifest::ClientConfig;
 

@@ -198,7 +198,7 @@ async fn operator_runs_chaospods_and_stops_on_sigterm() {
         .await
         .unwrap();
     let pods: Api<Pod> = ns.api();
-    rudder_envtest::eventually("the operator's pod", Duration::from_secs(30), async || {
+    rudder_envtest::poll::eventually("the operator's pod", Duration::from_secs(30), async || {
         pods.get_opt("bin").await.unwrap()
     })
     .await;
@@ -208,7 +208,7 @@ async fn operator_runs_chaospods_and_stops_on_sigterm() {
         .status()
         .unwrap();
     assert!(killed.success());
-    let status = rudder_envtest::eventually(
+    let status = rudder_envtest::poll::eventually(
         "the operator to exit",
         Duration::from_secs(30),
         async || operator.0.try_wait().unwrap(),

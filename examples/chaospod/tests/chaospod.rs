@@ -18,8 +18,8 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::SignedDuration;
 use kube::ResourceExt as _;
 use kube::api::{Api, PostParams};
-use rudder::manager::leader_election::LeaderElectionConfig;
-use rudder_envtest::eventually;
+use rudder::lease::leader_election::LeaderElectionConfig;
+use rudder_envtest::poll::eventually;
 use tokio_util::sync::CancellationToken;
 
 /// How long a test waits for the operator to do something.

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use chaospod::Options;
-use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder::lease::leader_election::LeaderElectionConfig;
 use rudder::manifests::DeployOptions;
 use serde_json::json;
 

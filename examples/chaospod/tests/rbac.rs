@@ -24,8 +24,8 @@ use std::time::Duration;
 use chaospod::{ChaosPod, ChaosPodSpec, Options};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
-use rudder::controller::ErrorChain;
-use rudder::manager::leader_election::LeaderElectionConfig;
+use rudder::ErrorChain;
+use rudder::lease::leader_election::LeaderElectionConfig;
 use rudder::manifests::DeployOptions;
 use rudder::webhook::manifest::ClientConfig;
 use rudder_envtest::least_privilege::{
@@ -148,7 +148,7 @@ async fn scenario(ns: &TestNamespace, user: &TestUser, port: u16, name: &str) ->
             }
         }
     });
-    let metrics = rudder_envtest::eventually("the metrics server", STEP, async || {
+    let metrics = rudder_envtest::poll::eventually("the metrics server", STEP, async || {
         manager.metrics_address()
     })
     .await;

@@ -39,7 +39,7 @@ async fn self_signed_webhooks_are_injected_and_called() {
     };
     let manager = std::sync::Arc::new(chaospod::manager(ns.client(), options).await.unwrap());
     let (stop, running) = support::start(&manager);
-    let addr = rudder_envtest::eventually("the webhook server", WAIT, async || {
+    let addr = rudder_envtest::poll::eventually("the webhook server", WAIT, async || {
         manager.webhook_address().await
     })
     .await;
@@ -72,17 +72,19 @@ async fn self_signed_webhooks_are_injected_and_called() {
         dry_run: true,
         ..PostParams::default()
     };
-    let refusal = rudder_envtest::eventually("the webhooks are called", WAIT, async || {
-        match chaospods.create(&dry_run, &empty).await {
+    let refusal =
+        rudder_envtest::poll::eventually("the webhooks are called", WAIT, async || match chaospods
+            .create(&dry_run, &empty)
+            .await
+        {
             Err(kube::Error::Api(status))
                 if status.message.contains("spec.template.spec.containers") =>
             {
                 Some(status.message)
             }
             _ => None,
-        }
-    })
-    .await;
+        })
+        .await;
     assert!(refusal.contains("denied the request"), "{refusal}");
     let created = chaospods
         .create(

@@ -47,7 +47,7 @@ async fn webhooks_default_next_stop_and_refuse_what_cannot_run() {
     };
     let manager = std::sync::Arc::new(chaospod::manager(ns.client(), options).await.unwrap());
     let (stop, running) = support::start(&manager);
-    rudder_envtest::eventually("the webhook server", Duration::from_secs(30), async || {
+    rudder_envtest::poll::eventually("the webhook server", Duration::from_secs(30), async || {
         manager.webhook_address().await
     })
     .await;

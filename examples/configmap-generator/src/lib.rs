@@ -25,7 +25,7 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! // With the CRD installed: `cargo run -p configmap-generator -- --crd | kubectl apply -f -`.
 //! let client = kube::Client::try_default().await?;
-//! let manager = rudder::Manager::builder(client).name("configmap-generator").build()?;
+//! let manager = rudder::manager::Manager::builder(client).name("configmap-generator").build()?;
 //! configmap_generator::register(&manager).await?;
 //! manager.start_until_signal().await?;
 //! # Ok(())
@@ -39,8 +39,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
 use kube::{CustomResource, CustomResourceExt, ResourceExt};
 use rudder::client::{self, ClientError, Operation};
+use rudder::manager::rbac::{Permissions, Verb};
 use rudder::prelude::*;
-use rudder::rbac::{Permissions, Verb};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -149,7 +149,7 @@ pub async fn register(manager: &Manager) -> rudder::Result<Controller<Generator>
 pub async fn register_with(
     manager: &Manager,
     name: &str,
-    sharding: Option<rudder::manager::sharding::ShardingConfig>,
+    sharding: Option<rudder::lease::sharding::ShardingConfig>,
 ) -> rudder::Result<Controller<Generator>> {
     let builder = rudder::new_controller(manager)
         .for_::<ConfigMapGenerator>()
@@ -226,7 +226,7 @@ pub async fn manager(
     }
     if let Some(namespace) = &settings.leader_election_namespace {
         builder = builder.leader_election(
-            rudder::manager::leader_election::LeaderElectionConfig::new(namespace, LEASE_NAME)
+            rudder::lease::leader_election::LeaderElectionConfig::new(namespace, LEASE_NAME)
                 .with_release_on_cancel(true),
         );
     }

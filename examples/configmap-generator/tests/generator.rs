@@ -14,7 +14,7 @@ use configmap_generator::{
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{CustomResourceExt, ResourceExt};
-use rudder_envtest::eventually;
+use rudder_envtest::poll::eventually;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::prelude::*;
 

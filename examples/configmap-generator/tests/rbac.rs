@@ -93,7 +93,7 @@ async fn flow(ns: &TestNamespace, user: &TestUser, settings: &Settings, name: &s
         let (manager, stop) = (Arc::clone(&manager), stop.clone());
         async move { manager.start(stop).await }
     });
-    let metrics = rudder_envtest::eventually("the metrics server", STEP, async || {
+    let metrics = rudder_envtest::poll::eventually("the metrics server", STEP, async || {
         manager.metrics_address()
     })
     .await;

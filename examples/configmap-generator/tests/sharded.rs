@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::{CustomResourceExt, ResourceExt};
 use rudder::cache::ListOptions;
-use rudder::manager::sharding::{ShardMode, ShardingConfig};
+use rudder::lease::sharding::{ShardMode, ShardingConfig};
 
 const GENERATORS: usize = 12;
 const SHARDS: usize = 8;
@@ -77,7 +77,7 @@ async fn three_replicas(hint: &str, ring: &str, mode: ShardMode) {
     let expected: BTreeSet<String> = (0..GENERATORS)
         .flat_map(|i| [format!("g{i}-0"), format!("g{i}-1")])
         .collect();
-    rudder_envtest::eventually(
+    rudder_envtest::poll::eventually(
         "every generator's ConfigMaps and status",
         Duration::from_secs(60),
         async || {
@@ -102,7 +102,7 @@ async fn three_replicas(hint: &str, ring: &str, mode: ShardMode) {
     .await;
     // The shards are held by the three replicas, each shard by one.
     let leases: Api<Lease> = ns.api();
-    let holders = rudder_envtest::eventually(
+    let holders = rudder_envtest::poll::eventually(
         "every shard held, by all three replicas",
         Duration::from_secs(30),
         async || {
@@ -134,7 +134,7 @@ async fn three_replicas(hint: &str, ring: &str, mode: ShardMode) {
                 generator.name_any()
             );
         }
-        let cached = rudder_envtest::eventually(
+        let cached = rudder_envtest::poll::eventually(
             "the generators split between the replicas' caches",
             Duration::from_secs(30),
             async || {

@@ -127,7 +127,7 @@ where
         self
     }
 
-    /// Re-deliver every stored object as an [`Event::Update`](crate::Event::Update) this often, plus up to 10%
+    /// Re-deliver every stored object as an [`Event::Update`](rudder_core::Event::Update) this often, plus up to 10%
     /// jitter; `None` (the default for a bare informer) turns resync off.
     #[must_use]
     pub fn resync(mut self, period: Option<Duration>) -> Self {

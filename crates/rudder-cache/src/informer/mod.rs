@@ -29,7 +29,7 @@ mod watch_task;
 
 pub use builder::InformerBuilder;
 pub use refusal::Refusal;
-pub use rudder_core::Event;
+pub(crate) use rudder_core::Event;
 pub use subscribers::EventStream;
 #[cfg(test)]
 pub(crate) use watch_task::start_on;

@@ -14,7 +14,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
-use rudder_cache::{Event, EventStream};
+use rudder_cache::EventStream;
+use rudder_core::Event;
 use tokio::sync::watch;
 
 /// A tower layer that counts watch requests (`watch=true` in the query) and can hold them

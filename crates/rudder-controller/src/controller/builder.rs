@@ -4,7 +4,8 @@ use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use rudder_handler::{Queue, Synced};
+use rudder_core::Queue;
+use rudder_core::Synced;
 use rudder_workqueue::rate_limiter::default_controller_rate_limiter;
 use tokio_util::sync::CancellationToken;
 

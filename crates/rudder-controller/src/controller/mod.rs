@@ -16,7 +16,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use rudder_handler::{EventHandler, Predicate, Queue, Source, SourceError, Synced};
+use rudder_core::EventHandler;
+use rudder_core::Predicate;
+use rudder_core::Queue;
+use rudder_core::Source;
+use rudder_core::SourceError;
+use rudder_core::Synced;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -30,9 +35,9 @@ use crate::own_writes::OwnWrites;
 use crate::reconciler::Reconciler;
 use crate::shard::{KeyLister, ShardGate};
 use names::unregister_name;
+use rudder_core::Request;
 use rudder_core::sync::LockExt;
 use rudder_core::writes::{RecentWrite, WriteObserver, WriteScope};
-use rudder_handler::Request;
 use watch::ErasedWatch;
 
 /// Runs a [`Reconciler`] over a work queue fed by watches: controller-runtime's controller.

@@ -6,8 +6,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::future::join_all;
+use rudder_core::Queue;
+use rudder_core::Synced;
 use rudder_core::sync::LockExt;
-use rudder_handler::{Queue, Synced};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -257,7 +258,7 @@ async fn resync(
         for key in keys {
             causes.file(
                 &key,
-                rudder_core::Cause::new(Arc::clone(&handoff), "handoff"),
+                rudder_core::cause::Cause::new(Arc::clone(&handoff), "handoff"),
             );
             queue.add(key);
         }

@@ -8,8 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::{Either, FutureExt, select};
-use rudder_core::{Cause, cause, panic_message};
-use rudder_handler::{Queue, Request};
+use rudder_core::Queue;
+use rudder_core::Request;
+use rudder_core::cause::Cause;
+use rudder_core::{cause, panic_message};
 use rudder_workqueue::{AddOptions, WorkItem};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;

@@ -8,8 +8,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::ObjectMeta;
-use rudder_controller::{Controller, Reconciler};
-use rudder_handler::{Event, EventSender};
+use rudder_controller::Controller;
+use rudder_core::Event;
+use rudder_core::Reconciler;
+use rudder_handler::EventSender;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

@@ -53,5 +53,5 @@ pub(crate) fn unlisted<V>(known: &HashMap<String, V>, listed: &HashSet<String>) 
 
 /// A fingerprint of a kubeconfig's bytes, to announce a cluster again only when they change.
 pub(crate) fn fingerprint(bytes: &[u8]) -> u64 {
-    rudder_controller::fnv1a64(bytes)
+    rudder_core::hash::fnv1a64(bytes)
 }

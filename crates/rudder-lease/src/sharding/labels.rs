@@ -20,8 +20,14 @@ use kube::api::{Patch, PatchParams};
 use kube::core::{ObjectMeta, PartialObjectMeta};
 use rudder_cache::{ApiScope, Cache, Informer, Scope, Typed};
 use rudder_controller::{KeyLister, ShardGate};
+use rudder_core::Event;
+use rudder_core::Request;
+use rudder_core::Source;
+use rudder_core::SourceError;
+use rudder_core::Started;
+use rudder_core::Synced;
 use rudder_core::sync::LockExt;
-use rudder_handler::{Event, Request, Source, SourceError, Started, Synced, resubscribing};
+use rudder_handler::resubscribing;
 use tokio::sync::{mpsc, watch};
 use tokio_util::task::AbortOnDropHandle;
 

@@ -107,7 +107,7 @@ pub(crate) struct Target {
 /// returns its path.
 pub(crate) fn go_elector() -> Result<PathBuf, String> {
     let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../go");
-    let cache = rudder_envtest::cache_dir()
+    let cache = rudder_envtest::setup::cache_dir()
         .and_then(|envtest| Some(envtest.parent()?.join("go")))
         .ok_or("neither XDG_CACHE_HOME nor HOME is set, so there is no Go cache directory")?;
     let go_mod = read(&module.join("go.mod"))?;

@@ -21,7 +21,7 @@ use crate::health::{HealthChecks, Probe, check};
 use crate::leader_election::{LeaderElection, LeaderElectionConfig};
 use rudder_core::sync::LockExt;
 #[cfg(doc)]
-use {super::Error, rudder_controller::LeaderGate};
+use {super::Error, rudder_core::LeaderGate};
 
 /// Builds a [`Manager`].
 pub struct ManagerBuilder {
@@ -224,7 +224,7 @@ impl ManagerBuilder {
     /// and the API server refuses it in a cluster (403) while the test cluster's admin reads
     /// it fine. With the check, such a read fails at once with an error naming the
     /// declaration to add (`reads::<K>()` on the controller, see
-    /// [`rudder_client::Undeclared`]), wherever the operator runs. Turn it
+    /// [`rudder_client::reads::Undeclared`]), wherever the operator runs. Turn it
     /// off for an operator whose RBAC is written by hand rather than rendered
     /// ([`Manager::declared_reads`] is `None` then).
     pub fn require_declared_reads(mut self, require: bool) -> Self {
@@ -268,7 +268,7 @@ impl ManagerBuilder {
     /// the controllers need. Turn it off for memory-tight deployments: controllers then
     /// start only once this replica leads, as other leader-only runnables always do
     /// (runnables that do not take a [`LeaderGate`], such as
-    /// [`runnable`](crate::runnable) closures with `needs_leader_election`).
+    /// [`runnable`](rudder_core::runnable) closures with `needs_leader_election`).
     pub fn warm_standby(mut self, on: bool) -> Self {
         self.warm_standby = on;
         self

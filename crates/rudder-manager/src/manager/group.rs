@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use rudder_controller::{ErrorChain, Shutdown};
+use rudder_core::ErrorChain;
+use rudder_core::Shutdown;
 use rudder_core::panic_message;
 use tokio::task::{AbortHandle, JoinSet};
 

@@ -21,7 +21,8 @@ use kube::Client;
 use kube_runtime::events::Recorder;
 use metrics_exporter_prometheus::PrometheusHandle;
 use rudder_cache::Cache;
-use rudder_controller::{Controller, Reconciler};
+use rudder_controller::Controller;
+use rudder_core::Reconciler;
 use rudder_core::sync::LockExt;
 use tokio_util::sync::CancellationToken;
 

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use rudder_controller::LeaderGate;
+use rudder_core::LeaderGate;
 use rudder_core::sync::LockExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;

@@ -15,7 +15,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 ///
 /// When `go` cannot be run or the download fails, saying what to do.
 pub(crate) fn module_dir(module: &str, version: &str) -> PathBuf {
-    let cache = rudder_envtest::cache_dir()
+    let cache = rudder_envtest::setup::cache_dir()
         .and_then(|envtest| Some(envtest.parent()?.join("go")))
         .expect("neither XDG_CACHE_HOME nor HOME is set, so there is no Go module cache");
     let at = format!("{module}@{version}");

@@ -21,7 +21,7 @@ use kube::ResourceExt as _;
 use kube::api::{Api, PostParams};
 use kube::core::admission::AdmissionRequest;
 use kube::core::{DynamicObject, ObjectMeta};
-use rudder::manager::sharding::ShardingConfig;
+use rudder::lease::sharding::ShardingConfig;
 use rudder::prelude::*;
 use rudder::webhook::admission::{Defaulter, Denial, Validator, Warnings};
 use rudder_envtest::TestNamespace;

@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
-use rudder::Manager;
+use rudder::manager::Manager;
 
 fn declare(manager: &Manager) {
     let _ = rudder::new_controller(manager)

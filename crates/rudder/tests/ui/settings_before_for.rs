@@ -2,12 +2,12 @@
 //! such error per function).
 
 use k8s_openapi::api::core::v1::Secret;
-use rudder::ControllerOptions;
-use rudder::Manager;
+use rudder::controller::Options;
+use rudder::manager::Manager;
 use rudder::handler::{GenerationChanged, Kind};
-use rudder::manager::sharding::ShardingConfig;
+use rudder::lease::sharding::ShardingConfig;
 use rudder::prelude::EnqueueObject;
-use rudder::rbac::Permissions;
+use rudder::manager::rbac::Permissions;
 
 fn owns_with(manager: &Manager) {
     let _ = rudder::new_controller(manager).owns_with::<Secret>(GenerationChanged);

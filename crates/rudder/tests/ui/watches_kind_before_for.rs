@@ -1,7 +1,7 @@
 //! `watches_kind` before `for_`.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use rudder::Manager;
+use rudder::manager::Manager;
 use rudder::prelude::EnqueueObject;
 
 fn declare(manager: &Manager) {

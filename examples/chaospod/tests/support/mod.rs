@@ -16,7 +16,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use kube::api::{Api, PostParams};
-use rudder::Manager;
+use rudder::manager::Manager;
 use rudder_envtest::TestNamespace;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

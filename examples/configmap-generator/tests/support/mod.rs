@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use rudder::Manager;
+use rudder::manager::Manager;
 use rudder_envtest::TestNamespace;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
