@@ -381,7 +381,7 @@ async fn rudder(
     let base = live();
     let base_blocks = live_blocks();
     let start = Instant::now();
-    let mut builder = Informer::builder(api).config(watcher::Config::default().timeout(2));
+    let mut builder = Informer::builder(api).timeout(2);
     if keep_managed_fields {
         builder = builder.transform_opt(None);
     }

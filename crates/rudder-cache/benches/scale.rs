@@ -465,9 +465,7 @@ where
         }
         "rudder-released" => {
             let cache = Cache::builder(client).build(&CancellationToken::new());
-            let held = cache
-                .acquire_informer_in::<K>(&Scope::namespace(&namespace))
-                .unwrap();
+            let held = cache.acquire::<K>(&Scope::namespace(&namespace)).unwrap();
             held.wait_for_sync(Duration::from_secs(1800)).await.unwrap();
             figures(held.store().len(), start.elapsed());
             tokio::time::sleep(settle).await;

@@ -94,13 +94,6 @@ pub enum Error {
         /// The type asked for.
         resource: String,
     },
-    /// A single informer was asked for, but the type's default scope is several namespaces,
-    /// each with its own informer; use `Cache::informers`.
-    #[error("{resource} has one informer per default namespace; ask for all of them")]
-    SeveralInformers {
-        /// The type asked for.
-        resource: String,
-    },
     /// A read named a namespace that none of the type's informers covers; retrying does not
     /// help.
     #[error("namespace {namespace:?} is not cached for {resource}")]

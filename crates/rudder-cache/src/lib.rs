@@ -8,7 +8,7 @@
 //! use std::time::Duration;
 //!
 //! use k8s_openapi::api::core::v1::ConfigMap;
-//! use rudder_cache::{Cache, ListOptions};
+//! use rudder_cache::{Cache, ListOptions, Scope};
 //! use rudder_core::Event;
 //! use tokio_util::sync::CancellationToken;
 //!
@@ -18,7 +18,7 @@
 //! let cache = Cache::builder(client).default_namespace("default").build(&token);
 //!
 //! // Every caller asking for ConfigMaps shares this informer and its one watch.
-//! let informer = cache.informer::<ConfigMap>()?;
+//! let informer = cache.informer::<ConfigMap>(&Scope::namespace("default"))?;
 //! cache.add_index::<ConfigMap, _>("owner", |cm| {
 //!     cm.metadata.labels.iter().flatten()
 //!         .filter(|(k, _)| *k == "owner")
@@ -114,9 +114,8 @@
 //!
 //! [`Cache`] keeps one informer per (type, [`Scope`]): a namespace or all, and label and
 //! field selectors. Typed objects ([`Cache::informer`]), dynamic objects
-//! ([`Cache::dynamic_informer`]) and metadata-only objects ([`Cache::metadata_informer`],
-//! which stores `PartialObjectMeta<K>` and asks the server for metadata only) each have
-//! their own. [`CacheBuilder`] sets default namespaces (one informer per namespace and type,
+//! ([`Cache::dynamic_informer`]) and metadata-only objects (`Cache::informer` of
+//! `PartialObjectMeta<K>`, which asks the server for metadata only) each have their own. [`CacheBuilder`] sets default namespaces (one informer per namespace and type,
 //! read together by the reader; a read for a namespace outside them is
 //! [`Error::NotCached`]), per-type scope and transform ([`ByObject`]), the resync period and
 //! whether the reader may start informers ([`CacheBuilder::fail_on_missing_informer`]).
@@ -125,10 +124,10 @@
 //! # How long an informer lives
 //!
 //! An informer runs as long as someone needs it. Users hold it with an [`InformerUse`]
-//! ([`Cache::acquire_informer_in`], [`Cache::acquire_informers`]; a controller's `Kind`
+//! ([`Cache::acquire`], [`Cache::acquire_dynamic`]; a controller's `Kind`
 //! source holds one for each informer it reads while it runs): when the last use is dropped,
 //! the informer stops and the cache forgets it. An informer asked for without a use
-//! ([`Cache::informer_in`] and its siblings) or started by a read that found none running is
+//! ([`Cache::informer`], [`Cache::dynamic_informer`]) or started by a read that found none running is
 //! pinned: it runs until the cache stops or [`Cache::remove_informer`], as in
 //! controller-runtime; a read of an informer someone holds does not pin it. A subscriber that
 //! comes late gets the whole store replayed, then every change, with no gap and no overlap.

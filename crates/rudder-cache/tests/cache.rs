@@ -62,7 +62,7 @@ async fn two_handlers_and_a_reader_share_one_watch() {
     for _ in 0..2 {
         let seen = Arc::clone(&seen);
         cache
-            .informer::<ConfigMap>()
+            .informer::<ConfigMap>(&Scope::namespace(ns.name()))
             .unwrap()
             .add_handler(move |_: Event<ConfigMap>| {
                 seen.fetch_add(1, Ordering::SeqCst);
@@ -92,7 +92,7 @@ async fn two_handlers_and_a_reader_share_one_watch() {
 
     // Another scope of the same type is another watch.
     let other = cache
-        .informer_in::<ConfigMap>(&Scope::namespace(ns.name()).labels("x=y"))
+        .informer::<ConfigMap>(&Scope::namespace(ns.name()).labels("x=y"))
         .unwrap();
     other.wait_for_sync(Duration::from_secs(20)).await.unwrap();
     assert!(other.store().is_empty(), "the selector matches nothing");
@@ -120,7 +120,9 @@ async fn the_cache_is_not_synced_while_a_type_is_not_served() {
         kind: "Ghost".into(),
         plural: "ghosts".into(),
     };
-    let _ghosts = cache.dynamic_informer(&resource).unwrap();
+    let _ghosts = cache
+        .dynamic_informer(&resource, &Scope::namespace(ns.name()))
+        .unwrap();
     let err = cache
         .wait_for_sync(Duration::from_secs(2))
         .await
@@ -169,7 +171,11 @@ async fn indexes_follow_objects_that_move_between_values() {
     api.patch("x", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    let store = cache.informer::<ConfigMap>().unwrap().store().clone();
+    let store = cache
+        .informer::<ConfigMap>(&Scope::namespace(ns.name()))
+        .unwrap()
+        .store()
+        .clone();
     until("x to move to blue", Duration::from_secs(20), || {
         names(&store.by_index("team", "blue").unwrap()) == ["x", "z"]
     })
@@ -226,7 +232,12 @@ async fn metadata_and_dynamic_informers_read_from_the_server() {
         "red".to_owned()
     );
     assert!(meta.metadata.managed_fields.is_none());
-    assert!(cache.metadata_informer::<ConfigMap>().unwrap().has_synced());
+    assert!(
+        cache
+            .informer::<PartialObjectMeta<ConfigMap>>(&Scope::namespace(ns.name()))
+            .unwrap()
+            .has_synced()
+    );
 
     let resource = ApiResource::erase::<ConfigMap>(&());
     let dynamic = cache
@@ -242,7 +253,9 @@ async fn metadata_and_dynamic_informers_read_from_the_server() {
     assert_eq!(names::<DynamicObject>(&listed), ["a"]);
     // Typed, metadata-only and dynamic are three watches.
     assert_eq!(cache.informer_count(), 2);
-    cache.informer::<ConfigMap>().unwrap();
+    cache
+        .informer::<ConfigMap>(&Scope::namespace(ns.name()))
+        .unwrap();
     assert_eq!(cache.informer_count(), 3);
     cache.stop().await;
 }
@@ -256,7 +269,9 @@ async fn remove_informer_stops_the_watch_and_the_next_use_starts_another() {
     let cache = Cache::builder(gate.client(env.config()))
         .default_namespace(ns.name())
         .build(&token);
-    let informer = cache.informer::<ConfigMap>().unwrap();
+    let informer = cache
+        .informer::<ConfigMap>(&Scope::namespace(ns.name()))
+        .unwrap();
     let mut events = informer.subscribe();
     informer
         .wait_for_sync(Duration::from_secs(20))
@@ -281,7 +296,9 @@ async fn remove_informer_stops_the_watch_and_the_next_use_starts_another() {
             .await
     );
 
-    let again = cache.informer::<ConfigMap>().unwrap();
+    let again = cache
+        .informer::<ConfigMap>(&Scope::namespace(ns.name()))
+        .unwrap();
     again.wait_for_sync(Duration::from_secs(20)).await.unwrap();
     until("a second watch", Duration::from_secs(20), || {
         gate.watches() == 2
@@ -290,7 +307,9 @@ async fn remove_informer_stops_the_watch_and_the_next_use_starts_another() {
 
     // An informer stopped through its own handle is replaced on next use.
     again.stop().await;
-    let third = cache.informer::<ConfigMap>().unwrap();
+    let third = cache
+        .informer::<ConfigMap>(&Scope::namespace(ns.name()))
+        .unwrap();
     assert!(!third.is_stopped());
     third.wait_for_sync(Duration::from_secs(20)).await.unwrap();
     assert_eq!(cache.informer_count(), 1);
@@ -313,7 +332,9 @@ async fn fail_on_missing_informer_refuses_reads_until_one_is_started() {
     assert!(err.to_string().contains("no informer for"), "{err}");
     assert_eq!(cache.informer_count(), 0);
 
-    cache.informer::<ConfigMap>().unwrap();
+    cache
+        .informer::<ConfigMap>(&Scope::namespace(ns.name()))
+        .unwrap();
     assert!(
         cache
             .get::<ConfigMap>(Some(ns.name()), "a")
@@ -331,7 +352,9 @@ async fn cancelling_the_token_ends_every_task_and_refuses_new_informers() {
     let cache = Cache::builder(ns.client())
         .default_namespace(ns.name())
         .build(&token);
-    let informer = cache.informer::<ConfigMap>().unwrap();
+    let informer = cache
+        .informer::<ConfigMap>(&Scope::namespace(ns.name()))
+        .unwrap();
     let mut events = informer.subscribe();
     assert_eq!(take(&mut events, 1).await, ["add a initial=true"]);
     // A handler whose task holds a guard: the guard is dropped when the task ends.
@@ -353,7 +376,9 @@ async fn cancelling_the_token_ends_every_task_and_refuses_new_informers() {
     );
     assert!(events.next().await.is_none());
     assert!(matches!(
-        cache.informer::<ConfigMap>().unwrap_err(),
+        cache
+            .informer::<ConfigMap>(&Scope::namespace(ns.name()))
+            .unwrap_err(),
         Error::Stopped
     ));
 }
@@ -374,7 +399,7 @@ async fn cluster_scoped_types_ignore_the_default_namespace() {
     assert_eq!(found.unwrap().metadata.name.as_deref(), Some(ns.name()));
     // Asking with or without a namespace finds the same informer.
     cache
-        .informer_in::<k8s_openapi::api::core::v1::Namespace>(&Scope::all())
+        .informer::<k8s_openapi::api::core::v1::Namespace>(&Scope::all())
         .unwrap();
     assert_eq!(cache.informer_count(), 1);
     cache.stop().await;
@@ -401,10 +426,10 @@ async fn several_default_namespaces_get_an_informer_each_and_one_reader() {
         .build(&token);
     cache.add_index::<ConfigMap, _>("team", team).unwrap();
     assert_eq!(cache.informer_count(), 2);
-    assert!(matches!(
-        cache.informer::<ConfigMap>().unwrap_err(),
-        Error::SeveralInformers { .. }
-    ));
+    assert_eq!(
+        cache.scopes::<ConfigMap>(),
+        [Scope::namespace(one.name()), Scope::namespace(two.name())]
+    );
 
     let all = cache
         .list::<ConfigMap>(&ListOptions::default())
@@ -473,17 +498,15 @@ async fn index_functions_and_transforms_that_panic_skip_one_object_and_the_watch
     let token = CancellationToken::new();
     let scope = Scope::namespace(ns.name()).labels("test=panics");
     let cache = Cache::builder(ns.client())
-        .by_object(
-            ByObject::<ConfigMap>::new()
-                .scope(scope)
-                .transform(|cm: &mut ConfigMap| {
-                    cm.metadata.managed_fields = None;
-                    assert!(
-                        cm.metadata.name.as_deref() != Some("bad-transform"),
-                        "the transform refuses bad-transform"
-                    );
-                }),
-        )
+        .by_object(ByObject::<ConfigMap>::new().scope(scope.clone()).transform(
+            |cm: &mut ConfigMap| {
+                cm.metadata.managed_fields = None;
+                assert!(
+                    cm.metadata.name.as_deref() != Some("bad-transform"),
+                    "the transform refuses bad-transform"
+                );
+            },
+        ))
         .build(&token);
     cache
         .add_index::<ConfigMap, _>("team", |cm: &ConfigMap| {
@@ -494,7 +517,7 @@ async fn index_functions_and_transforms_that_panic_skip_one_object_and_the_watch
             team(cm)
         })
         .unwrap();
-    let informer = cache.informer::<ConfigMap>().unwrap();
+    let informer = cache.informer::<ConfigMap>(&scope).unwrap();
     let mut events = informer.subscribe();
     informer
         .wait_for_sync(Duration::from_secs(20))
@@ -606,7 +629,7 @@ async fn set_scopes_narrows_what_the_reader_reads_and_reset_widens_it_again() {
         .await
         .unwrap();
     assert_eq!(names(&listed), ["blue-1", "red-1", "red-2"]);
-    assert_eq!(cache.informers::<ConfigMap>().unwrap().len(), 2);
+    assert_eq!(cache.scopes::<ConfigMap>().len(), 2);
     assert!(
         cache
             .get::<ConfigMap>(Some(ns.name()), "blue-1")
@@ -631,7 +654,7 @@ async fn set_scopes_narrows_what_the_reader_reads_and_reset_widens_it_again() {
             .unwrap()
             .is_none()
     );
-    assert!(cache.informers::<ConfigMap>().unwrap().is_empty());
+    assert!(cache.scopes::<ConfigMap>().is_empty());
     assert!(cache.remove_informer::<ConfigMap>(&blue).await);
 
     // Reset: the default scope again, every object.
@@ -696,11 +719,11 @@ async fn a_read_waiting_for_an_informer_goes_on_when_its_scope_is_dropped_or_it_
         async move { cache.list::<ConfigMap>(&ListOptions::default()).await }
     });
     held(1).await;
-    let stopped = cache.informer_in::<ConfigMap>(&blue).unwrap();
+    let stopped = cache.informer::<ConfigMap>(&blue).unwrap();
     stopped.stop().await;
     gate.open();
     let listed = read.await.unwrap().unwrap();
     assert_eq!(names(&listed), ["blue-1"]);
-    assert!(!cache.informer_in::<ConfigMap>(&blue).unwrap().is_stopped());
+    assert!(!cache.informer::<ConfigMap>(&blue).unwrap().is_stopped());
     cache.stop().await;
 }

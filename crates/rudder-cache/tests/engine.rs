@@ -101,9 +101,7 @@ async fn a_dropped_watch_resumes_from_the_last_version_without_a_list() {
     let gate = WatchGate::default();
     let api: Api<ConfigMap> = Api::namespaced(gate.client(env.config()), ns.name());
     // The server ends each watch after 1 s.
-    let informer = Informer::builder(api)
-        .config(kube_runtime::watcher::Config::default().timeout(1))
-        .start();
+    let informer = Informer::builder(api).timeout(1).start();
     informer.wait_for_sync(WAIT).await.unwrap();
     let synced_at = gate.requests().len();
     until("the watch to be dropped and resumed twice", WAIT, || {

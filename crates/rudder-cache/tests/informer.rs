@@ -14,14 +14,13 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchParams};
 use kube::core::WatchEvent;
-use kube_runtime::watcher;
 use rudder_cache::{Informer, ListStrategy, SyncError};
 use rudder_core::Event;
 use rudder_envtest::poll::until;
 use rudder_envtest::{TestCrd, TestEnv};
 
-fn labelled(label: &str) -> watcher::Config {
-    watcher::Config::default().labels(&format!("test={label}"))
+fn labelled(label: &str) -> String {
+    format!("test={label}")
 }
 
 async fn relabel(api: &Api<ConfigMap>, name: &str, key: &str, value: &str) {
@@ -42,7 +41,7 @@ async fn every_handler_sees_exactly_create_update_and_delete() {
         .unwrap();
 
     let informer = Informer::builder(api.clone())
-        .config(labelled("events"))
+        .labels(labelled("events"))
         .start();
     let mut one = informer.subscribe();
     let mut two = informer.subscribe();
@@ -248,7 +247,8 @@ async fn relist_after_expired_watch_emits_deletes_and_updates() {
     let gated: Api<ConfigMap> = Api::namespaced(gate.client(env.config()), "default");
     // Short server-side watch timeouts, so the watch ends and reconnects every 2 s.
     let informer = Informer::builder(gated)
-        .config(labelled("relist").timeout(2))
+        .labels(labelled("relist"))
+        .timeout(2)
         .start();
     let mut events = informer.subscribe();
     informer

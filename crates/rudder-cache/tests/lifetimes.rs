@@ -27,8 +27,8 @@ async fn an_informer_stops_when_its_last_user_lets_go() {
         .build(&CancellationToken::new());
     let scope = Scope::namespace(ns.name());
 
-    let first = cache.acquire_informer_in::<ConfigMap>(&scope).unwrap();
-    let second = cache.acquire_informer_in::<ConfigMap>(&scope).unwrap();
+    let first = cache.acquire::<ConfigMap>(&scope).unwrap();
+    let second = cache.acquire::<ConfigMap>(&scope).unwrap();
     let informer = first.informer().clone();
     informer.wait_for_sync(WAIT).await.unwrap();
     assert_eq!(cache.informer_count(), 1, "one informer for both users");
@@ -65,7 +65,7 @@ async fn an_informer_stops_when_its_last_user_lets_go() {
     {}
 
     // The next use starts a new one.
-    let again = cache.acquire_informer_in::<ConfigMap>(&scope).unwrap();
+    let again = cache.acquire::<ConfigMap>(&scope).unwrap();
     assert!(!again.is_stopped());
     again.wait_for_sync(WAIT).await.unwrap();
     assert_eq!(cache.informer_count(), 1);
@@ -82,21 +82,21 @@ async fn a_pinned_informer_outlives_its_users() {
     let scope = Scope::namespace(ns.name());
 
     // Asked for without a use: pinned, whatever its users do.
-    let pinned = cache.informer_in::<ConfigMap>(&scope).unwrap();
-    drop(cache.acquire_informer_in::<ConfigMap>(&scope).unwrap());
+    let pinned = cache.informer::<ConfigMap>(&scope).unwrap();
+    drop(cache.acquire::<ConfigMap>(&scope).unwrap());
     assert_eq!(cache.informer_count(), 1);
     assert!(!pinned.is_stopped());
 
-    // A use taken first, then pinned by `informer_in`: the pin survives the use.
+    // A use taken first, then pinned by `informer`: the pin survives the use.
     let other = Scope::namespace(format!("{}-other", ns.name()));
-    let held = cache.acquire_informer_in::<ConfigMap>(&other).unwrap();
-    cache.informer_in::<ConfigMap>(&other).unwrap();
+    let held = cache.acquire::<ConfigMap>(&other).unwrap();
+    cache.informer::<ConfigMap>(&other).unwrap();
     drop(held);
     assert_eq!(cache.informer_count(), 2);
 
     // Removal stops a held informer too.
     let third = Scope::namespace(format!("{}-third", ns.name()));
-    let held = cache.acquire_informer_in::<ConfigMap>(&third).unwrap();
+    let held = cache.acquire::<ConfigMap>(&third).unwrap();
     assert!(cache.remove_informer::<ConfigMap>(&third).await);
     assert!(held.is_stopped());
     assert_eq!(cache.informer_count(), 2);
@@ -117,7 +117,7 @@ async fn a_pinned_informer_outlives_its_users() {
         .await
         .unwrap();
     let scope = Scope::namespace(ns.name());
-    drop(cache.acquire_informer_in::<ConfigMap>(&scope).unwrap());
+    drop(cache.acquire::<ConfigMap>(&scope).unwrap());
     assert_eq!(cache.informer_count(), 1, "the read's informer stays");
     cache.stop().await;
 }
@@ -156,7 +156,7 @@ async fn an_informer_waits_quietly_while_its_crd_is_deleted_and_lists_it_again()
 
     let cache = Cache::builder(env.client().unwrap()).build(&CancellationToken::new());
     let informer = cache
-        .acquire_dynamic_informer_in(&resource, &Scope::namespace(ns.name()))
+        .acquire_dynamic(&resource, &Scope::namespace(ns.name()))
         .unwrap();
     informer.wait_for_sync(WAIT).await.unwrap();
     let mut events = informer.subscribe();
@@ -224,7 +224,7 @@ async fn an_informer_for_a_crd_not_installed_yet_stays_unsynced_until_it_is() {
     };
     let cache = Cache::builder(env.client().unwrap()).build(&CancellationToken::new());
     let informer = cache
-        .acquire_dynamic_informer_in(&resource, &Scope::namespace(ns.name()))
+        .acquire_dynamic(&resource, &Scope::namespace(ns.name()))
         .unwrap();
     until("the informer to find its resource missing", WAIT, || {
         !informer.resource_served()

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{WatchGate, config_map, synced_informer};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::PostParams;
-use rudder_cache::{Cache, ListOptions, ListStrategy};
+use rudder_cache::{Cache, ListOptions, ListStrategy, Scope};
 use rudder_envtest::TestEnv;
 use tokio_util::sync::CancellationToken;
 
@@ -57,7 +57,10 @@ async fn informers_fall_back_to_paginated_lists_when_the_server_refuses_streamin
         .unwrap();
     assert_eq!(listed.len(), 20);
     assert_eq!(
-        cache.informer::<ConfigMap>().unwrap().list_strategy(),
+        cache
+            .informer::<ConfigMap>(&Scope::namespace(ns.name()))
+            .unwrap()
+            .list_strategy(),
         ListStrategy::Paginated
     );
     api.create(&PostParams::default(), &config_map("later", &[]))

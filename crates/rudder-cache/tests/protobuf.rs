@@ -16,7 +16,6 @@ use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams,
 };
 use kube::{Api, Resource};
-use kube_runtime::watcher;
 use rudder_cache::{Informer, ListStrategy, WireFormat};
 use rudder_envtest::TestEnv;
 use rudder_envtest::poll::until;
@@ -75,12 +74,10 @@ async fn pair<K>(api: &Api<K>, strategy: ListStrategy, page: u32) -> (Informer<K
 where
     K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug + Send + Sync + 'static,
 {
-    let config = watcher::Config::default()
-        .labels("test=protobuf")
-        .page_size(page);
     let start = |wire| {
         Informer::builder(api.clone())
-            .config(config.clone())
+            .labels("test=protobuf")
+            .page_size(page)
             .list_strategy(strategy)
             .wire_format(wire)
             .transform_opt(None)
@@ -228,7 +225,7 @@ async fn default_informers_skip_managed_fields_and_agree() {
     }
     let start = |wire| {
         Informer::builder(api.clone())
-            .config(watcher::Config::default().labels("test=protobuf"))
+            .labels("test=protobuf")
             .wire_format(wire)
             .start()
     };

@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::{Api, ObjectMeta, PostParams};
-use rudder_cache::{Cache, Error, ListOptions, SyncError};
+use rudder_cache::{Cache, Error, ListOptions, Scope, SyncError};
 use rudder_envtest::TestEnv;
 use rudder_envtest::least_privilege::LogCapture;
 use rudder_envtest::poll::Poll;
@@ -58,7 +58,9 @@ async fn a_refused_informer_fails_its_waiters_at_once_logs_once_and_syncs_once_a
     assert!(refusal.message.contains("forbidden"), "{refusal}");
 
     // The read started (and pinned) the informer, which retries with backoff.
-    let informer = cache.informer::<ConfigMap>().unwrap();
+    let informer = cache
+        .informer::<ConfigMap>(&Scope::namespace(ns.name()))
+        .unwrap();
     Poll::new("three refusals", Duration::from_secs(30))
         .until(|| informer.stats().refusals >= 3)
         .await;

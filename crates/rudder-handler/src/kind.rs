@@ -112,17 +112,21 @@ impl<K: Typed> Source<K> for Kind<K> {
                 // resolvers, which live in its event stream): when its controller goes, the
                 // informers only it used stop.
                 let uses = match &scope {
-                    None => cache.acquire_informers::<K>()?,
-                    Some(scope) => vec![cache.acquire_informer_in::<K>(scope)?],
+                    None => cache
+                        .scopes::<K>()
+                        .iter()
+                        .map(|scope| cache.acquire::<K>(scope))
+                        .collect::<Result<Vec<_>, _>>()?,
+                    Some(scope) => vec![cache.acquire::<K>(scope)?],
                 };
                 // Asks the cache again for the informer at `index` (a replacement).
                 let acquire = move |index: usize| match &scope {
                     None => cache
-                        .acquire_informers::<K>()?
-                        .into_iter()
-                        .nth(index)
-                        .ok_or(rudder_cache::Error::Stopped),
-                    Some(scope) => cache.acquire_informer_in::<K>(scope),
+                        .scopes::<K>()
+                        .get(index)
+                        .ok_or(rudder_cache::Error::Stopped)
+                        .and_then(|scope| cache.acquire::<K>(scope)),
+                    Some(scope) => cache.acquire::<K>(scope),
                 };
                 let informers: Vec<_> = uses.iter().map(|u| u.informer().clone()).collect();
                 let held = Arc::new(Mutex::new(uses));
@@ -244,7 +248,7 @@ where
 
 /// The events of `informer`, then of its replacements: an informer's stream ends only when
 /// the informer stops or fails (its watch task died), and then `resolve` is asked for a new
-/// one (the cache's `informer_in` replaces a failed informer), after a backoff of 100 ms
+/// one (the cache's `informer` replaces a failed informer), after a backoff of 100 ms
 /// doubling up to 10 s; `replaced` hears of each replacement, whose replay of every object
 /// catches up on what changed meanwhile. The stream ends when `resolve` fails (the cache is
 /// stopping). What a [`Kind`] on the cache does for each of its informers, for sources that

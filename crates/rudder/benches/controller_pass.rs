@@ -361,7 +361,10 @@ fn child() {
         }));
         // "synced" once the cache holds the list: the harness then updates objects while
         // the first pass works through it.
-        let informer = manager.cache().informer::<ConfigMap>().unwrap();
+        let informer = manager
+            .cache()
+            .informer::<ConfigMap>(&rudder::cache::Scope::all())
+            .unwrap();
         let synced = informer.clone();
         tokio::spawn(async move {
             if synced.wait_for_sync(Duration::from_secs(600)).await.is_ok() {

@@ -503,9 +503,9 @@ impl<K> ControllerBuilder<'_, K> {
             let keys: KeyLister = shard_keys.unwrap_or_else(|| {
                 Arc::new(move || {
                     cache
-                        .informers::<K>()
-                        .unwrap_or_default()
+                        .scopes::<K>()
                         .iter()
+                        .filter_map(|scope| cache.informer::<K>(scope).ok())
                         .flat_map(|informer| informer.store().list())
                         .filter_map(|object| Request::from_object(&*object))
                         .collect()

@@ -398,7 +398,7 @@ fn named(name: &str) -> ConfigMap {
 }
 
 /// Defect 1 of issue 11: a manager whose cache has several default namespaces could declare
-/// no controller (`for_` asked the cache for one informer and got `SeveralInformers`). Its
+/// no controller (`for_` asked the cache for one informer and got an error: several namespaces). Its
 /// `Kind` now asks for one informer per namespace when it starts, and merges them.
 #[tokio::test]
 async fn a_cache_with_several_default_namespaces_serves_a_controller() {

@@ -244,8 +244,16 @@ async fn label_mode_splits_the_cache_between_replicas_and_moves_it_with_the_shar
     for informer in replicas[0]
         .manager
         .cache()
-        .informers::<ConfigMap>()
-        .unwrap()
+        .scopes::<ConfigMap>()
+        .iter()
+        .map(|scope| {
+            replicas[0]
+                .manager
+                .cache()
+                .informer::<ConfigMap>(scope)
+                .unwrap()
+        })
+        .collect::<Vec<_>>()
     {
         informer.stop().await;
     }

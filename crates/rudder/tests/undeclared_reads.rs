@@ -313,8 +313,10 @@ async fn a_refused_read_fails_the_reconcile_at_once_logged_once_and_reads_once_g
         .unwrap();
     let [informer]: [_; 1] = manager
         .cache()
-        .informers::<Secret>()
-        .unwrap()
+        .scopes::<Secret>()
+        .iter()
+        .map(|scope| manager.cache().informer::<Secret>(scope).unwrap())
+        .collect::<Vec<_>>()
         .try_into()
         .unwrap();
     informer.wait_until_allowed().await;
@@ -384,8 +386,10 @@ async fn a_controller_whose_watch_is_refused_at_start_syncs_once_granted() {
     .await;
     let [informer]: [_; 1] = manager
         .cache()
-        .informers::<ConfigMap>()
-        .unwrap()
+        .scopes::<ConfigMap>()
+        .iter()
+        .map(|scope| manager.cache().informer::<ConfigMap>(scope).unwrap())
+        .collect::<Vec<_>>()
         .try_into()
         .unwrap();
     assert!(informer.refusal().is_some());

@@ -11,13 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{ApiResource, DynamicObject};
-use kube::core::PartialObjectMeta;
 use kube::{Api, Resource};
 use rudder_core::sync::LockExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::{Error, Result, SyncError};
+use crate::error::{Result, SyncError};
 use crate::informer::Informer;
 
 mod options;
@@ -35,6 +34,19 @@ use registry::{InformerKey, Inner, TypeKey};
 
 /// Shared informers, one per (type, [`Scope`]), and a reader over their stores.
 ///
+/// Four methods give an informer, one for each pair of the two choices that matter: a typed
+/// object or a dynamic one, and pinned or held.
+///
+/// | | pinned (runs until the cache stops or it is removed) | held (runs while an [`InformerUse`] exists) |
+/// |---|---|---|
+/// | typed `K` (`PartialObjectMeta<K>` for metadata only) | [`informer`](Self::informer) | [`acquire`](Self::acquire) |
+/// | dynamic, by [`ApiResource`] | [`dynamic_informer`](Self::dynamic_informer) | [`acquire_dynamic`](Self::acquire_dynamic) |
+///
+/// The scope is always an argument: a type's scopes (its [`ByObject`] scope, one per
+/// default namespace, or all namespaces, unless [`set_scopes`](Self::set_scopes) replaced
+/// them) are [`scopes`](Self::scopes), one informer each, so "the default informers" are a
+/// loop over them, not more methods; metadata-only informers are a type, not a method.
+///
 /// Cloning gives another handle to the same cache.
 #[derive(Clone)]
 pub struct Cache {
@@ -51,40 +63,27 @@ impl Debug for Cache {
 }
 
 impl Cache {
-    /// The shared informer for `K` in its default scope, started if there is none.
-    ///
-    /// Fails with [`Error::SeveralInformers`] when the cache has several default
-    /// namespaces; see [`Cache::informers`].
-    pub fn informer<K>(&self) -> Result<Informer<K>>
-    where
-        K: Typed,
-    {
-        let mut informers = self.informers::<K>()?;
-        match informers.len() {
-            1 => informers.pop().ok_or(Error::Stopped),
-            _ => Err(Error::SeveralInformers {
-                resource: std::any::type_name::<K>().to_owned(),
-            }),
-        }
-    }
-
-    /// The shared informers for `K` in its default scopes (one per default namespace, or
-    /// one), started if there are none.
-    pub fn informers<K>(&self) -> Result<Vec<Informer<K>>>
-    where
-        K: Typed,
-    {
-        self.typed_scopes::<K>()
-            .iter()
-            .map(|scope| self.informer_in::<K>(scope))
-            .collect()
-    }
-
     /// The shared informer for `K` in `scope`, started if there is none. An informer started
     /// here is pinned: it runs until the cache stops or
-    /// [`remove_informer`](Self::remove_informer), whoever else uses it (see [`InformerUse`]
-    /// for informers that stop when their users go).
-    pub fn informer_in<K>(&self, scope: &Scope) -> Result<Informer<K>>
+    /// [`remove_informer`](Self::remove_informer), whoever else uses it (see
+    /// [`acquire`](Self::acquire) for one that stops when its users go). A cluster-scoped
+    /// `K`'s scope never names a namespace (one given is ignored). For metadata only, ask for
+    /// `PartialObjectMeta<K>`: its watch asks the server for metadata alone.
+    ///
+    /// The informers the cache reads `K` from are those of [`scopes`](Self::scopes):
+    ///
+    /// ```no_run
+    /// # fn demo(cache: rudder_cache::Cache) -> rudder_cache::Result<()> {
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    ///
+    /// for scope in cache.scopes::<ConfigMap>() {
+    ///     let informer = cache.informer::<ConfigMap>(&scope)?;
+    ///     println!("{} ConfigMaps in {scope:?}", informer.store().len());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn informer<K>(&self, scope: &Scope) -> Result<Informer<K>>
     where
         K: Typed,
     {
@@ -92,9 +91,9 @@ impl Cache {
     }
 
     /// A hold on the shared informer for `K` in `scope`, started if there is none: it runs
-    /// while a use of it exists (or something pinned it), and stops when the last one is
-    /// dropped. See [`InformerUse`].
-    pub fn acquire_informer_in<K>(&self, scope: &Scope) -> Result<InformerUse<K>>
+    /// while a use of it exists (or something pinned it with [`informer`](Self::informer)),
+    /// and stops when the last one is dropped. See [`InformerUse`].
+    pub fn acquire<K>(&self, scope: &Scope) -> Result<InformerUse<K>>
     where
         K: Typed,
     {
@@ -107,22 +106,19 @@ impl Cache {
         Ok(InformerUse::new(informer, hold))
     }
 
-    /// Holds on the shared informers for `K` in its scopes (those
-    /// [`set_scopes`](Self::set_scopes) gave, or the default ones), started if there are
-    /// none: [`acquire_informer_in`](Self::acquire_informer_in) for each.
-    pub fn acquire_informers<K>(&self) -> Result<Vec<InformerUse<K>>>
-    where
-        K: Typed,
-    {
-        self.typed_scopes::<K>()
-            .iter()
-            .map(|scope| self.acquire_informer_in::<K>(scope))
-            .collect()
+    /// The shared informer for dynamic objects of `resource` in `scope`, pinned as
+    /// [`informer`](Self::informer) pins. An `ApiResource` does not say whether the resource
+    /// is namespaced: give a cluster-scoped one [`Scope::all`].
+    pub fn dynamic_informer(
+        &self,
+        resource: &ApiResource,
+        scope: &Scope,
+    ) -> Result<Informer<DynamicObject>> {
+        self.start_dynamic_in(resource, scope, true)
     }
 
-    /// [`acquire_informer_in`](Self::acquire_informer_in) for dynamic objects of
-    /// `resource`.
-    pub fn acquire_dynamic_informer_in(
+    /// [`acquire`](Self::acquire) for dynamic objects of `resource`.
+    pub fn acquire_dynamic(
         &self,
         resource: &ApiResource,
         scope: &Scope,
@@ -143,6 +139,17 @@ impl Cache {
         ))
     }
 
+    /// `K`'s informers in its scopes ([`scopes`](Self::scopes)), started if needed, pinned.
+    pub(crate) fn informers<K>(&self) -> Result<Vec<Informer<K>>>
+    where
+        K: Typed,
+    {
+        self.typed_scopes::<K>()
+            .iter()
+            .map(|scope| self.informer::<K>(scope))
+            .collect()
+    }
+
     /// `K`'s informer in `scope`, started if there is none, pinned if `pin`.
     fn start_in<K>(&self, scope: &Scope, pin: bool) -> Result<Informer<K>>
     where
@@ -160,52 +167,6 @@ impl Cache {
                     informer.skip_malformed()
                 }
             })
-    }
-
-    /// The shared metadata-only informer for `K` in its default scope: it stores
-    /// `PartialObjectMeta<K>` and its watch asks the server for metadata only.
-    pub fn metadata_informer<K>(&self) -> Result<Informer<PartialObjectMeta<K>>>
-    where
-        PartialObjectMeta<K>: Typed,
-    {
-        self.informer::<PartialObjectMeta<K>>()
-    }
-
-    /// The shared informer for dynamic objects of `resource` in its default scope.
-    ///
-    /// An `ApiResource` does not say whether the resource is namespaced, so for a
-    /// cluster-scoped one in a cache with a default namespace, give it [`Scope::all`] (with
-    /// [`CacheBuilder::by_dynamic`] or [`Cache::dynamic_informer_in`]).
-    pub fn dynamic_informer(&self, resource: &ApiResource) -> Result<Informer<DynamicObject>> {
-        let mut informers = self.dynamic_informers(resource)?;
-        match informers.len() {
-            1 => informers.pop().ok_or(Error::Stopped),
-            _ => Err(Error::SeveralInformers {
-                resource: resource.plural.clone(),
-            }),
-        }
-    }
-
-    /// The shared informers for dynamic objects of `resource` in its default scopes.
-    pub fn dynamic_informers(
-        &self,
-        resource: &ApiResource,
-    ) -> Result<Vec<Informer<DynamicObject>>> {
-        self.inner
-            .default_scopes::<DynamicObject>(&TypeKey::dynamic(resource))
-            .iter()
-            .map(|scope| self.dynamic_informer_in(resource, scope))
-            .collect()
-    }
-
-    /// The shared informer for dynamic objects of `resource` in `scope`, pinned as
-    /// [`informer_in`](Self::informer_in) pins.
-    pub fn dynamic_informer_in(
-        &self,
-        resource: &ApiResource,
-        scope: &Scope,
-    ) -> Result<Informer<DynamicObject>> {
-        self.start_dynamic_in(resource, scope, true)
     }
 
     /// The informer for dynamic objects of `resource` in `scope`, started if there is none,
@@ -362,9 +323,8 @@ impl Cache {
     }
 
     /// Replaces the scopes `K` is read from: from now on [`get`](Self::get),
-    /// [`list`](Self::list), [`informers`](Self::informers) and
-    /// [`informer`](Self::informer) use the informers of `scopes` (started on first use, as
-    /// usual) instead of those of [`default_scopes`](Self::default_scopes), which stay what
+    /// [`list`](Self::list) and [`scopes`](Self::scopes) use the informers of `scopes`
+    /// (started on first use, as usual) instead of those of [`default_scopes`](Self::default_scopes), which stay what
     /// they were (they say what the operator needs permission for). An empty list makes
     /// `get` find nothing and `list` list nothing. Informers of scopes dropped from the list
     /// keep running until [`remove_informer`](Self::remove_informer).
@@ -512,7 +472,7 @@ mod tests {
         ));
 
         // The next request starts a new informer in its place.
-        let new = cache.informer::<ConfigMap>().unwrap();
+        let new = cache.informer::<ConfigMap>(&Scope::all()).unwrap();
         assert!(new.is_running());
         assert_eq!((cache.informer_count(), cache.failed_count()), (1, 0));
         cache.stop().await;

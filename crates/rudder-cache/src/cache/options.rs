@@ -60,9 +60,8 @@ impl CacheBuilder {
     }
 
     /// Watch only these namespaces unless a type's [`ByObject`] says otherwise: one
-    /// informer per namespace and type, which the reader consults together. With more than
-    /// one, [`Cache::informer`] is an error ([`Error::SeveralInformers`](crate::Error::SeveralInformers)); use
-    /// [`Cache::informers`]. An empty list means all namespaces.
+    /// informer per namespace and type, which the reader consults together ([`Cache::scopes`]
+    /// lists them). An empty list means all namespaces.
     #[must_use]
     pub fn default_namespaces<I, S>(mut self, namespaces: I) -> Self
     where

@@ -76,7 +76,7 @@ pub(crate) struct Slot {
     /// What the informer stores of `namespace/name`: its resourceVersion and uid.
     pub(crate) peek: Peek,
     /// Kept until the cache stops or it is removed, whatever its users: it was asked for
-    /// without a use ([`Cache::informer_in`](super::Cache::informer_in), or a read that
+    /// without a use ([`Cache::informer`](super::Cache::informer), or a read that
     /// found none running).
     pub(crate) pinned: bool,
 }
@@ -193,8 +193,8 @@ impl Inner {
             .and_then(|b| b.transform.clone());
         let token = self.token.child_token();
         let tracker = TaskTracker::new();
-        let mut informer = builder(scope.namespace.as_deref())
-            .config(scope.watcher_config())
+        let mut informer = scope
+            .selected(builder(scope.namespace.as_deref()))
             .list_strategy(self.list_strategy)
             .wire_format(self.wire_format);
         if let Some(transform) = transform {

@@ -6,7 +6,12 @@ use std::sync::Arc;
 
 use kube::core::{ClusterResourceScope, DynamicResourceScope, NamespaceResourceScope, Selector};
 use kube::{Api, Client, Resource};
-use kube_runtime::watcher;
+use std::fmt::Debug;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::InformerBuilder;
 
 #[cfg(doc)]
 use super::Cache;
@@ -54,15 +59,18 @@ impl Scope {
         self
     }
 
-    pub(crate) fn watcher_config(&self) -> watcher::Config {
-        let mut config = watcher::Config::default();
+    /// `informer` with this scope's selectors.
+    pub(crate) fn selected<K>(&self, mut informer: InformerBuilder<K>) -> InformerBuilder<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
+    {
         if let Some(labels) = &self.labels {
-            config = config.labels(labels);
+            informer = informer.labels(labels.clone());
         }
         if let Some(fields) = &self.fields {
-            config = config.fields(fields);
+            informer = informer.fields(fields.clone());
         }
-        config
+        informer
     }
 }
 

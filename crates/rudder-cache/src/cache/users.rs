@@ -17,10 +17,10 @@ use crate::informer::Informer;
 ///
 /// - a controller's source on the cache (`rudder_handler::Kind`) holds a use for each of its
 ///   informers while it runs, so removing the controller stops the informers only it used;
-/// - [`Cache::acquire_informer_in`](super::Cache::acquire_informer_in) and
-///   [`Cache::acquire_informers`](super::Cache::acquire_informers) give one to anyone else;
-/// - [`Cache::informer_in`](super::Cache::informer_in) (and `informer`, `informers`,
-///   `dynamic_informer_in`) and a cached read ([`Cache::get`](super::Cache::get),
+/// - [`Cache::acquire`](super::Cache::acquire) and
+///   [`Cache::acquire_dynamic`](super::Cache::acquire_dynamic) give one to anyone else;
+/// - [`Cache::informer`](super::Cache::informer) (and
+///   [`Cache::dynamic_informer`](super::Cache::dynamic_informer)) and a cached read ([`Cache::get`](super::Cache::get),
 ///   [`Cache::list`](super::Cache::list)) that finds no informer running *pin* the one they
 ///   start: it runs until the cache stops or
 ///   [`Cache::remove_informer`](super::Cache::remove_informer), as in controller-runtime. A

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kube::{Api, Resource};
-use kube_runtime::watcher;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +18,7 @@ use super::{Informer, footprint};
 use crate::WireFormat;
 use crate::lenient::Lenient;
 use crate::transform::{Transform, strip_managed_fields};
-use crate::watch::{self, Event, ListMode, ListStrategy, Lists};
+use crate::watch::{self, Event, ListMode, ListStrategy};
 use crate::writes::{Tracked, WriteTracker};
 
 /// Options for one informer; start it with [`InformerBuilder::start`].
@@ -28,10 +27,9 @@ pub struct InformerBuilder<K> {
     /// Set by [`skip_malformed`](InformerBuilder::skip_malformed): the same watch, decoding
     /// each object on its own.
     lenient: Option<Api<Lenient<K>>>,
-    config: watcher::Config,
-    lists: Lists,
-    wire: WireFormat,
-    silence_bound: Option<Duration>,
+    /// The watch's options: every setter below that is about listing and watching writes
+    /// its field.
+    config: watch::Config,
     transform: Option<Transform<K>>,
     /// Whether the transform is the default, [`strip_managed_fields`]: then protobuf
     /// decoding skips managedFields unread.
@@ -47,12 +45,34 @@ impl<K> InformerBuilder<K>
 where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static,
 {
-    /// Label and field selectors, page size and the watch's server-side timeout, read from
-    /// kube-runtime's watcher options (its other fields, which choose how kube-runtime's own
-    /// watcher lists, do not apply: see [`list_strategy`](Self::list_strategy)).
+    /// Watches only objects whose labels match `selector` (the API server's syntax, e.g.
+    /// `app=web,tier!=cache`).
     #[must_use]
-    pub fn config(mut self, config: watcher::Config) -> Self {
-        self.config = config;
+    pub fn labels(mut self, selector: impl Into<String>) -> Self {
+        self.config.labels = Some(selector.into());
+        self
+    }
+
+    /// Watches only objects whose fields match `selector` (the API server's syntax, e.g.
+    /// `metadata.name=one`).
+    #[must_use]
+    pub fn fields(mut self, selector: impl Into<String>) -> Self {
+        self.config.fields = Some(selector.into());
+        self
+    }
+
+    /// Objects per page of a paginated list (default 500).
+    #[must_use]
+    pub fn page_size(mut self, objects: u32) -> Self {
+        self.config.page_size = objects.max(1);
+        self
+    }
+
+    /// The server-side timeout of each watch request, in seconds (default 290; at least 1):
+    /// the server ends the watch then and the informer resumes it from where it was.
+    #[must_use]
+    pub fn timeout(mut self, seconds: u32) -> Self {
+        self.config = self.config.timeout(seconds);
         self
     }
 
@@ -61,7 +81,7 @@ where
     /// `Paginated` never tries streaming.
     #[must_use]
     pub fn list_strategy(mut self, strategy: ListStrategy) -> Self {
-        self.lists.strategy = strategy;
+        self.config.strategy = strategy;
         self
     }
 
@@ -72,7 +92,7 @@ where
     /// [`InformerStats::wire_format`](crate::InformerStats::wire_format).
     #[must_use]
     pub fn wire_format(mut self, wire: WireFormat) -> Self {
-        self.wire = wire;
+        self.config.wire = wire;
         self
     }
 
@@ -83,7 +103,7 @@ where
     /// a bookmark about every minute, so a healthy watch is never that silent.
     #[must_use]
     pub fn silence_bound(mut self, bound: Duration) -> Self {
-        self.silence_bound = Some(bound);
+        self.config.silence_bound = Some(bound);
         self
     }
 
@@ -95,7 +115,7 @@ where
     /// its objects keep coming.
     #[must_use]
     pub fn initial_events_bound(mut self, bound: Duration) -> Self {
-        self.lists.initial_events_bound = bound;
+        self.config.initial_events_bound = bound;
         self
     }
 
@@ -105,7 +125,7 @@ where
     /// healthy watch is never broken to retry; only a relist the watch needs anyway does.
     #[must_use]
     pub fn streaming_retry(mut self, after: Duration) -> Self {
-        self.lists.streaming_retry = after;
+        self.config.streaming_retry = after;
         self
     }
 
@@ -183,8 +203,7 @@ where
             .writes
             .map(|tracker| Tracked::new(tracker, self.api.resource_url()));
         let mode = Arc::new(ListMode::default());
-        let mut config = watch::Config::of_watcher(&self.config, &self.lists).wire(self.wire);
-        config.silence_bound = self.silence_bound;
+        let mut config = self.config;
         config.skip_managed_fields = self.strips_managed_fields;
         let strict = watch::watch_with(
             self.api,
@@ -254,10 +273,7 @@ where
         InformerBuilder {
             api,
             lenient: None,
-            config: watcher::Config::default(),
-            lists: Lists::default(),
-            wire: WireFormat::default(),
-            silence_bound: None,
+            config: watch::Config::default(),
             transform: Some(Arc::new(strip_managed_fields::<K>)),
             strips_managed_fields: true,
             resync: None,
@@ -323,12 +339,12 @@ fn wrap<K>(event: Event<K>) -> Event<Lenient<K>> {
     }
 }
 
-fn describe<K: Resource>(api: &Api<K>, config: &watcher::Config) -> String {
+fn describe<K: Resource>(api: &Api<K>, config: &watch::Config) -> String {
     let mut out = api.resource_url().to_owned();
-    if let Some(labels) = &config.label_selector {
+    if let Some(labels) = &config.labels {
         out.push_str(&format!(" labels={labels}"));
     }
-    if let Some(fields) = &config.field_selector {
+    if let Some(fields) = &config.fields {
         out.push_str(&format!(" fields={fields}"));
     }
     out

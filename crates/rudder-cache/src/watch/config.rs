@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use rudder_core::backoff::Backoff;
 
-use super::strategy::{DEFAULT_INITIAL_EVENTS_BOUND, DEFAULT_STREAMING_RETRY, ListStrategy, Lists};
+use super::strategy::{DEFAULT_INITIAL_EVENTS_BOUND, DEFAULT_STREAMING_RETRY, ListStrategy};
 use super::wire::WireFormat;
 
 /// The default of [`Config::silence_bound`] past the server's own watch timeout: the server
@@ -122,20 +122,6 @@ impl Config {
     pub fn wire(mut self, wire: WireFormat) -> Self {
         self.wire = wire;
         self
-    }
-
-    /// The selectors, page size and timeout of a kube-runtime watcher configuration (what
-    /// [`InformerBuilder::config`](crate::InformerBuilder::config) takes), with the list
-    /// options of `lists`.
-    pub(crate) fn of_watcher(config: &kube_runtime::watcher::Config, lists: &Lists) -> Self {
-        let mut out = Self::default().timeout(config.timeout.unwrap_or(290));
-        out.labels.clone_from(&config.label_selector);
-        out.fields.clone_from(&config.field_selector);
-        out.page_size = config.page_size.unwrap_or(500);
-        out.strategy = lists.strategy;
-        out.initial_events_bound = lists.initial_events_bound;
-        out.streaming_retry = lists.streaming_retry;
-        out
     }
 }
 

@@ -53,7 +53,7 @@ use serde::de::DeserializeOwned;
 pub use config::{Config, SILENCE_MARGIN};
 pub use error::Error;
 pub use event::{Event, INITIAL_EVENTS_END};
-pub(crate) use strategy::{ListMode, ListStrategy, Lists};
+pub(crate) use strategy::{ListMode, ListStrategy};
 
 /// The events of `api`'s objects as [`Config`] says: lists, then changes, for as long as the
 /// stream is polled. Errors are items, each followed by a backoff wait (but for an object that

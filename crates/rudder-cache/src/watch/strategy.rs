@@ -88,21 +88,3 @@ impl ListMode {
             .store(strategy == ListStrategy::Paginated, Ordering::Release);
     }
 }
-
-/// What the engine needs to choose and change its strategy.
-#[derive(Clone, Debug)]
-pub(crate) struct Lists {
-    pub(crate) strategy: ListStrategy,
-    pub(crate) initial_events_bound: Duration,
-    pub(crate) streaming_retry: Duration,
-}
-
-impl Default for Lists {
-    fn default() -> Self {
-        Self {
-            strategy: ListStrategy::default(),
-            initial_events_bound: DEFAULT_INITIAL_EVENTS_BOUND,
-            streaming_retry: DEFAULT_STREAMING_RETRY,
-        }
-    }
-}

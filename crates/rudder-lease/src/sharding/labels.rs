@@ -120,7 +120,7 @@ fn resilient<T: Typed>(
 ) -> BoxStream<'static, Event<T>> {
     resubscribing(
         informer,
-        move || cache.informer_in::<T>(&scope),
+        move || cache.informer::<T>(&scope),
         move |new| replaced(new.clone()),
     )
 }
@@ -136,7 +136,7 @@ impl<K: Typed> Source<K> for LabelSharded<K> {
             .iter()
             .map(|scope| {
                 let scope = narrowed(scope, &format!("!{}", self.label));
-                let informer = self.cache.informer_in::<PartialObjectMeta<K>>(&scope)?;
+                let informer = self.cache.informer::<PartialObjectMeta<K>>(&scope)?;
                 Ok::<_, rudder_cache::Error>((scope, informer))
             })
             .collect::<Result<_, _>>()?;
@@ -308,7 +308,7 @@ impl<K: Typed> LabelSharded<K> {
         for &shard in now.difference(before) {
             let informers: Result<Vec<Informer<K>>, _> = scopes(shard)
                 .iter()
-                .map(|scope| self.cache.informer_in::<K>(scope))
+                .map(|scope| self.cache.informer::<K>(scope))
                 .collect();
             match informers {
                 Ok(informers) => started.push((shard, informers)),

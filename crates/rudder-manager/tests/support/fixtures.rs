@@ -98,9 +98,9 @@ pub(crate) fn config_map_keys(manager: &Manager) -> KeyLister {
     let cache = manager.cache().clone();
     Arc::new(move || {
         cache
-            .informers::<ConfigMap>()
-            .unwrap_or_default()
+            .scopes::<ConfigMap>()
             .iter()
+            .filter_map(|scope| cache.informer::<ConfigMap>(scope).ok())
             .flat_map(|informer| informer.store().list())
             .filter_map(|cm| Request::from_object(&*cm))
             .collect()
