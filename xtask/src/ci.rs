@@ -78,6 +78,12 @@ pub(crate) fn run_ci(test_args: &[&str], commands: &[&str]) -> Result<(), String
             "warnings",
         ]))
     })?;
+    // Every publishable crate's surface against its committed public-api.txt: one nightly
+    // `cargo doc` with JSON output for all of them (their dependencies checked once).
+    step(
+        "cargo xtask public-api --check (nightly rustdoc JSON)",
+        || crate::public_api::run(crate::public_api::Mode::Check),
+    )?;
     step("cargo doc", || {
         sh(cargo()
             .args(["doc", "--workspace", "--no-deps", "--all-features"])
