@@ -108,7 +108,9 @@ pub(crate) fn run(mode: Mode) -> Result<(), String> {
                     .or_default()
                     .extend(paths.iter().cloned());
             }
+            all.aliases.extend(api.aliases.iter().cloned());
         }
+        through_aliases(&mut all);
         print!("{}", paths_report("all publishable crates", &all));
     }
     if stale.is_empty() {
@@ -196,6 +198,8 @@ pub(crate) struct Api {
     pub(crate) lines: BTreeSet<String>,
     /// The paths that reach each item, the item named by its path where it is defined.
     pub(crate) paths: BTreeMap<String, BTreeSet<String>>,
+    /// Another crate's modules re-exported here: (the path here, the module's path there).
+    pub(crate) aliases: Vec<(String, String)>,
 }
 
 impl Api {
@@ -313,6 +317,9 @@ impl Walk<'_> {
                                     .paths
                                     .get(&target)
                                     .map_or_else(|| "item".to_owned(), |s| kind_name(&s.kind));
+                                if kind == "mod" {
+                                    self.api.aliases.push((at.clone(), external.clone()));
+                                }
                                 self.reach(external.clone(), &at);
                                 self.line(format!("{kind} {at} = {external}"));
                             }
@@ -927,6 +934,33 @@ pub(crate) fn compare(committed: &str, current: &str) -> Option<String> {
     }))
 }
 
+/// Adds the paths through re-exported crates and modules (`rudder::core::X` for
+/// `rudder_core::X` when `rudder::core` re-exports `rudder_core`), to a fixed point.
+fn through_aliases(api: &mut Api) {
+    // A few rounds reach every chain of re-exports a workspace has; each adds only paths.
+    for _ in 0..8 {
+        let mut added = false;
+        for paths in api.paths.values_mut() {
+            let mut new = Vec::new();
+            for path in paths.iter() {
+                for (alias, target) in &api.aliases {
+                    if let Some(rest) = path.strip_prefix(target.as_str())
+                        && rest.starts_with("::")
+                    {
+                        new.push(format!("{alias}{rest}"));
+                    }
+                }
+            }
+            for path in new {
+                added |= paths.insert(path);
+            }
+        }
+        if !added {
+            break;
+        }
+    }
+}
+
 /// The number of paths per item of `crate_name`'s surface: a summary line, then each item
 /// reached by more than one path, most paths first.
 fn paths_report(crate_name: &str, api: &Api) -> String {
@@ -1083,5 +1117,10 @@ mod tests {
             "{report}"
         );
         assert!(report.contains("  2 c::E (also c::error::E)\n"), "{report}");
+        // A facade re-exporting the crate as `f::c` reaches each item once more.
+        api.aliases.push(("f::c".to_owned(), "c".to_owned()));
+        through_aliases(&mut api);
+        assert_eq!(counts(&api)["c::E"], 4);
+        assert!(api.paths["2"].contains("f::c::f"));
     }
 }
