@@ -53,7 +53,7 @@ struct Package {
 }
 
 /// The library's name: `[lib]`'s `name`, or the package's with `_` for `-`.
-fn lib_name(manifest: &str, package: &str) -> String {
+pub(crate) fn lib_name(manifest: &str, package: &str) -> String {
     manifest
         .lines()
         .skip_while(|l| l.trim() != "[lib]")

@@ -14,6 +14,14 @@
 //! - Every relative link and `#anchor` of the book's pages (`docs/*.md`) resolves to a file
 //!   in `docs/` and a heading of it (`links.rs`).
 //!
+//! - Every `rudder_…` metric name in the docs (README.md, ARCHITECTURE.md, `docs/*.md`, the
+//!   crates' doc comments, rudder-manifests' alerts and dashboards) is one the code
+//!   registers, and every registered one is named in some doc (`metrics.rs`).
+//! - Each crate tree drawn in a fenced block (ARCHITECTURE.md's) draws under a crate only
+//!   its dependencies, each above the ones it depends on, per `cargo metadata` (`tree.rs`).
+//! - README.md and every page of `docs/` are included by `doctests/src/lib.rs`, so
+//!   `cargo test --doc -p rudder-doctests` compiles their Rust blocks.
+//!
 //! Each check reports every problem it finds, naming the file and what to change.
 
 use std::path::Path;
@@ -23,6 +31,8 @@ use xtask::util::workspace_root;
 
 mod cycles;
 mod links;
+mod metrics;
+mod tree;
 
 /// Runs every check; fails listing all the problems found.
 pub(crate) fn run(args: &[&str], commands: &[&str]) -> Result<(), String> {
@@ -38,9 +48,12 @@ pub(crate) fn run(args: &[&str], commands: &[&str]) -> Result<(), String> {
     problems.extend(diagrams_current(&root)?);
     problems.extend(crate::protobuf::stale(&root)?);
     problems.extend(links::check(&root)?);
+    problems.extend(metrics::check(&root)?);
+    problems.extend(tree::check(&root)?);
+    problems.extend(doctest_pages(&root)?);
     if problems.is_empty() {
         println!(
-            "tidy: the map, the feature tables, the README, the imports, the diagrams, the generated decoders and the book's links agree with the code"
+            "tidy: the map, the feature tables, the README, the imports, the diagrams, the generated decoders, the book's links, the metric names, the crate tree and the doctested pages agree with the code"
         );
         Ok(())
     } else {
@@ -205,6 +218,32 @@ fn import_cycles(root: &Path) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// README.md and every `docs/*.md` page are a doctest item of `doctests/src/lib.rs`.
+fn doctest_pages(root: &Path) -> Result<Vec<String>, String> {
+    let lib = read(&root.join("doctests/src/lib.rs"))?;
+    let mut pages = vec!["README.md".to_owned()];
+    let docs = root.join("docs");
+    for entry in std::fs::read_dir(&docs)
+        .map_err(|e| format!("reading {}: {e}", docs.display()))?
+        .filter_map(Result::ok)
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            pages.push(format!("docs/{name}"));
+        }
+    }
+    pages.sort();
+    Ok(pages
+        .into_iter()
+        .filter(|page| !lib.contains(&format!("include_str!(\"../../{page}\")")))
+        .map(|page| {
+            format!(
+                "doctests/src/lib.rs: no `#[doc = include_str!(\"../../{page}\")]` item, so {page}'s Rust blocks are not compiled"
+            )
+        })
+        .collect())
 }
 
 /// The committed diagrams are what `cargo xtask diagrams` makes.
