@@ -20,7 +20,8 @@
 //! - Each crate tree drawn in a fenced block (ARCHITECTURE.md's) draws under a crate only
 //!   its dependencies, each above the ones it depends on, per `cargo metadata` (`tree.rs`).
 //! - README.md and every page of `docs/` are included by `doctests/src/lib.rs`, so
-//!   `cargo test --doc -p rudder-doctests` compiles their Rust blocks.
+//!   `cargo test --doc -p rudder-doctests` compiles their Rust blocks, and each of their code
+//!   blocks names its language (a bare fence would be compiled as Rust).
 //!
 //! Each check reports every problem it finds, naming the file and what to change.
 
@@ -235,15 +236,43 @@ fn doctest_pages(root: &Path) -> Result<Vec<String>, String> {
         }
     }
     pages.sort();
-    Ok(pages
+    let mut problems = Vec::new();
+    for page in &pages {
+        let text = read(&root.join(page))?;
+        problems.extend(
+            bare_fences(&text)
+                .into_iter()
+                .map(|line| format!("{page}:{line}: a code block without a language: mark it `rust` (compiled) or its language (`sh`, `toml`, `text`)")),
+        );
+    }
+    Ok(problems
+        .into_iter()
+        .chain(pages
         .into_iter()
         .filter(|page| !lib.contains(&format!("include_str!(\"../../{page}\")")))
         .map(|page| {
             format!(
                 "doctests/src/lib.rs: no `#[doc = include_str!(\"../../{page}\")]` item, so {page}'s Rust blocks are not compiled"
             )
-        })
+        }))
         .collect())
+}
+
+/// The lines of the code blocks of `text` opened by a fence without a language, which
+/// rustdoc compiles as Rust and a reader cannot tell.
+fn bare_fences(text: &str) -> Vec<usize> {
+    let mut open = false;
+    let mut out = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let Some(info) = line.trim_start().strip_prefix("```") else {
+            continue;
+        };
+        if !open && info.trim().is_empty() {
+            out.push(number + 1);
+        }
+        open = !open;
+    }
+    out
 }
 
 /// The committed diagrams are what `cargo xtask diagrams` makes.
@@ -274,6 +303,13 @@ fn diagrams_current(root: &Path) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_planted_block_without_a_language_is_found() {
+        let page = "Text.\n\n```rust\nlet a = 1;\n```\n\n```\nplain\n```\n\n```sh\nls\n```\n";
+        assert_eq!(bare_fences(page), [7]);
+        assert!(bare_fences("```text\nx\n```\n").is_empty());
+    }
 
     #[test]
     fn a_feature_table_gives_its_first_column() {
