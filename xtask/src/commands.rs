@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use cargo_rudder::OperatorOptions;
 
-use crate::{checkov, ci, demo, diagrams, protobuf, scaffold, tidy, tools};
+use crate::{checkov, ci, demo, diagrams, protobuf, public_api, scaffold, tidy, tools};
 use xtask::util;
 
 /// One command.
@@ -100,7 +100,8 @@ pub(crate) const COMMANDS: &[Command] = &[
         flags: &[],
         rest: Some("passed to cargo test"),
         help: "run everything CI runs: envtest install (Kubernetes 1.37.2 and 1.33.13), fmt \
-               check, tidy, cargo deny, the book, clippy, docs, cargo package, checkov, the \
+               check, tidy, cargo deny, the book, clippy, docs, the public API files, cargo \
+               package, checkov, the \
                Go module's checks, tests on both releases (a freshly scaffolded controller's \
                included), three scaffolded operators' tests (plain, with webhooks, \
                multi-cluster), a short demo",
@@ -155,6 +156,32 @@ pub(crate) const COMMANDS: &[Command] = &[
                types' protobuf and JSON tags), then src/generated.rs from it and k8s-openapi's \
                source (tidy checks the Rust, ci the schema)",
         run: |_| protobuf::run(),
+    },
+    Command {
+        name: "public-api",
+        args: &[],
+        flags: &[
+            switch(
+                "--check",
+                "compare instead of writing: fail naming each crate whose surface is not its \
+                 file, with the lines added and removed (run by ci)",
+            ),
+            switch(
+                "--paths",
+                "print, per crate, how many public paths reach each item that has more than one",
+            ),
+        ],
+        rest: None,
+        help: "write each publishable crate's public API to crates/<dir>/public-api.txt, one \
+               line per public item and path, from rustdoc's JSON on nightly",
+        run: |parsed| {
+            public_api::run(match (parsed.is_set("--check"), parsed.is_set("--paths")) {
+                (true, true) => return Err("--check and --paths: give one".into()),
+                (true, false) => public_api::Mode::Check,
+                (false, true) => public_api::Mode::Paths,
+                (false, false) => public_api::Mode::Write,
+            })
+        },
     },
     Command {
         name: "new-controller",

@@ -14,6 +14,7 @@ mod diagrams;
 mod manifests;
 mod mirror;
 mod protobuf;
+mod public_api;
 mod scaffold;
 mod tidy;
 mod tools;

@@ -14,6 +14,15 @@
 //! - Every relative link and `#anchor` of the book's pages (`docs/*.md`) resolves to a file
 //!   in `docs/` and a heading of it (`links.rs`).
 //!
+//! - Every `rudder_…` metric name in the docs (README.md, ARCHITECTURE.md, `docs/*.md`, the
+//!   crates' doc comments, rudder-manifests' alerts and dashboards) is one the code
+//!   registers, and every registered one is named in some doc (`metrics.rs`).
+//! - Each crate tree drawn in a fenced block (ARCHITECTURE.md's) draws under a crate only
+//!   its dependencies, each above the ones it depends on, per `cargo metadata` (`tree.rs`).
+//! - README.md and every page of `docs/` are included by `doctests/src/lib.rs`, so
+//!   `cargo test --doc -p rudder-doctests` compiles their Rust blocks, and each of their code
+//!   blocks names its language (a bare fence would be compiled as Rust).
+//!
 //! Each check reports every problem it finds, naming the file and what to change.
 
 use std::path::Path;
@@ -23,6 +32,8 @@ use xtask::util::workspace_root;
 
 mod cycles;
 mod links;
+mod metrics;
+mod tree;
 
 /// Runs every check; fails listing all the problems found.
 pub(crate) fn run(args: &[&str], commands: &[&str]) -> Result<(), String> {
@@ -38,9 +49,12 @@ pub(crate) fn run(args: &[&str], commands: &[&str]) -> Result<(), String> {
     problems.extend(diagrams_current(&root)?);
     problems.extend(crate::protobuf::stale(&root)?);
     problems.extend(links::check(&root)?);
+    problems.extend(metrics::check(&root)?);
+    problems.extend(tree::check(&root)?);
+    problems.extend(doctest_pages(&root)?);
     if problems.is_empty() {
         println!(
-            "tidy: the map, the feature tables, the README, the imports, the diagrams, the generated decoders and the book's links agree with the code"
+            "tidy: the map, the feature tables, the README, the imports, the diagrams, the generated decoders, the book's links, the metric names, the crate tree and the doctested pages agree with the code"
         );
         Ok(())
     } else {
@@ -207,6 +221,60 @@ fn import_cycles(root: &Path) -> Vec<String> {
         .collect()
 }
 
+/// README.md and every `docs/*.md` page are a doctest item of `doctests/src/lib.rs`.
+fn doctest_pages(root: &Path) -> Result<Vec<String>, String> {
+    let lib = read(&root.join("doctests/src/lib.rs"))?;
+    let mut pages = vec!["README.md".to_owned()];
+    let docs = root.join("docs");
+    for entry in std::fs::read_dir(&docs)
+        .map_err(|e| format!("reading {}: {e}", docs.display()))?
+        .filter_map(Result::ok)
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") {
+            pages.push(format!("docs/{name}"));
+        }
+    }
+    pages.sort();
+    let mut problems = Vec::new();
+    for page in &pages {
+        let text = read(&root.join(page))?;
+        problems.extend(
+            bare_fences(&text)
+                .into_iter()
+                .map(|line| format!("{page}:{line}: a code block without a language: mark it `rust` (compiled) or its language (`sh`, `toml`, `text`)")),
+        );
+    }
+    Ok(problems
+        .into_iter()
+        .chain(pages
+        .into_iter()
+        .filter(|page| !lib.contains(&format!("include_str!(\"../../{page}\")")))
+        .map(|page| {
+            format!(
+                "doctests/src/lib.rs: no `#[doc = include_str!(\"../../{page}\")]` item, so {page}'s Rust blocks are not compiled"
+            )
+        }))
+        .collect())
+}
+
+/// The lines of the code blocks of `text` opened by a fence without a language, which
+/// rustdoc compiles as Rust and a reader cannot tell.
+fn bare_fences(text: &str) -> Vec<usize> {
+    let mut open = false;
+    let mut out = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let Some(info) = line.trim_start().strip_prefix("```") else {
+            continue;
+        };
+        if !open && info.trim().is_empty() {
+            out.push(number + 1);
+        }
+        open = !open;
+    }
+    out
+}
+
 /// The committed diagrams are what `cargo xtask diagrams` makes.
 fn diagrams_current(root: &Path) -> Result<Vec<String>, String> {
     let dir = diagrams::dir(root);
@@ -235,6 +303,13 @@ fn diagrams_current(root: &Path) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_planted_block_without_a_language_is_found() {
+        let page = "Text.\n\n```rust\nlet a = 1;\n```\n\n```\nplain\n```\n\n```sh\nls\n```\n";
+        assert_eq!(bare_fences(page), [7]);
+        assert!(bare_fences("```text\nx\n```\n").is_empty());
+    }
 
     #[test]
     fn a_feature_table_gives_its_first_column() {
