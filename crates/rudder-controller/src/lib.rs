@@ -179,7 +179,6 @@
     )
 )]
 
-mod causes;
 mod controller;
 mod error;
 mod gate;

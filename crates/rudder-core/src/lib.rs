@@ -49,7 +49,7 @@
 //! # async fn main() {
 //! // What a controller does with them (rudder-controller runs this loop with workers,
 //! // retries and metrics).
-//! let queue = Queue::new();
+//! let queue = Queue::default();
 //! let copy = Arc::new(ConfigMap {
 //!     metadata: ObjectMeta {
 //!         namespace: Some("default".into()),
@@ -158,7 +158,7 @@ mod source;
 pub mod sync;
 pub mod writes;
 
-pub use cause::{Cause, Causes, Trigger};
+pub use cause::{Cause, Causes, QueuedCauses, Trigger};
 pub use error::{BoxError, ErrorChain, TerminalError, is_terminal, panic_message};
 pub use event::Event;
 pub use gate::LeaderGate;

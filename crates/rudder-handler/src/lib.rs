@@ -19,7 +19,7 @@
 //!     EnqueueObject, Event, EventHandler, GenerationChanged, Predicate, Queue, Request,
 //! };
 //!
-//! let queue = Queue::new();
+//! let queue = Queue::default();
 //! let object = Arc::new(ConfigMap {
 //!     metadata: ObjectMeta {
 //!         namespace: Some("default".into()),

@@ -79,7 +79,7 @@ impl<R: Reconciler> Controller<R> {
         let mut workers = self.start_workers(&gate, shard.as_ref(), &stopping, &shutdown);
         // Queues the keys of each shard as it opens; after the sync, so the cache lists
         // them all. Aborted with `run` (a `JoinSet` aborts its tasks when dropped).
-        let _resyncs = start_resync(shard.as_ref(), &self.inner.queue, &self.inner.causes);
+        let _resyncs = start_resync(shard.as_ref(), &self.inner.queue);
         let mut ended = Vec::new();
         tokio::select! {
             _ = shutdown.stopped() => {}
@@ -240,7 +240,6 @@ async fn resync(
     shard: ShardGate,
     mut opened: tokio::sync::mpsc::UnboundedReceiver<usize>,
     queue: Queue,
-    causes: Arc<crate::causes::Book>,
 ) {
     let handoff: Arc<str> = Arc::from(rudder_core::cause::source::HANDOFF);
     while let Some(first) = opened.recv().await {
@@ -255,32 +254,24 @@ async fn resync(
             "shards opened: queueing their keys"
         );
         for key in keys {
-            causes.file(
-                &key,
-                rudder_core::Cause::new(Arc::clone(&handoff), "handoff"),
+            let cause = rudder_core::Cause::new(Arc::clone(&handoff), "handoff");
+            queue.add_with_payload(
+                key,
+                rudder_workqueue::AddOptions::new(),
+                rudder_core::QueuedCauses::new(cause),
             );
-            queue.add(key);
         }
     }
 }
 
 /// Starts queueing the keys of each shard as it opens, when the controller is sharded and
 /// no other controller on the gate took its openings.
-fn start_resync(
-    shard: Option<&ShardGate>,
-    queue: &Queue,
-    causes: &Arc<crate::causes::Book>,
-) -> JoinSet<()> {
+fn start_resync(shard: Option<&ShardGate>, queue: &Queue) -> JoinSet<()> {
     let mut resyncs = JoinSet::new();
     if let Some(shard) = shard
         && let Some(opened) = shard.take_opened()
     {
-        resyncs.spawn(resync(
-            shard.clone(),
-            opened,
-            queue.clone(),
-            Arc::clone(causes),
-        ));
+        resyncs.spawn(resync(shard.clone(), opened, queue.clone()));
     }
     resyncs
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::stream::StreamExt;
 use kube::Resource;
-use rudder_core::{Cause, Trigger};
+use rudder_core::{Cause, QueuedCauses, Trigger};
 use rudder_handler::{EventHandler, Predicate, Queue, Source, SourceError, Synced};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -129,6 +129,9 @@ where
         } = *self;
         let started = source.start()?;
         let mut events = started.events;
+        // This task's own handle: it carries the cause of the event being handled, so each
+        // key the handler adds through it carries it into the queue.
+        let mut queue = queue;
         #[allow(
             clippy::disallowed_methods,
             reason = "owned: the controller keeps the handle and its run joins it (stop_watches)"
@@ -148,7 +151,9 @@ where
                     if let Some(describe) = describe {
                         cause = cause.about(describe(event.object_arc()));
                     }
-                    crate::causes::handling(cause, || handler.handle(&event, &queue));
+                    queue.set_payload(QueuedCauses::new(cause));
+                    handler.handle(&event, &queue);
+                    queue.set_payload(QueuedCauses::default());
                 }
             }
         });
