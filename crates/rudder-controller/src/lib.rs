@@ -191,7 +191,6 @@
     )
 )]
 
-mod causes;
 mod controller;
 mod error;
 mod gate;

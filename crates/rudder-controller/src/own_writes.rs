@@ -210,10 +210,20 @@ impl OwnWrites {
             .sum()
     }
 
-    /// Puts a held key back in the queue to run after `delay` at the latest, at `priority`.
-    pub(crate) fn requeue_held(&self, key: Request, delay: Duration, priority: i32) {
-        self.queue
-            .add_with(key, AddOptions::new().after(delay).priority(priority));
+    /// Puts a held key back in the queue to run after `delay` at the latest, at `priority`,
+    /// with the causes it was handed out with.
+    pub(crate) fn requeue_held(
+        &self,
+        key: Request,
+        delay: Duration,
+        priority: i32,
+        causes: rudder_core::cause::QueuedCauses,
+    ) {
+        self.queue.add_with_payload(
+            key,
+            AddOptions::new().after(delay).priority(priority),
+            causes,
+        );
     }
 }
 
@@ -293,7 +303,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_key_is_held_until_its_writes_are_reached_and_queued_then() {
-        let queue = Queue::builder().build();
+        let queue = Queue::builder_with_payload().build();
         let writes = OwnWrites::new("test", None, queue.clone(), Duration::from_secs(5));
         let key = Request::namespaced("ns", "owner");
         assert_eq!(writes.check(&key, 0), Gate::Run, "nothing written");
@@ -319,7 +329,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_key_whose_writes_never_arrive_runs_after_the_bound() {
-        let queue = Queue::builder().build();
+        let queue = Queue::builder_with_payload().build();
         let writes = OwnWrites::new("test", None, queue.clone(), Duration::from_secs(5));
         let key = Request::namespaced("ns", "owner");
         let other = Request::namespaced("ns", "other");
@@ -339,7 +349,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_write_reached_before_the_key_is_taken_holds_nothing() {
-        let queue = Queue::builder().build();
+        let queue = Queue::builder_with_payload().build();
         let writes = OwnWrites::new("test", None, queue.clone(), Duration::from_secs(5));
         let key = Request::namespaced("ns", "owner");
         writes.written(&key, &object("a"));

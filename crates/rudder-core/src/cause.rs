@@ -9,6 +9,14 @@
 //! The reconcile's span carries them, [`Context::causes`](crate::Context::causes) gives them
 //! to the reconciler, and `rudder_controller_reconcile_triggers_total{controller,source,event}`
 //! counts them.
+//!
+//! They live in the work queue's own slot for the key, as its payload ([`QueuedCauses`],
+//! the payload of a controller's [`Queue`](crate::handler::Queue)): recording a cause costs
+//! no lookup and no lock of its own. A watch's handler adds through a queue handle that
+//! carries the cause of the event it handles
+//! ([`WorkQueue::set_payload`](rudder_workqueue::WorkQueue::set_payload)), so a handler's
+//! plain `queue.add(request)` records it; the worker's own re-adds name theirs
+//! ([`WorkQueue::add_with_payload`](rudder_workqueue::WorkQueue::add_with_payload)).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -16,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use kube::Resource;
+use rudder_workqueue::Payload;
 
 /// The object an event was about, read when asked (the cause holds the object, shared with
 /// the cache, rather than copies of its names).
@@ -66,8 +75,15 @@ pub mod source {
 }
 
 /// Why a key was queued once.
+///
+/// A shared pointer: a cause is made once per event and cloned into each key the event's
+/// handler queues, and a clone costs a reference count, not an allocation.
 #[derive(Clone)]
-pub struct Cause {
+pub struct Cause(Arc<CauseData>);
+
+/// What a [`Cause`] holds.
+#[derive(Clone)]
+struct CauseData {
     source: Arc<str>,
     event: &'static str,
     object: Option<Arc<dyn Trigger>>,
@@ -81,64 +97,66 @@ impl Cause {
     /// event's kind, `create`, `update`, `delete`, `generic`, `initial` for an object of an
     /// informer's first list; or the reason for the other sources), now.
     pub fn new(source: Arc<str>, event: &'static str) -> Self {
-        Self {
+        Self::make(source, event, None)
+    }
+
+    fn make(source: Arc<str>, event: &'static str, after: Option<Duration>) -> Self {
+        Self(Arc::new(CauseData {
             source,
             event,
             object: None,
             at: SystemTime::now(),
-            after: None,
-        }
+            after,
+        }))
     }
 
     /// A cause of an add that makes the key ready only after `after` (a requeue after a
     /// delay; `Duration::ZERO` when the delay is the rate limiter's, unknown here). An add
     /// that makes the key ready at once takes its place as the run's first cause.
     pub fn scheduled(source: Arc<str>, event: &'static str, after: Duration) -> Self {
-        Self {
-            after: Some(after),
-            ..Self::new(source, event)
-        }
+        Self::make(source, event, Some(after))
     }
 
     /// Whether the add waits for a time of its own ([`scheduled`](Self::scheduled)).
     pub fn is_scheduled(&self) -> bool {
-        self.after.is_some()
+        self.0.after.is_some()
     }
 
     /// When the add made (or makes) the key ready: when it was recorded, plus the delay of
     /// a scheduled add.
     pub fn due(&self) -> SystemTime {
-        self.at + self.after.unwrap_or_default()
+        self.0.at + self.0.after.unwrap_or_default()
     }
 
     /// This cause, about `object`.
     #[must_use]
     pub fn about(mut self, object: Arc<dyn Trigger>) -> Self {
-        self.object = Some(object);
+        // Not yet shared when made this way: no copy.
+        Arc::make_mut(&mut self.0).object = Some(object);
         self
     }
 
     /// Where the add came from: the watch's label (`for`, `owns`, `watches`, or the name a
     /// builder gave it), or one of [`source`]'s.
     pub fn source(&self) -> &str {
-        &self.source
+        &self.0.source
     }
 
     /// The event (`create`, `update`, `delete`, `generic`, `initial`), or the reason for the
     /// sources that are not watches: `requeue` and `requeue_after` (source `requeue`),
     /// `error` and `panic` (source `retry`), `handoff` (source `handoff`).
     pub fn event(&self) -> &'static str {
-        self.event
+        self.0.event
     }
 
     /// The object the event was about, if the add came from a watch of objects.
     pub fn object(&self) -> Option<&dyn Trigger> {
-        self.object.as_deref()
+        self.0.object.as_deref()
     }
 
     /// When the cause was recorded (the event's arrival at the controller).
     pub fn at(&self) -> SystemTime {
-        self.at
+        self.0.at
     }
 }
 
@@ -151,8 +169,8 @@ impl fmt::Debug for Cause {
 impl fmt::Display for Cause {
     /// `source/event`, and the object (`Kind namespace/name@resourceVersion`) if any.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.source, self.event)?;
-        if let Some(object) = &self.object {
+        write!(f, "{}/{}", self.0.source, self.0.event)?;
+        if let Some(object) = &self.0.object {
             write!(f, " {} ", object.kind())?;
             if let Some(namespace) = object.namespace() {
                 write!(f, "{namespace}/")?;
@@ -219,6 +237,73 @@ impl Causes {
     pub fn count(&self) -> u32 {
         self.count
     }
+
+    /// Adds all of `later`'s, as if each had been merged in turn: its first and its last,
+    /// and its count.
+    pub fn merge_all(&mut self, later: Causes) {
+        let count = self.count.saturating_add(later.count);
+        self.merge(later.first);
+        if let Some(last) = later.last {
+            self.merge(last);
+        }
+        self.count = count;
+    }
+}
+
+/// What a key carries in a controller's work queue: the [`Causes`] of its pending run, or
+/// none (a key added with no cause named: by code outside any watch, or before a controller
+/// runs). The work queue's [`Payload`]: merged on each add while the key waits, handed to
+/// the worker with the key.
+///
+/// Three words (two [`Cause`] pointers and a count): the queue's slot and the work item a
+/// worker moves around grow by that much (with the causes inline, moving work items cost a
+/// controller's in-memory pass more than the causes' whole bookkeeping), and a clone for
+/// each key an event queues costs a reference count.
+#[derive(Clone, Debug, Default)]
+pub struct QueuedCauses(Option<Causes>);
+
+impl QueuedCauses {
+    /// One add's: `cause`.
+    pub fn new(cause: Cause) -> Self {
+        Self(Some(Causes::new(cause)))
+    }
+
+    /// The causes, if any add named one.
+    pub fn get(&self) -> Option<&Causes> {
+        self.0.as_ref()
+    }
+
+    /// Takes the causes out, if any.
+    pub fn into_causes(self) -> Option<Causes> {
+        self.0
+    }
+}
+
+impl From<Option<Causes>> for QueuedCauses {
+    fn from(causes: Option<Causes>) -> Self {
+        Self(causes)
+    }
+}
+
+impl Payload for QueuedCauses {
+    /// Merges `later`'s causes into these ([`Causes::merge_all`]). The two are put in the
+    /// order their first causes were recorded, so a key put back with the causes it was
+    /// handed out with (a closed leader gate) keeps them first.
+    #[inline]
+    fn merge(&mut self, later: Self) {
+        let Some(mut later) = later.0 else {
+            return;
+        };
+        match &mut self.0 {
+            None => self.0 = Some(later),
+            Some(mine) => {
+                if later.first.at() < mine.first.at() {
+                    std::mem::swap(mine, &mut later);
+                }
+                mine.merge_all(later);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -248,6 +333,44 @@ mod tests {
         assert_eq!(causes.count(), 1002);
         assert_eq!(causes.first().source(), "for");
         assert_eq!(causes.latest().to_string(), "owns/delete");
+    }
+
+    #[test]
+    fn what_a_queued_key_holds_is_bounded() {
+        // In the queue's slot: two pointers and a count, however many adds merge.
+        assert_eq!(size_of::<QueuedCauses>(), 3 * size_of::<usize>());
+        // On the heap, at most two causes a key (shared with the other keys an event queued).
+        assert_eq!(size_of::<CauseData>(), 80);
+        let mut queued = QueuedCauses::new(Cause::new("for".into(), "create"));
+        for _ in 0..100 {
+            queued.merge(QueuedCauses::new(Cause::new("for".into(), "update")));
+        }
+        let causes = queued.get().unwrap();
+        assert_eq!(causes.count(), 101);
+        assert_eq!(Arc::strong_count(&causes.first().0), 1);
+    }
+
+    #[test]
+    fn queued_causes_merge_in_the_order_they_were_recorded() {
+        let mut queued = QueuedCauses::default();
+        queued.merge(QueuedCauses::default());
+        assert!(queued.get().is_none(), "an add with no cause records none");
+        let early = Cause::new("for".into(), "create");
+        let mut held = QueuedCauses::new(early);
+        held.merge(QueuedCauses::new(Cause::new("owns".into(), "update")));
+        let recorded = held.get().unwrap().latest().at();
+        // The next cause is recorded strictly later (the clock may be coarse).
+        while SystemTime::now() <= recorded {
+            std::hint::spin_loop();
+        }
+        let later = QueuedCauses::new(Cause::new("watches".into(), "delete"));
+        // Put back after a later add: the held causes still come first.
+        let mut slot = later;
+        slot.merge(held);
+        let causes = slot.into_causes().unwrap();
+        assert_eq!(causes.count(), 3);
+        assert_eq!(causes.first().to_string(), "for/create");
+        assert_eq!(causes.latest().to_string(), "watches/delete");
     }
 
     #[test]

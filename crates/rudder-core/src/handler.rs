@@ -14,8 +14,9 @@ use crate::{Event, Request};
 /// The priority of requests for old news: objects from the first list and no-op resyncs.
 pub const LOW_PRIORITY: i32 = -100;
 
-/// The work queue controllers reconcile from.
-pub type Queue = WorkQueue<Request>;
+/// The work queue controllers reconcile from: each queued request carries the causes of its
+/// pending reconcile ([`QueuedCauses`](crate::QueuedCauses)).
+pub type Queue = WorkQueue<Request, crate::cause::QueuedCauses>;
 
 /// Turns events into requests on the queue.
 pub trait EventHandler<K>: Send + Sync {

@@ -49,7 +49,7 @@
 //! # async fn main() {
 //! // What a controller does with them (rudder-controller runs this loop with workers,
 //! // retries and metrics).
-//! let queue = Queue::new();
+//! let queue = Queue::default();
 //! let copy = Arc::new(ConfigMap {
 //!     metadata: ObjectMeta {
 //!         namespace: Some("default".into()),

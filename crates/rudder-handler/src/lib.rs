@@ -18,7 +18,7 @@
 //! use rudder_core::{Event, EventHandler, Predicate, Queue, Request};
 //! use rudder_handler::{EnqueueObject, GenerationChanged};
 //!
-//! let queue = Queue::new();
+//! let queue = Queue::default();
 //! let object = Arc::new(ConfigMap {
 //!     metadata: ObjectMeta {
 //!         namespace: Some("default".into()),

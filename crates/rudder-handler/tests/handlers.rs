@@ -59,7 +59,7 @@ fn drain(queue: &Queue) -> Vec<(String, i32)> {
 
 #[test]
 fn enqueue_object_puts_old_news_at_low_priority() {
-    let q = Queue::builder().priority_aging(None).build();
+    let q = Queue::builder_with_payload().priority_aging(None).build();
     let listed = Event::Create {
         object: pod("1", vec![]),
         initial_list: true,
@@ -93,7 +93,7 @@ fn enqueue_object_puts_old_news_at_low_priority() {
 
 #[test]
 fn enqueue_owner_takes_the_controller_of_the_right_kind_and_group() {
-    let q = Queue::new();
+    let q = Queue::default();
     let owners = vec![
         owner("Deployment", "apps/v1", "controller", true),
         owner("Deployment", "apps/v1", "other", false),
@@ -117,7 +117,7 @@ fn enqueue_owner_takes_the_controller_of_the_right_kind_and_group() {
 
 #[test]
 fn enqueue_owner_reaches_old_and_new_owners_and_respects_scope() {
-    let q = Queue::new();
+    let q = Queue::default();
     let moved = Event::Update {
         old: pod("1", vec![owner("Deployment", "apps/v1", "before", true)]),
         new: pod("2", vec![owner("Deployment", "apps/v1", "after", true)]),
@@ -156,7 +156,7 @@ fn enqueue_owner_reaches_old_and_new_owners_and_respects_scope() {
 
 #[test]
 fn enqueue_mapped_and_closures() {
-    let q = Queue::new();
+    let q = Queue::default();
     let mapped = EnqueueMapped(|p: &Pod| {
         let rv = p.metadata.resource_version.clone().unwrap_or_default();
         vec![Request::namespaced("ns", &format!("for-{rv}"))]

@@ -64,6 +64,12 @@
 //!   priority; merging keeps the highest priority and the earliest ready time, so a waiting
 //!   key raised to a higher priority keeps its place in line (it goes in among that
 //!   priority's keys by when it became ready, not to the back).
+//! - **Payloads.** A queue may carry a value with each key ([`Payload`]: `WorkQueue<K, P>`;
+//!   nothing, `()`, by default): every add brings one (the adding handle's,
+//!   [`WorkQueue::set_payload`], or its own, [`WorkQueue::add_with_payload`]), merged into
+//!   what the key's pending run carries, in the queue's slot for the key; the worker takes it
+//!   with the key ([`WorkItem::take_payload`]). An add while the key is processing starts the
+//!   next run's. A controller records why each key was queued this way.
 //! - **Shutdown.** [`shutdown`](WorkQueue::shutdown) stops adds and drops delayed keys; getters
 //!   drain the ready keys, then receive `None`.
 //!   [`shutdown_with_drain`](WorkQueue::shutdown_with_drain) also waits for in-flight work.
@@ -89,7 +95,9 @@
 //! ready queues and the delayed heap hold slot numbers, so in steady state an add, get and
 //! done allocate nothing for keys the queue has seen (the key is cloned once per
 //! [`get`](WorkQueue::get): use a key whose clone is cheap, such as an integer or an
-//! `Arc<str>`, to avoid even that). Keys are hashed before the lock is taken. An immediate
+//! `Arc<str>`, to avoid even that). A payload lives in the key's slot: no second table and
+//! no second lookup; with the default `()` it takes no room and no merge runs. Keys are
+//! hashed before the lock is taken. An immediate
 //! add reads the clock once when ageing is on (the time it became ready) and not at all with
 //! strict priority; when the previous add needed the time, the read happens before the lock
 //! too, so other threads do not wait for it (a dedup hit reads no clock). Where reading the
@@ -129,6 +137,7 @@ pub mod metrics;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics_crate;
 mod options;
+mod payload;
 mod queue;
 pub mod rate_limiter;
 mod ready;
@@ -136,5 +145,6 @@ mod state;
 mod waiters;
 
 pub use options::AddOptions;
+pub use payload::Payload;
 pub use queue::WorkItem;
 pub use queue::{Builder, DEFAULT_PRIORITY_AGING, QueueStats, WorkQueue};

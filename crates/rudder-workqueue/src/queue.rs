@@ -18,11 +18,11 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::AddOptions;
 use crate::clock::Nanos;
 use crate::metrics::{MetricsProvider, QueueMetrics, UNFINISHED_WORK_UPDATE_PERIOD};
 use crate::rate_limiter::{RateLimiter, default_controller_rate_limiter};
 use crate::state::{Armed, Effect, State};
+use crate::{AddOptions, Payload};
 
 /// How long a key must wait to be worth one priority level, unless the builder says otherwise.
 ///
@@ -32,26 +32,32 @@ pub const DEFAULT_PRIORITY_AGING: Duration = Duration::from_secs(1);
 
 /// An async work queue with client-go's processing rules; a cheap handle to clone.
 ///
-/// See the [crate documentation](crate) for the rules and an example.
-pub struct WorkQueue<K> {
-    shared: Arc<Shared<K>>,
+/// See the [crate documentation](crate) for the rules and an example. `P` is what each
+/// queued key carries ([`Payload`]; nothing by default). A handle carries one too
+/// ([`set_payload`](Self::set_payload)), which its adds bring to their keys.
+pub struct WorkQueue<K, P = ()> {
+    shared: Arc<Shared<K, P>>,
+    /// What this handle's adds carry, unless they name their own.
+    payload: P,
 }
 
-impl<K> Clone for WorkQueue<K> {
+impl<K, P: Clone> Clone for WorkQueue<K, P> {
+    /// Another handle to the same queue, carrying what this one carries.
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
+            payload: self.payload.clone(),
         }
     }
 }
 
-pub(crate) struct Shared<K> {
+pub(crate) struct Shared<K, P> {
     /// Every operation takes this lock. parking_lot's rather than std's: with producers and
     /// workers on different threads the lock is contended on every key, and std's futex mutex
     /// (spin, then sleep in the kernel) made the 2-producer, 2-worker bench 1.5-2x slower
     /// than parking_lot's (spin with backoff, yield, then park); uncontended they cost the
     /// same (docs/benchmarks.md).
-    state: Mutex<State<K>>,
+    state: Mutex<State<K, P>>,
     /// Hashes keys before the lock is taken, so hashing a long key holds no one up.
     hasher: DefaultHashBuilder,
     /// Whether the last add read the clock (it queued a key, with ageing on or a delay).
@@ -65,18 +71,13 @@ pub(crate) struct Shared<K> {
     name: String,
     limiter: Box<dyn RateLimiter<K>>,
     metrics: Option<Box<dyn QueueMetrics>>,
-    /// Sees every key added, before it is queued ([`Builder::on_add`]).
-    on_add: Option<AddHook<K>>,
     /// Woken when a worker takes a key while none was processing: the unfinished-work
     /// updater sleeps on it while the queue is idle (metrics on only).
     busy: Arc<Notify>,
     updater: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// What [`Builder::on_add`] takes.
-type AddHook<K> = Box<dyn Fn(&K) + Send + Sync>;
-
-impl<K> Drop for Shared<K> {
+impl<K, P> Drop for Shared<K, P> {
     fn drop(&mut self) {
         let updater = self.updater.get_mut();
         if let Some(task) = updater.take() {
@@ -86,15 +87,15 @@ impl<K> Drop for Shared<K> {
 }
 
 /// Builds a [`WorkQueue`] with a name, a rate limiter, a priority ageing rule and metrics.
-pub struct Builder<K> {
+pub struct Builder<K, P = ()> {
     name: String,
     limiter: Option<Box<dyn RateLimiter<K>>>,
     aging: Option<Duration>,
     metrics: Option<Box<dyn MetricsProvider>>,
-    on_add: Option<AddHook<K>>,
+    payload: std::marker::PhantomData<fn() -> P>,
 }
 
-impl<K> fmt::Debug for Builder<K> {
+impl<K, P> fmt::Debug for Builder<K, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("name", &self.name)
@@ -104,9 +105,10 @@ impl<K> fmt::Debug for Builder<K> {
     }
 }
 
-impl<K> Builder<K>
+impl<K, P> Builder<K, P>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
+    P: Payload,
 {
     /// The queue's name, used as the `name` label of its metrics.
     pub fn name(mut self, name: impl Into<String>) -> Self {
@@ -141,16 +143,8 @@ where
         self
     }
 
-    /// Calls `hook` with every key added (by any of the `add` methods, merged or not, before
-    /// it is queued), on the adding thread, outside the queue's lock: what a controller uses
-    /// to record why each key was queued. Keep it short; it must not add to this queue.
-    pub fn on_add(mut self, hook: impl Fn(&K) + Send + Sync + 'static) -> Self {
-        self.on_add = Some(Box::new(hook));
-        self
-    }
-
     /// Builds the queue.
-    pub fn build(self) -> WorkQueue<K> {
+    pub fn build(self) -> WorkQueue<K, P> {
         let aging = self
             .aging
             .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1));
@@ -167,7 +161,6 @@ where
                 .limiter
                 .unwrap_or_else(|| Box::new(default_controller_rate_limiter())),
             metrics,
-            on_add: self.on_add,
             busy: Arc::new(Notify::new()),
             updater: Mutex::new(None),
         });
@@ -182,7 +175,10 @@ where
             ));
             *shared.updater.lock() = Some(task);
         }
-        WorkQueue { shared }
+        WorkQueue {
+            shared,
+            payload: P::default(),
+        }
     }
 }
 
@@ -190,20 +186,46 @@ impl<K> WorkQueue<K>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
-    /// A queue with the default controller rate limiter, default priority ageing and no metrics.
+    /// A queue with the default controller rate limiter, default priority ageing and no
+    /// metrics, whose keys carry nothing.
     pub fn new() -> Self {
         Self::builder().build()
     }
 
-    /// Starts building a queue.
+    /// Starts building a queue whose keys carry nothing
+    /// ([`builder_with_payload`](Self::builder_with_payload) for a queue whose keys do).
     pub fn builder() -> Builder<K> {
+        Self::builder_with_payload()
+    }
+}
+
+impl<K, P> WorkQueue<K, P>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    P: Payload,
+{
+    /// Starts building a queue whose keys carry a `P` ([`Payload`]).
+    pub fn builder_with_payload() -> Builder<K, P> {
         Builder {
             name: String::new(),
             limiter: None,
             aging: Some(DEFAULT_PRIORITY_AGING),
             metrics: None,
-            on_add: None,
+            payload: std::marker::PhantomData,
         }
+    }
+
+    /// Makes this handle's adds carry `payload` (each add a clone of it), and returns what
+    /// they carried before. Other handles, clones made earlier included, are not changed;
+    /// a clone made later carries it too. [`add_with_payload`](Self::add_with_payload)
+    /// names its own.
+    pub fn set_payload(&mut self, payload: P) -> P {
+        std::mem::replace(&mut self.payload, payload)
+    }
+
+    /// What this handle's adds carry.
+    pub fn payload(&self) -> &P {
+        &self.payload
     }
 
     /// The queue's name (empty unless the builder set one).
@@ -235,10 +257,14 @@ where
     /// wins), and a priority. Merging with a waiting key keeps the highest priority and the
     /// earliest ready time.
     pub fn add_with(&self, key: K, options: AddOptions) {
+        self.add_with_payload(key, options, self.payload.clone());
+    }
+
+    /// [`add_with`](Self::add_with), the key carrying `payload` rather than this handle's:
+    /// merged into what the key's pending run carries ([`Payload::merge`]), whether or not
+    /// the add changes anything else. After [`shutdown`](Self::shutdown) it is dropped.
+    pub fn add_with_payload(&self, key: K, options: AddOptions, payload: P) {
         let shared = &*self.shared;
-        if let Some(hook) = &shared.on_add {
-            hook(&key);
-        }
         let delay = if options.after.is_none() && !options.rate_limited {
             0
         } else {
@@ -259,7 +285,7 @@ where
         }
         let mut asked = false;
         let mut st = shared.lock();
-        let effect = st.add(key, hash, delay, options.priority, &mut || {
+        let effect = st.add(key, hash, delay, options.priority, payload, &mut || {
             asked = true;
             clock.now()
         });
@@ -286,7 +312,7 @@ where
     /// The key is the caller's until the returned [`WorkItem`] is done or dropped: no other
     /// getter receives it meanwhile. Getters are served by priority, then by the time their
     /// keys became ready. Cancelling this future loses nothing.
-    pub async fn get(&self) -> Option<WorkItem<K>> {
+    pub async fn get(&self) -> Option<WorkItem<K, P>> {
         let shared = &*self.shared;
         // Fast path: a key is ready; no waiting machinery is built. (With nothing ready, the
         // first poll below looks at the delayed keys, which needs the clock.)
@@ -344,7 +370,7 @@ where
     }
 
     /// Hands out a ready key without waiting, or `None` if no key is ready now.
-    pub fn try_get(&self) -> Option<WorkItem<K>> {
+    pub fn try_get(&self) -> Option<WorkItem<K, P>> {
         self.try_pop(self.shared.lock()).ok()
     }
 
@@ -415,7 +441,7 @@ where
 
     /// Pops if a key is ready, without looking at delayed keys unless something is ready.
     #[inline]
-    fn pop_if_ready(&self) -> Option<WorkItem<K>> {
+    fn pop_if_ready(&self) -> Option<WorkItem<K, P>> {
         let st = self.shared.lock();
         if st.ready_len() == 0 {
             return None;
@@ -429,8 +455,8 @@ where
     #[inline]
     fn try_pop<'a>(
         &self,
-        mut st: MutexGuard<'a, State<K>>,
-    ) -> Result<WorkItem<K>, MutexGuard<'a, State<K>>> {
+        mut st: MutexGuard<'a, State<K, P>>,
+    ) -> Result<WorkItem<K, P>, MutexGuard<'a, State<K, P>>> {
         let shared = &*self.shared;
         let mut clock = Clock::new(shared);
         if st.delayed_len() > 0 {
@@ -465,12 +491,16 @@ where
             m.set_depth(depth);
             m.queue_latency(Duration::from_nanos(popped.queued_for));
         }
-        Ok(WorkItem::new(
-            popped.key,
-            popped.slot,
-            popped.priority,
-            self.clone(),
-        ))
+        Ok(WorkItem {
+            key: popped.key,
+            payload: popped.payload,
+            slot: popped.slot,
+            priority: popped.priority,
+            queue: WorkQueue {
+                shared: Arc::clone(&self.shared),
+                payload: P::default(),
+            },
+        })
     }
 
     /// Marks the key in `slot` done (called by [`WorkItem`]).
@@ -495,16 +525,18 @@ where
     }
 }
 
-impl<K> Default for WorkQueue<K>
+impl<K, P> Default for WorkQueue<K, P>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
+    P: Payload,
 {
+    /// [`WorkQueue::new`], for any payload.
     fn default() -> Self {
-        Self::new()
+        Self::builder_with_payload().build()
     }
 }
 
-impl<K> fmt::Debug for WorkQueue<K> {
+impl<K, P> fmt::Debug for WorkQueue<K, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkQueue")
             .field("name", &self.shared.name)
@@ -526,9 +558,9 @@ pub struct QueueStats {
     pub bookkeeping_bytes: usize,
 }
 
-impl<K> Shared<K> {
+impl<K, P> Shared<K, P> {
     #[inline]
-    fn lock(&self) -> MutexGuard<'_, State<K>> {
+    fn lock(&self) -> MutexGuard<'_, State<K, P>> {
         // parking_lot's lock is not poisoned by a panic: no code path panics with the lock
         // held except on broken invariants, and if a key's own Hash or Eq panicked, the state
         // is still consistent enough to keep serving others.
@@ -536,9 +568,10 @@ impl<K> Shared<K> {
     }
 
     /// Locks, with delayed keys that are due moved to the ready queue, as a getter would.
-    fn lock_due(&self) -> MutexGuard<'_, State<K>>
+    fn lock_due(&self) -> MutexGuard<'_, State<K, P>>
     where
         K: Hash + Eq + Clone,
+        P: Payload,
     {
         let mut st = self.lock();
         if st.delayed_len() > 0 {
@@ -563,13 +596,13 @@ impl<K> Shared<K> {
 }
 
 /// Reads the clock at most once per operation, and only if it is needed.
-struct Clock<'a, K> {
-    shared: &'a Shared<K>,
+struct Clock<'a, K, P> {
+    shared: &'a Shared<K, P>,
     now: Option<Nanos>,
 }
 
-impl<'a, K> Clock<'a, K> {
-    fn new(shared: &'a Shared<K>) -> Self {
+impl<'a, K, P> Clock<'a, K, P> {
+    fn new(shared: &'a Shared<K, P>) -> Self {
         Self { shared, now: None }
     }
 
@@ -581,7 +614,7 @@ impl<'a, K> Clock<'a, K> {
 
 /// Picks the getter to wake after an operation (under the lock); wake it after unlocking.
 #[inline]
-fn wake_for<K>(st: &mut State<K>, effect: Effect) -> Option<Waker> {
+fn wake_for<K, P>(st: &mut State<K, P>, effect: Effect) -> Option<Waker> {
     if effect.became_ready {
         st.waiters.notify_one()
     } else if effect.new_earliest_delay {
@@ -605,16 +638,16 @@ fn wake(waker: Option<Waker>) {
 
 /// A getter's registration as a parked waiter (and maybe as the timer owner); undone when
 /// the getter looks again, returns or is cancelled.
-struct Parked<'a, K> {
-    shared: &'a Shared<K>,
+struct Parked<'a, K, P> {
+    shared: &'a Shared<K, P>,
     id: Option<u32>,
     timer: bool,
 }
 
-impl<K> Parked<'_, K> {
+impl<K, P> Parked<'_, K, P> {
     /// Unregisters. Returns whether this getter owed the queue a look it will now not take:
     /// it was notified, or it held the timer.
-    fn leave(&mut self, st: &mut State<K>) -> bool {
+    fn leave(&mut self, st: &mut State<K, P>) -> bool {
         let Some(id) = self.id.take() else {
             return false;
         };
@@ -627,7 +660,7 @@ impl<K> Parked<'_, K> {
     }
 }
 
-impl<K> Drop for Parked<'_, K> {
+impl<K, P> Drop for Parked<'_, K, P> {
     fn drop(&mut self) {
         if self.id.is_none() {
             return;
@@ -646,7 +679,7 @@ impl<K> Drop for Parked<'_, K> {
 }
 
 /// Refreshes the unfinished-work gauges until the queue is dropped.
-async fn update_unfinished_work<K>(shared: Weak<Shared<K>>, busy: Arc<Notify>) {
+async fn update_unfinished_work<K, P>(shared: Weak<Shared<K, P>>, busy: Arc<Notify>) {
     loop {
         // Idle (nothing in flight, so both gauges are zero): no rounds, no wake-ups, until a
         // worker takes a key. A take between the check and the wait leaves a permit, so it
@@ -700,32 +733,37 @@ async fn update_unfinished_work<K>(shared: Weak<Shared<K>>, busy: Arc<Notify>) {
 /// [`done`](Self::done), tells the queue the worker is finished; if the key was added again
 /// meanwhile it is queued exactly once more. Because dropping counts as done, a worker that
 /// panics cannot leave its key stuck.
-pub struct WorkItem<K>
+pub struct WorkItem<K, P = ()>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
+    P: Payload,
 {
     key: K,
+    payload: P,
     slot: u32,
     priority: i32,
-    queue: WorkQueue<K>,
+    queue: WorkQueue<K, P>,
 }
 
-impl<K> WorkItem<K>
+impl<K, P> WorkItem<K, P>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
+    P: Payload,
 {
-    pub(crate) fn new(key: K, slot: u32, priority: i32, queue: WorkQueue<K>) -> Self {
-        Self {
-            key,
-            slot,
-            priority,
-            queue,
-        }
-    }
-
     /// The key.
     pub fn key(&self) -> &K {
         &self.key
+    }
+
+    /// What the adds of this run carried, merged ([`Payload`]).
+    pub fn payload(&self) -> &P {
+        &self.payload
+    }
+
+    /// Takes what the adds of this run carried, leaving the default. To put the key back
+    /// without losing it, add the key with it ([`WorkQueue::add_with_payload`]).
+    pub fn take_payload(&mut self) -> P {
+        std::mem::take(&mut self.payload)
     }
 
     /// The priority the key was queued with.
@@ -733,8 +771,8 @@ where
         self.priority
     }
 
-    /// The queue the key came from.
-    pub fn queue(&self) -> &WorkQueue<K> {
+    /// The queue the key came from (a handle carrying the default payload).
+    pub fn queue(&self) -> &WorkQueue<K, P> {
         &self.queue
     }
 
@@ -742,18 +780,20 @@ where
     pub fn done(self) {}
 }
 
-impl<K> Drop for WorkItem<K>
+impl<K, P> Drop for WorkItem<K, P>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
+    P: Payload,
 {
     fn drop(&mut self) {
         self.queue.finish(self.slot);
     }
 }
 
-impl<K> Deref for WorkItem<K>
+impl<K, P> Deref for WorkItem<K, P>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
+    P: Payload,
 {
     type Target = K;
 
@@ -762,9 +802,10 @@ where
     }
 }
 
-impl<K> fmt::Debug for WorkItem<K>
+impl<K, P> fmt::Debug for WorkItem<K, P>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static + fmt::Debug,
+    P: Payload,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkItem")
@@ -779,7 +820,7 @@ mod tests {
     use super::*;
 
     /// A state with `parked` getters; the first holds the timer if `armed`.
-    fn state(parked: usize, armed: bool) -> State<u8> {
+    fn state(parked: usize, armed: bool) -> State<u8, ()> {
         let mut st = State::new(None, false);
         for _ in 0..parked {
             st.waiters.park(Waker::noop());

@@ -19,6 +19,7 @@ use std::hash::Hash;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
+use crate::Payload;
 use crate::clock::Nanos;
 use crate::ready::{Place, ReadyQueue};
 use crate::waiters::Waiters;
@@ -41,8 +42,11 @@ enum Phase {
     Dirty,
 }
 
-struct Slot<K> {
+struct Slot<K, P> {
     key: Option<K>,
+    /// What the adds of the pending run carried, merged ([`Payload`]); taken when the key
+    /// is handed out.
+    payload: P,
     hash: u64,
     phase: Phase,
     generation: u32,
@@ -60,9 +64,16 @@ struct Slot<K> {
 }
 
 /// Takes a free slot (or a new one) for `key`; the caller puts it in the index.
-fn alloc<K>(slots: &mut Vec<Slot<K>>, free: &mut Vec<u32>, key: K, hash: u64) -> u32 {
+fn alloc<K, P>(
+    slots: &mut Vec<Slot<K, P>>,
+    free: &mut Vec<u32>,
+    key: K,
+    payload: P,
+    hash: u64,
+) -> u32 {
     let fresh = Slot {
         key: Some(key),
+        payload,
         hash,
         phase: Phase::Free,
         generation: 0,
@@ -115,8 +126,9 @@ pub(crate) struct Effect {
 }
 
 /// A key handed out by [`State::pop`].
-pub(crate) struct Popped<K> {
+pub(crate) struct Popped<K, P> {
     pub(crate) key: K,
+    pub(crate) payload: P,
     pub(crate) slot: u32,
     pub(crate) priority: i32,
     /// How long the key waited since it became ready (with metrics on).
@@ -130,8 +142,8 @@ pub(crate) struct Finished {
     pub(crate) worked_for: Nanos,
 }
 
-pub(crate) struct State<K> {
-    slots: Vec<Slot<K>>,
+pub(crate) struct State<K, P> {
+    slots: Vec<Slot<K, P>>,
     free: Vec<u32>,
     index: HashTable<u32>,
     ready: ReadyQueue,
@@ -154,7 +166,7 @@ pub(crate) struct State<K> {
     pub(crate) armed: Option<Armed>,
 }
 
-impl<K> State<K> {
+impl<K, P> State<K, P> {
     /// Keys ready to be handed out.
     pub(crate) fn ready_len(&self) -> usize {
         self.ready.len()
@@ -185,7 +197,7 @@ impl<K> State<K> {
 
     /// Bytes the queue's own structures hold (keys' heap data not included).
     pub(crate) fn footprint(&self) -> usize {
-        self.slots.capacity() * size_of::<Slot<K>>()
+        self.slots.capacity() * size_of::<Slot<K, P>>()
             + self.free.capacity() * size_of::<u32>()
             + self.index.allocation_size()
             + self.ready.footprint()
@@ -194,7 +206,7 @@ impl<K> State<K> {
     }
 }
 
-impl<K: Hash + Eq + Clone> State<K> {
+impl<K: Hash + Eq + Clone, P: Payload> State<K, P> {
     /// `aging`: nanoseconds of waiting worth one priority level (`None`: strict priority).
     /// `track_time`: stamp keys for the latency metrics.
     pub(crate) fn new(aging: Option<u64>, track_time: bool) -> Self {
@@ -228,7 +240,8 @@ impl<K: Hash + Eq + Clone> State<K> {
     }
 
     /// Adds (or merges) a request for `key` (whose hash, from the queue's hasher, is `hash`)
-    /// to run `delay` from now (0: at once), with `priority`.
+    /// to run `delay` from now (0: at once), with `priority`, carrying `payload` (merged into
+    /// the pending run's, even when the add changes nothing else; dropped at shutdown).
     ///
     /// `now` is only called when the answer depends on the time: a dedup hit never reads the
     /// clock, nor does an immediate add with strict priority.
@@ -239,6 +252,7 @@ impl<K: Hash + Eq + Clone> State<K> {
         hash: u64,
         delay: Nanos,
         priority: i32,
+        payload: P,
         now: &mut impl FnMut() -> Nanos,
     ) -> Effect {
         let mut effect = Effect::default();
@@ -266,7 +280,7 @@ impl<K: Hash + Eq + Clone> State<K> {
         let slot = match entry {
             Entry::Occupied(found) => *found.get(),
             Entry::Vacant(vacant) => {
-                let slot = alloc(&mut self.slots, &mut self.free, key, hash);
+                let slot = alloc(&mut self.slots, &mut self.free, key, payload, hash);
                 vacant.insert(slot);
                 effect.counted_add = true;
                 let at = ready_at(now);
@@ -275,6 +289,7 @@ impl<K: Hash + Eq + Clone> State<K> {
             }
         };
         let s = &mut self.slots[slot as usize];
+        s.payload.merge(payload);
         match s.phase {
             Phase::Ready => {
                 // Already runnable; only a higher priority changes its place.
@@ -341,7 +356,7 @@ impl<K: Hash + Eq + Clone> State<K> {
 
     /// Hands out the best ready key, marking it processing. `now` matters only for metrics.
     #[inline]
-    pub(crate) fn pop(&mut self, now: Nanos) -> Option<Popped<K>> {
+    pub(crate) fn pop(&mut self, now: Nanos) -> Option<Popped<K, P>> {
         let slots = &self.slots;
         let head = self.ready.pop(|slot, generation| {
             let s = &slots[slot as usize];
@@ -351,6 +366,7 @@ impl<K: Hash + Eq + Clone> State<K> {
         let Some(key) = s.key.clone() else {
             unreachable!("a queued slot always holds its key")
         };
+        let payload = std::mem::take(&mut s.payload);
         s.phase = Phase::Processing;
         let queued_for = now.saturating_sub(s.stamp);
         s.stamp = now;
@@ -362,6 +378,7 @@ impl<K: Hash + Eq + Clone> State<K> {
         }
         Some(Popped {
             key,
+            payload,
             slot: head.slot,
             priority,
             queued_for,
@@ -426,6 +443,7 @@ impl<K: Hash + Eq + Clone> State<K> {
         let hash = s.hash;
         s.phase = Phase::Free;
         s.key = None;
+        s.payload = P::default();
         s.generation = s.generation.wrapping_add(1);
         if let Ok(entry) = self.index.find_entry(hash, |&other| other == slot) {
             entry.remove();

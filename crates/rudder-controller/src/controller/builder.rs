@@ -58,15 +58,10 @@ impl<R: Reconciler> Builder<R> {
         );
         // The queue's metric handles, like the controller's, are made when it runs.
         let queue_metrics = DeferredQueueMetrics::new(&self.name, options.cluster.clone());
-        let causes = Arc::new(crate::causes::Book::default());
-        let queue = Queue::builder()
+        let queue = Queue::builder_with_payload()
             .name(self.name.clone())
             .rate_limiter(limiter)
             .metrics(queue_metrics.clone())
-            .on_add({
-                let causes = Arc::clone(&causes);
-                move |key| causes.file_handled(key)
-            })
             .build();
         let own_writes = options.read_your_writes.then(|| {
             Arc::new(OwnWrites::new(
@@ -86,7 +81,6 @@ impl<R: Reconciler> Builder<R> {
                 registered,
                 reconciler: self.reconciler,
                 queue,
-                causes,
                 workers: options.workers,
                 cache_sync_timeout: options.cache_sync_timeout,
                 reconcile_timeout: options.reconcile_timeout,

@@ -73,9 +73,9 @@ struct Inner<R> {
     registry_key: String,
     registered: bool,
     reconciler: R,
+    /// The queue; each key carries why it was queued (its causes) until its reconcile
+    /// takes them.
     queue: Queue,
-    /// Why each queued key was queued, until its reconcile takes it.
-    causes: Arc<crate::causes::Book>,
     workers: usize,
     cache_sync_timeout: Duration,
     reconcile_timeout: Option<Duration>,

@@ -6,9 +6,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::future::join_all;
+use rudder_core::sync::LockExt;
 use rudder_core::Queue;
 use rudder_core::Synced;
-use rudder_core::sync::LockExt;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -80,7 +80,7 @@ impl<R: Reconciler> Controller<R> {
         let mut workers = self.start_workers(&gate, shard.as_ref(), &stopping, &shutdown);
         // Queues the keys of each shard as it opens; after the sync, so the cache lists
         // them all. Aborted with `run` (a `JoinSet` aborts its tasks when dropped).
-        let _resyncs = start_resync(shard.as_ref(), &self.inner.queue, &self.inner.causes);
+        let _resyncs = start_resync(shard.as_ref(), &self.inner.queue);
         let mut ended = Vec::new();
         tokio::select! {
             _ = shutdown.stopped() => {}
@@ -241,7 +241,6 @@ async fn resync(
     shard: ShardGate,
     mut opened: tokio::sync::mpsc::UnboundedReceiver<usize>,
     queue: Queue,
-    causes: Arc<crate::causes::Book>,
 ) {
     let handoff: Arc<str> = Arc::from(rudder_core::cause::source::HANDOFF);
     while let Some(first) = opened.recv().await {
@@ -256,32 +255,24 @@ async fn resync(
             "shards opened: queueing their keys"
         );
         for key in keys {
-            causes.file(
-                &key,
-                rudder_core::cause::Cause::new(Arc::clone(&handoff), "handoff"),
+            let cause = rudder_core::cause::Cause::new(Arc::clone(&handoff), "handoff");
+            queue.add_with_payload(
+                key,
+                rudder_workqueue::AddOptions::new(),
+                rudder_core::cause::QueuedCauses::new(cause),
             );
-            queue.add(key);
         }
     }
 }
 
 /// Starts queueing the keys of each shard as it opens, when the controller is sharded and
 /// no other controller on the gate took its openings.
-fn start_resync(
-    shard: Option<&ShardGate>,
-    queue: &Queue,
-    causes: &Arc<crate::causes::Book>,
-) -> JoinSet<()> {
+fn start_resync(shard: Option<&ShardGate>, queue: &Queue) -> JoinSet<()> {
     let mut resyncs = JoinSet::new();
     if let Some(shard) = shard
         && let Some(opened) = shard.take_opened()
     {
-        resyncs.spawn(resync(
-            shard.clone(),
-            opened,
-            queue.clone(),
-            Arc::clone(causes),
-        ));
+        resyncs.spawn(resync(shard.clone(), opened, queue.clone()));
     }
     resyncs
 }

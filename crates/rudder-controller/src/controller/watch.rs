@@ -6,14 +6,15 @@ use std::sync::Arc;
 
 use futures::stream::StreamExt;
 use kube::Resource;
+use rudder_core::cause::Cause;
+use rudder_core::cause::QueuedCauses;
+use rudder_core::cause::Trigger;
 use rudder_core::EventHandler;
 use rudder_core::Predicate;
 use rudder_core::Queue;
 use rudder_core::Source;
 use rudder_core::SourceError;
 use rudder_core::Synced;
-use rudder_core::cause::Cause;
-use rudder_core::cause::Trigger;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -135,6 +136,9 @@ where
         } = *self;
         let started = source.start()?;
         let mut events = started.events;
+        // This task's own handle: it carries the cause of the event being handled, so each
+        // key the handler adds through it carries it into the queue.
+        let mut queue = queue;
         #[allow(
             clippy::disallowed_methods,
             reason = "owned: the controller keeps the handle and its run joins it (stop_watches)"
@@ -154,7 +158,9 @@ where
                     if let Some(describe) = describe {
                         cause = cause.about(describe(event.object_arc()));
                     }
-                    crate::causes::handling(cause, || handler.handle(&event, &queue));
+                    queue.set_payload(QueuedCauses::new(cause));
+                    handler.handle(&event, &queue);
+                    queue.set_payload(QueuedCauses::default());
                 }
             }
         });

@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::{Either, FutureExt, select};
+use rudder_core::{cause, panic_message};
+use rudder_core::cause::Cause;
+use rudder_core::cause::QueuedCauses;
 use rudder_core::Queue;
 use rudder_core::Request;
-use rudder_core::cause::Cause;
-use rudder_core::{cause, panic_message};
-use rudder_workqueue::{AddOptions, WorkItem};
+use rudder_workqueue::AddOptions;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -23,6 +24,9 @@ use crate::own_writes::{Gate, OwnWrites};
 use crate::reconciler::{Action, BoxError, Context, Next, ReconcileId, Reconciler};
 use crate::shard::{ShardGate, ShardPermit};
 use rudder_core::writes::{WriteObserver, WriteScope};
+
+/// A request handed to a worker, with the causes of its run.
+type WorkItem = rudder_workqueue::WorkItem<Request, QueuedCauses>;
 
 /// One worker: takes requests while `gate` is open, until the controller stops, reconciling
 /// each.
@@ -63,13 +67,14 @@ pub(super) async fn worker<R: Reconciler>(
 }
 
 /// Hands `item` on if `gate` is open now; otherwise puts its key back in `queue` at its
-/// priority (queued again once the item is dropped, here) and hands nothing on.
-fn admit(queue: &Queue, gate: &LeaderGate, item: WorkItem<Request>) -> Option<WorkItem<Request>> {
+/// priority with its causes (queued again once the item is dropped, here) and hands
+/// nothing on.
+fn admit(queue: &Queue, gate: &LeaderGate, mut item: WorkItem) -> Option<WorkItem> {
     if gate.is_open() {
         return Some(item);
     }
     let options = AddOptions::new().priority(item.priority());
-    queue.add_with(item.key().clone(), options);
+    queue.add_with_payload(item.key().clone(), options, item.take_payload());
     None
 }
 
@@ -79,8 +84,8 @@ fn admit(queue: &Queue, gate: &LeaderGate, item: WorkItem<Request>) -> Option<Wo
 fn admit_shard<R>(
     inner: &Inner<R>,
     shard: Option<&ShardGate>,
-    item: WorkItem<Request>,
-) -> Option<(WorkItem<Request>, Option<ShardPermit>)> {
+    item: WorkItem,
+) -> Option<(WorkItem, Option<ShardPermit>)> {
     let Some(shard) = shard else {
         return Some((item, None));
     };
@@ -90,7 +95,6 @@ fn admit_shard<R>(
             tracing::trace!(request = %item.key(), "not this replica's shard: dropped");
             inner.queue.forget(item.key());
             // Its causes go with it: the shard's holder records its own.
-            inner.causes.take(item.key());
             None
         }
     }
@@ -99,17 +103,15 @@ fn admit_shard<R>(
 /// Hands `item` on unless the cache has not yet delivered the writes of its key's last
 /// reconcile; such a key is put back to run when they arrive or the bound passes, and takes
 /// no worker meanwhile.
-fn admit_fresh(
-    own_writes: Option<&OwnWrites>,
-    item: WorkItem<Request>,
-) -> Option<WorkItem<Request>> {
+fn admit_fresh(own_writes: Option<&OwnWrites>, mut item: WorkItem) -> Option<WorkItem> {
     let Some(writes) = own_writes else {
         return Some(item);
     };
     match writes.check(item.key(), item.priority()) {
         Gate::Run => Some(item),
         Gate::Hold(delay) => {
-            writes.requeue_held(item.key().clone(), delay, item.priority());
+            let causes = item.take_payload();
+            writes.requeue_held(item.key().clone(), delay, item.priority(), causes);
             None
         }
     }
@@ -142,7 +144,7 @@ impl Outcome {
 /// runs, since another replica may then start the same key.
 async fn process<R: Reconciler>(
     inner: &Inner<R>,
-    item: WorkItem<Request>,
+    mut item: WorkItem,
     mut permit: Option<ShardPermit>,
 ) {
     let request = item.key().clone();
@@ -152,7 +154,7 @@ async fn process<R: Reconciler>(
     if let Some(cluster) = &inner.cluster {
         ctx = ctx.with_cluster(Arc::clone(cluster));
     }
-    let causes = inner.causes.take(&request);
+    let causes = item.take_payload().into_causes();
     let span = match &causes {
         Some(causes) => {
             let first = causes.first();
@@ -237,14 +239,14 @@ async fn process<R: Reconciler>(
                 std::panic::resume_unwind(panic);
             }
             tracing::error!(panic = %message, "reconcile panicked; retrying with backoff");
-            file(
+            requeue_for(
                 inner,
-                &request,
+                request,
+                AddOptions::new().rate_limited(),
                 cause::source::RETRY,
                 "panic",
                 Duration::ZERO,
             );
-            inner.queue.add_rate_limited(request);
             Outcome::Error
         }
     };
@@ -336,23 +338,24 @@ fn retry_unless_terminal<R>(
         inner.queue.forget(&request);
     } else {
         tracing::error!(error = %ErrorChain(error), "reconcile failed; retrying with backoff");
-        file(
+        requeue_for(
             inner,
-            &request,
+            request,
+            AddOptions::new().rate_limited(),
             cause::source::RETRY,
             "error",
             Duration::ZERO,
         );
-        inner.queue.add_rate_limited(request);
     }
     Outcome::Error
 }
 
-/// Files why the worker queues `request` again (`source` one of [`cause::source`]'s), to
-/// be ready after `after` at the earliest.
-fn file<R>(
+/// Queues `request` again with `options`, carrying why (`source` one of
+/// [`cause::source`]'s): to be ready after `after` at the earliest.
+fn requeue_for<R>(
     inner: &Inner<R>,
-    request: &Request,
+    request: Request,
+    options: AddOptions,
     source: &'static str,
     event: &'static str,
     after: Duration,
@@ -369,9 +372,8 @@ fn file<R>(
         cause::source::RETRY => Arc::clone(&SOURCES[1]),
         other => Arc::from(other),
     };
-    inner
-        .causes
-        .file(request, Cause::scheduled(source, event, after));
+    let cause = QueuedCauses::new(Cause::scheduled(source, event, after));
+    inner.queue.add_with_payload(request, options, cause);
 }
 
 /// Queues what a successful reconcile asked for.
@@ -383,28 +385,28 @@ fn requeue<R>(inner: &Inner<R>, request: Request, action: Action) -> Outcome {
             Outcome::Success
         }
         Next::Requeue => {
-            file(
+            let options = AddOptions::new().rate_limited().priority(priority);
+            requeue_for(
                 inner,
-                &request,
+                request,
+                options,
                 cause::source::REQUEUE,
                 "requeue",
                 Duration::ZERO,
             );
-            let options = AddOptions::new().rate_limited().priority(priority);
-            inner.queue.add_with(request, options);
             Outcome::Requeue
         }
         Next::RequeueAfter(delay) => {
             inner.queue.forget(&request);
-            file(
+            let options = AddOptions::new().after(delay).priority(priority);
+            requeue_for(
                 inner,
-                &request,
+                request,
+                options,
                 cause::source::REQUEUE,
                 "requeue_after",
                 delay,
             );
-            let options = AddOptions::new().after(delay).priority(priority);
-            inner.queue.add_with(request, options);
             Outcome::RequeueAfter
         }
     }
@@ -421,10 +423,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_taken_as_the_gate_closed_goes_back_at_its_priority() {
-        let queue = Queue::builder().build();
-        queue.add_with(
+        let queue = Queue::builder_with_payload().build();
+        queue.add_with_payload(
             Request::namespaced("ns", "low"),
             AddOptions::new().priority(-100),
+            QueuedCauses::new(Cause::new(Arc::from("for"), "create")),
         );
         queue.add_with(
             Request::namespaced("ns", "high"),
@@ -447,6 +450,11 @@ mod tests {
         let again = queue.try_get().unwrap();
         assert_eq!(again.key().name(), "low");
         assert_eq!(again.priority(), -100);
+        let causes = again.payload().get().expect("its causes went back with it");
+        assert_eq!(
+            (causes.count(), causes.first().to_string()),
+            (1, "for/create".into())
+        );
         drop(again);
         validity.send_replace(None);
         assert!(queue.is_empty());
