@@ -264,13 +264,42 @@ impl Kid {
         }
     }
 
-    /// Sends `signal` (`kill`'s form: `-STOP`, `-CONT`, `-TERM`) to the child.
+    /// Sends `signal` (`kill`'s form: `-STOP`, `-CONT`, `-TERM`) to the child. For `-STOP`,
+    /// returns once every thread of the child is stopped (state `T` in
+    /// `/proc/PID/task/*/stat`): `kill` returns when the signal is queued, and on a loaded
+    /// machine a thread can run on for a moment after, so a time taken when `kill` returns is
+    /// not yet "frozen".
     pub(crate) fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([signal, &self.0.id().to_string()])
             .status()
             .unwrap();
         assert!(status.success());
+        if signal == "-STOP" {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !self.all_threads_stopped() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the child's threads did not stop within 10 s of SIGSTOP"
+                );
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Whether every thread of the child is in state `T` (stopped by a signal).
+    fn all_threads_stopped(&self) -> bool {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.0.id())) else {
+            return false;
+        };
+        tasks.flatten().all(|task| {
+            std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                // The state follows the command name, which is in parentheses.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    == Some("T")
+            })
+        })
     }
 
     /// Polls (every 20 ms, at most `wait`) until the child exits; its exit code.

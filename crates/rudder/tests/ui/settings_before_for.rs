@@ -2,7 +2,7 @@
 //! such error per function).
 
 use k8s_openapi::api::core::v1::Secret;
-use rudder::controller::Options;
+use rudder::controller::Options as ControllerOptions;
 use rudder::manager::Manager;
 use rudder::handler::{GenerationChanged, Kind};
 use rudder::lease::sharding::ShardingConfig;
