@@ -23,6 +23,7 @@ use crate::{ListStrategy, WireFormat};
 
 mod builder;
 mod footprint;
+mod json_length;
 mod refusal;
 mod subscribers;
 mod watch_task;
