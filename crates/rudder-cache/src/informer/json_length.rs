@@ -92,37 +92,48 @@ static ESCAPE_EXTRA: [u8; 256] = {
     table
 };
 
-/// The length of `s`'s escaped contents, without quotes.
+/// The length of `s`'s escaped contents, without quotes. Inlined, so that a struct's field
+/// names, which are constants, are counted at compile time.
+#[inline]
 fn escaped_length(s: &str) -> usize {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    /// Whether any byte of `word` is below `n` (`n` at most 0x80); exact as a yes or no.
-    const fn any_below(word: u64, n: u8) -> bool {
-        word.wrapping_sub(ONES * n as u64) & !word & HIGHS != 0
-    }
-    const fn any_equal(word: u64, byte: u8) -> bool {
-        any_below(word ^ (ONES * byte as u64), 1)
-    }
     let bytes = s.as_bytes();
-    let mut extra = 0;
     let (words, rest) = bytes.as_chunks::<8>();
+    let mut extra = 0;
     for word in words {
-        let w = u64::from_ne_bytes(*word);
-        if any_below(w, 0x20) || any_equal(w, b'"') || any_equal(w, b'\\') {
-            extra += word
-                .iter()
-                .map(|&b| usize::from(ESCAPE_EXTRA[usize::from(b)]))
-                .sum::<usize>();
+        if needs_escape(u64::from_ne_bytes(*word)) {
+            extra += extra_of(word);
         }
     }
-    extra += rest
+    bytes.len() + extra + extra_of(rest)
+}
+
+/// Whether any of the eight bytes in `word` is a quote, a backslash or a control byte; exact
+/// as a yes or no, and without a branch per byte.
+#[inline]
+fn needs_escape(word: u64) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    // A byte below `n` sets its high bit in `(x - n) & !x` (for `n` at most 0x80); a byte
+    // equal to `c` is a byte of `x ^ c` below 1.
+    let control = word.wrapping_sub(ONES * 0x20) & !word;
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let backslash = word ^ (ONES * u64::from(b'\\'));
+    let quote = quote.wrapping_sub(ONES) & !quote;
+    let backslash = backslash.wrapping_sub(ONES) & !backslash;
+    (control | quote | backslash) & HIGHS != 0
+}
+
+/// What escaping adds to `bytes`, byte by byte.
+#[inline]
+fn extra_of(bytes: &[u8]) -> usize {
+    bytes
         .iter()
         .map(|&b| usize::from(ESCAPE_EXTRA[usize::from(b)]))
-        .sum::<usize>();
-    bytes.len() + extra
+        .sum()
 }
 
 /// The length of a JSON string: quotes and escaped contents.
+#[inline]
 fn string_length(s: &str) -> usize {
     escaped_length(s) + 2
 }
