@@ -72,7 +72,8 @@ pub struct InformerStats {
     /// events.
     pub streaming_fallbacks: u64,
     /// An estimate of the memory the stored objects take: the sum of their sizes as JSON
-    /// (after the transform). The resident memory they cost is larger (a decoded object's
+    /// (after the transform; serde_json's compact form, byte for byte, counted without
+    /// writing it, whichever wire format the objects came in). The resident memory they cost is larger (a decoded object's
     /// strings, maps and allocations, and the store's tables and indexes); `cargo bench -p
     /// rudder-cache --bench cache` measures both and prints the ratio (`docs/benchmarks.md`).
     pub bytes_held: u64,
