@@ -4,7 +4,8 @@
 //! `watch/`, which also decides how to list), `watch_task.rs` the watch task
 //! (applying events to the store, relists, resync, errors and panics), `subscribers.rs` the
 //! events and the per-subscriber queues, `refusal.rs` a list or watch the API server refused
-//! (401, 403).
+//! (401, 403), `footprint.rs` what the informer holds and `json_length.rs` how it counts an
+//! object's bytes (its length as JSON, without writing it).
 
 use std::fmt::{self, Debug};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
