@@ -3,9 +3,9 @@
 //!
 //! The informer keeps [`InformerStats::bytes_held`](super::InformerStats::bytes_held), the sum
 //! of its objects' sizes as JSON, and measures every object it stores and every one it drops.
-//! Running serde_json's own serializer into a byte counter did that exactly but cost as much
-//! as decoding the object again: each string copied through its escaping writer, each integer
-//! and float formatted into a buffer. This serializer gives the same number for less work:
+//! serde_json's own serializer run into a byte counter gives the same number with more work
+//! (each string passed through its escaping writer a run at a time, each number formatted;
+//! 0.6x the instructions here for a ConfigMap, `docs/benchmarks.md`). This serializer:
 //!
 //! - a string is its byte length, two quotes, and what its escapes add, found by looking at
 //!   eight bytes at a time (a word with no quote, backslash or control byte adds nothing);
@@ -17,9 +17,8 @@
 //!
 //! Why not count what was decoded instead (the protobuf message's or the JSON's length): the
 //! number would change with the wire format (a ConfigMap is about two thirds as long in
-//! protobuf), with what the server adds that JSON omits or spells differently, and it would
-//! not see a transform, which changes what is stored; the informer promises the stored
-//! objects' length as JSON, the same whichever way they came.
+//! protobuf) and would not see a transform, which changes what is stored; the informer
+//! promises the stored objects' length as JSON, the same whichever way they came.
 //!
 //! What it cannot make cheaper is what a type's `Serialize` does before handing serde a value:
 //! k8s-openapi formats each `Time` into a `String` and base64-encodes each `ByteString`.
