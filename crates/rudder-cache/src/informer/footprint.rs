@@ -1,7 +1,6 @@
 //! What an informer holds and what its sync cost: objects, an estimate of their bytes, the
 //! time to its first sync; kept by the watch task and published as gauges.
 
-use std::io;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -11,26 +10,11 @@ use tokio::time::Instant;
 /// How an informer measures one object for [`InformerStats::bytes_held`](super::InformerStats::bytes_held).
 pub(crate) type Sizer<K> = fn(&K) -> usize;
 
-/// The length of `object` serialized as JSON, counted without building the JSON.
+/// The length of `object` serialized as JSON (serde_json's compact form, byte for byte),
+/// counted without building the JSON: see [`json_length`](super::json_length) for how, and
+/// why it is not the length of what was decoded.
 pub(crate) fn json_size<K: Serialize>(object: &K) -> usize {
-    let mut counter = Counter(0);
-    // Writing to a counter fails only if serializing fails, and a stored object was
-    // deserialized from JSON: then it counts what was written before the failure.
-    let _ = serde_json::to_writer(&mut counter, object);
-    counter.0
-}
-
-struct Counter(usize);
-
-impl io::Write for Counter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+    super::json_length::json_length(object)
 }
 
 /// The running totals, shared by the watch task (which writes them) and the handles.

@@ -4,7 +4,8 @@
 //! `watch/`, which also decides how to list), `watch_task.rs` the watch task
 //! (applying events to the store, relists, resync, errors and panics), `subscribers.rs` the
 //! events and the per-subscriber queues, `refusal.rs` a list or watch the API server refused
-//! (401, 403).
+//! (401, 403), `footprint.rs` what the informer holds and `json_length.rs` how it counts an
+//! object's bytes (its length as JSON, without writing it).
 
 use std::fmt::{self, Debug};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,6 +24,7 @@ use crate::{ListStrategy, WireFormat};
 
 mod builder;
 mod footprint;
+mod json_length;
 mod refusal;
 mod subscribers;
 mod watch_task;
@@ -71,7 +73,8 @@ pub struct InformerStats {
     /// events.
     pub streaming_fallbacks: u64,
     /// An estimate of the memory the stored objects take: the sum of their sizes as JSON
-    /// (after the transform). The resident memory they cost is larger (a decoded object's
+    /// (after the transform; serde_json's compact form, byte for byte, counted without
+    /// writing it, whichever wire format the objects came in). The resident memory they cost is larger (a decoded object's
     /// strings, maps and allocations, and the store's tables and indexes); `cargo bench -p
     /// rudder-cache --bench cache` measures both and prints the ratio (`docs/benchmarks.md`).
     pub bytes_held: u64,
