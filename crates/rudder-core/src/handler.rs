@@ -15,7 +15,7 @@ use crate::{Event, Request};
 pub const LOW_PRIORITY: i32 = -100;
 
 /// The work queue controllers reconcile from: each queued request carries the causes of its
-/// pending reconcile ([`QueuedCauses`](crate::QueuedCauses)).
+/// pending reconcile ([`QueuedCauses`](crate::cause::QueuedCauses)).
 pub type Queue = WorkQueue<Request, crate::cause::QueuedCauses>;
 
 /// Turns events into requests on the queue.

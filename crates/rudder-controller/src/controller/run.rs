@@ -6,9 +6,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::future::join_all;
-use rudder_core::sync::LockExt;
 use rudder_core::Queue;
 use rudder_core::Synced;
+use rudder_core::sync::LockExt;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 

@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 use futures::stream::StreamExt;
 use kube::Resource;
-use rudder_core::cause::Cause;
-use rudder_core::cause::QueuedCauses;
-use rudder_core::cause::Trigger;
 use rudder_core::EventHandler;
 use rudder_core::Predicate;
 use rudder_core::Queue;
 use rudder_core::Source;
 use rudder_core::SourceError;
 use rudder_core::Synced;
+use rudder_core::cause::Cause;
+use rudder_core::cause::QueuedCauses;
+use rudder_core::cause::Trigger;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::{Either, FutureExt, select};
-use rudder_core::{cause, panic_message};
-use rudder_core::cause::Cause;
-use rudder_core::cause::QueuedCauses;
 use rudder_core::Queue;
 use rudder_core::Request;
+use rudder_core::cause::Cause;
+use rudder_core::cause::QueuedCauses;
+use rudder_core::{cause, panic_message};
 use rudder_workqueue::AddOptions;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
