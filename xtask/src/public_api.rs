@@ -934,8 +934,8 @@ pub(crate) fn compare(committed: &str, current: &str) -> Option<String> {
     }))
 }
 
-/// Adds the paths through re-exported crates and modules (`rudder::X` for
-/// `rudder_core::X` when `rudder::core` re-exports `rudder_core`), to a fixed point.
+/// Adds the paths through re-exported crates and modules (`rudder::cache::X` for
+/// `rudder_cache::X` when the facade re-exports `rudder_cache` as `cache`), to a fixed point.
 fn through_aliases(api: &mut Api) {
     // A few rounds reach every chain of re-exports a workspace has; each adds only paths.
     for _ in 0..8 {

@@ -56,8 +56,7 @@
 //! HTTP client, with client-go's reflector's backoff) and applies each object to its
 //! [`Store`] one at a time. Every
 //! handler receives an [`Event`], rudder-core's, the same type the controllers' predicates
-//! and event handlers take (`rudder_core::Event` is it too), so nothing is renamed on
-//! the way:
+//! and event handlers take, so nothing is renamed on the way:
 //!
 //! - [`Event::Create`](rudder_core::Event::Create) for a new object, with `initial_list` set for objects from the first
 //!   list (and for the replay a late handler gets, below);

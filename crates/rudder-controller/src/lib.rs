@@ -156,8 +156,8 @@
 //! other keys are dropped as they are taken, and each shard's keys are queued from the cache
 //! when it opens. Each admitted key holds a [`ShardPermit`] while it runs, so a shard can be
 //! closed and drained before it is handed off; a reconcile whose shard's validity passes
-//! while it runs is cancelled (context cancelled, future dropped). `rudder-lease`'s `sharding` module (re-exported
-//! as `rudder_lease::sharding`) owns the shards through Leases; see `docs/sharding.md`.
+//! while it runs is cancelled (context cancelled, future dropped). `rudder-lease`'s `sharding` module
+//! (`rudder::lease::sharding` in the facade) owns the shards through Leases; see `docs/sharding.md`.
 //!
 //! # Stopping
 //!

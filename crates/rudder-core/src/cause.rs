@@ -240,7 +240,7 @@ impl Causes {
 
     /// Adds all of `later`'s, as if each had been merged in turn: its first and its last,
     /// and its count.
-    pub fn merge_all(&mut self, later: Causes) {
+    pub(crate) fn merge_all(&mut self, later: Causes) {
         let count = self.count.saturating_add(later.count);
         self.merge(later.first);
         if let Some(last) = later.last {
@@ -286,9 +286,9 @@ impl From<Option<Causes>> for QueuedCauses {
 }
 
 impl Payload for QueuedCauses {
-    /// Merges `later`'s causes into these ([`Causes::merge_all`]). The two are put in the
-    /// order their first causes were recorded, so a key put back with the causes it was
-    /// handed out with (a closed leader gate) keeps them first.
+    /// Merges `later`'s causes into these, as if each had been merged in turn. The two are
+    /// put in the order their first causes were recorded, so a key put back with the causes
+    /// it was handed out with (a closed leader gate) keeps them first.
     #[inline]
     fn merge(&mut self, later: Self) {
         let Some(mut later) = later.0 else {

@@ -70,8 +70,9 @@
 //! # Which crate to depend on
 //!
 //! Depend on the smallest crate that has what you use (as tokio's "authoring libraries" and
-//! axum's "depend on axum-core" advise); every crate above re-exports these types at the
-//! paths it always had, so what a library writes against rudder-core plugs into all of them.
+//! axum's "depend on axum-core" advise); no crate above re-exports these types (each has
+//! one path: here, or the facade's root, `rudder::Reconciler`), so what a library writes
+//! against rudder-core plugs into all of them.
 //!
 //! | you write | depend on |
 //! |---|---|

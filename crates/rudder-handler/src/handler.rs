@@ -1,6 +1,6 @@
 //! The event handlers: which requests an event puts on the work queue. The
-//! [`EventHandler`] contract, the [`Queue`] and [`enqueue`] are rudder-core's, re-exported
-//! here.
+//! [`EventHandler`] contract, the [`Queue`] and [`enqueue`] are rudder-core's (their one
+//! path), imported here for the crate's own use.
 //!
 //! Requests for old news (objects from the first list, resyncs that changed nothing; see
 //! [`Event::is_low_priority`]) are queued at [`LOW_PRIORITY`], everything else at priority 0,

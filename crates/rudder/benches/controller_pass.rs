@@ -343,7 +343,10 @@ fn child() {
             Manager::builder(client)
                 .health_probe_address(None)
                 .metrics_address(None)
-                .cache(move |c| c.default_namespace(namespace))
+                .cache({
+                    let namespace = namespace.clone();
+                    move |c| c.default_namespace(namespace)
+                })
                 .build()
                 .unwrap(),
         );
@@ -363,7 +366,7 @@ fn child() {
         // the first pass works through it.
         let informer = manager
             .cache()
-            .informer::<ConfigMap>(&rudder::cache::Scope::all())
+            .informer::<ConfigMap>(&rudder::cache::Scope::namespace(namespace.as_str()))
             .unwrap();
         let synced = informer.clone();
         tokio::spawn(async move {

@@ -51,12 +51,16 @@
 //!
 //! | module | crate | what it holds |
 //! |---|---|---|
-//! | [`core`] | rudder-core | the contracts: [`Event`], `Request`, the `Source`, `EventHandler`, `Predicate`, `Reconciler` and `Runnable` traits, shared helpers |
+//! | the crate root | rudder-core | the contracts: [`Event`], [`Request`], the [`Source`], [`EventHandler`], [`Predicate`], [`Reconciler`] and [`Runnable`] traits, [`cause`], [`backoff`], [`writes`] |
 //! | [`workqueue`] | rudder-workqueue | the dedup / delaying / rate-limited / priority work queue |
 //! | [`cache`] | rudder-cache | shared informers, indexed stores, the cache reader |
-//! | [`handler`] | rudder-handler | requests, events, sources, event handlers, predicates |
+//! | [`handler`] | rudder-handler | the sources, event handlers and predicates over the contracts |
 //! | [`controller`](mod@controller) | rudder-controller | reconcilers and controllers |
-//! | [`manager`] | rudder-manager | the manager, probes, metrics, leader election |
+//! | [`manager`] | rudder-manager | the manager, probes, metrics, RBAC rules |
+//! | [`lease`] | rudder-lease | leader election and sharding by Leases |
+//! | [`server`] | rudder-server | the HTTP server under the manager's endpoints and the webhooks |
+//! | [`client`] | rudder-client | the reconciler's typed client, its helpers and layers |
+//! | [`multicluster`] | rudder-fleet | one manager over a fleet of member clusters |
 //! | [`webhook`] | rudder-webhook | admission and conversion webhooks, their TLS server, manifests |
 //! | [`certs`] | rudder-certs | self-signed webhook certificates: shared, rotated, injected |
 //!
@@ -168,12 +172,18 @@ pub use rudder_client as client;
 
 /// The contracts every layer shares, at the facade's root: events, requests, the source,
 /// handler, predicate, reconciler and runnable traits, errors, and the modules `backoff`,
-/// `cause`, `hash`, `sync` and `writes` (rudder-core). Each has this one path (and the
+/// `cause` and `writes` (rudder-core; its helpers for the layers, `hash`, `sync` and
+/// `panic_message`, stay there). Each has this one path (and the
 /// [`prelude`] for the most used): the layers' crates use them without re-exporting them,
 /// and the facade has no `core` module to make a bare `core::` ambiguous after
 /// `use rudder::*`.
 #[doc(inline)]
-pub use rudder_core::*;
+pub use rudder_core::{
+    Action, And, BoxError, Compose, Context, ErrorChain, Event, EventHandler, LOW_PRIORITY,
+    LeaderGate, MetaEvent, MetaPredicate, MetaPredicates, Next, Not, Or, Predicate, Queue,
+    ReconcileId, Reconciler, Request, Runnable, Shutdown, Source, SourceError, Started, Synced,
+    TerminalError, backoff, cause, enqueue, is_terminal, runnable, writes,
+};
 
 /// The work queue: rudder-workqueue.
 #[cfg(feature = "workqueue")]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use rudder::controller::{KeyAffinity, ShardGate};
-use rudder::hash::fnv1a64;
+use rudder_core::hash::fnv1a64;
 use rudder::lease::sharding::owner;
 use rudder::manager::rbac::Verb;
 use rudder::prelude::*;

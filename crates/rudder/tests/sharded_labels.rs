@@ -20,7 +20,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
 use rudder::cache::ListOptions;
 use rudder::controller::{KeyAffinity, ShardGate};
-use rudder::hash::fnv1a64;
+use rudder_core::hash::fnv1a64;
 use rudder::lease::sharding::{ShardMode, owner};
 use rudder::manager::rbac::Verb;
 use rudder::prelude::*;
