@@ -157,31 +157,26 @@ where
             let mut made: Vec<Cause> = Vec::new();
             let mut in_batch = 0_usize;
             loop {
-                let mut next = std::pin::pin!(async {
-                    tokio::select! {
-                        biased;
-                        () = stop.cancelled() => None,
-                        event = events.next() => event,
-                    }
-                });
-                let next = match next.as_mut().now_or_never() {
-                    // Ready at once: it was waiting with the batch's.
-                    Some(next) if in_batch < BATCH => {
-                        in_batch += 1;
-                        next
-                    }
-                    ready => {
-                        made.clear();
-                        in_batch = 1;
-                        match ready {
-                            Some(next) => next,
-                            None => next.await,
-                        }
-                    }
+                // Whether the source had to be waited for: its event then starts a batch.
+                let mut waited = false;
+                let mut pending = events.next();
+                let next = tokio::select! {
+                    biased;
+                    () = stop.cancelled() => return,
+                    event = futures::future::poll_fn(|cx| {
+                        let polled = pending.poll_unpin(cx);
+                        waited |= polled.is_pending();
+                        polled
+                    }) => event,
                 };
                 let Some(event) = next else {
                     return;
                 };
+                if waited || in_batch == BATCH {
+                    made.clear();
+                    in_batch = 0;
+                }
+                in_batch += 1;
                 if predicates.iter().all(|p| p.filter(&event)) {
                     let name = event.cause_name();
                     let cause = match made.iter().find(|c| std::ptr::eq(c.event(), name)) {
