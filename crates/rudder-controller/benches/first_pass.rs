@@ -4,8 +4,9 @@
 //!
 //! `cargo bench -p rudder-controller --bench first_pass -- --bench [N]` prints the wall time;
 //! for instructions, build it (`cargo bench --no-run`) and run the binary it names under
-//! `valgrind --tool=callgrind BINARY --bench 20000`. Without `--bench` in its arguments (as
-//! under `cargo test --benches`) it returns at once.
+//! `valgrind --tool=callgrind BINARY --bench 20000`; add `--objects` for a watch of objects
+//! (the causes then also name each event's object, as a builder's `for` and `owns` do).
+//! Without `--bench` in its arguments (as under `cargo test --benches`) it returns at once.
 
 #![allow(
     clippy::disallowed_methods,
@@ -23,7 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::ObjectMeta;
-use rudder_controller::Controller;
+use rudder_controller::{Controller, WatchSpec};
 use rudder_core::Action;
 use rudder_core::Context;
 use rudder_core::Event;
@@ -58,6 +59,8 @@ fn main() {
         .get(at + 1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(20_000);
+    // `--objects`: the watch's causes name the object of each event (a watch of objects).
+    let objects_named = args.iter().any(|a| a == "--objects");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -73,7 +76,13 @@ fn main() {
             .build()
             .unwrap();
         let (events, source) = channel::<ConfigMap>(1024);
-        c.watch(source, EnqueueObject, vec![]).unwrap();
+        if objects_named {
+            // As a builder's `for` and `owns` watch: the causes also name each object.
+            c.add_watch(WatchSpec::objects(source, EnqueueObject, vec![]).labelled("for"))
+                .unwrap();
+        } else {
+            c.watch(source, EnqueueObject, vec![]).unwrap();
+        }
         let stop = CancellationToken::new();
         let run = tokio::spawn({
             let (c, stop) = (c.clone(), stop.clone());

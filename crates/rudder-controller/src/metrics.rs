@@ -181,8 +181,22 @@ pub(crate) struct Metrics {
     active: Gauge,
     /// The controller's (and cluster's) labels, for the triggers' counters.
     labels: Vec<metrics::Label>,
-    /// `rudder_controller_reconcile_triggers_total` by (source, event), resolved once each.
-    triggers: std::sync::Mutex<Vec<(Trigger, Counter)>>,
+    /// `rudder_controller_reconcile_triggers_total` by (source, event), resolved once each:
+    /// the first [`TRIGGER_SLOTS`] read without a lock, the rest under one.
+    triggers: [OnceLock<(Trigger, Counter)>; TRIGGER_SLOTS],
+    /// The (source, event) pairs past the slots, and the lock under which a slot is filled.
+    more_triggers: std::sync::Mutex<Vec<(Trigger, Counter)>>,
+}
+
+/// How many (source, event) pairs of a controller's trigger counter are found without a
+/// lock: a controller's watches times the event kinds, and the worker's own sources.
+const TRIGGER_SLOTS: usize = 16;
+
+/// Whether `key` is the pair (`source`, `event`): the event (a `&'static str`, nearly always
+/// the same constant) compared by address first.
+#[inline]
+fn is_trigger(key: &Trigger, source: &str, event: &'static str) -> bool {
+    (std::ptr::eq(key.1, event) || key.1 == event) && &*key.0 == source
 }
 
 impl Metrics {
@@ -213,27 +227,59 @@ impl Metrics {
             max_concurrent: metrics::gauge!(MAX_CONCURRENT_RECONCILES, labels.clone()),
             active: metrics::gauge!(ACTIVE_WORKERS, labels.clone()),
             labels,
-            triggers: std::sync::Mutex::default(),
+            triggers: std::array::from_fn(|_| OnceLock::new()),
+            more_triggers: std::sync::Mutex::default(),
         }
     }
 
-    /// Counts a reconcile first queued by `source`'s `event`.
+    /// Counts a reconcile first queued by `source`'s `event`: its counter's handle found
+    /// among those resolved before, without a lock (an atomic load a slot) for the first
+    /// [`TRIGGER_SLOTS`] pairs; a new pair's handle is registered once, under the lock.
     pub(crate) fn triggered(&self, source: &str, event: &'static str) {
         use rudder_core::sync::LockExt;
-        let mut triggers = self.triggers.lock_unpoisoned();
-        if let Some((_, counter)) = triggers
-            .iter()
-            .find(|((s, e), _)| *e == event && &**s == source)
-        {
+        for slot in &self.triggers {
+            match slot.get() {
+                Some((key, counter)) if is_trigger(key, source, event) => {
+                    counter.increment(1);
+                    return;
+                }
+                Some(_) => {}
+                // Slots are filled in order: the pair is in none of them.
+                None => break,
+            }
+        }
+        // Filled under the lock, so a pair is registered once.
+        let mut more = self.more_triggers.lock_unpoisoned();
+        for slot in &self.triggers {
+            match slot.get() {
+                Some((key, counter)) if is_trigger(key, source, event) => {
+                    counter.increment(1);
+                    return;
+                }
+                Some(_) => {}
+                None => {
+                    let (_, counter) = slot.get_or_init(|| self.trigger(source, event));
+                    counter.increment(1);
+                    return;
+                }
+            }
+        }
+        if let Some((_, counter)) = more.iter().find(|(key, _)| is_trigger(key, source, event)) {
             counter.increment(1);
             return;
         }
+        let (key, counter) = self.trigger(source, event);
+        counter.increment(1);
+        more.push((key, counter));
+    }
+
+    /// The handle of `rudder_controller_reconcile_triggers_total` for (`source`, `event`).
+    fn trigger(&self, source: &str, event: &'static str) -> (Trigger, Counter) {
         let mut labels = self.labels.clone();
         labels.push(metrics::Label::new("source", source.to_owned()));
         labels.push(metrics::Label::new("event", event));
         let counter = metrics::counter!(RECONCILE_TRIGGERS_TOTAL, labels);
-        counter.increment(1);
-        triggers.push(((source.into(), event), counter));
+        ((source.into(), event), counter)
     }
 
     pub(crate) fn reconciled(&self, result: &str) {

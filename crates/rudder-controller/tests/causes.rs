@@ -11,7 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::ObjectMeta;
@@ -231,5 +231,97 @@ async fn each_reconcile_is_told_what_queued_it() {
         r#"rudder_controller_reconcile_triggers_total{controller="causes",source="requeue",event="requeue_after"} 1"#,
     ] {
         assert!(text.contains(line), "missing {line} in:\n{text}");
+    }
+}
+
+/// Each reconcile's key, its first cause, when that was recorded and when the reconcile ran.
+type Timed = Arc<Mutex<Vec<(String, String, SystemTime, SystemTime)>>>;
+
+/// Records each key's first cause and when it was recorded, and when the reconcile ran.
+struct Times(Timed);
+
+impl Reconciler for Times {
+    type Error = std::convert::Infallible;
+    async fn reconcile(&self, request: Request, ctx: Context) -> Result<Action, Self::Error> {
+        let ran = SystemTime::now();
+        let causes = ctx.causes().expect("a watch's add names its cause");
+        let first = causes.first();
+        self.0.lock().unwrap().push((
+            request.name().to_owned(),
+            first.to_string(),
+            first.at(),
+            ran,
+        ));
+        Ok(Action::done())
+    }
+}
+
+#[tokio::test]
+async fn events_ready_together_each_name_their_own_event_and_object() {
+    let seen = Timed::default();
+    let c = Controller::builder("batch", Times(Arc::clone(&seen)))
+        .build()
+        .unwrap();
+    let (objects, source) = channel::<ConfigMap>(16);
+    c.add_watch(WatchSpec::objects(source, EnqueueObject, vec![]).labelled("for"))
+        .unwrap();
+    let before = SystemTime::now();
+    // All waiting in the channel when the watch starts: taken as one batch, whose causes
+    // share one reading of the clock but each keeps its event and object.
+    let events = [
+        Event::Create {
+            object: cm("a", "1"),
+            initial_list: true,
+        },
+        Event::Update {
+            old: cm("b", "1"),
+            new: cm("b", "2"),
+        },
+        Event::Create {
+            object: cm("c", "3"),
+            initial_list: false,
+        },
+        Event::Delete {
+            object: cm("d", "4"),
+            final_state_unknown: false,
+        },
+        Event::Update {
+            old: cm("e", "4"),
+            new: cm("e", "5"),
+        },
+        Event::Generic {
+            object: cm("f", "6"),
+        },
+    ];
+    for event in events {
+        objects.send(event).await.unwrap();
+    }
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let (c, stop) = (c.clone(), stop.clone());
+        async move { c.run(stop).await }
+    });
+    until("six reconciles", || seen.lock().unwrap().len() == 6).await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    let causes: Vec<_> = seen.iter().map(|(_, cause, ..)| cause.as_str()).collect();
+    assert_eq!(
+        causes,
+        [
+            "for/initial ConfigMap ns/a@1",
+            "for/update ConfigMap ns/b@2",
+            "for/create ConfigMap ns/c@3",
+            "for/delete ConfigMap ns/d@4",
+            "for/update ConfigMap ns/e@5",
+            "for/generic ConfigMap ns/f@6",
+        ]
+    );
+    for (key, _, at, ran) in &seen {
+        assert!(
+            before <= *at && at <= ran,
+            "{key}: recorded at {at:?}, not between the send ({before:?}) and its run ({ran:?})"
+        );
     }
 }

@@ -131,7 +131,8 @@ impl Cause {
     /// This cause, about `object`.
     #[must_use]
     pub fn about(mut self, object: Arc<dyn Trigger>) -> Self {
-        // Not yet shared when made this way: no copy.
+        // Not yet shared when made by `new`: no copy. A clone of a cause shared by several
+        // events (a watch's for the events of one batch) is copied, with their time.
         Arc::make_mut(&mut self.0).object = Some(object);
         self
     }
@@ -154,7 +155,9 @@ impl Cause {
         self.0.object.as_deref()
     }
 
-    /// When the cause was recorded (the event's arrival at the controller).
+    /// When the cause was recorded (the event's arrival at the controller). A controller's
+    /// watch reads the clock once for the events it finds waiting together (at most 64), so
+    /// their causes share the time it took the first of them.
     pub fn at(&self) -> SystemTime {
         self.0.at
     }

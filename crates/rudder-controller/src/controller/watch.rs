@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use futures::FutureExt;
 use futures::stream::StreamExt;
 use kube::Resource;
 use rudder_core::EventHandler;
@@ -110,6 +111,12 @@ struct Watch<K, H> {
     describe: Option<Describe<K>>,
 }
 
+/// How many events a watch takes, at most, as one batch: the events its source has ready
+/// at once, whose causes share one reading of the clock (a cause's time is then when the
+/// watch woke for the batch: the event's arrival, to within the time the watch takes to hand
+/// on the batch's earlier events).
+const BATCH: usize = 64;
+
 /// How a watch of objects makes an event's object a cause's trigger.
 type Describe<K> = fn(&Arc<K>) -> Arc<dyn Trigger>;
 
@@ -144,20 +151,46 @@ where
             reason = "owned: the controller keeps the handle and its run joins it (stop_watches)"
         )]
         let task = tokio::spawn(async move {
+            // The causes made in the current batch, one per event kind: their time is read
+            // once a batch (see `BATCH`), and an event's cause is a clone of its kind's,
+            // about the event's object.
+            let mut made: Vec<Cause> = Vec::new();
+            let mut in_batch = 0_usize;
             loop {
-                let event = tokio::select! {
+                // Whether the source had to be waited for: its event then starts a batch.
+                let mut waited = false;
+                let mut pending = events.next();
+                let next = tokio::select! {
                     biased;
                     () = stop.cancelled() => return,
-                    event = events.next() => match event {
-                        Some(event) => event,
-                        None => return,
-                    },
+                    event = futures::future::poll_fn(|cx| {
+                        let polled = pending.poll_unpin(cx);
+                        waited |= polled.is_pending();
+                        polled
+                    }) => event,
                 };
+                let Some(event) = next else {
+                    return;
+                };
+                if waited || in_batch == BATCH {
+                    made.clear();
+                    in_batch = 0;
+                }
+                in_batch += 1;
                 if predicates.iter().all(|p| p.filter(&event)) {
-                    let mut cause = Cause::new(Arc::clone(&label), event.cause_name());
-                    if let Some(describe) = describe {
-                        cause = cause.about(describe(event.object_arc()));
-                    }
+                    let name = event.cause_name();
+                    let cause = match made.iter().find(|c| std::ptr::eq(c.event(), name)) {
+                        Some(cause) => cause.clone(),
+                        None => {
+                            let cause = Cause::new(Arc::clone(&label), name);
+                            made.push(cause.clone());
+                            cause
+                        }
+                    };
+                    let cause = match describe {
+                        Some(describe) => cause.about(describe(event.object_arc())),
+                        None => cause,
+                    };
                     queue.set_payload(QueuedCauses::new(cause));
                     handler.handle(&event, &queue);
                     queue.set_payload(QueuedCauses::default());
