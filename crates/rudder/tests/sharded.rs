@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use rudder::controller::{KeyAffinity, ShardGate};
-use rudder_core::hash::fnv1a64;
 use rudder::lease::sharding::owner;
 use rudder::manager::rbac::Verb;
 use rudder::prelude::*;
+use rudder_core::hash::fnv1a64;
 use tokio::time::Instant;
 
 const SHARDS: usize = 8;

@@ -20,10 +20,10 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
 use rudder::cache::ListOptions;
 use rudder::controller::{KeyAffinity, ShardGate};
-use rudder_core::hash::fnv1a64;
 use rudder::lease::sharding::{ShardMode, owner};
 use rudder::manager::rbac::Verb;
 use rudder::prelude::*;
+use rudder_core::hash::fnv1a64;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
