@@ -353,7 +353,7 @@ fn fuzz_briefly() -> Result<(), String> {
 
 /// `cargo` as found on PATH (rustup's proxy where rustup manages the toolchains), with the
 /// variables `cargo run` set for this task removed as [`cargo`] removes them.
-fn cargo_of_path() -> std::process::Command {
+pub(crate) fn cargo_of_path() -> std::process::Command {
     let from_task = cargo();
     let mut cmd = std::process::Command::new("cargo");
     for (key, value) in from_task.get_envs() {

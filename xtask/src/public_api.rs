@@ -29,7 +29,7 @@ use rustdoc_types::{
     Crate, GenericArg, GenericArgs, GenericBound, GenericParamDef, GenericParamDefKind, Generics,
     Id, Item, ItemEnum, StructKind, Term, Type, VariantKind, Visibility, WherePredicate,
 };
-use xtask::util::{cargo, run as sh, workspace_root};
+use xtask::util::{run as sh, workspace_root};
 
 /// The name of each crate's committed API file, beside its `Cargo.toml`.
 pub(crate) const FILE: &str = "public-api.txt";
@@ -176,14 +176,7 @@ fn build(root: &Path, packages: &[Package]) -> Result<Vec<Api>, String> {
 /// The rustup proxy's cargo, with the task's environment but the toolchain variables that
 /// would pin the stable toolchain this task runs under (`+nightly` is the proxy's).
 pub(crate) fn nightly_cargo() -> std::process::Command {
-    let from_task = cargo();
-    let mut cmd = std::process::Command::new("cargo");
-    for (key, value) in from_task.get_envs() {
-        match value {
-            Some(value) => cmd.env(key, value),
-            None => cmd.env_remove(key),
-        };
-    }
+    let mut cmd = crate::ci::cargo_of_path();
     cmd.env_remove("RUSTUP_TOOLCHAIN")
         .env_remove("CARGO")
         .env_remove("RUSTC")
