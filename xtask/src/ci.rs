@@ -306,7 +306,7 @@ fn fuzz_briefly() -> Result<(), String> {
     // The rustup proxy, not the toolchain's cargo this task runs under: `+nightly` is the
     // proxy's, and the task's own toolchain variables would pin the stable one.
     let rustup_cargo = || {
-        let mut cmd = cargo_of_path();
+        let mut cmd = xtask::util::cargo_of_path();
         cmd.env_remove("RUSTUP_TOOLCHAIN").env_remove("CARGO");
         cmd
     };
@@ -349,20 +349,6 @@ fn fuzz_briefly() -> Result<(), String> {
         ]))?;
     }
     Ok(())
-}
-
-/// `cargo` as found on PATH (rustup's proxy where rustup manages the toolchains), with the
-/// variables `cargo run` set for this task removed as [`cargo`] removes them.
-pub(crate) fn cargo_of_path() -> std::process::Command {
-    let from_task = cargo();
-    let mut cmd = std::process::Command::new("cargo");
-    for (key, value) in from_task.get_envs() {
-        match value {
-            Some(value) => cmd.env(key, value),
-            None => cmd.env_remove(key),
-        };
-    }
-    cmd
 }
 
 /// Debian packages of the programs some checks run, by the program each provides: Prometheus'

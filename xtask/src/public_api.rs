@@ -176,7 +176,7 @@ fn build(root: &Path, packages: &[Package]) -> Result<Vec<Api>, String> {
 /// The rustup proxy's cargo, with the task's environment but the toolchain variables that
 /// would pin the stable toolchain this task runs under (`+nightly` is the proxy's).
 pub(crate) fn nightly_cargo() -> std::process::Command {
-    let mut cmd = crate::ci::cargo_of_path();
+    let mut cmd = xtask::util::cargo_of_path();
     cmd.env_remove("RUSTUP_TOOLCHAIN")
         .env_remove("CARGO")
         .env_remove("RUSTC")

@@ -102,3 +102,17 @@ fn set_by_cargo_run(key: &str) -> bool {
                 | "CARGO_RUSTC_CURRENT_DIR"
         )
 }
+
+/// `cargo` as found on PATH (rustup's proxy where rustup manages the toolchains), with the
+/// variables `cargo run` set for this task removed as [`cargo`] removes them.
+pub fn cargo_of_path() -> Command {
+    let from_task = cargo();
+    let mut cmd = Command::new("cargo");
+    for (key, value) in from_task.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    cmd
+}
