@@ -187,6 +187,11 @@ impl FeatureTest {
 /// - `rudder-manager/profiling` (and `rudder-runtime/profiling`, which turns it on): a CPU
 ///   profile taken while a controller works, read by `go tool pprof` (`tests/profiling.rs`),
 ///   and the unit tests of `profiling.rs`.
+/// - `rudder-manager/heap-profiling` (and `rudder-runtime/heap-profiling`): a heap profile
+///   from jemalloc's profiler in a binary that makes it the allocator, read by `go tool
+///   pprof` (`tests/heap_profiling.rs`), the `501` of a process without `prof:true`
+///   (`tests/heap_profiling_off.rs`), and the unit tests of `profiling.rs` with it on (the
+///   `501` of a process whose allocator is the system's).
 /// - `rudder-manager/otlp` (and `rudder-runtime/otlp`, which turns it on, and the
 ///   `rudder-webhook/otlp` it turns on): a reconcile span exported over HTTP/protobuf by the
 ///   manager's own setup (`tests/otlp.rs`), a webhook span under the `traceparent` sent,
@@ -195,8 +200,8 @@ impl FeatureTest {
 ///   receiver decoding the protocol's own messages; and the unit tests of `otlp`.
 /// - `rudder-runtime/envtest`: a re-export of rudder-envtest, which the tests use directly
 ///   (and docs/writing-an-operator.md's blocks, compiled by `doctests/`, through the facade).
-/// - `rudder-doctests/profiling`, `rudder-doctests/otlp`: docs/operating.md's two blocks that
-///   use those facade features, compiled (`--doc`).
+/// - `rudder-doctests/profiling`, `rudder-doctests/heap-profiling`, `rudder-doctests/otlp`:
+///   docs/operating.md's three blocks that use those facade features (`--doc`).
 ///
 /// Each feature set rebuilds the crates above the ones it changes (and third-party crates
 /// whose features differ in a one-package build). Measured after a default build (2 cores,
@@ -231,6 +236,17 @@ const FEATURE_TESTS: &[FeatureTest] = &[
     },
     FeatureTest {
         package: "rudder-manager",
+        features: "heap-profiling",
+        targets: &[
+            "--test",
+            "heap_profiling",
+            "--test",
+            "heap_profiling_off",
+            "--lib",
+        ],
+    },
+    FeatureTest {
+        package: "rudder-manager",
         features: "otlp",
         targets: &[
             "--test",
@@ -242,11 +258,11 @@ const FEATURE_TESTS: &[FeatureTest] = &[
             "--lib",
         ],
     },
-    // docs/operating.md's blocks for the two opt-in features, compiled: last, so the
-    // manager's otlp and profiling builds above are there to reuse.
+    // docs/operating.md's blocks for the three opt-in features: last, so the manager's
+    // otlp and profiling builds above are there to reuse.
     FeatureTest {
         package: "rudder-doctests",
-        features: "profiling,otlp",
+        features: "heap-profiling,otlp",
         targets: &["--doc"],
     },
 ];

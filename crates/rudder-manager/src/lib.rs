@@ -160,6 +160,7 @@
 //! |---|---|---|
 //! | `webhook` | yes | the webhook server (rudder-webhook), self-signed webhook certificates (rudder-certs) and secure metrics: TLS on the server side, rustls on `ring`; without it the manager compiles no TLS stack |
 //! | `profiling` | no | CPU profiles on demand in pprof's format on an opt-in address (module `profiling`, `ManagerBuilder::profiling_address`), with pprof-rs |
+//! | `heap-profiling` | no | heap profiles too (`/debug/pprof/heap`), from jemalloc's sampling profiler: the binary makes `profiling::Jemalloc` its global allocator and starts with `_RJEM_MALLOC_CONF=prof:true`; builds jemalloc (C) (and `profiling`) |
 //! | `otlp` | no | OpenTelemetry export over OTLP (HTTP/protobuf or gRPC, the `OTEL_*` variables; module `otlp`, `ManagerBuilder::otlp`, `ManagerBuilder::otlp_exporter`, `ManagerBuilder::cluster_name`), with the opentelemetry SDK and tracing-opentelemetry; the webhook server's spans take the API server's `traceparent` as their parent |
 
 // Which feature brings an item, in docs.rs' rendering (`--cfg docsrs`, on nightly).

@@ -253,7 +253,7 @@ async fn profile(
     profiler: &crate::profiling::Profiler,
     request: &Request<Body>,
 ) -> Response<Full<Bytes>> {
-    use crate::profiling::{INDEX, ProfileError, seconds};
+    use crate::profiling::{INDEX, seconds};
     const PLAIN: &str = "text/plain; charset=utf-8";
     match request.uri().path() {
         "/debug/pprof" | "/debug/pprof/" => text(200, PLAIN, INDEX.to_owned()),
@@ -265,34 +265,62 @@ async fn profile(
                 Ok(seconds) => profiler.cpu(seconds).await,
                 Err(error) => Err(error),
             };
-            match answer {
-                Ok(bytes) => {
-                    let mut response = Response::new(Full::new(Bytes::from(bytes)));
-                    let headers = response.headers_mut();
-                    headers.insert(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/octet-stream"),
-                    );
-                    headers.insert(
-                        header::CONTENT_DISPOSITION,
-                        HeaderValue::from_static("attachment; filename=\"profile\""),
-                    );
-                    response
-                }
-                Err(error) => {
-                    let status = match &error {
-                        ProfileError::Busy => 409,
-                        ProfileError::Seconds(_) => 400,
-                        ProfileError::Profiler(_) => {
-                            tracing::warn!(%error, "a CPU profile failed");
-                            500
-                        }
-                    };
-                    text(status, PLAIN, format!("{error}\n"))
-                }
+            profile_answer(answer, "profile", "attachment; filename=\"profile\"")
+        }
+        #[cfg(feature = "heap-profiling")]
+        "/debug/pprof/heap" => {
+            if request.method() != http::Method::GET {
+                return text(405, PLAIN, "only GET\n".to_owned());
             }
+            profile_answer(
+                profiler.heap().await,
+                "heap",
+                "attachment; filename=\"heap\"",
+            )
         }
         _ => not_found(),
+    }
+}
+
+/// A profile (`name`, for the log) as an attachment (its `Content-Disposition`), or why
+/// there is none.
+#[cfg(feature = "profiling")]
+fn profile_answer(
+    answer: Result<Vec<u8>, crate::profiling::ProfileError>,
+    name: &'static str,
+    disposition: &'static str,
+) -> Response<Full<Bytes>> {
+    use crate::profiling::ProfileError;
+    match answer {
+        Ok(bytes) => {
+            let mut response = Response::new(Full::new(Bytes::from(bytes)));
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            headers.insert(
+                header::CONTENT_DISPOSITION,
+                HeaderValue::from_static(disposition),
+            );
+            response
+        }
+        Err(error) => {
+            let status = match &error {
+                ProfileError::Busy => 409,
+                ProfileError::Seconds(_) => 400,
+                ProfileError::Profiler(_) => {
+                    tracing::warn!(%error, profile = name, "a profile failed");
+                    500
+                }
+                #[cfg(feature = "heap-profiling")]
+                ProfileError::HeapUnavailable(_) => {
+                    tracing::warn!(%error, "a heap profile was asked for and cannot be taken");
+                    501
+                }
+            };
+            text(status, "text/plain; charset=utf-8", format!("{error}\n"))
+        }
     }
 }
 

@@ -129,6 +129,7 @@
 //! | `webhook` | yes | [`webhook`] and its builder, [`certs`], secure metrics, [`manifests`] (and `manager`): TLS on the server side, rustls on `ring` |
 //! | `webhook-http2` | no | HTTP/2 for the webhook server when its options ask for it (`webhook::Options::http2(true)`; and `webhook`) |
 //! | `profiling` | no | CPU profiles in pprof's format on an opt-in address (`ManagerBuilder::profiling_address`, `rudder::manager::profiling`; and `manager`) |
+//! | `heap-profiling` | no | heap profiles too (`/debug/pprof/heap`), from jemalloc's sampling profiler: the binary makes `rudder::manager::profiling::Jemalloc` its global allocator and turns the profiler on (`_RJEM_MALLOC_CONF=prof:true`); builds jemalloc (C) (and `profiling`) |
 //! | `otlp` | no | OpenTelemetry export over OTLP, HTTP/protobuf or gRPC, configured by the `OTEL_*` variables (`rudder::manager::otlp`, `ManagerBuilder::otlp`, `ManagerBuilder::cluster_name`; and `manager`): reconcile, webhook and API-request spans, the webhook's span a child of the API server's `traceparent` |
 //! | `rustls-tls` | yes | TLS to the API server with rustls, `ring` as its crypto provider |
 //! | `envtest` | no | `rudder::envtest` (rudder-envtest): the test control plane, for dev-dependencies |
