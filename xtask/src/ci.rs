@@ -154,7 +154,8 @@ pub(crate) fn run_ci(test_args: &[&str], commands: &[&str]) -> Result<(), String
 
 /// A control plane installed by a child `cargo xtask envtest install --print-path` while
 /// other steps run: its progress goes to a log file, printed when it is joined; if CI stops
-/// before joining it (a step failed), it is killed and reaped.
+/// before joining it (a step failed), it is killed with the Go builds it started (its
+/// process group) and reaped.
 struct InstallBeside {
     child: Option<std::process::Child>,
     log: std::path::PathBuf,
@@ -185,7 +186,10 @@ impl InstallBeside {
         ));
         let file =
             std::fs::File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
+        use std::os::unix::process::CommandExt as _;
         let child = command
+            // A group of its own: the `go` builds it starts are killed with it.
+            .process_group(0)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(file)
@@ -231,6 +235,13 @@ impl InstallBeside {
 impl Drop for InstallBeside {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            // The whole group (its id is the child's), then the child itself in case `kill`
+            // could not be run.
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
             let _ = child.kill();
             let _ = child.wait();
             let _ = std::fs::remove_file(&self.log);
@@ -298,10 +309,9 @@ impl FeatureTest {
 ///   docs/operating.md's three blocks that use those facade features (`--doc`).
 ///
 /// Each feature set rebuilds the crates above the ones it changes (and third-party crates
-/// whose features differ in a one-package build). Measured after a default build (2 cores,
-/// `--no-run`, in this order): 52 s, 26 s, 36 s, 33 s; about 2.5 minutes in all. The
-/// doctests' `profiling,otlp` build took 4 min 8 s on its own (2 shared cores, the
-/// OpenTelemetry stack not built before in that target directory), less after the above.
+/// whose features differ in a one-package build). In the cold run of 2026-12-07 (before the
+/// `heap-profiling` set, which also builds jemalloc) the sets took 451 s in all, builds and
+/// tests (docs/envtest.md, "Figures").
 const FEATURE_TESTS: &[FeatureTest] = &[
     FeatureTest {
         package: "rudder-cache",
@@ -730,13 +740,47 @@ mod tests {
     }
 
     #[test]
-    fn an_install_beside_not_joined_is_killed_and_reaped() {
-        let running =
-            InstallBeside::spawn(std::process::Command::new("sleep").arg("600"), "0.0.3").unwrap();
+    fn an_install_beside_not_joined_is_killed_with_what_it_started() {
+        // The child starts a process of its own (as the install starts `go`), says its pid.
+        let running = InstallBeside::spawn(
+            std::process::Command::new("sh").args(["-c", "sleep 600 & echo $! >&2; wait"]),
+            "0.0.3",
+        )
+        .unwrap();
         let pid = running.child.as_ref().unwrap().id();
+        let started = std::time::Instant::now();
+        let grandchild = loop {
+            let said = std::fs::read_to_string(&running.log).unwrap_or_default();
+            if let Ok(pid) = said.trim().parse::<u32>() {
+                break pid;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "the child never said its own child's pid"
+            );
+            std::thread::yield_now();
+        };
         drop(running);
-        // Reaped: no process (not even a zombie) has its pid.
+        // Reaped: no process, not even a zombie, has the child's pid.
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+        // Its own child was killed too: gone, or a zombie until init reaps it.
+        let started = std::time::Instant::now();
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{grandchild}/stat"));
+            let dead = stat.map_or(true, |stat| {
+                stat.rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+            });
+            if dead {
+                break;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "the child's own child is still running"
+            );
+            std::thread::yield_now();
+        }
     }
 
     #[test]

@@ -54,7 +54,12 @@
 //! the global allocator (an allocation the server makes does not reach it). jemalloc writes
 //! each dump to a file before it is read: the process needs a writable temporary directory
 //! (`TMPDIR`, `/tmp` by default; an `emptyDir` under a read-only root filesystem).
-//! Dumps are taken one at a time; a heap profile can be taken while a CPU profile runs.
+//! Dumps are taken one at a time (a second request while one is taken is `409 Conflict`);
+//! a heap profile can be taken while a CPU profile runs. A binary that denies `unsafe_code`
+//! allows it on the `_rjem_malloc_conf` static (`#[allow(unsafe_code)]`: exporting a symbol
+//! is unsafe). The names carry jemalloc's `_rjem_` prefix, as tikv-jemallocator builds it;
+//! a build that turns on its `unprefixed_malloc_on_supported_platforms` feature reads
+//! `malloc_conf` and `MALLOC_CONF` instead.
 //!
 //! [`ManagerBuilder::profiling_address`]: crate::ManagerBuilder::profiling_address
 //! [`ManagerBuilder::secure_metrics`]: crate::ManagerBuilder::secure_metrics
@@ -82,8 +87,8 @@ pub use tikv_jemallocator::Jemalloc;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProfileError {
-    /// Another profile is being taken.
-    #[error("a CPU profile is already being taken; try again when it is done")]
+    /// Another profile of the same kind is being taken.
+    #[error("a profile of this kind is already being taken; try again when it is done")]
     Busy,
     /// `seconds` is not a whole number from 1 to [`MAX_SECONDS`].
     #[error("seconds must be a whole number from 1 to {MAX_SECONDS}, not {0:?}")]
@@ -228,9 +233,12 @@ fn heap_now() -> Result<Vec<u8>, ProfileError> {
     let Some(ctl) = jemalloc_pprof::PROF_CTL.as_ref() else {
         return Err(ProfileError::HeapUnavailable(HEAP_OFF));
     };
-    // One dump at a time (jemalloc's controls are process-wide); this thread is not a
-    // runtime's, so it may block on the lock.
-    let mut ctl = ctl.blocking_lock();
+    // One dump at a time (jemalloc's controls are process-wide); another asked for while
+    // one is taken is refused, as a second CPU profile is, rather than queued on a
+    // blocking thread.
+    let Ok(mut ctl) = ctl.try_lock() else {
+        return Err(ProfileError::Busy);
+    };
     if !ctl.activated() {
         return Err(ProfileError::HeapUnavailable(HEAP_INACTIVE));
     }
@@ -247,12 +255,18 @@ fn heap_now() -> Result<Vec<u8>, ProfileError> {
 #[cfg(feature = "heap-profiling")]
 fn jemalloc_is_global() -> bool {
     const PROBE: usize = 64 << 10;
-    let Ok(allocated) = tikv_jemalloc_ctl::thread::allocatedp::read() else {
+    // The counter is read through a `mallctl` call each time: an opaque call, so the read
+    // after the allocation is not folded into the one before it.
+    let allocated = || {
+        tikv_jemalloc_ctl::thread::allocatedp::read()
+            .ok()
+            .map(tikv_jemalloc_ctl::thread::ThreadLocal::get)
+    };
+    let Some(before) = allocated() else {
         return false;
     };
-    let before = allocated.get();
     let probe = std::hint::black_box(Vec::<u8>::with_capacity(PROBE));
-    let after = allocated.get();
+    let after = allocated().unwrap_or(before);
     drop(probe);
     after.wrapping_sub(before) >= PROBE as u64
 }

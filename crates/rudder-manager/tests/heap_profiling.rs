@@ -16,7 +16,7 @@ mod fixtures;
 mod http_get;
 
 use fixtures::{config_map, manager_builder, watch_config_maps};
-use http_get::get;
+use http_get::{get, post};
 
 use std::hint::black_box;
 use std::net::SocketAddr;
@@ -110,6 +110,7 @@ async fn a_heap_profile_names_what_a_reconciler_keeps() {
     assert_eq!(status, 200);
     assert!(String::from_utf8_lossy(&index).contains("/debug/pprof/heap"));
 
+    assert_eq!(post(addr, "/debug/pprof/heap").await, 405);
     let (status, bytes) = get(addr, "/debug/pprof/heap").await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
     assert_eq!(

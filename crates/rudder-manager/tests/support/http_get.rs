@@ -5,11 +5,25 @@ use std::net::SocketAddr;
 
 /// GETs `path` from the server at `addr`: the status and the body.
 pub(crate) async fn get(addr: SocketAddr, path: &str) -> (u16, Vec<u8>) {
+    request(addr, "GET", path).await
+}
+
+/// POSTs nothing to `path` on the server at `addr`: the status.
+#[allow(dead_code, reason = "not every test binary that includes this posts")]
+pub(crate) async fn post(addr: SocketAddr, path: &str) -> u16 {
+    request(addr, "POST", path).await.0
+}
+
+/// Sends `method` `path` to the server at `addr`: the status and the body.
+async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, Vec<u8>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream
         .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            format!(
+                "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
         )
         .await
         .unwrap();
