@@ -244,3 +244,97 @@ async fn default_informers_skip_managed_fields_and_agree() {
     protobuf.stop().await;
     json.stop().await;
 }
+
+/// Every `Vec` of a stored Pod's spec that has spare room: (what, length, capacity).
+fn spare_room(pod: &Pod) -> Vec<(String, usize, usize)> {
+    let mut spare = Vec::new();
+    let mut check = |what: String, len: usize, capacity: usize| {
+        if len != capacity {
+            spare.push((what, len, capacity));
+        }
+    };
+    let spec = pod.spec.as_ref().unwrap();
+    check(
+        "containers".into(),
+        spec.containers.len(),
+        spec.containers.capacity(),
+    );
+    for container in &spec.containers {
+        let args = container.args.as_ref().unwrap();
+        check(
+            format!("{}.args", container.name),
+            args.len(),
+            args.capacity(),
+        );
+        let env = container.env.as_ref().unwrap();
+        check(format!("{}.env", container.name), env.len(), env.capacity());
+    }
+    spare
+}
+
+/// What the cache stores holds no spare capacity, whichever the wire: the protobuf decoder
+/// sizes each repeated field once for all its values (so the informer stores its objects as
+/// decoded), and a JSON object is copied exactly before it is stored.
+#[tokio::test]
+async fn stored_objects_hold_no_spare_room_in_either_wire() {
+    let env = TestEnv::builder().shared().await.unwrap();
+    let ns = env.namespace("protobuf-exact").await.unwrap();
+    let api = ns.api::<Pod>();
+    let mut made = pod("exact");
+    let spec = made.spec.as_mut().unwrap();
+    let container = |name: &str| Container {
+        name: name.into(),
+        image: Some("registry.example/app:1".into()),
+        // Three and five values: a `Vec` grown one at a time would have room for four and
+        // eight.
+        args: Some(vec!["--port".into(), "8080".into(), "--verbose".into()]),
+        env: Some(
+            (0..5)
+                .map(|i| k8s_openapi::api::core::v1::EnvVar {
+                    name: format!("VAR_{i}"),
+                    value: Some(i.to_string()),
+                    value_from: None,
+                })
+                .collect(),
+        ),
+        ..Container::default()
+    };
+    spec.containers = vec![container("app"), container("sidecar"), container("proxy")];
+    api.create(&PostParams::default(), &made).await.unwrap();
+    let (protobuf, json) = pair(&api, ListStrategy::Streaming, 500).await;
+    agree(&protobuf, &json, &["exact"]).await;
+    for informer in [&protobuf, &json] {
+        let stored = informer.store().list();
+        assert_eq!(stored.len(), 1);
+        assert_eq!(
+            spare_room(&stored[0]),
+            [],
+            "{:?}",
+            informer.stats().wire_format
+        );
+    }
+    // A watch event's object too.
+    let patch = serde_json::json!({"metadata": {"annotations": {"changed": "yes"}}});
+    api.patch("exact", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    for informer in [&protobuf, &json] {
+        until("the update to be stored", WAIT, || {
+            informer.store().list().iter().all(|pod| {
+                pod.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("changed"))
+            })
+        })
+        .await;
+        assert_eq!(
+            spare_room(&informer.store().list()[0]),
+            [],
+            "{:?}",
+            informer.stats().wire_format
+        );
+    }
+    protobuf.stop().await;
+    json.stop().await;
+}

@@ -503,14 +503,24 @@ pub(crate) fn repeated<C: Codec>(
     wire: Wire,
 ) -> Result<(), DecodeError> {
     if C::PACKABLE && wire == Wire::Bytes {
+        let first = slot.capacity() == 0;
         let bytes = r.bytes()?;
         let mut packed = Reader::new(bytes, r.depth)?;
         while !packed.at_end() {
             slot.extend(C::read(&mut packed)?);
         }
+        if first {
+            slot.shrink_to_fit();
+        }
         return Ok(());
     }
     Reader::expect(wire, C::WIRE)?;
+    // The field's first value: room for all of those that follow it at once, so that the
+    // decoded object carries no spare capacity (and the cache need not copy it to shed
+    // it) and the `Vec` is never regrown.
+    if slot.capacity() == 0 {
+        slot.reserve_exact(r.run_length(wire));
+    }
     slot.extend(C::read(r)?);
     Ok(())
 }

@@ -184,6 +184,50 @@ fn reads_int_or_string_and_packed_repeated_scalars() {
 }
 
 #[test]
+fn repeated_fields_are_sized_exactly() {
+    // ServiceSpec.ports (tag 1), three values one after another: one allocation, no spare
+    // room; a value of another field between two runs of one field still decodes them all.
+    let port = |n: u64| W::default().uint(3, n);
+    let spec = W::default()
+        .msg(1, &port(80))
+        .msg(1, &port(81))
+        .msg(1, &port(82));
+    let service: Service = decode(&W::default().msg(2, &spec).0).unwrap();
+    let ports = service.spec.unwrap().ports.unwrap();
+    assert_eq!(ports.len(), 3);
+    assert_eq!(ports.capacity(), 3);
+    let split = W::default()
+        .msg(1, &port(80))
+        .str(6, "ClusterIP")
+        .msg(1, &port(81));
+    let service: Service = decode(&W::default().msg(2, &split).0).unwrap();
+    let ports: Vec<i32> = service
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .iter()
+        .map(|p| p.port)
+        .collect();
+    assert_eq!(ports, [80, 81]);
+    // A truncated value ends the count; the read fails where it is.
+    let mut truncated = W::default().msg(1, &port(80)).0;
+    truncated.extend([0x0a, 0x05, 0x18]);
+    assert!(decode::<Service>(&W::default().bytes(2, &truncated).0).is_err());
+    // Packed scalars: no spare room either.
+    let packed = W::default().bytes(4, &W::default().varint(1).varint(2).varint(3).0);
+    let pod: Pod = decode(&W::default().msg(2, &W::default().bytes(14, &packed.0)).0).unwrap();
+    let groups = pod
+        .spec
+        .unwrap()
+        .security_context
+        .unwrap()
+        .supplemental_groups
+        .unwrap();
+    assert_eq!((groups.len(), groups.capacity()), (3, 3));
+}
+
+#[test]
 fn skips_unknown_tags() {
     let mut cm = config_map();
     cm = cm

@@ -102,6 +102,10 @@ pub(crate) struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
     pub(crate) depth: u32,
+    /// Where the last key read starts, and its length: a repeated field's next value has
+    /// the same key bytes ([`Reader::run_length`]).
+    key_at: usize,
+    key_len: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -112,7 +116,13 @@ impl<'a> Reader<'a> {
                 "messages nested more than {MAX_DEPTH} deep"
             )));
         }
-        Ok(Self { buf, pos: 0, depth })
+        Ok(Self {
+            buf,
+            pos: 0,
+            depth,
+            key_at: 0,
+            key_len: 0,
+        })
     }
 
     pub(crate) fn at_end(&self) -> bool {
@@ -142,7 +152,9 @@ impl<'a> Reader<'a> {
         if self.pos >= self.buf.len() {
             return Ok(None);
         }
+        self.key_at = self.pos;
         let key = self.varint()?;
+        self.key_len = self.pos - self.key_at;
         let tag = key >> 3;
         if tag == 0 || tag > u64::from(u32::MAX >> 3) {
             return Err(DecodeError::new(format!("invalid field number {tag}")));
@@ -205,6 +217,31 @@ impl<'a> Reader<'a> {
         let mut array = [0; 4];
         array.copy_from_slice(bytes);
         Ok(u32::from_le_bytes(array))
+    }
+
+    /// How many values of the field whose key was read last follow one another from here,
+    /// this one included: gogo-protobuf writes a repeated field's values one after another,
+    /// so a `Vec` can be sized once for all of them (exactly: what the cache stores then
+    /// holds no spare capacity). Counted without decoding them, a length and a jump each;
+    /// a value that does not parse ends the count (it fails where it is read).
+    pub(crate) fn run_length(&self, wire: Wire) -> usize {
+        let key = &self.buf[self.key_at..self.key_at + self.key_len];
+        let mut probe = Reader {
+            buf: self.buf,
+            pos: self.pos,
+            depth: self.depth,
+            key_at: self.key_at,
+            key_len: self.key_len,
+        };
+        let mut values = 0;
+        while probe.skip(wire).is_ok() {
+            values += 1;
+            if key.is_empty() || !probe.buf[probe.pos..].starts_with(key) {
+                break;
+            }
+            probe.pos += key.len();
+        }
+        values.max(1)
     }
 
     /// Skips a field this decoder does not know (a newer server's): forward compatibility.

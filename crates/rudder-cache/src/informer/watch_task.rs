@@ -310,13 +310,11 @@ where
             // Relisting: stamp what is unchanged, keep the rest for the list's end.
             if self.shared.store.has_version_of(&obj) {
                 self.shared.store.touch(&ObjectKey::of(&obj), self.epoch);
-            } else if let Some(changed) = &mut self.relisted {
-                // A clone allocates exactly (see `compact`); the decoded copy is dropped.
-                #[allow(
-                    clippy::redundant_clone,
-                    reason = "the clone is the point: it allocates exactly"
-                )]
-                changed.push(obj.clone());
+            } else if self.relisted.is_some() {
+                let obj = self.exact(obj);
+                if let Some(changed) = &mut self.relisted {
+                    changed.push(obj);
+                }
             }
             return;
         }
@@ -489,16 +487,29 @@ where
         }
     }
 
-    /// Decoded objects carry spare capacity (a one-element `Vec` is allocated for four); a
-    /// clone allocates exactly, so objects that will be stored are cloned and the decoded
-    /// copies dropped. Unchanged objects are not, as they are about to be dropped.
+    /// Objects that will be stored, without spare capacity; unchanged ones are returned as
+    /// they are, since they are about to be dropped (see [`Self::exact`]).
+    fn compact(&self, obj: K) -> K {
+        // During the first list nothing is unchanged, so the lookup is skipped.
+        if !self.first_list && self.shared.store.has_version_of(&obj) {
+            obj
+        } else {
+            self.exact(obj)
+        }
+    }
+
+    /// `obj` without spare capacity. serde's decoding grows `Vec`s as elements come (a
+    /// one-element `Vec` is allocated for four), and a clone allocates exactly, so a JSON
+    /// object is cloned and the decoded copy dropped. The protobuf decoder sizes each
+    /// repeated field once for all its values, so its objects are stored as decoded (no
+    /// copy, half the allocations of a sync), unless a transform, which may add to them,
+    /// ran.
     #[allow(
         clippy::redundant_clone,
         reason = "the clone is the point: it allocates exactly"
     )]
-    fn compact(&self, obj: K) -> K {
-        // During the first list nothing is unchanged, so the lookup is skipped.
-        if !self.first_list && self.shared.store.has_version_of(&obj) {
+    fn exact(&self, obj: K) -> K {
+        if self.transform.is_none() && self.shared.lists.wire() == crate::WireFormat::Protobuf {
             obj
         } else {
             obj.clone()
