@@ -303,7 +303,12 @@ async fn stored_objects_hold_no_spare_room_in_either_wire() {
     api.create(&PostParams::default(), &made).await.unwrap();
     let (protobuf, json) = pair(&api, ListStrategy::Streaming, 500).await;
     agree(&protobuf, &json, &["exact"]).await;
-    for informer in [&protobuf, &json] {
+    // And with the default transform (managedFields stripped, skipped by the decoder).
+    let default = Informer::builder(api.clone())
+        .labels("test=protobuf")
+        .start();
+    default.wait_for_sync(WAIT).await.unwrap();
+    for informer in [&protobuf, &json, &default] {
         let stored = informer.store().list();
         assert_eq!(stored.len(), 1);
         assert_eq!(
@@ -318,7 +323,7 @@ async fn stored_objects_hold_no_spare_room_in_either_wire() {
     api.patch("exact", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    for informer in [&protobuf, &json] {
+    for informer in [&protobuf, &json, &default] {
         until("the update to be stored", WAIT, || {
             informer.store().list().iter().all(|pod| {
                 pod.metadata
@@ -337,4 +342,5 @@ async fn stored_objects_hold_no_spare_room_in_either_wire() {
     }
     protobuf.stop().await;
     json.stop().await;
+    default.stop().await;
 }

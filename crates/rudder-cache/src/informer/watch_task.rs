@@ -502,14 +502,18 @@ where
     /// one-element `Vec` is allocated for four), and a clone allocates exactly, so a JSON
     /// object is cloned and the decoded copy dropped. The protobuf decoder sizes each
     /// repeated field once for all its values, so its objects are stored as decoded (no
-    /// copy, half the allocations of a sync), unless a transform, which may add to them,
-    /// ran.
+    /// copy, half the allocations of a sync), unless a transform of the caller's, which may
+    /// add to them, ran (the default, which strips `managedFields`, only takes away).
     #[allow(
         clippy::redundant_clone,
         reason = "the clone is the point: it allocates exactly"
     )]
     fn exact(&self, obj: K) -> K {
-        if self.transform.is_none() && self.shared.lists.wire() == crate::WireFormat::Protobuf {
+        let lists = &self.shared.lists;
+        let default_transform = lists.skips_managed_fields.load(Ordering::Acquire);
+        if (self.transform.is_none() || default_transform)
+            && lists.wire() == crate::WireFormat::Protobuf
+        {
             obj
         } else {
             obj.clone()
