@@ -748,36 +748,36 @@ mod tests {
         )
         .unwrap();
         let pid = running.child.as_ref().unwrap().id();
-        let started = std::time::Instant::now();
-        let grandchild = loop {
-            let said = std::fs::read_to_string(&running.log).unwrap_or_default();
-            if let Ok(pid) = said.trim().parse::<u32>() {
-                break pid;
-            }
-            assert!(
-                started.elapsed() < std::time::Duration::from_secs(10),
-                "the child never said its own child's pid"
-            );
-            std::thread::yield_now();
-        };
+        let grandchild = within_10s("the child to say its own child's pid", || {
+            std::fs::read_to_string(&running.log)
+                .ok()
+                .and_then(|said| said.trim().parse::<u32>().ok())
+        });
         drop(running);
         // Reaped: no process, not even a zombie, has the child's pid.
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
         // Its own child was killed too: gone, or a zombie until init reaps it.
-        let started = std::time::Instant::now();
-        loop {
+        within_10s("the child's own child to be killed", || {
             let stat = std::fs::read_to_string(format!("/proc/{grandchild}/stat"));
-            let dead = stat.map_or(true, |stat| {
+            stat.map_or(true, |stat| {
                 stat.rsplit(')')
                     .next()
                     .is_some_and(|rest| rest.trim_start().starts_with('Z'))
-            });
-            if dead {
-                break;
+            })
+            .then_some(())
+        });
+    }
+
+    /// `f`'s first `Some`, polled for at most 10 s; the test fails naming `what` otherwise.
+    fn within_10s<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(value) = f() {
+                return value;
             }
             assert!(
                 started.elapsed() < std::time::Duration::from_secs(10),
-                "the child's own child is still running"
+                "waited 10 s for {what}"
             );
             std::thread::yield_now();
         }

@@ -14,6 +14,8 @@
 mod fixtures;
 #[path = "support/http_get.rs"]
 mod http_get;
+#[path = "support/pprof.rs"]
+mod pprof;
 
 use fixtures::{config_map, manager_builder, watch_config_maps};
 use http_get::{get, post};
@@ -70,14 +72,7 @@ impl Reconciler for Keeper {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heap_profile_names_what_a_reconciler_keeps() {
-    let go = std::env::var_os("GO").unwrap_or_else(|| "go".into());
-    assert!(
-        std::process::Command::new(&go)
-            .arg("version")
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "this test reads the profile with `go tool pprof`: Go must be on the PATH (or in $GO)"
-    );
+    let go = pprof::go();
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("heap-profiling").await.unwrap();
     let manager = manager_builder(ns.client(), ns.name())
@@ -119,33 +114,11 @@ async fn a_heap_profile_names_what_a_reconciler_keeps() {
         "gzipped, as Go's heap profiles are"
     );
 
-    let dir = std::env::temp_dir().join(format!("rudder-heap-profile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("heap.pb.gz");
-    std::fs::write(&file, &bytes).unwrap();
-    let top = std::process::Command::new(&go)
-        .args([
-            "tool",
-            "pprof",
-            "-top",
-            "-nodecount=200",
-            "-sample_index=inuse_space",
-        ])
-        .arg(&file)
-        .env("PPROF_TMPDIR", &dir)
-        .output()
-        .unwrap();
-    let printed = String::from_utf8_lossy(&top.stdout);
-    assert!(
-        top.status.success(),
-        "go tool pprof failed: {}",
-        String::from_utf8_lossy(&top.stderr)
-    );
+    let printed = pprof::pprof_top(&go, &bytes, "heap.pb.gz", &["-sample_index=inuse_space"]);
     assert!(
         printed.contains("heap_profiled_reconciler_keep"),
         "the function that keeps the memory is not in the profile:\n{printed}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 
     stop.cancel();
     task.await.unwrap().unwrap();

@@ -2,8 +2,14 @@
 //! (`heap-profiling` feature, jemalloc the global allocator, no `prof:true`): `501 Not
 //! Implemented`, saying what to set; CPU profiles are served as ever.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests may spawn: the test owns its tasks"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
 #[path = "support/http_get.rs"]
 mod http_get;
 
@@ -13,7 +19,6 @@ use std::time::Duration;
 use http_get::get;
 use rudder_envtest::TestEnv;
 use rudder_envtest::poll::eventually;
-use tokio_util::sync::CancellationToken;
 
 #[global_allocator]
 static ALLOC: rudder_manager::profiling::Jemalloc = rudder_manager::profiling::Jemalloc;
@@ -31,12 +36,7 @@ async fn without_prof_true_a_heap_profile_says_how_to_turn_it_on() {
             .build()
             .unwrap(),
     );
-    let stop = CancellationToken::new();
-    #[allow(clippy::disallowed_methods, reason = "joined below")]
-    let task = tokio::spawn({
-        let (manager, stop) = (std::sync::Arc::clone(&manager), stop.clone());
-        async move { manager.start(stop).await }
-    });
+    let (stop, task) = fixtures::start_shared(&manager);
     let addr = eventually(
         "the profiling server",
         Duration::from_secs(30),

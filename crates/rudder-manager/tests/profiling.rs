@@ -13,6 +13,8 @@
 mod fixtures;
 #[path = "support/http_get.rs"]
 mod http_get;
+#[path = "support/pprof.rs"]
+mod pprof;
 
 use fixtures::{config_map, manager_builder, watch_config_maps};
 use http_get::get;
@@ -54,14 +56,7 @@ impl Reconciler for Busy {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_profile_taken_while_a_controller_works_names_its_reconciler() {
-    let go = std::env::var_os("GO").unwrap_or_else(|| "go".into());
-    assert!(
-        std::process::Command::new(&go)
-            .arg("version")
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "this test reads the profile with `go tool pprof`: Go must be on the PATH (or in $GO)"
-    );
+    let go = pprof::go();
     let env = TestEnv::builder().shared().await.unwrap();
     let ns = env.namespace("profiling").await.unwrap();
     let manager = manager_builder(ns.client(), ns.name())
@@ -102,27 +97,11 @@ async fn a_profile_taken_while_a_controller_works_names_its_reconciler() {
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
     assert!(!bytes.is_empty());
 
-    let dir = std::env::temp_dir().join(format!("rudder-profile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("cpu.pb");
-    std::fs::write(&file, &bytes).unwrap();
-    let top = std::process::Command::new(&go)
-        .args(["tool", "pprof", "-top", "-nodecount=200"])
-        .arg(&file)
-        .env("PPROF_TMPDIR", &dir)
-        .output()
-        .unwrap();
-    let printed = String::from_utf8_lossy(&top.stdout);
-    assert!(
-        top.status.success(),
-        "go tool pprof failed: {}",
-        String::from_utf8_lossy(&top.stderr)
-    );
+    let printed = pprof::pprof_top(&go, &bytes, "cpu.pb", &[]);
     assert!(
         printed.contains("profiled_reconciler_spin"),
         "the reconciler's function is not in the profile:\n{printed}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 
     stop.cancel();
     task.await.unwrap().unwrap();
