@@ -129,6 +129,7 @@ impl<K: Resource> Store<K> {
                 namespaces: HashMap::new(),
                 indexes: HashMap::new(),
                 state: DefaultHashBuilder::default(),
+                bytes: 0,
             })),
         }
     }
@@ -271,7 +272,8 @@ impl<K: Resource> Store<K> {
                 .is_some_and(|e| e.obj.meta().resource_version.as_deref() == rv)
     }
 
-    /// Stores `obj`, stamped as seen in list `epoch`; says whether it was new, changed
+    /// Stores `obj`, `size` bytes (see [`bytes`](Self::bytes)), stamped as seen in list
+    /// `epoch`; says whether it was new, changed
     /// (a different `resourceVersion`) or unchanged. An unchanged object is dropped and the
     /// stored `Arc` kept, so a relist does not hold a second copy of what did not change.
     ///
@@ -279,24 +281,30 @@ impl<K: Resource> Store<K> {
     /// (so a relist keeps the last good version), the panic is pushed onto `panics` and the
     /// result is [`Applied::Skipped`]. Panics on the stored version (only possible with an
     /// index function that is not deterministic) are pushed too, and do not stop the update.
-    pub(crate) fn apply(&self, obj: K, epoch: u64, panics: &mut Vec<IndexPanic>) -> Applied<K> {
-        self.write().apply(obj, epoch, panics)
+    pub(crate) fn apply(
+        &self,
+        obj: K,
+        size: usize,
+        epoch: Epoch,
+        panics: &mut Vec<IndexPanic>,
+    ) -> Applied<K> {
+        self.write().apply(obj, size, epoch, panics)
     }
 
-    /// A relist's changed objects, applied as [`apply`](Self::apply) applies each, then what
+    /// A relist's changed objects with their sizes, applied as [`apply`](Self::apply) applies each, then what
     /// the list did not stamp with `epoch` removed, as [`sweep`](Self::sweep) does: all under
     /// one write lock, so readers see the store as it was before the relist or as it is
     /// after, never a mix.
     pub(crate) fn replace(
         &self,
-        changed: Vec<K>,
-        epoch: u64,
+        changed: Vec<(K, usize)>,
+        epoch: Epoch,
         panics: &mut Vec<IndexPanic>,
     ) -> (Vec<Applied<K>>, Vec<Arc<K>>) {
         let mut inner = self.write();
         let applied = changed
             .into_iter()
-            .map(|obj| inner.apply(obj, epoch, panics))
+            .map(|(obj, size)| inner.apply(obj, size, epoch, panics))
             .collect();
         let gone = inner.sweep(epoch, panics);
         (applied, gone)
@@ -318,11 +326,12 @@ impl<K: Resource> Store<K> {
             .ok()?
             .remove();
         inner.reindex(Some((&entry.obj, old_values)), None);
+        inner.bytes -= u64::from(entry.size);
         Some(entry.obj)
     }
 
     /// Stamps the object with this key, if stored, as seen in list `epoch`; whether it was.
-    pub(crate) fn touch(&self, key: &ObjectKey, epoch: u64) -> bool {
+    pub(crate) fn touch(&self, key: &ObjectKey, epoch: Epoch) -> bool {
         let mut guard = self.write();
         let inner = &mut *guard;
         let ns = key.namespace.as_deref();
@@ -332,8 +341,16 @@ impl<K: Resource> Store<K> {
 
     /// Removes every object not seen in list `epoch`, returning them; index panics on them
     /// are handled (and pushed onto `panics`) as in [`remove`](Self::remove).
-    pub(crate) fn sweep(&self, epoch: u64, panics: &mut Vec<IndexPanic>) -> Vec<Arc<K>> {
+    pub(crate) fn sweep(&self, epoch: Epoch, panics: &mut Vec<IndexPanic>) -> Vec<Arc<K>> {
         self.write().sweep(epoch, panics)
+    }
+
+    /// The sum of the stored objects' sizes, as given to [`apply`](Self::apply) (an informer
+    /// gives each object's length as JSON: [`InformerStats::bytes_held`](crate::InformerStats::bytes_held)).
+    /// Each object's size is kept beside it, so an update or a delete takes away what was
+    /// added without measuring the old object again.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.read().bytes
     }
 
     /// Runs `f` on every object under the read lock (used for resync and late handlers).
@@ -373,8 +390,15 @@ pub(crate) struct IndexPanic {
 struct Entry<K> {
     obj: Arc<K>,
     /// The number of the last list (or watch session) the object was seen in.
-    epoch: u64,
+    epoch: Epoch,
+    /// The object's size as given to [`Store::apply`] (at most `u32::MAX`: an object in
+    /// etcd is a few MiB at most), which fits beside the epoch in the entry's 16 bytes.
+    size: u32,
 }
+
+/// The number of a list, which stamps the objects it brought; compared only for equality
+/// (every list stamps or removes every stored object), so it may wrap.
+pub(crate) type Epoch = u32;
 
 /// A stored object's values in each user index (in the order of `Inner::indexes`), `None`
 /// where the index function panicked on it.
@@ -393,12 +417,21 @@ struct Inner<K> {
     namespaces: HashMap<String, ObjectSet<K>>,
     indexes: HashMap<String, Index<K>>,
     state: DefaultHashBuilder,
+    /// The sum of the entries' sizes.
+    bytes: u64,
 }
 
 impl<K: Resource> Inner<K> {
     /// [`Store::apply`] under the lock.
-    fn apply(&mut self, obj: K, epoch: u64, panics: &mut Vec<IndexPanic>) -> Applied<K> {
+    fn apply(
+        &mut self,
+        obj: K,
+        size: usize,
+        epoch: Epoch,
+        panics: &mut Vec<IndexPanic>,
+    ) -> Applied<K> {
         let inner = self;
+        let size = u32::try_from(size).unwrap_or(u32::MAX);
         let (ns, name) = key_of(&obj);
         let hash = inner.hash(ns, name);
         let rv = obj.meta().resource_version.as_deref();
@@ -438,6 +471,8 @@ impl<K: Resource> Inner<K> {
             hashbrown::hash_table::Entry::Occupied(mut slot) => {
                 let entry = slot.get_mut();
                 entry.epoch = epoch;
+                inner.bytes = inner.bytes - u64::from(entry.size) + u64::from(size);
+                entry.size = size;
                 let new = Arc::new(obj);
                 let old = std::mem::replace(&mut entry.obj, Arc::clone(&new));
                 inner.reindex(
@@ -451,7 +486,9 @@ impl<K: Resource> Inner<K> {
                 slot.insert(Entry {
                     obj: Arc::clone(&new),
                     epoch,
+                    size,
                 });
+                inner.bytes += u64::from(size);
                 inner.reindex(None, Some((&new, new_values)));
                 Applied::Added(new)
             }
@@ -459,14 +496,19 @@ impl<K: Resource> Inner<K> {
     }
 
     /// [`Store::sweep`] under the lock.
-    fn sweep(&mut self, epoch: u64, panics: &mut Vec<IndexPanic>) -> Vec<Arc<K>> {
+    fn sweep(&mut self, epoch: Epoch, panics: &mut Vec<IndexPanic>) -> Vec<Arc<K>> {
         let inner = self;
+        let mut freed = 0;
         let gone: Vec<(Arc<K>, OldValues)> = inner
             .objects
             .iter()
             .filter(|e| e.epoch != epoch)
-            .map(|e| (Arc::clone(&e.obj), inner.old_values_of(&e.obj, panics)))
+            .map(|e| {
+                freed += u64::from(e.size);
+                (Arc::clone(&e.obj), inner.old_values_of(&e.obj, panics))
+            })
             .collect();
+        inner.bytes -= freed;
         inner.objects.retain(|e| e.epoch == epoch);
         gone.into_iter()
             .map(|(obj, values)| {
@@ -484,6 +526,7 @@ impl<K> Drop for Inner<K> {
     fn drop(&mut self) {
         let large = self.objects.len() >= crate::release::LARGE_STORE;
         self.objects = HashTable::new();
+        self.bytes = 0;
         self.namespaces = HashMap::new();
         self.indexes = HashMap::new();
         if large {
@@ -535,7 +578,7 @@ impl<K: Resource> Inner<K> {
     }
 
     /// Stamps the stored object with this key, if any, as seen in list `epoch`.
-    fn touch(&mut self, hash: u64, namespace: Option<&str>, name: &str, epoch: u64) -> bool {
+    fn touch(&mut self, hash: u64, namespace: Option<&str>, name: &str, epoch: Epoch) -> bool {
         match self
             .objects
             .find_mut(hash, |e| is(&*e.obj, namespace, name))
@@ -685,11 +728,11 @@ mod tests {
     fn apply_reports_added_updated_and_unchanged_by_resource_version() {
         let store = Store::new();
         assert!(matches!(
-            store.apply(cm("a", "x", "1", "red"), 0, &mut Vec::new()),
+            store.apply(cm("a", "x", "1", "red"), 0, 0, &mut Vec::new()),
             Applied::Added(_)
         ));
         assert!(matches!(
-            store.apply(cm("a", "x", "1", "blue"), 0, &mut Vec::new()),
+            store.apply(cm("a", "x", "1", "blue"), 0, 0, &mut Vec::new()),
             Applied::Unchanged
         ));
         assert_eq!(
@@ -702,7 +745,7 @@ mod tests {
                 .unwrap()["team"],
             "red"
         );
-        match store.apply(cm("a", "x", "2", "blue"), 0, &mut Vec::new()) {
+        match store.apply(cm("a", "x", "2", "blue"), 0, 0, &mut Vec::new()) {
             Applied::Updated { old, new } => {
                 assert_eq!(old.metadata.resource_version.as_deref(), Some("1"));
                 assert_eq!(new.metadata.resource_version.as_deref(), Some("2"));
@@ -713,11 +756,61 @@ mod tests {
     }
 
     #[test]
+    fn the_total_size_follows_every_change_without_measuring_again() {
+        let store = Store::new();
+        team_index(&store);
+        let mut panics = Vec::new();
+        store.apply(cm("a", "x", "1", "red"), 100, 1, &mut panics);
+        store.apply(cm("a", "y", "1", "red"), 40, 1, &mut panics);
+        assert_eq!(store.bytes(), 140);
+        // Unchanged (same resourceVersion): the size given is not taken.
+        store.apply(cm("a", "x", "1", "red"), 999, 1, &mut panics);
+        assert_eq!(store.bytes(), 140);
+        // An update takes the old object's kept size away.
+        store.apply(cm("a", "x", "2", "red"), 70, 1, &mut panics);
+        assert_eq!(store.bytes(), 110);
+        // An object an index function panics on is not stored, nor counted.
+        store
+            .add_index("boom", |c: &ConfigMap| {
+                assert!(c.metadata.name.as_deref() != Some("z"), "boom");
+                Vec::new()
+            })
+            .unwrap();
+        assert!(matches!(
+            store.apply(cm("a", "z", "1", "red"), 5, 1, &mut panics),
+            Applied::Skipped
+        ));
+        assert_eq!(store.bytes(), 110);
+        store.remove(&ObjectKey::namespaced("a", "y"), &mut panics);
+        assert_eq!(store.bytes(), 70);
+        // A relist that brings a changed x and a new w, and not y: x's old size goes.
+        let (applied, gone) = store.replace(
+            vec![
+                (cm("a", "x", "3", "red"), 20),
+                (cm("a", "w", "1", "red"), 8),
+            ],
+            2,
+            &mut panics,
+        );
+        assert_eq!((applied.len(), gone.len()), (2, 0));
+        assert_eq!(store.bytes(), 28);
+        // A list that stamps nothing: everything goes.
+        assert_eq!(store.sweep(3, &mut panics).len(), 2);
+        assert_eq!(store.bytes(), 0);
+        assert_eq!(panics.len(), 1, "{panics:?}");
+        // Sizes past `u32::MAX` are kept at it, and still taken away whole.
+        store.apply(cm("a", "huge", "1", "red"), usize::MAX, 4, &mut panics);
+        assert_eq!(store.bytes(), u64::from(u32::MAX));
+        store.remove(&ObjectKey::namespaced("a", "huge"), &mut panics);
+        assert_eq!(store.bytes(), 0);
+    }
+
+    #[test]
     fn namespace_index_follows_adds_and_removes() {
         let store = Store::new();
-        store.apply(cm("a", "x", "1", "red"), 0, &mut Vec::new());
-        store.apply(cm("a", "y", "1", "red"), 0, &mut Vec::new());
-        store.apply(cm("b", "x", "1", "red"), 0, &mut Vec::new());
+        store.apply(cm("a", "x", "1", "red"), 0, 0, &mut Vec::new());
+        store.apply(cm("a", "y", "1", "red"), 0, 0, &mut Vec::new());
+        store.apply(cm("b", "x", "1", "red"), 0, 0, &mut Vec::new());
         assert_eq!(names(&store.list_namespace("a")), ["x", "y"]);
         assert_eq!(names(&store.by_index(NAMESPACE_INDEX, "b").unwrap()), ["x"]);
         store.remove(&ObjectKey::namespaced("a", "x"), &mut Vec::new());
@@ -733,11 +826,11 @@ mod tests {
     fn user_index_moves_objects_on_update_and_forgets_them_on_delete() {
         let store = Store::new();
         team_index(&store);
-        store.apply(cm("a", "x", "1", "red"), 0, &mut Vec::new());
-        store.apply(cm("a", "y", "1", "red"), 0, &mut Vec::new());
+        store.apply(cm("a", "x", "1", "red"), 0, 0, &mut Vec::new());
+        store.apply(cm("a", "y", "1", "red"), 0, 0, &mut Vec::new());
         assert_eq!(names(&store.by_index("team", "red").unwrap()), ["x", "y"]);
 
-        store.apply(cm("a", "x", "2", "blue"), 0, &mut Vec::new());
+        store.apply(cm("a", "x", "2", "blue"), 0, 0, &mut Vec::new());
         assert_eq!(names(&store.by_index("team", "red").unwrap()), ["y"]);
         assert_eq!(names(&store.by_index("team", "blue").unwrap()), ["x"]);
 
@@ -750,8 +843,8 @@ mod tests {
     fn lookups_return_the_newest_version_when_index_values_do_not_change() {
         let store = Store::new();
         team_index(&store);
-        store.apply(cm("a", "x", "1", "red"), 0, &mut Vec::new());
-        store.apply(cm("a", "x", "2", "red"), 0, &mut Vec::new());
+        store.apply(cm("a", "x", "1", "red"), 0, 0, &mut Vec::new());
+        store.apply(cm("a", "x", "2", "red"), 0, 0, &mut Vec::new());
         let rv = |objs: Vec<Arc<ConfigMap>>| objs[0].metadata.resource_version.clone().unwrap();
         assert_eq!(rv(store.by_index("team", "red").unwrap()), "2");
         assert_eq!(rv(store.list_namespace("a")), "2");
@@ -762,7 +855,7 @@ mod tests {
     #[test]
     fn index_added_late_covers_existing_objects() {
         let store = Store::new();
-        store.apply(cm("a", "x", "1", "red"), 0, &mut Vec::new());
+        store.apply(cm("a", "x", "1", "red"), 0, 0, &mut Vec::new());
         team_index(&store);
         assert_eq!(names(&store.by_index("team", "red").unwrap()), ["x"]);
     }
@@ -785,16 +878,16 @@ mod tests {
     fn sweep_removes_what_a_relist_did_not_see() {
         let store = Store::new();
         team_index(&store);
-        store.apply(cm("a", "x", "1", "red"), 1, &mut Vec::new());
-        store.apply(cm("a", "y", "1", "red"), 1, &mut Vec::new());
-        store.apply(cm("a", "z", "1", "red"), 1, &mut Vec::new());
+        store.apply(cm("a", "x", "1", "red"), 0, 1, &mut Vec::new());
+        store.apply(cm("a", "y", "1", "red"), 0, 1, &mut Vec::new());
+        store.apply(cm("a", "z", "1", "red"), 0, 1, &mut Vec::new());
         // Relist 2 sees x unchanged and z changed; y is gone.
         assert!(matches!(
-            store.apply(cm("a", "x", "1", "red"), 2, &mut Vec::new()),
+            store.apply(cm("a", "x", "1", "red"), 0, 2, &mut Vec::new()),
             Applied::Unchanged
         ));
         assert!(matches!(
-            store.apply(cm("a", "z", "2", "blue"), 2, &mut Vec::new()),
+            store.apply(cm("a", "z", "2", "blue"), 0, 2, &mut Vec::new()),
             Applied::Updated { .. }
         ));
         let gone = store.sweep(2, &mut Vec::new());
@@ -808,7 +901,7 @@ mod tests {
         let store = Store::new();
         let mut obj = cm("a", "x", "1", "red");
         obj.metadata.namespace = None;
-        store.apply(obj, 0, &mut Vec::new());
+        store.apply(obj, 0, 0, &mut Vec::new());
         assert!(store.get(&ObjectKey::cluster("x")).is_some());
         assert!(store.index_values(NAMESPACE_INDEX).unwrap().is_empty());
     }
@@ -827,9 +920,9 @@ mod tests {
         let store = Store::new();
         boom_index(&store).unwrap();
         let mut panics = Vec::new();
-        store.apply(cm("a", "x", "1", "red"), 1, &mut panics);
+        store.apply(cm("a", "x", "1", "red"), 0, 1, &mut panics);
         assert!(matches!(
-            store.apply(cm("a", "bad", "1", "boom"), 1, &mut panics),
+            store.apply(cm("a", "bad", "1", "boom"), 0, 1, &mut panics),
             Applied::Skipped
         ));
         assert_eq!(panics.len(), 1);
@@ -844,7 +937,7 @@ mod tests {
 
         // An update it panics on keeps the last good version, filed as before, and a
         // relist that sees the bad version again does not sweep it.
-        store.apply(cm("a", "x", "2", "boom"), 2, &mut panics);
+        store.apply(cm("a", "x", "2", "boom"), 0, 2, &mut panics);
         assert_eq!(panics.len(), 2);
         assert!(store.sweep(2, &mut panics).is_empty());
         let x = store.by_index("team", "red").unwrap();
@@ -852,7 +945,7 @@ mod tests {
         assert_eq!(store.index_values("team").unwrap(), ["red"]);
 
         // The store goes on working.
-        store.apply(cm("a", "y", "1", "blue"), 2, &mut panics);
+        store.apply(cm("a", "y", "1", "blue"), 0, 2, &mut panics);
         assert_eq!(names(&store.by_index("team", "blue").unwrap()), ["y"]);
         assert_eq!(panics.len(), 2);
     }
@@ -860,8 +953,8 @@ mod tests {
     #[test]
     fn an_index_that_panics_on_a_stored_object_is_not_added() {
         let store = Store::new();
-        store.apply(cm("a", "x", "1", "red"), 0, &mut Vec::new());
-        store.apply(cm("a", "bad", "1", "boom"), 0, &mut Vec::new());
+        store.apply(cm("a", "x", "1", "red"), 0, 0, &mut Vec::new());
+        store.apply(cm("a", "bad", "1", "boom"), 0, 0, &mut Vec::new());
         let err = boom_index(&store).unwrap_err();
         assert!(
             matches!(&err, IndexError::Panicked { name, object, .. } if name == "team" && object == "a/bad"),
@@ -892,9 +985,9 @@ mod tests {
             .unwrap();
         let mut panics = Vec::new();
         for name in ["x", "y", "z"] {
-            store.apply(cm("a", name, "1", "red"), 1, &mut panics);
+            store.apply(cm("a", name, "1", "red"), 0, 1, &mut panics);
         }
-        store.apply(cm("a", "w", "1", "blue"), 1, &mut panics);
+        store.apply(cm("a", "w", "1", "blue"), 0, 1, &mut panics);
         broken.store(true, Ordering::SeqCst);
 
         assert!(
@@ -904,7 +997,7 @@ mod tests {
         );
         assert_eq!(panics.len(), 1);
         assert_eq!(names(&store.by_index("team", "red").unwrap()), ["y", "z"]);
-        store.apply(cm("a", "y", "1", "red"), 2, &mut panics);
+        store.apply(cm("a", "y", "1", "red"), 0, 2, &mut panics);
         let swept = store.sweep(2, &mut panics);
         assert_eq!(names(&swept), ["w", "z"]);
         assert_eq!(panics.len(), 3);

@@ -14,3 +14,23 @@ pub type Transform<K> = Arc<dyn Fn(&mut K) + Send + Sync>;
 pub fn strip_managed_fields<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
+
+/// An informer's transform, as its watch task runs it: the function, if any, and whether it
+/// may add to an object (grow a `Vec`, a `String` or a map), which decides whether a decoded
+/// object can be stored as it is (see the watch task's `exact`).
+pub(crate) struct Transforming<K> {
+    pub(crate) transform: Option<Transform<K>>,
+    /// `false` only for no transform and for [`strip_managed_fields`], which takes a field
+    /// away whole; a caller's own function is taken to add.
+    pub(crate) may_add: bool,
+}
+
+impl<K> From<Option<Transform<K>>> for Transforming<K> {
+    /// A caller's transform (which may add to objects), or none.
+    fn from(transform: Option<Transform<K>>) -> Self {
+        Self {
+            may_add: transform.is_some(),
+            transform,
+        }
+    }
+}

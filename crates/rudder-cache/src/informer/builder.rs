@@ -17,7 +17,7 @@ use super::watch_task::start_on;
 use super::{Informer, footprint};
 use crate::WireFormat;
 use crate::lenient::Lenient;
-use crate::transform::{Transform, strip_managed_fields};
+use crate::transform::{Transform, Transforming, strip_managed_fields};
 use crate::watch::{self, Event, ListMode, ListStrategy};
 use crate::writes::{Tracked, WriteTracker};
 
@@ -225,7 +225,11 @@ where
                 cluster: self.cluster,
             },
             stream,
-            self.transform,
+            Transforming {
+                // The default transform only takes `managedFields` away.
+                may_add: self.transform.is_some() && !self.strips_managed_fields,
+                transform: self.transform,
+            },
             self.resync,
             self.token,
             self.tracker,
@@ -300,7 +304,8 @@ fn lenient_on_failure<K>(
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let fallback = Some((lenient, config, mode, resource));
+    // Boxed: `unfold` moves its state into each item's future and back out.
+    let fallback = Some(Box::new((lenient, config, mode, resource)));
     futures::stream::unfold(
         (strict, fallback),
         |(mut stream, mut fallback)| async move {
@@ -311,7 +316,8 @@ where
                 // resumes after it, and the store would keep the old version for good).
                 let malformed = matches!(&item, Err(e) if e.is_decode());
                 match fallback.take() {
-                    Some((api, config, mode, resource)) if malformed => {
+                    Some(boxed) if malformed => {
+                        let (api, config, mode, resource) = *boxed;
                         tracing::info!(
                             %resource,
                             "an object does not decode; listing again, decoding each object on its own"

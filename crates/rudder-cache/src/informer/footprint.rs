@@ -1,7 +1,8 @@
-//! What an informer holds and what its sync cost: objects, an estimate of their bytes, the
-//! time to its first sync; kept by the watch task and published as gauges.
+//! What an informer holds and what its sync cost: how an object's bytes are measured (the
+//! store keeps each object's size and their sum), the time to its first sync; published as
+//! gauges by the watch task.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -17,11 +18,10 @@ pub(crate) fn json_size<K: Serialize>(object: &K) -> usize {
     super::json_length::json_length(object)
 }
 
-/// The running totals, shared by the watch task (which writes them) and the handles.
+/// When the informer started and first synced, shared by the watch task (which writes it)
+/// and the handles. (The stored objects' sizes are the store's: `Store::bytes`.)
 #[derive(Debug)]
 pub(crate) struct Footprint {
-    /// The sum of the stored objects' sizes.
-    bytes: AtomicI64,
     started: Instant,
     /// Nanoseconds from the start to the first sync, 0 before it.
     sync_nanos: AtomicU64,
@@ -30,7 +30,6 @@ pub(crate) struct Footprint {
 impl Default for Footprint {
     fn default() -> Self {
         Self {
-            bytes: AtomicI64::new(0),
             started: Instant::now(),
             sync_nanos: AtomicU64::new(0),
         }
@@ -38,17 +37,6 @@ impl Default for Footprint {
 }
 
 impl Footprint {
-    /// Adds `added` bytes and takes `removed` away.
-    pub(crate) fn change(&self, added: usize, removed: usize) {
-        let delta =
-            i64::try_from(added).unwrap_or(i64::MAX) - i64::try_from(removed).unwrap_or(i64::MAX);
-        self.bytes.fetch_add(delta, Ordering::Relaxed);
-    }
-
-    pub(crate) fn bytes(&self) -> u64 {
-        u64::try_from(self.bytes.load(Ordering::Relaxed)).unwrap_or(0)
-    }
-
     /// Records the first sync, now.
     pub(crate) fn synced(&self) {
         let nanos = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);

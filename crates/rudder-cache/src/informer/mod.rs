@@ -74,7 +74,9 @@ pub struct InformerStats {
     pub streaming_fallbacks: u64,
     /// An estimate of the memory the stored objects take: the sum of their sizes as JSON
     /// (after the transform; serde_json's compact form, byte for byte, counted without
-    /// writing it, whichever wire format the objects came in). The resident memory they cost is larger (a decoded object's
+    /// writing it, whichever wire format the objects came in; a timestamp with a year before
+    /// -999, which the API server cannot write as JSON, counts one byte short). Each object is
+    /// measured once, as it is stored. The resident memory they cost is larger (a decoded object's
     /// strings, maps and allocations, and the store's tables and indexes); `cargo bench -p
     /// rudder-cache --bench cache` measures both and prints the ratio (`docs/benchmarks.md`).
     pub bytes_held: u64,
@@ -248,7 +250,7 @@ impl<K: Resource + Send + Sync + 'static> Informer<K> {
         InformerStats {
             streaming_fallbacks: self.shared.lists.fallbacks(),
             wire_format: self.shared.lists.wire(),
-            bytes_held: self.shared.footprint.bytes(),
+            bytes_held: self.shared.store.bytes(),
             sync_duration: self.shared.footprint.sync_duration(),
             malformed_objects: s.malformed.load(Ordering::Relaxed),
             watch_errors: s.errors.load(Ordering::Relaxed),

@@ -22,8 +22,8 @@ use rudder_core::Event;
 use super::subscribers::send;
 use super::{Informer, Refusal, Shared, Stats, count_panic, record_panic};
 use crate::lenient::{Lenient, Malformed};
-use crate::store::{Applied, IndexPanic, ObjectKey, Store};
-use crate::transform::Transform;
+use crate::store::{Applied, Epoch, IndexPanic, ObjectKey, Store};
+use crate::transform::Transforming;
 use crate::unwind;
 use crate::watch::{self as engine, Event as W};
 use crate::writes::{Seen, Tracked};
@@ -36,7 +36,7 @@ use crate::writes::{Seen, Tracked};
 pub(crate) fn start_on<K, S>(
     described: impl Into<super::Described>,
     stream: S,
-    transform: Option<Transform<K>>,
+    transform: impl Into<Transforming<K>>,
     resync: Option<Duration>,
     token: CancellationToken,
     tracker: TaskTracker,
@@ -70,7 +70,7 @@ where
     });
     let task = supervise(
         Arc::clone(&shared),
-        run(Arc::clone(&shared), stream, transform, resync),
+        run(Arc::clone(&shared), stream, transform.into(), resync),
     );
     shared.tracker.spawn(task);
     let handles = Arc::new(shared.token.clone().drop_guard());
@@ -112,7 +112,7 @@ pub(crate) async fn supervise<K>(shared: Arc<Shared<K>>, run: impl Future<Output
 pub(crate) async fn run<K, S>(
     shared: Arc<Shared<K>>,
     stream: S,
-    transform: Option<Transform<K>>,
+    transform: Transforming<K>,
     resync: Option<Duration>,
 ) where
     K: Resource + Clone + Send + Sync + 'static,
@@ -198,15 +198,15 @@ pub(crate) async fn run<K, S>(
 /// What the watch loop keeps between events.
 struct Watch<K> {
     shared: Arc<Shared<K>>,
-    transform: Option<Transform<K>>,
+    transform: Transforming<K>,
     resync: Option<Duration>,
     /// Every list gets a new epoch; objects not stamped with it at its end are gone.
-    epoch: u64,
+    epoch: Epoch,
     first_list: bool,
     /// During a relist (a list after the first), the objects it brought that the store does
     /// not hold at their version, applied together when it ends (objects it holds unchanged
     /// are only stamped, so the relist holds no second copy of them).
-    relisted: Option<Vec<K>>,
+    relisted: Option<Vec<(K, usize)>>,
     next_resync: Option<Instant>,
     /// When the gauges were last published.
     published: Option<Instant>,
@@ -247,7 +247,7 @@ where
 
     /// A list (the first, or a relist) begins: a new epoch.
     fn list_begins(&mut self) {
-        self.epoch += 1;
+        self.epoch = self.epoch.wrapping_add(1);
         // A relist that began before is dropped with what it gathered: this one lists again.
         self.relisted = (!self.first_list).then(Vec::new);
         if !self.first_list {
@@ -274,7 +274,6 @@ where
             None => shared.store.sweep(self.epoch, panics),
         };
         for obj in gone {
-            self.count(None, Some(&obj));
             self.tell_deleted(&obj);
             send(
                 &mut subscribers,
@@ -312,16 +311,25 @@ where
                 self.shared.store.touch(&ObjectKey::of(&obj), self.epoch);
             } else if self.relisted.is_some() {
                 let obj = self.exact(obj);
+                let size = self.size(&obj);
                 if let Some(changed) = &mut self.relisted {
-                    changed.push(obj);
+                    changed.push((obj, size));
                 }
             }
             return;
         }
-        let obj = self.compact(obj);
+        // During the first list nothing is unchanged, so the lookup is skipped; an unchanged
+        // object is about to be dropped, so it is neither copied nor measured.
+        let (obj, size) = if !self.first_list && self.shared.store.has_version_of(&obj) {
+            (obj, 0)
+        } else {
+            let obj = self.exact(obj);
+            let size = self.size(&obj);
+            (obj, size)
+        };
         let shared = &self.shared;
         let mut subscribers = shared.subscribers();
-        let applied = shared.store.apply(obj, self.epoch, panics);
+        let applied = shared.store.apply(obj, size, self.epoch, panics);
         self.applied(applied, initial_list, &mut subscribers);
     }
 
@@ -334,7 +342,6 @@ where
     ) {
         match applied {
             Applied::Added(obj) => {
-                self.count(Some(&obj), None);
                 self.tell_stored(&obj);
                 send(
                     subscribers,
@@ -345,7 +352,6 @@ where
                 );
             }
             Applied::Updated { old, new } => {
-                self.count(Some(&new), Some(&old));
                 self.tell_stored(&new);
                 send(subscribers, &Event::Update { old, new });
             }
@@ -364,7 +370,6 @@ where
         let shared = &self.shared;
         let mut subscribers = shared.subscribers();
         let stored = shared.store.remove(&key, panics);
-        self.count(None, stored.as_deref());
         match (&transformed, &stored) {
             (Ok(obj), _) => self.tell_deleted(obj),
             (Err(_), Some(obj)) => self.tell_deleted(obj),
@@ -395,7 +400,6 @@ where
         let shared = &self.shared;
         let mut subscribers = shared.subscribers();
         if let Some(obj) = shared.store.remove(&key, panics) {
-            self.count(None, Some(&obj));
             self.tell_deleted(&obj);
             // The last good version stands for the deleted object.
             send(
@@ -408,14 +412,10 @@ where
         }
     }
 
-    /// Counts the bytes of an object stored (`added`) and of one no longer stored
-    /// (`removed`, the old version of an update).
-    fn count(&self, added: Option<&K>, removed: Option<&K>) {
-        if let Some(size) = self.shared.sizer {
-            self.shared
-                .footprint
-                .change(added.map_or(0, size), removed.map_or(0, size));
-        }
+    /// What `obj` counts for in [`InformerStats::bytes_held`](super::InformerStats::bytes_held),
+    /// measured once, as it is stored; the store keeps it beside the object.
+    fn size(&self, obj: &K) -> usize {
+        self.shared.sizer.map_or(0, |size| size(obj))
     }
 
     /// Publishes the informer's gauges now (`now`: at the end of a list, or when changes
@@ -475,7 +475,7 @@ where
     /// that copy is dropped and nothing else has been touched, so the object is skipped as
     /// if never received (`Err` with its key).
     fn transformed(&self, mut obj: K) -> Result<K, ObjectKey> {
-        match &self.transform {
+        match &self.transform.transform {
             Some(t) => match unwind::catch(|| t(&mut obj)) {
                 Ok(()) => Ok(obj),
                 Err(message) => {
@@ -487,33 +487,19 @@ where
         }
     }
 
-    /// Objects that will be stored, without spare capacity; unchanged ones are returned as
-    /// they are, since they are about to be dropped (see [`Self::exact`]).
-    fn compact(&self, obj: K) -> K {
-        // During the first list nothing is unchanged, so the lookup is skipped.
-        if !self.first_list && self.shared.store.has_version_of(&obj) {
-            obj
-        } else {
-            self.exact(obj)
-        }
-    }
-
     /// `obj` without spare capacity. serde's decoding grows `Vec`s as elements come (a
     /// one-element `Vec` is allocated for four), and a clone allocates exactly, so a JSON
     /// object is cloned and the decoded copy dropped. The protobuf decoder sizes each
     /// repeated field once for all its values, so its objects are stored as decoded (no
-    /// copy, half the allocations of a sync), unless a transform of the caller's, which may
-    /// add to them, ran (the default, which strips `managedFields`, only takes away).
+    /// copy, half the allocations of a sync), unless a transform that may add to them ran
+    /// (a caller's own; the default, [`strip_managed_fields`](crate::strip_managed_fields),
+    /// only takes a field away, and says so through [`Transforming::may_add`]).
     #[allow(
         clippy::redundant_clone,
         reason = "the clone is the point: it allocates exactly"
     )]
     fn exact(&self, obj: K) -> K {
-        let lists = &self.shared.lists;
-        let default_transform = lists.skips_managed_fields.load(Ordering::Acquire);
-        if (self.transform.is_none() || default_transform)
-            && lists.wire() == crate::WireFormat::Protobuf
-        {
+        if !self.transform.may_add && self.shared.lists.wire() == crate::WireFormat::Protobuf {
             obj
         } else {
             obj.clone()
@@ -635,7 +621,7 @@ fn publish_gauges<K: Resource + Send + Sync + 'static>(shared: &Shared<K>) {
     {
         metrics::gauge!(crate::metrics::OBJECTS, labels.clone()).set(shared.store.len() as f64);
         metrics::gauge!(crate::metrics::OBJECT_BYTES, labels.clone())
-            .set(shared.footprint.bytes() as f64);
+            .set(shared.store.bytes() as f64);
     }
     let sync = shared
         .footprint

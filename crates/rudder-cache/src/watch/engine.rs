@@ -100,8 +100,6 @@ where
             _ => None,
         };
         mode.protobuf.store(protobuf.is_some(), Ordering::Release);
-        mode.skips_managed_fields
-            .store(config.skip_managed_fields, Ordering::Release);
         let client = api.clone().into_client();
         Self {
             api,

@@ -54,9 +54,6 @@ pub(crate) struct ListMode {
     pub(crate) not_served: AtomicBool,
     /// Set while the engine lists and watches in protobuf.
     pub(crate) protobuf: AtomicBool,
-    /// Set when the engine skips `managedFields` as it decodes protobuf: the informer's
-    /// transform is then the default, which only strips them (and has nothing left to do).
-    pub(crate) skips_managed_fields: AtomicBool,
 }
 
 impl ListMode {
