@@ -95,7 +95,9 @@ pub(crate) fn watch_with<K>(
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    let engine = engine::Engine::new(api, config, mode, resource);
+    // Boxed: `unfold` moves its state into each item's future and back out, and the
+    // engine is several hundred bytes; a box moves as a pointer.
+    let engine = Box::new(engine::Engine::new(api, config, mode, resource));
     futures::stream::unfold(engine, |mut engine| async move {
         let item = engine.next().await;
         Some((item, engine))

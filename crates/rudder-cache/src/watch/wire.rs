@@ -281,10 +281,11 @@ fn event<K: Resource>(frame: &[u8], decode: Decoder<K>) -> Result<WatchEvent<K>,
 /// is resumed from the last event read); a body cut off mid-chunk (an unexpected EOF) ends
 /// it too, as kube-client's JSON watches do.
 fn frames(body: Body) -> impl Stream<Item = Result<Bytes, io::Error>> + Send {
-    let reader = FrameReader {
+    // Boxed, so that each frame moves a pointer in and out of `unfold`'s future.
+    let reader = Box::new(FrameReader {
         body: body.into_data_stream(),
         buffer: BytesMut::new(),
-    };
+    });
     futures::stream::unfold(Some(reader), |reader| async move {
         let mut reader = reader?;
         match reader.next().await {
