@@ -129,7 +129,22 @@ impl<'a> Reader<'a> {
         self.pos >= self.buf.len()
     }
 
+    /// A varint. Inlined with a fast path for one byte (every key of a field numbered up to
+    /// 15, most lengths and small numbers): a Pod's decode reads a few hundred of them.
+    #[inline]
     pub(crate) fn varint(&mut self) -> Result<u64, DecodeError> {
+        if let Some(&byte) = self.buf.get(self.pos)
+            && byte < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(byte));
+        }
+        self.varint_slow()
+    }
+
+    /// [`varint`](Self::varint) past its first byte, and its errors.
+    #[inline(never)]
+    fn varint_slow(&mut self) -> Result<u64, DecodeError> {
         let mut value: u64 = 0;
         for i in 0..10 {
             let Some(&byte) = self.buf.get(self.pos) else {
@@ -147,7 +162,9 @@ impl<'a> Reader<'a> {
         Err(DecodeError::new("varint longer than 10 bytes"))
     }
 
-    /// The next field's number and wire type; `None` at the end of the message.
+    /// The next field's number and wire type; `None` at the end of the message. Inlined;
+    /// what fails is built out of line.
+    #[inline]
     pub(crate) fn key(&mut self) -> Result<Option<(u32, Wire)>, DecodeError> {
         if self.pos >= self.buf.len() {
             return Ok(None);
@@ -156,37 +173,27 @@ impl<'a> Reader<'a> {
         let key = self.varint()?;
         self.key_len = self.pos - self.key_at;
         let tag = key >> 3;
-        if tag == 0 || tag > u64::from(u32::MAX >> 3) {
-            return Err(DecodeError::new(format!("invalid field number {tag}")));
-        }
         let wire = match key & 7 {
             0 => Wire::Varint,
             1 => Wire::Fixed64,
             2 => Wire::Bytes,
             5 => Wire::Fixed32,
-            3 | 4 => {
-                return Err(DecodeError::new(format!(
-                    "field {tag}: groups (wire types 3 and 4) are not used by Kubernetes"
-                )));
-            }
-            other => {
-                return Err(DecodeError::new(format!(
-                    "field {tag}: invalid wire type {other}"
-                )));
-            }
+            _ => return Err(bad_key(key)),
         };
+        if tag == 0 || tag > u64::from(u32::MAX >> 3) {
+            return Err(bad_key(key));
+        }
         #[allow(clippy::cast_possible_truncation)] // checked above
         Ok(Some((tag as u32, wire)))
     }
 
     /// A length-delimited field's bytes.
+    #[inline]
     pub(crate) fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         let len = self.varint()?;
         let left = self.buf.len() - self.pos;
         if len > left as u64 {
-            return Err(DecodeError::new(format!(
-                "length {len} runs past the end of the message ({left} bytes left)"
-            )));
+            return Err(past_the_end(len, left));
         }
         #[allow(clippy::cast_possible_truncation)] // at most `left`
         let end = self.pos + len as usize;
@@ -255,20 +262,53 @@ impl<'a> Reader<'a> {
     }
 
     /// Fails unless `wire` is what the field needs.
+    #[inline]
     pub(crate) fn expect(wire: Wire, needed: Wire) -> Result<(), DecodeError> {
         if wire == needed {
             Ok(())
         } else {
-            Err(DecodeError::new(format!(
-                "wire type {} where {} was expected",
-                wire.name(),
-                needed.name()
-            )))
+            Err(wrong_wire(wire, needed))
         }
     }
 }
 
+/// Why a key (a varint already read) is not a field's: its number is 0 or past 2^29 - 1, or
+/// its wire type is a group's (3, 4, never used by Kubernetes) or not one at all (6, 7).
+#[cold]
+#[inline(never)]
+fn bad_key(key: u64) -> DecodeError {
+    let tag = key >> 3;
+    match key & 7 {
+        _ if tag == 0 || tag > u64::from(u32::MAX >> 3) => {
+            DecodeError::new(format!("invalid field number {tag}"))
+        }
+        3 | 4 => DecodeError::new(format!(
+            "field {tag}: groups (wire types 3 and 4) are not used by Kubernetes"
+        )),
+        other => DecodeError::new(format!("field {tag}: invalid wire type {other}")),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn past_the_end(len: u64, left: usize) -> DecodeError {
+    DecodeError::new(format!(
+        "length {len} runs past the end of the message ({left} bytes left)"
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn wrong_wire(wire: Wire, needed: Wire) -> DecodeError {
+    DecodeError::new(format!(
+        "wire type {} where {} was expected",
+        wire.name(),
+        needed.name()
+    ))
+}
+
 /// A length-delimited field's bytes as UTF-8.
+#[inline]
 pub(crate) fn utf8(bytes: &[u8]) -> Result<&str, DecodeError> {
     std::str::from_utf8(bytes)
         .map_err(|e| DecodeError::new(format!("invalid UTF-8 in a string ({e})")))
@@ -318,6 +358,24 @@ mod tests {
         assert!(r.key().unwrap_err().reason().contains("invalid wire type"));
         let mut r = Reader::new(&[0x00], 0).unwrap();
         assert!(r.key().unwrap_err().reason().contains("field number 0"));
+        // The number is checked before the wire type, as the message says.
+        let mut r = Reader::new(&[0x03], 0).unwrap();
+        assert!(r.key().unwrap_err().reason().contains("field number 0"));
+        // Past 2^29 - 1 (a five-byte key).
+        let mut r = Reader::new(&[0x80, 0x80, 0x80, 0x80, 0x10], 0).unwrap();
+        let error = r.key().unwrap_err();
+        assert!(error.reason().contains("field number 536870912"), "{error}");
+        // Keys of more than one byte (fields from 16 on) read through the slow path.
+        let mut r = Reader::new(&[0x82, 0x01, 0x00, 0xf8, 0xff, 0xff, 0xff, 0x0f], 0).unwrap();
+        assert_eq!(r.key().unwrap(), Some((16, Wire::Bytes)));
+        assert_eq!(r.bytes().unwrap(), b"");
+        assert_eq!(r.key().unwrap(), Some(((1 << 29) - 1, Wire::Varint)));
+        assert_eq!(r.key().unwrap(), None);
+        let error = Reader::expect(Wire::Varint, Wire::Bytes).unwrap_err();
+        assert_eq!(
+            error.reason(),
+            "wire type varint where length-delimited was expected"
+        );
         assert!(Reader::new(&[], MAX_DEPTH + 1).is_err());
     }
 
