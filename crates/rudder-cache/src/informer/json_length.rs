@@ -20,24 +20,23 @@
 //! protobuf) and would not see a transform, which changes what is stored; the informer
 //! promises the stored objects' length as JSON, the same whichever way they came.
 //!
-//! What a type's `Serialize` does before handing serde a value cannot be made cheaper from
-//! here, with one exception: k8s-openapi formats each `Time` and `MicroTime` into a `String`
-//! with jiff (about 2,000 instructions and an allocation each, a fifth of a Pod's count), and
-//! their JSON has the same length for every value (`"2026-12-07T06:34:02Z"`, 22 bytes with
-//! its quotes; `"2026-12-07T06:34:02.123456Z"`, 29), so a value of either type is counted
-//! at that width without being formatted (recognised by its type's name). The only values
-//! that would be longer are years before -999 (jiff writes the sign within the year's four
-//! characters until then), which the API server cannot write as JSON (Go's encoder refuses
-//! years outside 0-9999) and which are therefore counted one byte short. `ByteString`s are
-//! still base64-encoded to be counted.
+//! What a type's `Serialize` does before handing serde a value cannot be made cheaper from here,
+//! with one exception: k8s-openapi formats each `Time` and `MicroTime` into a `String` with jiff
+//! (about 2,000 instructions and an allocation each, a third of what counting a Pod cost), and their JSON has
+//! the same length for every year from 0 to 9999 (`"2026-12-07T06:34:02Z"`, 22 bytes with its
+//! quotes; `"2026-12-07T06:34:02.123456Z"`, 29), so a value of either type is counted at that width
+//! without being formatted (recognised by its type's name). The only values that would be longer
+//! are years before -999 (jiff writes the sign within the year's four characters until then), which
+//! the API server cannot write as JSON (Go's encoder refuses years outside 0-9999) and which are
+//! therefore counted one byte short. `ByteString`s are still base64-encoded to be counted.
 //!
-//! The result is serde_json's length byte for byte (compact form, serde_json's escapes:
-//! `\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t` and `\u00XX` for the other control bytes; nothing
-//! else escaped), including serde_json's `RawValue` (and the `arbitrary_precision` feature's
-//! numbers), written verbatim. Where serde_json fails (a map key that is not a string, a
-//! number or a bool; a non-finite float as a key; a `Serialize` impl's own error), this fails
-//! at the same point, and [`json_length`] returns what was counted before it, as serde_json
-//! would have written it. The unit tests below compare both on Kubernetes objects.
+//! The result is serde_json's length byte for byte (but for the years above; compact form,
+//! serde_json's escapes: `\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t` and `\u00XX` for the other
+//! control bytes; nothing else escaped), including serde_json's `RawValue` (and the
+//! `arbitrary_precision` feature's numbers), written verbatim. Where serde_json fails (a map key
+//! that is not a string, a number or a bool; a non-finite float as a key; a `Serialize` impl's own
+//! error), this fails at the same point, and [`json_length`] returns what was counted before it, as
+//! serde_json would have written it. The unit tests below compare both on Kubernetes objects.
 
 use std::fmt::{self, Display};
 
@@ -78,10 +77,12 @@ impl Length {
 fn fixed_width<T: ?Sized>() -> Option<usize> {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
     use std::any::type_name;
+    // Behind a reference too: serde hands a list's elements and a map's values over as
+    // `&T`.
     let name = type_name::<T>();
-    if name == type_name::<Time>() {
+    if name == type_name::<Time>() || name == type_name::<&Time>() {
         Some("\"0000-00-00T00:00:00Z\"".len())
-    } else if name == type_name::<MicroTime>() {
+    } else if name == type_name::<MicroTime>() || name == type_name::<&MicroTime>() {
         Some("\"0000-00-00T00:00:00.000000Z\"".len())
     } else {
         None
@@ -1128,13 +1129,13 @@ mod tests {
             Condition, MicroTime, ObjectMeta, Time,
         };
         use k8s_openapi::jiff::Timestamp;
-        // The epoch, Go's zero time (year 1), a time with nanoseconds, the last second jiff
-        // holds in year 9999, and years 0 and 999 (zero-padded).
+        // The epoch, Go's zero time (year 1), a time with nanoseconds, the last instant jiff
+        // holds (in year 9999), and years 0 and 999 (zero-padded).
         let instants = [
             Timestamp::UNIX_EPOCH,
             Timestamp::new(-62_135_596_800, 0).unwrap(),
             Timestamp::new(1_796_625_440, 123_456_789).unwrap(),
-            Timestamp::new(253_402_207_199, 999_999_999).unwrap(),
+            Timestamp::MAX,
             "0000-03-01T00:00:00Z".parse().unwrap(),
             "0999-12-31T23:59:59.5Z".parse().unwrap(),
         ];
@@ -1166,23 +1167,67 @@ mod tests {
         same(&Time(year_minus_1));
         same(&MicroTime(year_minus_1));
         let year_minus_2000 = Timestamp::new(-125_281_123_200, 0).unwrap();
-        for (counted, written) in [
-            (
-                json_length(&Time(year_minus_2000)),
-                serde_json::to_vec(&Time(year_minus_2000)),
-            ),
-            (
-                json_length(&MicroTime(year_minus_2000)),
-                serde_json::to_vec(&MicroTime(year_minus_2000)),
-            ),
-        ] {
-            let written = written.unwrap();
+        for at in [year_minus_2000, Timestamp::MIN] {
+            let written = serde_json::to_vec(&Time(at)).unwrap();
             assert!(
-                written.starts_with(b"\"-2"),
+                written.starts_with(b"\"-"),
                 "{}",
                 String::from_utf8_lossy(&written)
             );
-            assert_eq!(counted + 1, written.len());
+            // One byte short for each such timestamp, in every place a value can be: which
+            // shows that each of these paths counts it at its width, unformatted.
+            let short = |value: &dyn erased::Counted, timestamps: usize| {
+                assert_eq!(value.serde_json() - value.counted(), timestamps);
+            };
+            short(&Time(at), 1);
+            short(&MicroTime(at), 1);
+            short(&Some(Time(at)), 1);
+            short(&vec![Time(at), Time(at)], 2);
+            short(&(Time(at), MicroTime(at)), 2);
+            short(
+                &BTreeMap::from([("a", MicroTime(at)), ("b", MicroTime(at))]),
+                2,
+            );
+            short(&Wrapped(Time(at)), 1);
+            short(&Variant::Of(MicroTime(at)), 1);
+            short(
+                &ObjectMeta {
+                    creation_timestamp: Some(Time(at)),
+                    deletion_timestamp: Some(Time(at)),
+                    ..ObjectMeta::default()
+                },
+                2,
+            );
+            short(&Box::new(Some(Time(at))), 1);
+        }
+    }
+
+    /// A newtype struct and a newtype variant around a timestamp.
+    #[derive(Serialize)]
+    struct Wrapped<T>(T);
+
+    #[derive(Serialize)]
+    enum Variant<T> {
+        Of(T),
+    }
+
+    /// Both counts of a value behind one object-safe trait, so that values of different
+    /// types go through one helper.
+    mod erased {
+        use serde::Serialize;
+
+        pub(super) trait Counted {
+            fn serde_json(&self) -> usize;
+            fn counted(&self) -> usize;
+        }
+
+        impl<T: Serialize> Counted for T {
+            fn serde_json(&self) -> usize {
+                serde_json::to_vec(self).unwrap().len()
+            }
+            fn counted(&self) -> usize {
+                super::json_length(self)
+            }
         }
     }
 
