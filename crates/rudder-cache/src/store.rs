@@ -291,8 +291,9 @@ impl<K: Resource> Store<K> {
         self.write().apply(obj, size, epoch, panics)
     }
 
-    /// A relist's changed objects with their sizes, applied as [`apply`](Self::apply) applies each, then what
-    /// the list did not stamp with `epoch` removed, as [`sweep`](Self::sweep) does: all under
+    /// A relist's changed objects with their sizes, applied as [`apply`](Self::apply)
+    /// applies each, then what the list did not stamp with `epoch` removed, as
+    /// [`sweep`](Self::sweep) does: all under
     /// one write lock, so readers see the store as it was before the relist or as it is
     /// after, never a mix.
     pub(crate) fn replace(
@@ -395,6 +396,11 @@ struct Entry<K> {
     /// etcd is a few MiB at most), which fits beside the epoch in the entry's 16 bytes.
     size: u32,
 }
+
+const _: () = assert!(
+    size_of::<Entry<()>>() == 16,
+    "an entry is an `Arc`, an epoch and a size: 16 bytes"
+);
 
 /// The number of a list, which stamps the objects it brought; compared only for equality
 /// (every list stamps or removes every stored object), so it may wrap.
@@ -526,7 +532,6 @@ impl<K> Drop for Inner<K> {
     fn drop(&mut self) {
         let large = self.objects.len() >= crate::release::LARGE_STORE;
         self.objects = HashTable::new();
-        self.bytes = 0;
         self.namespaces = HashMap::new();
         self.indexes = HashMap::new();
         if large {

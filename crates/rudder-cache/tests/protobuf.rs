@@ -308,7 +308,22 @@ async fn stored_objects_hold_no_spare_room_in_either_wire() {
         .labels("test=protobuf")
         .start();
     default.wait_for_sync(WAIT).await.unwrap();
-    for informer in [&protobuf, &json, &default] {
+    // And with a transform of the caller's that grows a list: a decoded object it changed
+    // may hold spare room, so it is copied exactly before it is stored.
+    let growing = Informer::builder(api.clone())
+        .labels("test=protobuf")
+        .transform(|pod: &mut Pod| {
+            for container in &mut pod.spec.as_mut().unwrap().containers {
+                container
+                    .args
+                    .get_or_insert_default()
+                    .push("--added".into());
+            }
+        })
+        .start();
+    growing.wait_for_sync(WAIT).await.unwrap();
+    assert_eq!(growing.stats().wire_format, WireFormat::Protobuf);
+    for informer in [&protobuf, &json, &default, &growing] {
         let stored = informer.store().list();
         assert_eq!(stored.len(), 1);
         assert_eq!(
@@ -323,7 +338,7 @@ async fn stored_objects_hold_no_spare_room_in_either_wire() {
     api.patch("exact", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    for informer in [&protobuf, &json, &default] {
+    for informer in [&protobuf, &json, &default, &growing] {
         until("the update to be stored", WAIT, || {
             informer.store().list().iter().all(|pod| {
                 pod.metadata
@@ -340,7 +355,18 @@ async fn stored_objects_hold_no_spare_room_in_either_wire() {
             informer.stats().wire_format
         );
     }
+    assert_eq!(
+        growing.store().list()[0].spec.as_ref().unwrap().containers[0]
+            .args
+            .as_deref()
+            .unwrap()
+            .last()
+            .map(String::as_str),
+        Some("--added"),
+        "the transform ran"
+    );
     protobuf.stop().await;
     json.stop().await;
     default.stop().await;
+    growing.stop().await;
 }

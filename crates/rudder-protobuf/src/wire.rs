@@ -142,7 +142,8 @@ impl<'a> Reader<'a> {
         self.varint_slow()
     }
 
-    /// [`varint`](Self::varint) past its first byte, and its errors.
+    /// [`varint`](Self::varint) when its first byte is not the whole of it (read again from
+    /// there), and its errors.
     #[inline(never)]
     fn varint_slow(&mut self) -> Result<u64, DecodeError> {
         let mut value: u64 = 0;
