@@ -72,7 +72,10 @@ impl Length {
 /// The length of every value of `T` as JSON, quotes included, for k8s-openapi's `Time`
 /// (`%Y-%m-%dT%H:%M:%SZ`) and `MicroTime` (`%Y-%m-%dT%H:%M:%S%.6fZ`), whose `Serialize`
 /// formats into a new `String` first; `None` for any other type. The names compared are
-/// both the compiler's, constants of each instantiation, so the comparison folds away.
+/// both the compiler's, constant strings of each instantiation (a length and at most a short
+/// memory comparison; not measured apart, the accounting as a whole is in
+/// docs/benchmarks.md). A type this misses (a wrapper of the caller's) is only counted the
+/// slow way.
 #[inline]
 fn fixed_width<T: ?Sized>() -> Option<usize> {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
