@@ -7,8 +7,9 @@
 //! (each string passed through its escaping writer a run at a time, each number formatted;
 //! 0.6x the instructions here for a ConfigMap, `docs/benchmarks.md`). This serializer:
 //!
-//! - a string is its byte length, two quotes, and what its escapes add, found by looking at
-//!   eight bytes at a time (a word with no quote, backslash or control byte adds nothing);
+//! - a string is its byte length, two quotes, and what its escapes add, found by asking a
+//!   block of bytes at a time whether it holds a quote, a backslash or a control byte (a
+//!   block without one adds nothing);
 //! - an integer is its digit count (a logarithm, no formatting) and its sign;
 //! - a float is formatted by `zmij`, the shortest-form formatter serde_json itself uses, into
 //!   a stack buffer: floats are rare in Kubernetes objects and their length has no shortcut
@@ -138,33 +139,43 @@ static ESCAPE_EXTRA: [u8; 256] = {
 
 /// The length of `s`'s escaped contents, without quotes. Inlined, so that a struct's field
 /// names, which are constants, are counted at compile time.
+///
+/// A block of bytes is first asked whether any of them is escaped at all, a test the
+/// compiler turns into a few vector instructions per 16 bytes; only a block that has one is
+/// counted byte by byte. A 400-byte value costs about 390 instructions this way, against
+/// about 1,050 eight bytes at a time.
 #[inline]
 fn escaped_length(s: &str) -> usize {
     let bytes = s.as_bytes();
-    let (words, rest) = bytes.as_chunks::<8>();
     let mut extra = 0;
-    for word in words {
-        if needs_escape(u64::from_ne_bytes(*word)) {
-            extra += extra_of(word);
+    let (blocks, rest) = bytes.as_chunks::<64>();
+    for block in blocks {
+        if any_escaped(block) {
+            extra += extra_of(block);
         }
     }
-    bytes.len() + extra + extra_of(rest)
+    let (blocks, rest) = rest.as_chunks::<16>();
+    for block in blocks {
+        if any_escaped(block) {
+            extra += extra_of(block);
+        }
+    }
+    // The last bytes, padded with spaces (never escaped) to a whole block.
+    let mut last = [b' '; 16];
+    last[..rest.len()].copy_from_slice(rest);
+    if any_escaped(&last) {
+        extra += extra_of(rest);
+    }
+    bytes.len() + extra
 }
 
-/// Whether any of the eight bytes in `word` is a quote, a backslash or a control byte; exact
-/// as a yes or no, and without a branch per byte.
+/// Whether any byte of `block` is a quote, a backslash or a control byte. Written as one
+/// bitwise OR over the block, with no branch per byte, so that it vectorizes.
 #[inline]
-fn needs_escape(word: u64) -> bool {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    // A byte below `n` sets its high bit in `(x - n) & !x` (for `n` at most 0x80); a byte
-    // equal to `c` is a byte of `x ^ c` below 1.
-    let control = word.wrapping_sub(ONES * 0x20) & !word;
-    let quote = word ^ (ONES * u64::from(b'"'));
-    let backslash = word ^ (ONES * u64::from(b'\\'));
-    let quote = quote.wrapping_sub(ONES) & !quote;
-    let backslash = backslash.wrapping_sub(ONES) & !backslash;
-    (control | quote | backslash) & HIGHS != 0
+fn any_escaped<const N: usize>(block: &[u8; N]) -> bool {
+    block.iter().fold(0, |any, &b| {
+        any | u8::from(b < 0x20) | u8::from(b == b'"') | u8::from(b == b'\\')
+    }) != 0
 }
 
 /// What escaping adds to `bytes`, byte by byte.
@@ -1270,15 +1281,15 @@ mod tests {
 
     #[test]
     fn every_escape_counts_at_every_offset() {
-        // Each byte JSON may escape, and some it does not, at each place in an 8-byte word
-        // and in the tail after the last whole word.
+        // Each byte JSON may escape, and some it does not, at each place in a 64-byte and a
+        // 16-byte block and in the padded tail after the last whole block.
         let specials: Vec<char> = (0u8..0x80)
             .map(char::from)
             .chain(['é', '€', '🚀', '\u{2028}', '\u{feff}'])
             .collect();
         for &c in &specials {
-            for before in 0..17 {
-                let s = format!("{}{c}{}", "a".repeat(before), "b".repeat(before % 5));
+            for before in 0..100 {
+                let s = format!("{}{c}{}", "a".repeat(before), "b".repeat(before % 19));
                 same(&s);
                 same(&c);
             }
