@@ -283,7 +283,7 @@ impl<K: Resource> Store<K> {
     /// index function that is not deterministic) are pushed too, and do not stop the update.
     pub(crate) fn apply(
         &self,
-        obj: K,
+        obj: impl Into<Arc<K>>,
         size: usize,
         epoch: Epoch,
         panics: &mut Vec<IndexPanic>,
@@ -298,7 +298,7 @@ impl<K: Resource> Store<K> {
     /// after, never a mix.
     pub(crate) fn replace(
         &self,
-        changed: Vec<(K, usize)>,
+        changed: Vec<(Arc<K>, usize)>,
         epoch: Epoch,
         panics: &mut Vec<IndexPanic>,
     ) -> (Vec<Applied<K>>, Vec<Arc<K>>) {
@@ -431,14 +431,15 @@ impl<K: Resource> Inner<K> {
     /// [`Store::apply`] under the lock.
     fn apply(
         &mut self,
-        obj: K,
+        obj: impl Into<Arc<K>>,
         size: usize,
         epoch: Epoch,
         panics: &mut Vec<IndexPanic>,
     ) -> Applied<K> {
         let inner = self;
+        let obj = obj.into();
         let size = u32::try_from(size).unwrap_or(u32::MAX);
-        let (ns, name) = key_of(&obj);
+        let (ns, name) = key_of(&*obj);
         let hash = inner.hash(ns, name);
         let rv = obj.meta().resource_version.as_deref();
         let unchanged = rv.is_some()
@@ -458,7 +459,7 @@ impl<K: Resource> Inner<K> {
                 inner.touch(hash, ns, name, epoch);
                 panics.push(IndexPanic {
                     index,
-                    key: ObjectKey::of(&obj),
+                    key: ObjectKey::of(&*obj),
                     message,
                 });
                 return Applied::Skipped;
@@ -479,7 +480,7 @@ impl<K: Resource> Inner<K> {
                 entry.epoch = epoch;
                 inner.bytes = inner.bytes - u64::from(entry.size) + u64::from(size);
                 entry.size = size;
-                let new = Arc::new(obj);
+                let new = obj;
                 let old = std::mem::replace(&mut entry.obj, Arc::clone(&new));
                 inner.reindex(
                     Some((&old, old_values.unwrap_or_default())),
@@ -488,7 +489,7 @@ impl<K: Resource> Inner<K> {
                 Applied::Updated { old, new }
             }
             hashbrown::hash_table::Entry::Vacant(slot) => {
-                let new = Arc::new(obj);
+                let new = obj;
                 slot.insert(Entry {
                     obj: Arc::clone(&new),
                     epoch,
@@ -791,8 +792,8 @@ mod tests {
         // A relist that brings a changed x and a new w, and not y: x's old size goes.
         let (applied, gone) = store.replace(
             vec![
-                (cm("a", "x", "3", "red"), 20),
-                (cm("a", "w", "1", "red"), 8),
+                (Arc::new(cm("a", "x", "3", "red")), 20),
+                (Arc::new(cm("a", "w", "1", "red")), 8),
             ],
             2,
             &mut panics,

@@ -433,7 +433,7 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let cache = Cache::builder(kube::Client::try_from(config).unwrap())
             .build(&CancellationToken::new());
-        let (tx, rx) = mpsc::unbounded_channel::<Option<W<Lenient<ConfigMap>>>>();
+        let (tx, rx) = mpsc::unbounded_channel::<Option<W<Lenient<Arc<ConfigMap>>>>>();
         // `None` stands for something in the watch panicking.
         let stream = futures::stream::unfold(rx, |mut rx| async move {
             let event = rx.recv().await?.expect("the watch broke");

@@ -211,7 +211,7 @@ where
             Arc::clone(&mode),
             resource.clone(),
         )
-        .map(|item| item.map(wrap))
+        .map(|item| item.map(|event| event.map(Lenient::Ok)))
         .boxed();
         let stream = match self.lenient {
             Some(api) => {
@@ -289,7 +289,8 @@ where
     }
 }
 
-type WatchStream<K> = futures::stream::BoxStream<'static, Result<Event<Lenient<K>>, watch::Error>>;
+type WatchStream<K> =
+    futures::stream::BoxStream<'static, Result<Event<Lenient<Arc<K>>>, watch::Error>>;
 
 /// `strict` until an object does not decode (in a list page or a watch event), then a new
 /// watch of `lenient` (from a fresh list) for good: decoding objects one by one costs
@@ -300,7 +301,7 @@ fn lenient_on_failure<K>(
     config: watch::Config,
     mode: Arc<ListMode>,
     resource: String,
-) -> impl Stream<Item = Result<Event<Lenient<K>>, watch::Error>> + Send
+) -> impl Stream<Item = Result<Event<Lenient<Arc<K>>>, watch::Error>> + Send
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
@@ -322,7 +323,9 @@ where
                             %resource,
                             "an object does not decode; listing again, decoding each object on its own"
                         );
-                        stream = watch::watch_with(api, config, mode, resource).boxed();
+                        stream = watch::watch_with(api, config, mode, resource)
+                            .map(|item| item.map(|event| event.map(shared)))
+                            .boxed();
                     }
                     unused => {
                         fallback = unused;
@@ -334,14 +337,12 @@ where
     )
 }
 
-/// A strict engine's event, as a lenient one's.
-fn wrap<K>(event: Event<K>) -> Event<Lenient<K>> {
-    match event {
-        Event::Apply(obj) => Event::Apply(Lenient::Ok(obj)),
-        Event::Delete(obj) => Event::Delete(Lenient::Ok(obj)),
-        Event::Init => Event::Init,
-        Event::InitApply(obj) => Event::InitApply(Lenient::Ok(obj)),
-        Event::InitDone => Event::InitDone,
+/// A lenient engine's object, as the strict engine's: a decoded one behind an `Arc` of its
+/// own (the lenient decode is the slow path, taken only once some object did not decode).
+fn shared<K: Clone>(object: Arc<Lenient<K>>) -> Lenient<Arc<K>> {
+    match Arc::unwrap_or_clone(object) {
+        Lenient::Ok(object) => Lenient::Ok(Arc::new(object)),
+        Lenient::Malformed(bad) => Lenient::Malformed(bad),
     }
 }
 

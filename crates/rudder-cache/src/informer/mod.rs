@@ -422,8 +422,8 @@ mod tests {
         }
     }
 
-    fn cm(name: &str, rv: &str) -> Lenient<k8s_openapi::api::core::v1::ConfigMap> {
-        Lenient::Ok(k8s_openapi::api::core::v1::ConfigMap {
+    fn cm(name: &str, rv: &str) -> Lenient<Arc<k8s_openapi::api::core::v1::ConfigMap>> {
+        Lenient::Ok(Arc::new(k8s_openapi::api::core::v1::ConfigMap {
             metadata: kube::core::ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
@@ -431,10 +431,10 @@ mod tests {
                 ..Default::default()
             },
             ..Default::default()
-        })
+        }))
     }
 
-    fn bad(name: &str) -> Lenient<k8s_openapi::api::core::v1::ConfigMap> {
+    fn bad(name: &str) -> Lenient<Arc<k8s_openapi::api::core::v1::ConfigMap>> {
         Lenient::Malformed(Box::new(Malformed {
             metadata: kube::core::ObjectMeta {
                 name: Some(name.into()),
@@ -448,7 +448,7 @@ mod tests {
     #[tokio::test]
     async fn a_relist_replaces_the_store_in_one_step_at_its_end() {
         type Cm = k8s_openapi::api::core::v1::ConfigMap;
-        let (tx, rx) = mpsc::unbounded_channel::<W<Lenient<Cm>>>();
+        let (tx, rx) = mpsc::unbounded_channel::<W<Lenient<Arc<Cm>>>>();
         // How many events the informer's task has taken.
         let taken = Arc::new(AtomicU64::new(0));
         let stream =
@@ -555,7 +555,7 @@ mod tests {
     #[tokio::test]
     async fn a_malformed_object_keeps_its_last_good_version_until_deleted() {
         type Cm = k8s_openapi::api::core::v1::ConfigMap;
-        let (tx, rx) = mpsc::unbounded_channel::<W<Lenient<Cm>>>();
+        let (tx, rx) = mpsc::unbounded_channel::<W<Lenient<Arc<Cm>>>>();
         let stream = futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|event| (Ok(event), rx))
         });
@@ -649,7 +649,7 @@ mod tests {
     }
 
     type Cm = k8s_openapi::api::core::v1::ConfigMap;
-    type Sender = mpsc::UnboundedSender<W<Lenient<Cm>>>;
+    type Sender = mpsc::UnboundedSender<W<Lenient<Arc<Cm>>>>;
 
     /// An informer fed by hand, through the returned sender.
     fn fed_informer(transform: Option<Transform<Cm>>) -> (Sender, Informer<Cm>) {
@@ -821,7 +821,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_watch_task_that_panics_ends_every_stream_and_says_it_failed() {
-        let (tx, rx) = mpsc::unbounded_channel::<Option<W<Lenient<Cm>>>>();
+        let (tx, rx) = mpsc::unbounded_channel::<Option<W<Lenient<Arc<Cm>>>>>();
         // `None` stands for something in the watch (the engine, say) panicking.
         let stream = futures::stream::unfold(rx, |mut rx| async move {
             let event = rx.recv().await?;

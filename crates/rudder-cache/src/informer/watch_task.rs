@@ -46,7 +46,7 @@ pub(crate) fn start_on<K, S>(
 ) -> Informer<K>
 where
     K: Resource + Clone + Send + Sync + 'static,
-    S: Stream<Item = Result<W<Lenient<K>>, engine::Error>> + Send + 'static,
+    S: Stream<Item = Result<W<Lenient<Arc<K>>>, engine::Error>> + Send + 'static,
 {
     let (synced, _) = watch::channel(false);
     let (refused, _) = watch::channel(None);
@@ -116,7 +116,7 @@ pub(crate) async fn run<K, S>(
     resync: Option<Duration>,
 ) where
     K: Resource + Clone + Send + Sync + 'static,
-    S: Stream<Item = Result<W<Lenient<K>>, engine::Error>> + Send,
+    S: Stream<Item = Result<W<Lenient<Arc<K>>>, engine::Error>> + Send,
 {
     // As the informer starts, not when it is built: the recorder is installed by now.
     #[cfg(feature = "metrics")]
@@ -206,7 +206,7 @@ struct Watch<K> {
     /// During a relist (a list after the first), the objects it brought that the store does
     /// not hold at their version, applied together when it ends (objects it holds unchanged
     /// are only stamped, so the relist holds no second copy of them).
-    relisted: Option<Vec<(K, usize)>>,
+    relisted: Option<Vec<(Arc<K>, usize)>>,
     next_resync: Option<Instant>,
     /// When the gauges were last published.
     published: Option<Instant>,
@@ -220,7 +220,7 @@ where
     K: Resource + Clone + Send + Sync + 'static,
 {
     /// Applies one engine event to the store and sends what it changed.
-    fn apply(&mut self, event: W<Lenient<K>>) {
+    fn apply(&mut self, event: W<Lenient<Arc<K>>>) {
         let mut panics = Vec::new();
         match event {
             W::Init => self.list_begins(),
@@ -295,7 +295,7 @@ where
 
     /// An object listed or changed: stored (transformed, compacted) and sent as an add or
     /// an update.
-    fn add_or_update(&mut self, obj: K, panics: &mut Vec<IndexPanic>) {
+    fn add_or_update(&mut self, obj: Arc<K>, panics: &mut Vec<IndexPanic>) {
         let initial_list = self.first_list;
         let obj = match self.transformed(obj) {
             Ok(obj) => obj,
@@ -308,7 +308,7 @@ where
         if self.relisted.is_some() {
             // Relisting: stamp what is unchanged, keep the rest for the list's end.
             if self.shared.store.has_version_of(&obj) {
-                self.shared.store.touch(&ObjectKey::of(&obj), self.epoch);
+                self.shared.store.touch(&ObjectKey::of(&*obj), self.epoch);
             } else if self.relisted.is_some() {
                 let obj = self.exact(obj);
                 let size = self.size(&obj);
@@ -361,10 +361,10 @@ where
 
     /// An object deleted: removed and sent as a delete (the stored version stands for it
     /// when its transform panicked).
-    fn delete(&self, obj: K, panics: &mut Vec<IndexPanic>) {
+    fn delete(&self, obj: Arc<K>, panics: &mut Vec<IndexPanic>) {
         let transformed = self.transformed(obj);
         let key = match &transformed {
-            Ok(obj) => ObjectKey::of(obj),
+            Ok(obj) => ObjectKey::of(&**obj),
             Err(key) => key.clone(),
         };
         let shared = &self.shared;
@@ -379,7 +379,7 @@ where
         // stored version stands for it, as for a malformed one.
         let event = match (transformed, stored) {
             (Ok(obj), _) => Some(Event::Delete {
-                object: Arc::new(obj),
+                object: obj,
                 final_state_unknown: false,
             }),
             (Err(_), Some(obj)) => Some(Event::Delete {
@@ -473,14 +473,15 @@ where
 
     /// `obj` through the transform. A transform that panics may leave `obj` half changed;
     /// that copy is dropped and nothing else has been touched, so the object is skipped as
-    /// if never received (`Err` with its key).
-    fn transformed(&self, mut obj: K) -> Result<K, ObjectKey> {
+    /// if never received (`Err` with its key). The engine's `Arc` is the only one, so the
+    /// object is changed in place.
+    fn transformed(&self, mut obj: Arc<K>) -> Result<Arc<K>, ObjectKey> {
         match &self.transform.transform {
-            Some(t) => match unwind::catch(|| t(&mut obj)) {
+            Some(t) => match unwind::catch(|| t(Arc::make_mut(&mut obj))) {
                 Ok(()) => Ok(obj),
                 Err(message) => {
-                    record_panic(&self.shared, "transform", &ObjectKey::of(&obj), &message);
-                    Err(ObjectKey::of(&obj))
+                    record_panic(&self.shared, "transform", &ObjectKey::of(&*obj), &message);
+                    Err(ObjectKey::of(&*obj))
                 }
             },
             None => Ok(obj),
@@ -498,11 +499,11 @@ where
         clippy::redundant_clone,
         reason = "the clone is the point: it allocates exactly"
     )]
-    fn exact(&self, obj: K) -> K {
+    fn exact(&self, obj: Arc<K>) -> Arc<K> {
         if !self.transform.may_add && self.shared.lists.wire() == crate::WireFormat::Protobuf {
             obj
         } else {
-            obj.clone()
+            Arc::new(K::clone(&obj))
         }
     }
 

@@ -47,8 +47,8 @@ pub(crate) struct Engine<K> {
     initial: bool,
     /// Whether a paginated list has begun (its `Init` sent), and the token of its next page.
     paging: Option<Option<String>>,
-    /// Events ready to hand out.
-    pending: VecDeque<Event<K>>,
+    /// Events ready to hand out, each object behind the `Arc` the cache stores it in.
+    pending: VecDeque<Event<Arc<K>>>,
     /// Whether the next list is asked for whole, without pages: a paginated list's
     /// continue token expired (`410` on a later page), as client-go's pager does then.
     unpaged: bool,
@@ -82,7 +82,7 @@ enum During {
 
 impl<K> Engine<K>
 where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     pub(crate) fn new(api: Api<K>, config: Config, mode: Arc<ListMode>, resource: String) -> Self {
         // An engine made for a lenient decode starts where the informer is: streaming,
@@ -124,7 +124,7 @@ where
     }
 
     /// The next event or error; waits as long as it takes.
-    pub(crate) async fn next(&mut self) -> Result<Event<K>, Error> {
+    pub(crate) async fn next(&mut self) -> Result<Event<Arc<K>>, Error> {
         loop {
             if let Some(event) = self.pending.pop_front() {
                 return Ok(event);
@@ -276,7 +276,11 @@ where
                 .client
                 .request_events::<K>(request)
                 .await
-                .map(|events| events.map(|item| item.map_err(Failure::of_kube)).boxed()),
+                .map(|events| {
+                    events
+                        .map(|item| item.map(wire::shared).map_err(Failure::of_kube))
+                        .boxed()
+                }),
         };
         match opened {
             Ok(events) => {
@@ -374,7 +378,7 @@ where
     }
 
     /// One watch event.
-    fn event(&mut self, event: WatchEvent<K>) -> Result<(), Option<Error>> {
+    fn event(&mut self, event: WatchEvent<Arc<K>>) -> Result<(), Option<Error>> {
         if let Some((_, events)) = &mut self.opened {
             *events += 1;
         }

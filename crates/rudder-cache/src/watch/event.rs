@@ -18,3 +18,16 @@ pub enum Event<K> {
     /// An object deleted.
     Delete(K),
 }
+
+impl<K> Event<K> {
+    /// The same event with its object, if any, through `f`.
+    pub(crate) fn map<T>(self, f: impl FnOnce(K) -> T) -> Event<T> {
+        match self {
+            Self::Init => Event::Init,
+            Self::InitApply(object) => Event::InitApply(f(object)),
+            Self::InitDone => Event::InitDone,
+            Self::Apply(object) => Event::Apply(f(object)),
+            Self::Delete(object) => Event::Delete(f(object)),
+        }
+    }
+}

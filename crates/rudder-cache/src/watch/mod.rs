@@ -46,7 +46,7 @@ pub(crate) mod wire;
 
 use std::sync::Arc;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
@@ -79,21 +79,24 @@ pub(crate) use strategy::{ListMode, ListStrategy};
 /// ```
 pub fn watch<K>(api: Api<K>, config: Config) -> impl Stream<Item = Result<Event<K>, Error>> + Send
 where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let resource = api.resource_url().to_owned();
     watch_with(api, config, Arc::new(ListMode::default()), resource)
+        .map(|item| item.map(|event| event.map(Arc::unwrap_or_clone)))
 }
 
-/// [`watch`], telling `mode` what it lists with and whether the resource is served.
+/// [`watch`], telling `mode` what it lists with and whether the resource is served, each
+/// object behind the `Arc` the cache stores it in (put there as it is decoded, it moves as a
+/// pointer from then on; unique, so taking it out clones nothing).
 pub(crate) fn watch_with<K>(
     api: Api<K>,
     config: Config,
     mode: Arc<ListMode>,
     resource: String,
-) -> impl Stream<Item = Result<Event<K>, Error>> + Send
+) -> impl Stream<Item = Result<Event<Arc<K>>, Error>> + Send
 where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     // Boxed: `unfold` moves its state into each item's future and back out, and the
     // engine is several hundred bytes; a box moves as a pointer.

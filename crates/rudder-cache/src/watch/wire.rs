@@ -9,6 +9,7 @@
 //! kube-client, as does a type whose server answers JSON when asked for protobuf.
 
 use std::io;
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures::stream::BoxStream;
@@ -81,8 +82,11 @@ impl Failure {
     }
 }
 
-/// A watch's events as the engine reads them.
-pub(crate) type Events<K> = BoxStream<'static, Result<WatchEvent<K>, Failure>>;
+/// A watch's events as the engine reads them. Each object is put behind an `Arc` as it is
+/// decoded, the form the cache stores it in: from there on it moves as a pointer (a
+/// `ConfigMap` is several hundred bytes, a `Pod` a few thousand, and an event passes through
+/// a dozen moves between the decoder and the store).
+pub(crate) type Events<K> = BoxStream<'static, Result<WatchEvent<Arc<K>>, Failure>>;
 
 /// An answer read in protobuf, or the news that the server answered JSON.
 pub(crate) enum Answer<T> {
@@ -92,9 +96,9 @@ pub(crate) enum Answer<T> {
     Json(Option<T>),
 }
 
-/// One page of a list.
+/// One page of a list, its objects behind `Arc`s as a watch's are.
 pub(crate) struct Page<K> {
-    pub(crate) items: Vec<K>,
+    pub(crate) items: Vec<Arc<K>>,
     pub(crate) resource_version: Option<String>,
     pub(crate) continue_: Option<String>,
 }
@@ -102,7 +106,7 @@ pub(crate) struct Page<K> {
 impl<K: Clone> From<ObjectList<K>> for Page<K> {
     fn from(list: ObjectList<K>) -> Self {
         Self {
-            items: list.items,
+            items: list.items.into_iter().map(Arc::new).collect(),
             resource_version: list.metadata.resource_version,
             continue_: list.metadata.continue_,
         }
@@ -191,7 +195,7 @@ where
     .map_err(decode_failure)?;
     let mut items = Vec::with_capacity(list.items.len());
     for item in list.items {
-        items.push(item.map_err(decode_failure)?);
+        items.push(Arc::new(item.map_err(decode_failure)?));
     }
     Ok(Answer::Protobuf(Page {
         items,
@@ -237,17 +241,30 @@ fn status_of_protobuf(bytes: &[u8]) -> Option<Status> {
         .and_then(|value| serde_json::from_value(value).ok())
 }
 
+/// A watch event read in JSON by kube-client, its object behind an `Arc` as a protobuf
+/// event's is.
+pub(crate) fn shared<K>(event: WatchEvent<K>) -> WatchEvent<Arc<K>> {
+    match event {
+        WatchEvent::Added(object) => WatchEvent::Added(Arc::new(object)),
+        WatchEvent::Modified(object) => WatchEvent::Modified(Arc::new(object)),
+        WatchEvent::Deleted(object) => WatchEvent::Deleted(Arc::new(object)),
+        WatchEvent::Bookmark(bookmark) => WatchEvent::Bookmark(bookmark),
+        WatchEvent::Error(status) => WatchEvent::Error(status),
+    }
+}
+
 /// One watch frame's event.
-fn event<K: Resource>(frame: &[u8], decode: Decoder<K>) -> Result<WatchEvent<K>, Failure> {
+fn event<K: Resource>(frame: &[u8], decode: Decoder<K>) -> Result<WatchEvent<Arc<K>>, Failure> {
     let watch_event = rudder_protobuf::watch_event(frame).map_err(decode_failure)?;
     let envelope = rudder_protobuf::unknown(watch_event.object).map_err(decode_failure)?;
-    let object = || decode(envelope.raw).map_err(decode_failure);
+    let object = || decode(envelope.raw).map(Arc::new).map_err(decode_failure);
     Ok(match watch_event.type_ {
         "ADDED" => WatchEvent::Added(object()?),
         "MODIFIED" => WatchEvent::Modified(object()?),
         "DELETED" => WatchEvent::Deleted(object()?),
         "BOOKMARK" => {
-            let object = object()?;
+            // Read for its metadata only: not put behind an `Arc`.
+            let object = decode(envelope.raw).map_err(decode_failure)?;
             let meta = object.meta();
             WatchEvent::Bookmark(Bookmark {
                 types: TypeMeta {
