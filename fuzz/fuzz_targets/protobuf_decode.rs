@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use libfuzzer_sys::fuzz_target;
-use rudder_protobuf::{DecodeError, MAGIC, Message};
+use rudder_protobuf::{MAGIC, Message};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -66,13 +66,13 @@ fn list<T>(bytes: &[u8])
 where
     T: Message + Serialize + DeserializeOwned + PartialEq + Debug + 'static,
 {
-    let item: fn(&[u8]) -> Result<T, DecodeError> =
+    let item: rudder_protobuf::Decoder<T> =
         rudder_protobuf::decoder::<T>().expect("a built-in kind");
     let Ok(list) = rudder_protobuf::list(bytes, item) else {
         return;
     };
     for decoded in list.items.iter().flatten() {
-        json_round_trip(decoded);
+        json_round_trip(&**decoded);
     }
 }
 

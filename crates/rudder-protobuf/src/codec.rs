@@ -38,6 +38,31 @@ pub(crate) trait Codec {
     fn missing() -> Option<Self::V> {
         None
     }
+    /// Reads one value into a field the Rust type requires (a `null` leaves it as it is).
+    fn read_into(slot: &mut Self::V, r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        if let Some(v) = Self::read(r)? {
+            *slot = v;
+        }
+        Ok(())
+    }
+    /// Reads one value into an `Option` field (`None` for a `null`, and for a zero that
+    /// JSON's `omitempty` leaves out when `omit_zero`).
+    fn read_into_opt(
+        slot: &mut Option<Self::V>,
+        r: &mut Reader<'_>,
+        omit_zero: bool,
+    ) -> Result<(), DecodeError> {
+        *slot = match Self::read(r)? {
+            Some(v) if omit_zero && Self::is_zero(&v) => None,
+            v => v,
+        };
+        Ok(())
+    }
+    /// Reads one element of a repeated field onto its end.
+    fn read_push(slot: &mut Vec<Self::V>, r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        slot.extend(Self::read(r)?);
+        Ok(())
+    }
 }
 
 pub(crate) struct Str;
@@ -158,6 +183,31 @@ impl<M: Decode> Codec for Msg<M> {
     }
     fn missing() -> Option<Self::V> {
         Some(M::fresh())
+    }
+    // A message in a field is read in place, its fields straight into the one the field
+    // holds (as protobuf merges a message that comes twice, and Go's decoder does),
+    // rather than built elsewhere and moved in: a `PodSpec` is over a kilobyte.
+    fn read_into(slot: &mut M, r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        let bytes = r.bytes()?;
+        slot.merge_at(bytes, r.depth + 1)
+    }
+    // A message is never a zero `omitempty` leaves out (an empty one is written `{}`).
+    fn read_into_opt(
+        slot: &mut Option<M>,
+        r: &mut Reader<'_>,
+        _omit_zero: bool,
+    ) -> Result<(), DecodeError> {
+        let bytes = r.bytes()?;
+        slot.get_or_insert_with(M::fresh)
+            .merge_at(bytes, r.depth + 1)
+    }
+    fn read_push(slot: &mut Vec<M>, r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        let bytes = r.bytes()?;
+        slot.push(M::fresh());
+        match slot.last_mut() {
+            Some(message) => message.merge_at(bytes, r.depth + 1),
+            None => Ok(()),
+        }
     }
 }
 
@@ -476,11 +526,7 @@ pub(crate) fn opt<C: Codec>(
     omit_zero: bool,
 ) -> Result<(), DecodeError> {
     Reader::expect(wire, C::WIRE)?;
-    *slot = match C::read(r)? {
-        Some(v) if omit_zero && C::is_zero(&v) => None,
-        v => v,
-    };
-    Ok(())
+    C::read_into_opt(slot, r, omit_zero)
 }
 
 /// A singular field the Rust type requires.
@@ -490,10 +536,7 @@ pub(crate) fn req<C: Codec>(
     wire: Wire,
 ) -> Result<(), DecodeError> {
     Reader::expect(wire, C::WIRE)?;
-    if let Some(v) = C::read(r)? {
-        *slot = v;
-    }
-    Ok(())
+    C::read_into(slot, r)
 }
 
 /// A repeated field, packed or not.
@@ -521,8 +564,7 @@ pub(crate) fn repeated<C: Codec>(
     if slot.capacity() == 0 {
         slot.reserve_exact(r.run_length(wire));
     }
-    slot.extend(C::read(r)?);
-    Ok(())
+    C::read_push(slot, r)
 }
 
 /// A repeated field in an `Option` (`None` while no element came).

@@ -12,10 +12,11 @@
 //! let envelope = rudder_protobuf::unknown(body)?;
 //! assert_eq!((envelope.api_version, envelope.kind), ("v1", "ConfigMap"));
 //!
+//! // Decoded in place behind an `Arc`, the form a cache keeps objects in.
 //! let decode = rudder_protobuf::decoder::<ConfigMap>().expect("a built-in kind");
-//! let config_map = decode(envelope.raw)?;
+//! let config_map: std::sync::Arc<ConfigMap> = decode(envelope.raw)?;
 //! assert_eq!(config_map.metadata.name.as_deref(), Some("conf"));
-//! assert_eq!(config_map.data.unwrap()["mode"], "dev");
+//! assert_eq!(config_map.data.as_ref().unwrap()["mode"], "dev");
 //! # Ok::<(), rudder_protobuf::DecodeError>(())
 //! ```
 //!
@@ -157,14 +158,18 @@ pub trait Message: Default {
 ///
 /// The envelope's kind is not checked against `T`; [`unknown`] gives it when it matters.
 pub fn decode<T: Message>(bytes: &[u8]) -> Result<T, DecodeError> {
-    let raw = if bytes.starts_with(MAGIC) {
-        unknown(bytes)?.raw
-    } else {
-        bytes
-    };
     let mut out = T::default();
-    out.merge(raw)?;
+    out.merge(message_of(bytes)?)?;
     Ok(out)
+}
+
+/// The message in `bytes`: an object's own, or a whole body's (its envelope's `raw`).
+pub(crate) fn message_of(bytes: &[u8]) -> Result<&[u8], DecodeError> {
+    if bytes.starts_with(MAGIC) {
+        Ok(unknown(bytes)?.raw)
+    } else {
+        Ok(bytes)
+    }
 }
 
 #[cfg(test)]

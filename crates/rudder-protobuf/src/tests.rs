@@ -97,7 +97,7 @@ fn decodes_a_config_map_through_its_envelope() {
         )])),
         ..ConfigMap::default()
     };
-    assert_eq!(decoded, expected);
+    assert_eq!(*decoded, expected);
     // `decode` takes the body with its envelope as well, and the envelope without magic.
     assert_eq!(decode::<ConfigMap>(&body).unwrap(), expected);
     assert_eq!(unknown(&body[4..]).unwrap(), opened);

@@ -170,13 +170,13 @@ impl Ctx {
                 continue;
             }
             self.objects += 1;
-            if from_json != from_proto {
+            if from_json != *from_proto {
                 self.failures.push(format!(
                     "{} {url}: differs:\n{}",
                     K::KIND,
                     diff(
                         &serde_json::to_value(&from_json).unwrap(),
-                        &serde_json::to_value(&from_proto).unwrap(),
+                        &serde_json::to_value(&*from_proto).unwrap(),
                         ""
                     )
                 ));
@@ -221,13 +221,13 @@ impl Ctx {
             self.objects += 1;
             match item {
                 Err(e) => self.failures.push(format!("{}List {url}: {e}", K::KIND)),
-                Ok(item) if item != expected => self.failures.push(format!(
+                Ok(item) if *item != expected => self.failures.push(format!(
                     "{}List {url} item {:?}: differs:\n{}",
                     K::KIND,
                     expected_name(&expected),
                     diff(
                         &serde_json::to_value(&expected).unwrap(),
-                        &serde_json::to_value(&item).unwrap(),
+                        &serde_json::to_value(&*item).unwrap(),
                         ""
                     )
                 )),
@@ -596,8 +596,9 @@ async fn watch_frames_decode() {
         assert_eq!(event.type_, "ADDED");
         let envelope = rudder_protobuf::unknown(event.object).unwrap();
         assert_eq!((envelope.api_version, envelope.kind), ("v1", "ConfigMap"));
-        let cm: core::ConfigMap =
-            rudder_protobuf::decoder::<core::ConfigMap>().unwrap()(envelope.raw).unwrap();
+        let cm: core::ConfigMap = std::sync::Arc::unwrap_or_clone(
+            rudder_protobuf::decoder::<core::ConfigMap>().unwrap()(envelope.raw).unwrap(),
+        );
         assert_eq!(cm.data.unwrap()["k"], cm.metadata.name.clone().unwrap());
         names.push(cm.metadata.name.unwrap());
     }

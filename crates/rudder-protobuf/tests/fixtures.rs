@@ -18,7 +18,7 @@ fn real_bodies_agree() {
     let pod: Pod = serde_json::from_slice(POD_JSON).unwrap();
     let envelope = unknown(POD_PB).unwrap();
     assert_eq!((envelope.api_version, envelope.kind), ("v1", "Pod"));
-    assert_eq!(decoder::<Pod>().unwrap()(envelope.raw).unwrap(), pod);
+    assert_eq!(*decoder::<Pod>().unwrap()(envelope.raw).unwrap(), pod);
     assert_eq!(decode::<Pod>(POD_PB).unwrap(), pod);
     assert!(
         pod.metadata.managed_fields.is_some(),

@@ -47,8 +47,9 @@ impl WireFormat {
     }
 }
 
-/// A generated decoder of one type's protobuf message.
-pub(crate) type Decoder<K> = fn(&[u8]) -> Result<K, rudder_protobuf::DecodeError>;
+/// A generated decoder of one type's protobuf message, which decodes the object in place
+/// behind its `Arc`.
+pub(crate) type Decoder<K> = rudder_protobuf::Decoder<K>;
 
 /// A boxed error, for objects that do not decode.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -195,7 +196,7 @@ where
     .map_err(decode_failure)?;
     let mut items = Vec::with_capacity(list.items.len());
     for item in list.items {
-        items.push(Arc::new(item.map_err(decode_failure)?));
+        items.push(item.map_err(decode_failure)?);
     }
     Ok(Answer::Protobuf(Page {
         items,
@@ -257,14 +258,13 @@ pub(crate) fn shared<K>(event: WatchEvent<K>) -> WatchEvent<Arc<K>> {
 fn event<K: Resource>(frame: &[u8], decode: Decoder<K>) -> Result<WatchEvent<Arc<K>>, Failure> {
     let watch_event = rudder_protobuf::watch_event(frame).map_err(decode_failure)?;
     let envelope = rudder_protobuf::unknown(watch_event.object).map_err(decode_failure)?;
-    let object = || decode(envelope.raw).map(Arc::new).map_err(decode_failure);
+    let object = || decode(envelope.raw).map_err(decode_failure);
     Ok(match watch_event.type_ {
         "ADDED" => WatchEvent::Added(object()?),
         "MODIFIED" => WatchEvent::Modified(object()?),
         "DELETED" => WatchEvent::Deleted(object()?),
         "BOOKMARK" => {
-            // Read for its metadata only: not put behind an `Arc`.
-            let object = decode(envelope.raw).map_err(decode_failure)?;
+            let object = object()?;
             let meta = object.meta();
             WatchEvent::Bookmark(Bookmark {
                 types: TypeMeta {
