@@ -5,25 +5,25 @@
 //! Input: one byte choosing the chunk sizes' seed, then the stream's bytes.
 #![no_main]
 
-use bytes::BytesMut;
+use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use rudder_cache::fuzzing::{MAX_FRAME, split_frame};
+use rudder_cache::fuzzing::{Framer, MAX_FRAME};
 
 /// Every frame read from `pieces` fed one after another, and how reading ended: `Ok` with
 /// the bytes left over, or the error's position (the frames read before it).
-fn read<'a>(pieces: impl Iterator<Item = &'a [u8]>) -> (Vec<bytes::Bytes>, Result<usize, ()>) {
-    let mut buffer = BytesMut::new();
+fn read<'a>(pieces: impl Iterator<Item = &'a [u8]>) -> (Vec<Bytes>, Result<usize, ()>) {
+    let mut framer = Framer::default();
     let mut frames = Vec::new();
     for piece in pieces {
-        buffer.extend_from_slice(piece);
+        framer.push(Bytes::copy_from_slice(piece));
         loop {
-            match split_frame(&mut buffer) {
+            match framer.next_frame() {
                 Ok(Some(frame)) => frames.push(frame),
                 Ok(None) => break,
                 Err(_) => {
                     // A length past the bound: refused, and not allocated for.
                     assert!(
-                        buffer.capacity() < MAX_FRAME,
+                        framer.reserved() < MAX_FRAME,
                         "a refused frame's length was allocated"
                     );
                     return (frames, Err(()));
@@ -31,7 +31,7 @@ fn read<'a>(pieces: impl Iterator<Item = &'a [u8]>) -> (Vec<bytes::Bytes>, Resul
             }
         }
     }
-    (frames, Ok(buffer.len()))
+    (frames, Ok(framer.buffered()))
 }
 
 fuzz_target!(|data: &[u8]| {

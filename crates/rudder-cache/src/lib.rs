@@ -292,14 +292,35 @@ pub mod writes;
 pub mod fuzzing {
     use std::io;
 
-    use bytes::{Bytes, BytesMut};
+    use bytes::Bytes;
 
     /// The longest protobuf watch frame read.
     pub const MAX_FRAME: usize = crate::watch::wire::MAX_FRAME;
 
-    /// The protobuf watch frame reader: the next whole frame at the start of `buffer`.
-    pub fn split_frame(buffer: &mut BytesMut) -> Result<Option<Bytes>, io::Error> {
-        crate::watch::wire::split_frame(buffer)
+    /// The protobuf watch frame reader, fed the body's chunks.
+    #[derive(Default)]
+    pub struct Framer(crate::watch::wire::Framer);
+
+    impl Framer {
+        /// Takes the body's next chunk, once `next_frame` has no frame.
+        pub fn push(&mut self, chunk: Bytes) {
+            self.0.push(chunk);
+        }
+
+        /// The next whole frame, if the chunks so far hold one.
+        pub fn next_frame(&mut self) -> Result<Option<Bytes>, io::Error> {
+            self.0.next_frame()
+        }
+
+        /// The bytes held that are not a frame yet.
+        pub fn buffered(&self) -> usize {
+            self.0.buffered()
+        }
+
+        /// What the reader's buffer has allocated.
+        pub fn reserved(&self) -> usize {
+            self.0.reserved()
+        }
     }
 }
 

@@ -301,7 +301,7 @@ fn frames(body: Body) -> impl Stream<Item = Result<Bytes, io::Error>> + Send {
     // Boxed, so that each frame moves a pointer in and out of `unfold`'s future.
     let reader = Box::new(FrameReader {
         body: body.into_data_stream(),
-        buffer: BytesMut::new(),
+        framer: Framer::default(),
     });
     futures::stream::unfold(Some(reader), |reader| async move {
         let mut reader = reader?;
@@ -315,19 +315,19 @@ fn frames(body: Body) -> impl Stream<Item = Result<Bytes, io::Error>> + Send {
 
 struct FrameReader {
     body: http_body_util::BodyDataStream<Body>,
-    buffer: BytesMut,
+    framer: Framer,
 }
 
 impl FrameReader {
     async fn next(&mut self) -> Option<Result<Bytes, io::Error>> {
         loop {
-            match split_frame(&mut self.buffer) {
+            match self.framer.next_frame() {
                 Ok(Some(frame)) => return Some(Ok(frame)),
                 Ok(None) => {}
                 Err(error) => return Some(Err(error)),
             }
             match self.body.next().await? {
-                Ok(chunk) => self.buffer.extend_from_slice(&chunk),
+                Ok(chunk) => self.framer.push(chunk),
                 Err(error) => {
                     if is_unexpected_eof(&error) {
                         tracing::debug!(%error, "a protobuf watch ended mid-stream; resuming it");
@@ -340,26 +340,93 @@ impl FrameReader {
     }
 }
 
-/// The next whole frame at the start of `buffer`, if it holds one.
-pub(crate) fn split_frame(buffer: &mut BytesMut) -> Result<Option<Bytes>, io::Error> {
-    let Some(prefix) = buffer.get(..4) else {
+/// Cuts the body's chunks into frames. A frame that lies whole in a chunk is a slice of it
+/// (no copy: most frames, a streaming list's chunks holding many); only a frame split
+/// across chunks is gathered into `partial`, which therefore stays the size of one frame.
+#[derive(Default)]
+pub(crate) struct Framer {
+    /// The start of a frame whose end has not come yet.
+    partial: BytesMut,
+    /// What is left of the last chunk.
+    chunk: Bytes,
+}
+
+impl Framer {
+    /// Takes the body's next chunk; call once [`next_frame`](Self::next_frame) has none.
+    pub(crate) fn push(&mut self, chunk: Bytes) {
+        debug_assert!(
+            self.chunk.is_empty(),
+            "a chunk pushed before the last was read"
+        );
+        self.chunk = chunk;
+    }
+
+    /// The next whole frame, if the chunks so far hold one.
+    pub(crate) fn next_frame(&mut self) -> Result<Option<Bytes>, io::Error> {
+        if self.partial.is_empty() {
+            if let Some(length) = frame_length(&self.chunk)?
+                && self.chunk.len() >= 4 + length
+            {
+                self.chunk.advance(4);
+                return Ok(Some(self.chunk.split_to(length)));
+            }
+            // The chunk ends inside a frame: its start waits in `partial`.
+            self.partial.extend_from_slice(&self.chunk);
+            self.chunk.clear();
+            if let Some(length) = frame_length(&self.partial)? {
+                // Room for the frame as its bytes come, at most a MiB ahead: a length
+                // announced by four bytes is not taken on trust for a large reservation.
+                self.partial
+                    .reserve((4 + length - self.partial.len()).min(1 << 20));
+            }
+            return Ok(None);
+        }
+        // Complete the frame in `partial` from the chunk: its length first, then its bytes.
+        if self.partial.len() < 4 {
+            let take = (4 - self.partial.len()).min(self.chunk.len());
+            self.partial.extend_from_slice(&self.chunk.split_to(take));
+        }
+        let Some(length) = frame_length(&self.partial)? else {
+            return Ok(None);
+        };
+        let take = (4 + length - self.partial.len()).min(self.chunk.len());
+        self.partial
+            .reserve(take.max((4 + length - self.partial.len()).min(1 << 20)));
+        self.partial.extend_from_slice(&self.chunk.split_to(take));
+        if self.partial.len() < 4 + length {
+            return Ok(None);
+        }
+        self.partial.advance(4);
+        Ok(Some(self.partial.split().freeze()))
+    }
+
+    /// The bytes held that are not a frame yet.
+    #[cfg(any(test, fuzzing))]
+    pub(crate) fn buffered(&self) -> usize {
+        self.partial.len() + self.chunk.len()
+    }
+
+    /// What the gathering buffer has allocated.
+    #[cfg(any(test, fuzzing))]
+    pub(crate) fn reserved(&self) -> usize {
+        self.partial.capacity()
+    }
+}
+
+/// The length a frame starting at `bytes` announces, once its four bytes are there; an
+/// error past [`MAX_FRAME`].
+fn frame_length(bytes: &[u8]) -> Result<Option<usize>, io::Error> {
+    let Some(&[a, b, c, d]) = bytes.first_chunk::<4>() else {
         return Ok(None);
     };
-    let length = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+    let length = u32::from_be_bytes([a, b, c, d]) as usize;
     if length > MAX_FRAME {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("a watch frame of {length} bytes, more than the {MAX_FRAME} allowed"),
         ));
     }
-    if buffer.len() < 4 + length {
-        // Room for the frame as its bytes come, at most a MiB ahead: a length announced
-        // by four bytes is not taken on trust for a large reservation.
-        buffer.reserve((4 + length - buffer.len()).min(1 << 20));
-        return Ok(None);
-    }
-    buffer.advance(4);
-    Ok(Some(buffer.split_to(length).freeze()))
+    Ok(Some(length))
 }
 
 /// Whether a body error is the connection's end mid-stream (a TLS stack's nested
@@ -385,6 +452,18 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// Every frame `framer` gives for `chunks` pushed one after another.
+    fn read(framer: &mut Framer, chunks: impl IntoIterator<Item = Bytes>) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        for chunk in chunks {
+            framer.push(chunk);
+            while let Some(frame) = framer.next_frame().unwrap() {
+                out.push(frame);
+            }
+        }
+        out
+    }
+
     #[test]
     fn frames_are_split_whole_whatever_the_chunks() {
         let mut wire = Vec::new();
@@ -392,26 +471,66 @@ mod tests {
             wire.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_be_bytes());
             wire.extend_from_slice(payload);
         }
-        for chunk in 1..wire.len() {
-            let mut buffer = BytesMut::new();
-            let mut out = Vec::new();
-            for piece in wire.chunks(chunk) {
-                buffer.extend_from_slice(piece);
-                while let Some(frame) = split_frame(&mut buffer).unwrap() {
-                    out.push(frame);
-                }
-            }
-            assert_eq!(out, [&b"abc"[..], b"", b"0123456789"], "chunks of {chunk}");
-            assert!(buffer.is_empty());
+        let wire = Bytes::from(wire);
+        for size in 1..=wire.len() {
+            let mut framer = Framer::default();
+            let chunks = (0..wire.len())
+                .step_by(size)
+                .map(|at| wire.slice(at..(at + size).min(wire.len())));
+            let out = read(&mut framer, chunks);
+            assert_eq!(out, [&b"abc"[..], b"", b"0123456789"], "chunks of {size}");
+            assert_eq!(framer.buffered(), 0);
         }
     }
 
     #[test]
+    fn a_frame_whole_in_its_chunk_is_not_copied() {
+        let mut wire = Vec::new();
+        for payload in [&b"first"[..], b"second", b"third"] {
+            wire.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_be_bytes());
+            wire.extend_from_slice(payload);
+        }
+        // The second frame's length and the first byte of its payload end the first chunk.
+        let wire = Bytes::from(wire);
+        let (first, second) = (wire.slice(..14), wire.slice(14..));
+        let mut framer = Framer::default();
+        let out = read(&mut framer, [first.clone(), second.clone()]);
+        assert_eq!(out, [&b"first"[..], b"second", b"third"]);
+        let within = |frame: &Bytes, chunk: &Bytes| {
+            let range = chunk.as_ptr_range();
+            range.contains(&frame.as_ptr())
+        };
+        assert!(within(&out[0], &first), "a slice of its chunk");
+        assert!(
+            !within(&out[1], &first) && !within(&out[1], &second),
+            "gathered"
+        );
+        assert!(within(&out[2], &second), "a slice of its chunk");
+        // Only the frame across the chunks was gathered.
+        assert!(framer.reserved() < 64, "{}", framer.reserved());
+    }
+
+    #[test]
     fn a_frame_longer_than_allowed_is_an_error_not_an_allocation() {
-        let mut buffer = BytesMut::from(&u32::MAX.to_be_bytes()[..]);
-        let error = split_frame(&mut buffer).unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
-        assert!(buffer.capacity() < 1024);
+        for chunks in [
+            vec![Bytes::copy_from_slice(&u32::MAX.to_be_bytes())],
+            vec![
+                Bytes::from_static(&[0xff, 0xff]),
+                Bytes::from_static(&[0xff, 0xff, 0]),
+            ],
+        ] {
+            let mut framer = Framer::default();
+            let mut error = None;
+            for chunk in chunks {
+                framer.push(chunk);
+                match framer.next_frame() {
+                    Ok(frame) => assert!(frame.is_none()),
+                    Err(e) => error = Some(e),
+                }
+            }
+            assert_eq!(error.unwrap().kind(), io::ErrorKind::InvalidData);
+            assert!(framer.reserved() < 1024);
+        }
     }
 
     #[test]
