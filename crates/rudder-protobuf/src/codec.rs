@@ -186,7 +186,8 @@ impl<M: Decode> Codec for Msg<M> {
     }
     // A message in a field is read in place, its fields straight into the one the field
     // holds (as protobuf merges a message that comes twice, and Go's decoder does),
-    // rather than built elsewhere and moved in: a `PodSpec` is over a kilobyte.
+    // rather than built elsewhere and moved in: a `PodSpec` is over a kilobyte. (A boxed
+    // message, `Boxed<Msg<_>>` of a recursive schema, is still read whole and replaced.)
     fn read_into(slot: &mut M, r: &mut Reader<'_>) -> Result<(), DecodeError> {
         let bytes = r.bytes()?;
         slot.merge_at(bytes, r.depth + 1)

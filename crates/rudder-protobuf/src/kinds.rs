@@ -17,13 +17,13 @@ pub(crate) struct Registry(pub(crate) HashMap<TypeId, Box<dyn Any + Send + Sync>
 
 impl Registry {
     pub(crate) fn add<K: Message + Clone + 'static>(&mut self) {
-        let decode: Decoder<K> = shared::<K>;
+        let decode: Decoder<K> = decode_in_arc::<K>;
         self.0.insert(TypeId::of::<K>(), Box::new(decode));
     }
 }
 
 /// [`decode`](crate::decode), in place behind an `Arc`.
-fn shared<K: Message + Clone>(bytes: &[u8]) -> Result<Arc<K>, DecodeError> {
+fn decode_in_arc<K: Message + Clone>(bytes: &[u8]) -> Result<Arc<K>, DecodeError> {
     let mut out = Arc::new(K::default());
     // The only handle: `make_mut` never clones here.
     Arc::make_mut(&mut out).merge(message_of(bytes)?)?;

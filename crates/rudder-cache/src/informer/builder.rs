@@ -324,7 +324,7 @@ where
                             "an object does not decode; listing again, decoding each object on its own"
                         );
                         stream = watch::watch_with(api, config, mode, resource)
-                            .map(|item| item.map(|event| event.map(shared)))
+                            .map(|item| item.map(|event| event.map(as_strict)))
                             .boxed();
                     }
                     unused => {
@@ -339,7 +339,7 @@ where
 
 /// A lenient engine's object, as the strict engine's: a decoded one behind an `Arc` of its
 /// own (the lenient decode is the slow path, taken only once some object did not decode).
-fn shared<K: Clone>(object: Arc<Lenient<K>>) -> Lenient<Arc<K>> {
+fn as_strict<K: Clone>(object: Arc<Lenient<K>>) -> Lenient<Arc<K>> {
     match Arc::unwrap_or_clone(object) {
         Lenient::Ok(object) => Lenient::Ok(Arc::new(object)),
         Lenient::Malformed(bad) => Lenient::Malformed(bad),

@@ -19,7 +19,7 @@ use super::error::Error;
 use super::event::{Event, INITIAL_EVENTS_END};
 use super::request;
 use super::strategy::{ListMode, ListStrategy};
-use super::wire::{self, Answer, Decoder, Events, Failure, Page, WireFormat};
+use super::wire::{self, Answer, Events, Failure, Page, WireFormat};
 
 /// The first wait before asking again for a resource the server does not serve.
 const ABSENT_BACKOFF_MIN: Duration = Duration::from_millis(500);
@@ -40,7 +40,7 @@ pub(crate) struct Engine<K> {
     /// needed (the first, after `410 Gone`, or after a list that did not end).
     version: Option<String>,
     /// The type's protobuf decoder while the engine asks for protobuf; `None` in JSON.
-    protobuf: Option<Decoder<K>>,
+    protobuf: Option<rudder_protobuf::Decoder<K>>,
     /// The open watch.
     events: Option<Events<K>>,
     /// Whether the open watch is a streaming list still sending its initial events.
@@ -278,7 +278,7 @@ where
                 .await
                 .map(|events| {
                     events
-                        .map(|item| item.map(wire::shared).map_err(Failure::of_kube))
+                        .map(|item| item.map(wire::behind_arc).map_err(Failure::of_kube))
                         .boxed()
                 }),
         };

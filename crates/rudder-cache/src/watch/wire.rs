@@ -21,6 +21,7 @@ use kube::Resource;
 use kube::client::Body;
 use kube::core::watch::{Bookmark, BookmarkMeta};
 use kube::core::{ObjectList, Status, TypeMeta, WatchEvent};
+use rudder_protobuf::Decoder;
 use serde::de::DeserializeOwned;
 
 /// How an engine's lists and watches are encoded on the wire.
@@ -46,10 +47,6 @@ impl WireFormat {
         }
     }
 }
-
-/// A generated decoder of one type's protobuf message, which decodes the object in place
-/// behind its `Arc`.
-pub(crate) type Decoder<K> = rudder_protobuf::Decoder<K>;
 
 /// A boxed error, for objects that do not decode.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -244,7 +241,7 @@ fn status_of_protobuf(bytes: &[u8]) -> Option<Status> {
 
 /// A watch event read in JSON by kube-client, its object behind an `Arc` as a protobuf
 /// event's is.
-pub(crate) fn shared<K>(event: WatchEvent<K>) -> WatchEvent<Arc<K>> {
+pub(crate) fn behind_arc<K>(event: WatchEvent<K>) -> WatchEvent<Arc<K>> {
     match event {
         WatchEvent::Added(object) => WatchEvent::Added(Arc::new(object)),
         WatchEvent::Modified(object) => WatchEvent::Modified(Arc::new(object)),
@@ -361,7 +358,9 @@ impl Framer {
         self.chunk = chunk;
     }
 
-    /// The next whole frame, if the chunks so far hold one.
+    /// The next whole frame, if the chunks so far hold one. `Ok(None)` once the last chunk
+    /// is used up (the next one may then be pushed); an error (a length past
+    /// [`MAX_FRAME`]) is final: the frame reader ends the watch there.
     pub(crate) fn next_frame(&mut self) -> Result<Option<Bytes>, io::Error> {
         if self.partial.is_empty() {
             if let Some(length) = frame_length(&self.chunk)?
