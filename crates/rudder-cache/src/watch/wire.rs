@@ -463,14 +463,19 @@ mod tests {
         out
     }
 
-    #[test]
-    fn frames_are_split_whole_whatever_the_chunks() {
+    /// `payloads` as a watch body: each after its 4-byte length.
+    fn framed(payloads: &[&[u8]]) -> Bytes {
         let mut wire = Vec::new();
-        for payload in [&b"abc"[..], b"", b"0123456789"] {
+        for payload in payloads {
             wire.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_be_bytes());
             wire.extend_from_slice(payload);
         }
-        let wire = Bytes::from(wire);
+        Bytes::from(wire)
+    }
+
+    #[test]
+    fn frames_are_split_whole_whatever_the_chunks() {
+        let wire = framed(&[b"abc", b"", b"0123456789"]);
         for size in 1..=wire.len() {
             let mut framer = Framer::default();
             let chunks = (0..wire.len())
@@ -484,13 +489,8 @@ mod tests {
 
     #[test]
     fn a_frame_whole_in_its_chunk_is_not_copied() {
-        let mut wire = Vec::new();
-        for payload in [&b"first"[..], b"second", b"third"] {
-            wire.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_be_bytes());
-            wire.extend_from_slice(payload);
-        }
         // The second frame's length and the first byte of its payload end the first chunk.
-        let wire = Bytes::from(wire);
+        let wire = framed(&[b"first", b"second", b"third"]);
         let (first, second) = (wire.slice(..14), wire.slice(14..));
         let mut framer = Framer::default();
         let out = read(&mut framer, [first.clone(), second.clone()]);
