@@ -283,7 +283,7 @@ impl<K: Resource> Store<K> {
     /// index function that is not deterministic) are pushed too, and do not stop the update.
     pub(crate) fn apply(
         &self,
-        obj: impl Into<Arc<K>>,
+        obj: Arc<K>,
         size: usize,
         epoch: Epoch,
         panics: &mut Vec<IndexPanic>,
@@ -431,13 +431,12 @@ impl<K: Resource> Inner<K> {
     /// [`Store::apply`] under the lock.
     fn apply(
         &mut self,
-        obj: impl Into<Arc<K>>,
+        obj: Arc<K>,
         size: usize,
         epoch: Epoch,
         panics: &mut Vec<IndexPanic>,
     ) -> Applied<K> {
         let inner = self;
-        let obj = obj.into();
         let size = u32::try_from(size).unwrap_or(u32::MAX);
         let (ns, name) = key_of(&*obj);
         let hash = inner.hash(ns, name);
@@ -694,8 +693,8 @@ mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::ObjectMeta;
 
-    fn cm(ns: &str, name: &str, rv: &str, team: &str) -> ConfigMap {
-        ConfigMap {
+    fn cm(ns: &str, name: &str, rv: &str, team: &str) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
             metadata: ObjectMeta {
                 namespace: Some(ns.into()),
                 name: Some(name.into()),
@@ -704,7 +703,7 @@ mod tests {
                 ..Default::default()
             },
             ..Default::default()
-        }
+        })
     }
 
     fn team_index(store: &Store<ConfigMap>) {
@@ -792,8 +791,8 @@ mod tests {
         // A relist that brings a changed x and a new w, and not y: x's old size goes.
         let (applied, gone) = store.replace(
             vec![
-                (Arc::new(cm("a", "x", "3", "red")), 20),
-                (Arc::new(cm("a", "w", "1", "red")), 8),
+                (cm("a", "x", "3", "red"), 20),
+                (cm("a", "w", "1", "red"), 8),
             ],
             2,
             &mut panics,
@@ -906,7 +905,7 @@ mod tests {
     fn cluster_scoped_objects_are_not_in_the_namespace_index() {
         let store = Store::new();
         let mut obj = cm("a", "x", "1", "red");
-        obj.metadata.namespace = None;
+        Arc::make_mut(&mut obj).metadata.namespace = None;
         store.apply(obj, 0, 0, &mut Vec::new());
         assert!(store.get(&ObjectKey::cluster("x")).is_some());
         assert!(store.index_values(NAMESPACE_INDEX).unwrap().is_empty());
