@@ -373,10 +373,7 @@ impl Framer {
             self.partial.extend_from_slice(&self.chunk);
             self.chunk.clear();
             if let Some(length) = frame_length(&self.partial)? {
-                // Room for the frame as its bytes come, at most a MiB ahead: a length
-                // announced by four bytes is not taken on trust for a large reservation.
-                self.partial
-                    .reserve((4 + length - self.partial.len()).min(1 << 20));
+                self.room_for(length);
             }
             return Ok(None);
         }
@@ -388,15 +385,22 @@ impl Framer {
         let Some(length) = frame_length(&self.partial)? else {
             return Ok(None);
         };
+        self.room_for(length);
         let take = (4 + length - self.partial.len()).min(self.chunk.len());
-        self.partial
-            .reserve(take.max((4 + length - self.partial.len()).min(1 << 20)));
         self.partial.extend_from_slice(&self.chunk.split_to(take));
         if self.partial.len() < 4 + length {
             return Ok(None);
         }
         self.partial.advance(4);
         Ok(Some(self.partial.split().freeze()))
+    }
+
+    /// Room in `partial` for the rest of a frame of `length` bytes, at most a MiB ahead: a
+    /// length announced by four bytes is not taken on trust for a large reservation (what
+    /// comes past it grows the buffer as it comes).
+    fn room_for(&mut self, length: usize) {
+        self.partial
+            .reserve((4 + length - self.partial.len()).min(1 << 20));
     }
 
     /// The bytes held that are not a frame yet.
